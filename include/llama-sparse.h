@@ -1,0 +1,59 @@
+// llama-sparse: C API for TEAL activation sparsity on zigzag GGUF models.
+// llama.h stays upstream's; everything the fork adds to the public API is here.
+#pragma once
+
+#include "llama.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// zigzag GGUF format version this library reads
+#define LLAMA_SPARSE_FORMAT_VERSION 1
+
+// threshold groups: each layer has one threshold per group of weights sharing an input
+enum llama_sparse_group {
+    LLAMA_SPARSE_GROUP_QKV     = 0, // attn_q, attn_k, attn_v (attn_qkv)
+    LLAMA_SPARSE_GROUP_O       = 1, // attn_output
+    LLAMA_SPARSE_GROUP_GATE_UP = 2, // ffn_gate, ffn_up
+    LLAMA_SPARSE_GROUP_DOWN    = 3, // ffn_down
+    LLAMA_SPARSE_GROUP_COUNT   = 4,
+};
+
+struct llama_sparse_stats {
+    uint64_t n_lists;  // index lists computed on the CPU
+    uint64_t n_cols;   // columns examined by those lists
+    uint64_t n_active; // columns kept (the rest were skipped)
+};
+
+// number of zigzag weights in the model (0: not a zigzag model)
+LLAMA_API int32_t llama_sparse_model_n_zigzag(const struct llama_model * model);
+
+// calibrated sparsity levels stored in the model
+LLAMA_API int32_t      llama_sparse_model_n_levels     (const struct llama_model * model);
+LLAMA_API const char * llama_sparse_model_level_name   (const struct llama_model * model, int32_t i); // e.g. "0.50", "greedy-0.50"
+LLAMA_API float        llama_sparse_model_level_target (const struct llama_model * model, int32_t i); // e.g. 0.5
+LLAMA_API float        llama_sparse_model_threshold    (const struct llama_model * model, int32_t i, int32_t il, enum llama_sparse_group group);
+
+// choose the sparsity level of a context by name ("0.5", "0.50", "unified-0.5", "greedy-0.5");
+// NULL, "", "0", "off" or "dense" select dense decoding. Takes effect at the next decode.
+// returns 0 on success, -1 if the model has no such level (see llama_sparse_last_error)
+LLAMA_API int32_t      llama_sparse_set_level(struct llama_context * ctx, const char * level);
+LLAMA_API const char * llama_sparse_get_level(const struct llama_context * ctx); // "dense" when off
+
+// apply the thresholds to batches larger than the decode limit too, by masking |x| < t per token
+// before a dense matmul (an exact emulation of batch-1 sparse decode, for perplexity runs)
+LLAMA_API void llama_sparse_set_emulate(struct llama_context * ctx, bool emulate);
+
+LLAMA_API struct llama_sparse_stats llama_sparse_get_stats  (const struct llama_context * ctx);
+LLAMA_API void                      llama_sparse_reset_stats(struct llama_context * ctx);
+
+// message of the last failed llama_sparse_* call on this thread
+LLAMA_API const char * llama_sparse_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,136 @@
+"""`llama_sparse.Llama`: llama-cpp-python's Llama with a sparsity knob."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import llama_cpp
+
+from . import _native
+
+SparsityLevel = Union[None, float, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class SparQ:
+    """SparQ attention settings: top-r query components, top-k positions, mean-V blending."""
+    r: int = 32
+    k: int = 128
+    mean_v: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("r", "k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"SparQ.{name} must be a positive int, got {v!r}")
+        if not isinstance(self.mean_v, bool):
+            raise TypeError(f"SparQ.mean_v must be a bool, got {self.mean_v!r}")
+
+
+def level_name(level: SparsityLevel) -> Optional[str]:
+    """Normalize a user level (None, 0.5, "0.5", "greedy-0.5", "dense") to what the C API takes."""
+    if level is None:
+        return None
+    if isinstance(level, bool):
+        raise TypeError("sparsity must be None, a float in [0, 1) or a level name like 'greedy-0.5', not a bool")
+    if isinstance(level, (int, float)):
+        if not 0.0 <= float(level) < 1.0:
+            raise ValueError(f"sparsity must be in [0, 1), got {level}")
+        return None if float(level) == 0.0 else f"{float(level):.2f}"
+    if isinstance(level, str):
+        s = level.strip()
+        if s.lower() in ("", "0", "off", "dense", "none"):
+            return None
+        return s
+    raise TypeError(f"sparsity must be None, a float or a level name, not {type(level).__name__}")
+
+
+class Llama(llama_cpp.Llama):
+    """llama_cpp.Llama on the llama-sparse library.
+
+    sparsity: None (dense), a level such as 0.5, or a level name stored in the model ("greedy-0.50").
+    Everything else (`__call__`, `create_chat_completion`, streaming, `tokenize`, embeddings) is
+    llama-cpp-python's.
+    """
+
+    def __init__(self, model_path: Union[str, os.PathLike], *, sparsity: SparsityLevel = None,
+                 sparq: Optional[SparQ] = None, **kwargs: Any) -> None:
+        if not isinstance(model_path, (str, os.PathLike)):
+            raise TypeError(f"model_path must be a path, not {type(model_path).__name__}")
+        path = Path(model_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"model file not found: {path}")
+        name = level_name(sparsity)  # validate before the (slow) load
+        if sparq is not None and not isinstance(sparq, SparQ):
+            raise TypeError(f"sparq must be a llama_sparse.SparQ or None, not {type(sparq).__name__}")
+        super().__init__(model_path=str(path), **kwargs)
+        self.set_sparsity(name)
+        self.set_sparq(sparq)
+
+    # --- sparsity -------------------------------------------------------------------------
+
+    @property
+    def is_zigzag(self) -> bool:
+        return _native.llama_sparse_model_n_zigzag(self._model.model) > 0
+
+    @property
+    def sparsity_levels(self) -> list[str]:
+        m = self._model.model
+        return [_native.llama_sparse_model_level_name(m, i).decode()
+                for i in range(_native.llama_sparse_model_n_levels(m))]
+
+    @property
+    def sparsity(self) -> str:
+        """The active level's name, or "dense"."""
+        return _native.llama_sparse_get_level(self._ctx.ctx).decode()
+
+    def set_sparsity(self, level: SparsityLevel) -> None:
+        """Switch the sparsity level; it applies from the next decoded token."""
+        name = level_name(level)
+        if name is not None and not self.is_zigzag:
+            raise ValueError(f"{self.model_path} is not a zigzag GGUF, so it cannot run sparse; "
+                             "convert it with `llama-sparse convert` and calibrate it first")
+        if _native.llama_sparse_set_level(self._ctx.ctx, name.encode() if name else None) != 0:
+            raise ValueError(_native.last_error())
+
+    def set_emulate(self, on: bool) -> None:
+        """Apply thresholds to large batches too (per-token masking), e.g. for perplexity runs."""
+        _native.llama_sparse_set_emulate(self._ctx.ctx, bool(on))
+
+    # --- SparQ ----------------------------------------------------------------------------
+
+    @property
+    def sparq(self) -> Optional[SparQ]:
+        return self._sparq
+
+    def set_sparq(self, sparq: Optional[SparQ]) -> None:
+        if sparq is not None:
+            if not isinstance(sparq, SparQ):
+                raise TypeError(f"sparq must be a llama_sparse.SparQ or None, not {type(sparq).__name__}")
+            raise NotImplementedError("SparQ attention is not in this build yet (issue 7); use sparq=None")
+        self._sparq = None
+
+    # --- counters -------------------------------------------------------------------------
+
+    def sparse_stats(self) -> dict[str, float]:
+        """Index lists built on the CPU since the last reset, and the share of columns they skipped."""
+        s = _native.llama_sparse_get_stats(self._ctx.ctx)
+        skipped = 1.0 - s.n_active / s.n_cols if s.n_cols else 0.0
+        return {"lists": s.n_lists, "columns": s.n_cols, "active": s.n_active, "skipped": skipped}
+
+    def reset_stats(self) -> None:
+        _native.llama_sparse_reset_stats(self._ctx.ctx)
+        llama_cpp.llama_perf_context_reset(self._ctx.ctx)
+
+    def perf(self) -> dict[str, float]:
+        """Prompt and generation throughput since the last reset (llama.cpp's own timers)."""
+        d = llama_cpp.llama_perf_context(self._ctx.ctx)
+        return {
+            "prompt_tokens": d.n_p_eval,
+            "prompt_tps": d.n_p_eval / (d.t_p_eval_ms / 1e3) if d.t_p_eval_ms > 0 else 0.0,
+            "gen_tokens": d.n_eval,
+            "gen_tps": d.n_eval / (d.t_eval_ms / 1e3) if d.t_eval_ms > 0 else 0.0,
+        }

@@ -1,0 +1,552 @@
+// llama-sparse: zigzag model metadata, per-context sparsity level, graph building and the C API.
+#include "llama-sparse-impl.h"
+
+#include "llama-context.h"
+#include "llama-graph.h"
+#include "llama-impl.h"
+#include "llama-model-loader.h"
+#include "llama-model.h"
+
+#include "gguf.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace {
+
+struct sparse_level {
+    std::string        name;       // as stored, e.g. "0.50" or "greedy-0.50"
+    float              target = 0; // average sparsity the level was calibrated for
+    std::vector<float> thresholds; // [n_layer][LLAMA_SPARSE_GROUP_COUNT]
+};
+
+struct sparse_model_info {
+    int32_t                   n_zigzag = 0;
+    int32_t                   n_layer  = 0;
+    std::vector<sparse_level> levels;
+};
+
+std::mutex                                       g_mutex;
+std::map<const llama_model *, sparse_model_info> g_models;
+std::map<const llama_context *, llama_sparse_context *> g_contexts;
+
+thread_local std::string g_last_error;
+
+int32_t set_error(const std::string & msg) {
+    g_last_error = msg;
+    return -1;
+}
+
+const sparse_model_info * model_info(const llama_model * model) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_models.find(model);
+    return it == g_models.end() ? nullptr : &it->second;
+}
+
+// "blk.12.attn_q.weight" -> layer 12, group qkv; unknown names get group -1 (run dense)
+void zigzag_layer_group(const std::string & name, int32_t & layer, int32_t & group) {
+    layer = -1;
+    group = -1;
+    int pos = 0;
+    if (sscanf(name.c_str(), "blk.%d.%n", &layer, &pos) != 1 || pos == 0) {
+        layer = -1;
+        return;
+    }
+    const std::string rest = name.substr(pos);
+    static const std::pair<const char *, int32_t> prefixes[] = {
+        { "attn_qkv.",     LLAMA_SPARSE_GROUP_QKV     },
+        { "attn_q.",       LLAMA_SPARSE_GROUP_QKV     },
+        { "attn_k.",       LLAMA_SPARSE_GROUP_QKV     },
+        { "attn_v.",       LLAMA_SPARSE_GROUP_QKV     },
+        { "attn_output.",  LLAMA_SPARSE_GROUP_O       },
+        { "ffn_gate_up.",  LLAMA_SPARSE_GROUP_GATE_UP },
+        { "ffn_gate.",     LLAMA_SPARSE_GROUP_GATE_UP },
+        { "ffn_up.",       LLAMA_SPARSE_GROUP_GATE_UP },
+        { "ffn_down.",     LLAMA_SPARSE_GROUP_DOWN    },
+    };
+    for (const auto & p : prefixes) {
+        if (rest.rfind(p.first, 0) == 0) {
+            group = p.second;
+            return;
+        }
+    }
+}
+
+std::vector<std::string> get_str_arr(const gguf_context * meta, const char * key) {
+    std::vector<std::string> out;
+    const int64_t kid = gguf_find_key(meta, key);
+    if (kid < 0) {
+        return out;
+    }
+    if (gguf_get_kv_type(meta, kid) != GGUF_TYPE_ARRAY || gguf_get_arr_type(meta, kid) != GGUF_TYPE_STRING) {
+        throw std::runtime_error(format("llama-sparse: metadata key %s must be an array of strings", key));
+    }
+    const size_t n = gguf_get_arr_n(meta, kid);
+    for (size_t i = 0; i < n; ++i) {
+        out.emplace_back(gguf_get_arr_str(meta, kid, i));
+    }
+    return out;
+}
+
+template <typename T>
+std::vector<T> get_num_arr(const gguf_context * meta, const char * key, gguf_type type) {
+    std::vector<T> out;
+    const int64_t kid = gguf_find_key(meta, key);
+    if (kid < 0) {
+        return out;
+    }
+    if (gguf_get_kv_type(meta, kid) != GGUF_TYPE_ARRAY || gguf_get_arr_type(meta, kid) != type) {
+        throw std::runtime_error(format("llama-sparse: metadata key %s must be an array of %s", key, gguf_type_name(type)));
+    }
+    const size_t n = gguf_get_arr_n(meta, kid);
+    const T * data = (const T *) gguf_get_arr_data(meta, kid);
+    out.assign(data, data + n);
+    return out;
+}
+
+// "0.5", "unified-0.50" -> ("", 0.5); "greedy-0.5" -> ("greedy", 0.5); false if not a level spec
+bool parse_level(const std::string & s, std::string & mode, float & target) {
+    std::string num = s;
+    mode.clear();
+    const size_t dash = s.find('-');
+    if (dash != std::string::npos) {
+        mode = s.substr(0, dash);
+        num  = s.substr(dash + 1);
+        if (mode == "unified") {
+            mode.clear();
+        }
+    }
+    char * end = nullptr;
+    target = strtof(num.c_str(), &end);
+    return !num.empty() && end && *end == '\0' && std::isfinite(target);
+}
+
+bool is_dense_spec(const char * level) {
+    return level == nullptr || level[0] == '\0' || strcmp(level, "0") == 0 || strcmp(level, "off") == 0 ||
+           strcmp(level, "dense") == 0 || strcmp(level, "none") == 0;
+}
+
+} // namespace
+
+struct llama_sparse_context {
+    const llama_model * model = nullptr;
+    int32_t   level   = -1; // index into the model's levels, -1 = dense
+    bool      emulate = false;
+    uint64_t  version = 0;  // bumped on every change, so graphs built for older settings are not reused
+    std::vector<float> thresholds; // copy of the active level's thresholds
+    ggml_sparse_stats  stats = {};
+};
+
+// per-graph state: index lists shared by weights that read the same input
+class llm_graph_input_sparse : public llm_graph_input_i {
+public:
+    llm_graph_input_sparse(const llama_sparse_context * sctx) : sctx(sctx), version(sctx ? sctx->version : 0) {}
+
+    void set_input(const llama_ubatch * ubatch) override {
+        GGML_UNUSED(ubatch);
+    }
+
+    bool can_reuse(const llm_graph_params & params) override {
+        return params.cparams.sparse == sctx && (sctx == nullptr || sctx->version == version);
+    }
+
+    const llama_sparse_context * sctx;
+    const uint64_t               version;
+
+    std::map<std::pair<const ggml_tensor *, int32_t>, ggml_tensor *> idx_cache; // (input, mode) -> op
+};
+
+//
+// model load hooks
+//
+
+void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml) {
+    const gguf_context * meta = ml.metadata;
+
+    const int64_t kid_ver = gguf_find_key(meta, "llama_sparse.format_version");
+    const auto names = get_str_arr(meta, "llama_sparse.zigzag.tensors");
+    if (kid_ver < 0) {
+        if (!names.empty()) {
+            throw std::runtime_error("llama-sparse: the file lists zigzag tensors but has no llama_sparse.format_version");
+        }
+        return;
+    }
+    if (gguf_get_kv_type(meta, kid_ver) != GGUF_TYPE_UINT32) {
+        throw std::runtime_error("llama-sparse: llama_sparse.format_version must be a uint32");
+    }
+    const uint32_t version = gguf_get_val_u32(meta, kid_ver);
+    if (version != LLAMA_SPARSE_FORMAT_VERSION) {
+        throw std::runtime_error(format("llama-sparse: zigzag format version %u is not supported (this build reads version %d)",
+                version, LLAMA_SPARSE_FORMAT_VERSION));
+    }
+
+    const auto block_sizes = get_num_arr<uint32_t>(meta, "llama_sparse.zigzag.block_sizes", GGUF_TYPE_UINT32);
+    if (block_sizes.size() != names.size()) {
+        throw std::runtime_error(format("llama-sparse: llama_sparse.zigzag.block_sizes has %zu entries for %zu zigzag tensors",
+                block_sizes.size(), names.size()));
+    }
+
+    sparse_model_info info;
+    info.n_layer = (int32_t) model.hparams.n_layer_all;
+
+    for (size_t i = 0; i < names.size(); ++i) {
+        auto it = ml.weights_map.find(names[i]);
+        if (it == ml.weights_map.end()) {
+            throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' is not in the file", names[i].c_str()));
+        }
+        ggml_tensor * t = it->second.tensor;
+        if (!ggml_sparse_zz_type_ok(t->type)) {
+            throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' has type %s, which has no zigzag kernels",
+                    t->name, ggml_type_name(t->type)));
+        }
+        const int64_t B = ggml_blck_size(t->type);
+        if ((int64_t) block_sizes[i] != B || t->ne[0] % B != 0 || t->ne[2] != 1 || t->ne[3] != 1) {
+            throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' (%s, ne = [%lld, %lld, %lld, %lld]) does not match block size %u",
+                    t->name, ggml_type_name(t->type), (long long) t->ne[0], (long long) t->ne[1],
+                    (long long) t->ne[2], (long long) t->ne[3], block_sizes[i]));
+        }
+        int32_t layer, group;
+        zigzag_layer_group(names[i], layer, group);
+        if (layer >= info.n_layer) {
+            throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' names layer %d of %d", t->name, layer, info.n_layer));
+        }
+        ggml_sparse_set_zigzag(t, layer, group);
+        info.n_zigzag++;
+    }
+
+    const auto level_names   = get_str_arr(meta, "llama_sparse.levels");
+    const auto level_targets = get_num_arr<float>(meta, "llama_sparse.level_targets", GGUF_TYPE_FLOAT32);
+    if (level_targets.size() != level_names.size()) {
+        throw std::runtime_error(format("llama-sparse: %zu level names but %zu level targets", level_names.size(), level_targets.size()));
+    }
+    for (size_t i = 0; i < level_names.size(); ++i) {
+        sparse_level lv;
+        lv.name   = level_names[i];
+        lv.target = level_targets[i];
+        const std::string key = "llama_sparse.thresholds." + lv.name;
+        lv.thresholds = get_num_arr<float>(meta, key.c_str(), GGUF_TYPE_FLOAT32);
+        if (lv.thresholds.size() != (size_t) info.n_layer * LLAMA_SPARSE_GROUP_COUNT) {
+            throw std::runtime_error(format("llama-sparse: %s has %zu thresholds; %d layers need %d",
+                    key.c_str(), lv.thresholds.size(), info.n_layer, info.n_layer * LLAMA_SPARSE_GROUP_COUNT));
+        }
+        for (float t : lv.thresholds) {
+            if (!std::isfinite(t) || t < 0.0f) {
+                throw std::runtime_error(format("llama-sparse: %s holds a threshold of %g", key.c_str(), (double) t));
+            }
+        }
+        if (!(lv.target >= 0.0f && lv.target < 1.0f)) {
+            throw std::runtime_error(format("llama-sparse: level %s has target %g outside [0, 1)", lv.name.c_str(), (double) lv.target));
+        }
+        info.levels.push_back(std::move(lv));
+    }
+
+    LLAMA_LOG_INFO("%s: zigzag format v%u: %d zigzag weights, %zu sparsity levels\n",
+            __func__, version, info.n_zigzag, info.levels.size());
+
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_models[&model] = std::move(info);
+}
+
+void llama_sparse_model_free(const llama_model * model) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_models.erase(model);
+}
+
+bool llama_sparse_check_dims(const ggml_tensor * cur, const std::vector<int64_t> & ne) {
+    if (!ggml_sparse_is_zigzag(cur)) {
+        return false;
+    }
+    const int64_t n = ggml_sparse_zz_n(cur);
+    const int64_t m = ggml_sparse_zz_m(cur);
+    bool ok = ne.size() >= 2 && ne[0] == n && ne[1] == m;
+    for (size_t i = 2; i < ne.size(); ++i) {
+        ok = ok && ne[i] == 1;
+    }
+    if (!ok) {
+        std::string exp;
+        for (size_t i = 0; i < ne.size(); ++i) {
+            exp += (i ? ", " : "") + std::to_string(ne[i]);
+        }
+        throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' holds a %lld x %lld weight (n x m); the model expects [%s]",
+                cur->name, (long long) n, (long long) m, exp.c_str()));
+    }
+    return true;
+}
+
+ggml_tensor * llama_sparse_weight_test_op(ggml_context * ctx, ggml_tensor * w) {
+    if (!ggml_sparse_is_zigzag(w)) {
+        return nullptr;
+    }
+    // the sparse decode form: a backend that takes the weight must run both ops
+    ggml_tensor * x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ggml_sparse_zz_n(w), 1);
+    ggml_tensor * idx = ggml_sparse_idx(ctx, x, 1.0f, GGML_SPARSE_IDX_LIST);
+    return ggml_mul_mat_zz(ctx, w, x, idx);
+}
+
+void llama_sparse_copy_tag(ggml_tensor * dst, const ggml_tensor * src) {
+    if (ggml_sparse_is_zigzag(src)) {
+        ggml_sparse_set_zigzag(dst, ggml_sparse_zigzag_layer(src), ggml_sparse_zigzag_group(src));
+    }
+}
+
+//
+// context
+//
+
+static int32_t find_level(const sparse_model_info & info, const char * spec) {
+    std::string mode;
+    float target;
+    if (!parse_level(spec, mode, target)) {
+        return -1;
+    }
+    for (size_t i = 0; i < info.levels.size(); ++i) {
+        std::string lmode;
+        float ltarget;
+        if (info.levels[i].name == spec ||
+            (parse_level(info.levels[i].name, lmode, ltarget) && lmode == mode && std::fabs(ltarget - target) < 5e-4f)) {
+            return (int32_t) i;
+        }
+    }
+    return -1;
+}
+
+static std::string level_list(const sparse_model_info & info) {
+    std::string s;
+    for (const auto & lv : info.levels) {
+        s += (s.empty() ? "" : ", ") + lv.name;
+    }
+    return s.empty() ? "none (calibrate the model with `llama-sparse calibrate`)" : s;
+}
+
+static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
+    const sparse_model_info * info = model_info(sctx->model);
+    if (is_dense_spec(spec)) {
+        sctx->level = -1;
+        sctx->thresholds.clear();
+        sctx->version++;
+        return 0;
+    }
+    if (info == nullptr || info->n_zigzag == 0) {
+        return set_error(format("sparsity level '%s' asked for, but the model is not a zigzag GGUF (convert it with `llama-sparse convert`)", spec));
+    }
+    if (info->levels.empty()) {
+        static std::atomic<bool> warned { false };
+        if (!warned.exchange(true)) {
+            LLAMA_LOG_WARN("llama-sparse: the model has no calibrated thresholds; decoding dense (run `llama-sparse calibrate`)\n");
+        }
+        sctx->level = -1;
+        sctx->thresholds.clear();
+        sctx->version++;
+        return 0;
+    }
+    const int32_t i = find_level(*info, spec);
+    if (i < 0) {
+        return set_error(format("sparsity level '%s' is not in the model; it has: %s", spec, level_list(*info).c_str()));
+    }
+    sctx->level      = i;
+    sctx->thresholds = info->levels[i].thresholds;
+    sctx->version++;
+    return 0;
+}
+
+llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const llama_model & model) {
+    auto * sctx = new llama_sparse_context();
+    sctx->model = &model;
+
+    const char * env_emulate = getenv("LLAMA_SPARSE_EMULATE");
+    sctx->emulate = env_emulate && atoi(env_emulate) != 0;
+
+    const char * env_level = getenv("LLAMA_SPARSE");
+    if (env_level && set_level(sctx, env_level) != 0) {
+        delete sctx;
+        throw std::runtime_error("LLAMA_SPARSE: " + g_last_error);
+    }
+    if (env_level && sctx->level >= 0) {
+        LLAMA_LOG_INFO("%s: sparsity level %s (from LLAMA_SPARSE)%s\n", __func__,
+                model_info(&model)->levels[sctx->level].name.c_str(), sctx->emulate ? ", emulated in large batches" : "");
+    }
+
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_contexts[lctx] = sctx;
+    return sctx;
+}
+
+void llama_sparse_context_detach(llama_context * lctx) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_contexts.find(lctx);
+    if (it != g_contexts.end()) {
+        delete it->second;
+        g_contexts.erase(it);
+    }
+}
+
+static llama_sparse_context * context_state(const llama_context * lctx) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_contexts.find(lctx);
+    return it == g_contexts.end() ? nullptr : it->second;
+}
+
+//
+// graph
+//
+
+ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w, ggml_tensor * cur) {
+    ggml_context * ctx0 = g.ctx0;
+    llama_sparse_context * sctx = g.cparams.sparse;
+
+    if (g.inp_sparse == nullptr) {
+        auto inp = std::make_unique<llm_graph_input_sparse>(sctx);
+        g.inp_sparse = inp.get();
+        g.res->add_input(std::move(inp));
+    }
+
+    const int64_t n = ggml_sparse_zz_n(w);
+    const int64_t m = ggml_sparse_zz_m(w);
+    GGML_ASSERT(cur->ne[0] == n);
+
+    const int64_t n_rows = ggml_nrows(cur);
+
+    ggml_tensor * x = cur;
+    if (x->type != GGML_TYPE_F32) {
+        x = ggml_cast(ctx0, x, GGML_TYPE_F32);
+    }
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx0, x);
+    }
+    if (x->ne[2] != 1 || x->ne[3] != 1) {
+        x = ggml_reshape_2d(ctx0, x, n, n_rows);
+    }
+
+    float threshold = 0.0f;
+    const int32_t layer = ggml_sparse_zigzag_layer(w);
+    const int32_t group = ggml_sparse_zigzag_group(w);
+    if (sctx && !sctx->thresholds.empty() && layer >= 0 && group >= 0) {
+        threshold = sctx->thresholds[(size_t) layer*LLAMA_SPARSE_GROUP_COUNT + group];
+    }
+
+    ggml_tensor * idx = nullptr;
+    if (threshold > 0.0f) {
+        const bool decode = n_rows <= GGML_SPARSE_MAX_BATCH;
+        if (decode || sctx->emulate) {
+            const auto mode = decode ? GGML_SPARSE_IDX_LIST : GGML_SPARSE_IDX_MASK;
+            auto & cache = g.inp_sparse->idx_cache;
+            const auto key = std::make_pair((const ggml_tensor *) cur, (int32_t) mode);
+            auto it = cache.find(key);
+            ggml_tensor * op = it != cache.end() ? it->second : nullptr;
+            if (op == nullptr) {
+                op = ggml_sparse_idx(ctx0, x, threshold, mode);
+                if (mode == GGML_SPARSE_IDX_LIST) {
+                    ggml_sparse_idx_set_stats(op, &sctx->stats);
+                }
+                ggml_format_name(op, "sparse_%s-%d-%d", decode ? "idx" : "mask", layer, group);
+                cache[key] = op;
+            }
+            if (decode) {
+                idx = op;
+            } else {
+                x = op;
+            }
+        }
+    }
+
+    ggml_tensor * y = ggml_mul_mat_zz(ctx0, w, x, idx);
+    if (cur->ne[2] != 1 || cur->ne[3] != 1) {
+        y = ggml_reshape_4d(ctx0, y, m, cur->ne[1], cur->ne[2], cur->ne[3]);
+    }
+    return y;
+}
+
+//
+// C API
+//
+
+int32_t llama_sparse_model_n_zigzag(const llama_model * model) {
+    const sparse_model_info * info = model_info(model);
+    return info ? info->n_zigzag : 0;
+}
+
+int32_t llama_sparse_model_n_levels(const llama_model * model) {
+    const sparse_model_info * info = model_info(model);
+    return info ? (int32_t) info->levels.size() : 0;
+}
+
+const char * llama_sparse_model_level_name(const llama_model * model, int32_t i) {
+    const sparse_model_info * info = model_info(model);
+    if (!info || i < 0 || i >= (int32_t) info->levels.size()) {
+        return nullptr;
+    }
+    return info->levels[i].name.c_str();
+}
+
+float llama_sparse_model_level_target(const llama_model * model, int32_t i) {
+    const sparse_model_info * info = model_info(model);
+    if (!info || i < 0 || i >= (int32_t) info->levels.size()) {
+        return NAN;
+    }
+    return info->levels[i].target;
+}
+
+float llama_sparse_model_threshold(const llama_model * model, int32_t i, int32_t il, enum llama_sparse_group group) {
+    const sparse_model_info * info = model_info(model);
+    if (!info || i < 0 || i >= (int32_t) info->levels.size() || il < 0 || il >= info->n_layer ||
+        group < 0 || group >= LLAMA_SPARSE_GROUP_COUNT) {
+        return NAN;
+    }
+    return info->levels[i].thresholds[(size_t) il*LLAMA_SPARSE_GROUP_COUNT + group];
+}
+
+int32_t llama_sparse_set_level(llama_context * ctx, const char * level) {
+    llama_sparse_context * sctx = context_state(ctx);
+    if (sctx == nullptr) {
+        return set_error("llama_sparse_set_level: unknown context");
+    }
+    return set_level(sctx, level);
+}
+
+const char * llama_sparse_get_level(const llama_context * ctx) {
+    llama_sparse_context * sctx = context_state(ctx);
+    if (sctx == nullptr || sctx->level < 0) {
+        return "dense";
+    }
+    return model_info(sctx->model)->levels[sctx->level].name.c_str();
+}
+
+void llama_sparse_set_emulate(llama_context * ctx, bool emulate) {
+    llama_sparse_context * sctx = context_state(ctx);
+    if (sctx && sctx->emulate != emulate) {
+        sctx->emulate = emulate;
+        sctx->version++;
+    }
+}
+
+llama_sparse_stats llama_sparse_get_stats(const llama_context * ctx) {
+    llama_sparse_stats out = {};
+    llama_sparse_context * sctx = context_state(ctx);
+    if (sctx) {
+        out.n_lists  = __atomic_load_n(&sctx->stats.n_lists,  __ATOMIC_RELAXED);
+        out.n_cols   = __atomic_load_n(&sctx->stats.n_cols,   __ATOMIC_RELAXED);
+        out.n_active = __atomic_load_n(&sctx->stats.n_active, __ATOMIC_RELAXED);
+    }
+    return out;
+}
+
+void llama_sparse_reset_stats(llama_context * ctx) {
+    llama_sparse_context * sctx = context_state(ctx);
+    if (sctx) {
+        __atomic_store_n(&sctx->stats.n_lists,  0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sctx->stats.n_cols,   0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sctx->stats.n_active, 0, __ATOMIC_RELAXED);
+    }
+}
+
+const char * llama_sparse_last_error(void) {
+    return g_last_error.c_str();
+}

@@ -1,0 +1,39 @@
+"""The package runs llama-cpp-python on the fork's library."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_llama_cpp_loads_our_library():
+    import llama_sparse
+    import llama_cpp.llama_cpp as ll
+    from llama_sparse import _native
+
+    ours = Path(llama_sparse.lib_dir()).resolve()
+    loaded = Path(ll._lib._name).resolve()
+    assert loaded.parent == ours, f"llama_cpp loaded {loaded}, not the fork's library in {ours}"
+    assert os.environ["LLAMA_CPP_LIB_PATH"] == str(llama_sparse.lib_dir())
+    # the fork's symbols are in the loaded library
+    assert _native.library_path() == ll._lib._name
+    maps = Path(f"/proc/{os.getpid()}/maps").read_text()
+    assert str(ours / "libllama.so") in maps
+
+
+def test_import_order_guard():
+    code = "import llama_cpp; import llama_sparse"
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH="")
+    env.pop("LLAMA_CPP_LIB_PATH")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    # llama_cpp alone has no library of its own (built with LLAMA_BUILD=OFF), or loaded another one:
+    # either way importing llama_sparse afterwards must not silently run on the wrong library
+    assert r.returncode != 0
+
+
+def test_tools_are_bundled():
+    from llama_sparse.tools import tool_path
+    for name in ("cli", "completion", "bench", "perplexity", "quantize", "test-backend-ops"):
+        p = tool_path(name)
+        assert p.exists() and os.access(p, os.X_OK), p
+    r = subprocess.run([str(tool_path("bench")), "--help"], capture_output=True, text=True)
+    assert "usage" in (r.stdout + r.stderr).lower()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build an unpatched llama.cpp 0c1e570 beside the fork, for side-by-side benchmarks and checks.
+#   tools/build_stock.sh [--libs] [cmake args...]
+# --libs builds only libllama/libggml (enough for the stock-refuses-zigzag test);
+# otherwise also llama-cli, llama-completion, llama-bench, llama-perplexity, llama-quantize.
+# Prints the bin/ directory. Build dir: ${LLAMA_SPARSE_CACHE:-~/.cache/llama-sparse}/stock-build[-cuda].
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+targets="llama ggml llama-cli llama-completion llama-bench llama-perplexity llama-quantize"
+if [ "${1:-}" = "--libs" ]; then targets="llama ggml"; shift; fi
+src=$(python3 "$repo/tools/upstream.py" pristine)
+cache=${LLAMA_SPARSE_CACHE:-$HOME/.cache/llama-sparse}
+suffix=""; case " $* " in *GGML_CUDA=ON*) suffix="-cuda";; esac
+build="$cache/stock-build$suffix"
+gen=""; command -v ninja >/dev/null && gen="-G Ninja"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S "$src" -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=ON "$@" >&2
+fi
+cmake --build "$build" --config Release -j "$(nproc)" --target $targets >&2
+echo "$build/bin"
