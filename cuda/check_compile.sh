@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# llama-sparse: compile every cuda/*.cu (and the CUDA test) for sm_90 into a temp dir; exit non-zero on error.
+#
+# Needs nvcc and the llama.cpp sources the fork builds against:
+#   LLAMA_SPARSE_UPSTREAM  llama.cpp tree (default ~/.cache/llama-sparse/upstream)
+#   GGML_INCLUDE           ggml/include to use (default: the tree's; if its ggml.h lacks the sparse ops,
+#                          a copy with GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ added before GGML_OP_COUNT)
+#   CUDA_ARCH              default 90
+# Without cuBLAS headers (CPU-only CI images) cuda/compat/cublas_v2.h stands in; nothing is linked.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+upstream="${LLAMA_SPARSE_UPSTREAM:-$HOME/.cache/llama-sparse/upstream}"
+arch="${CUDA_ARCH:-90}"
+nvcc="${NVCC:-nvcc}"
+
+if ! command -v "$nvcc" >/dev/null 2>&1; then
+    echo "check_compile: nvcc not found (set NVCC)" >&2
+    exit 2
+fi
+if [ ! -f "$upstream/ggml/src/ggml-cuda/common.cuh" ]; then
+    echo "check_compile: no llama.cpp tree at $upstream (set LLAMA_SPARSE_UPSTREAM)" >&2
+    exit 2
+fi
+
+tmp="$(mktemp -d /tmp/llama-sparse-cuda-check.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+
+ggml_include="${GGML_INCLUDE:-$upstream/ggml/include}"
+if ! grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h"; then
+    mkdir -p "$tmp/include"
+    cp "$ggml_include"/*.h "$tmp/include/"
+    sed -i 's/^\(\s*\)GGML_OP_COUNT,/\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\n\1GGML_OP_COUNT,/' "$tmp/include/ggml.h"
+    grep -q GGML_OP_SPARSE_IDX "$tmp/include/ggml.h" || { echo "check_compile: could not add the sparse ops to ggml.h" >&2; exit 2; }
+    ggml_include="$tmp/include"
+    echo "check_compile: ggml.h without the sparse ops; using a copy with them added"
+fi
+
+extra_inc=()
+if ! echo '#include <cublas_v2.h>' | "$nvcc" -E -x cu - -o /dev/null >/dev/null 2>&1; then
+    extra_inc+=(-I "$here/compat")
+    echo "check_compile: no cuBLAS headers; using cuda/compat/cublas_v2.h (compile check only)"
+fi
+
+flags=(-std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -Xptxas=-warn-spills
+       -I "$ggml_include" -I "$upstream/ggml/src" -I "$upstream/ggml/src/ggml-cuda"
+       -I "$root/ggml-sparse" -I "$here" "${extra_inc[@]}")
+
+status=0
+compile() { # name, extra flags..., source
+    local name="$1"; shift
+    if "$nvcc" "${flags[@]}" "$@" -c -o "$tmp/$name.o" 2> "$tmp/$name.log"; then
+        echo "ok    $name"
+    else
+        echo "FAIL  $name"
+        status=1
+    fi
+    # show warnings and spills too
+    grep -v '^$' "$tmp/$name.log" | head -n 40 | sed 's/^/      /' || true
+}
+
+for f in "$here"/*.cu; do
+    compile "$(basename "$f" .cu)" "$f"
+done
+# the standalone variants the test program builds (ablation kernels included)
+compile mul-mat-zz-standalone -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "$here/mul-mat-zz.cu"
+compile sparse-idx-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparse-idx.cu"
+compile test_zz_cuda -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "$here/tests/test_zz_cuda.cu"
+
+exit $status

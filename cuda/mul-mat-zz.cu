@@ -1,0 +1,1297 @@
+// llama-sparse: GGML_OP_MUL_MAT_ZZ on CUDA (zigzag GEMV for decode, dequantize + cuBLAS for prefill).
+//
+// GEMV design. Grid = (n1, m/B): the n1 thread blocks of one block-row (B outputs) each hold n2 warps,
+// and the n1*n2 warps ("workers") split the row's active columns evenly (the idx list is the load
+// balancing: every worker gets the same number of columns whatever the sparsity pattern). A worker
+// stages 32 (column, x) pairs in shared memory, prefetching the next 32 into registers, then walks them
+// with U blocks of weights in flight. Blocks are read whole by a warp: for B = 256 each lane owns 8 of
+// the 256 outputs (Q4_K: 16 B header broadcast + 8 B of quants per lane, one 144 B block per warp load);
+// for B = 32 a warp works on 8 (Q4_0) or 4 (Q8_0) columns at once, 4 or 8 lanes per column, so one warp
+// load covers 144 or 136 consecutive bytes when the columns are consecutive. Partial sums stay in
+// registers until the end, are reduced once across the warps of a block through shared memory and
+// across the n1 blocks by (a) a plain store when n1 == 1, (b) atomicAdd into dst zeroed by a
+// cudaMemsetAsync in the same stream, or (c) a thread block cluster (sm_90) reading its peers' shared
+// memory. All three are CUDA-graph safe: no host reads, no host synchronization.
+#include "mul-mat-zz.cuh"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#define ZZ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
+#endif
+
+#define ZZ_CHUNK              32           // (column, x) pairs staged per warp, one per lane
+#define ZZ_RED_FLOATS         4096         // shared memory of one cross-warp reduction pass, in floats
+#define ZZ_PREFILL_TILE_BYTES (64u << 20)  // f16 weight tile of the prefill path
+#define ZZ_FULL_MASK          0xFFFFFFFFu
+
+enum zz_red_mode {
+    ZZ_RED_STORE   = 0, // n1 == 1: the block owns its outputs
+    ZZ_RED_ATOMIC  = 1, // atomicAdd into zeroed dst
+    ZZ_RED_CLUSTER = 2, // distributed shared memory of a thread block cluster
+};
+
+// ---------------------------------------------------------------------------------------------------
+// per-type decoding. Each type has: a lane struct (per-lane constants), a data struct (what one lane
+// loads from one block), zz_lane_init, zz_load, zz_accum (acc[t][k] += x_t * W[out(k), col]) and zz_out.
+
+template <ggml_type type> struct zz_type;
+
+// small unsigned byte k of w -> float, exact: the byte goes into the mantissa of 2^23, then bias is
+// subtracted (bias = 2^23 + offset folds the offset of the quant format into the same FADD)
+static __device__ __forceinline__ float zz_byte_f(const uint32_t w, const int k, const float bias) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | k)) - bias;
+}
+
+// 8 bytes at a 2-byte aligned address; the branch is uniform when the warp reads one block
+static __device__ __forceinline__ uint2 zz_load8_a2(const char * p) {
+    uint2 v;
+    if (((uintptr_t) p & 3) == 0) {
+        v.x = __ldg((const uint32_t *) p + 0);
+        v.y = __ldg((const uint32_t *) p + 1);
+    } else {
+        const uint32_t lo  = __ldg((const uint16_t *) p + 0);
+        const uint32_t mid = __ldg((const uint32_t *) (p + 2));
+        const uint32_t hi  = __ldg((const uint16_t *) p + 3);
+        v.x = lo | (mid << 16);
+        v.y = (mid >> 16) | (hi << 16);
+    }
+    return v;
+}
+
+// 4 bytes at a 2-byte aligned address, never reading past them
+static __device__ __forceinline__ uint32_t zz_load4_a2(const char * p) {
+    return (uint32_t) __ldg((const uint16_t *) p) | ((uint32_t) __ldg((const uint16_t *) p + 1) << 16);
+}
+
+static __device__ __forceinline__ float zz_half_f(const char * p) {
+    return __half2float(__ushort_as_half(__ldg((const uint16_t *) p)));
+}
+
+// get_scale_min_k4 of ggml-quants.c on the scale words h.y, h.z, h.w of a Q4_K block
+static __device__ __forceinline__ void zz_q4_K_scale_min(const uint4 h, const int s, uint32_t & sc, uint32_t & mn) {
+    const int      sh = 8*(s & 3);
+    const uint32_t yb = h.y >> sh; // scales[s & 3]
+    const uint32_t zb = h.z >> sh; // scales[4 + (s & 3)]
+    const uint32_t wb = h.w >> sh; // scales[8 + (s & 3)]
+    if (s < 4) {
+        sc = yb & 63;
+        mn = zb & 63;
+    } else {
+        sc = (wb & 0x0F) | (((yb >> 6) & 3) << 4);
+        mn = ((wb >> 4) & 0x0F) | (((zb >> 6) & 3) << 4);
+    }
+}
+
+// --- Q4_K: 144 B, d/dmin, 12 B of 6-bit scales/mins, 128 B of nibbles; output i of the block is nibble
+// (i/32)%2 of byte 32*(i/64) + i%32. Lane L owns outputs 8L..8L+7: bytes 32*(L/8) + 8*(L%4) .. +7,
+// high nibbles if L%8 >= 4, sub-block L/4.
+struct zz_lane_q4_K {
+    int qoff; // byte offset of the lane's 8 quant bytes in the block
+    int nsh;  // 0: low nibbles, 4: high nibbles
+    int sub;  // sub-block (scale index)
+};
+struct zz_data_q4_K {
+    uint4 h;
+    uint2 q;
+};
+template <> struct zz_type<GGML_TYPE_Q4_K> {
+    typedef zz_lane_q4_K lane_t;
+    typedef zz_data_q4_K data_t;
+    static constexpr int B   = QK_K;
+    static constexpr int bs  = sizeof(block_q4_K);
+    static constexpr int lpc = 32; // lanes per column
+    static constexpr int opl = 8;  // outputs per lane
+    static constexpr int U   = 4;  // warp steps in flight
+};
+static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_K & l, const int lane) {
+    l.qoff = 16 + 32*(lane/8) + 8*(lane%4);
+    l.nsh  = (lane & 4) ? 4 : 0;
+    l.sub  = lane/4;
+}
+static __device__ __forceinline__ void zz_load(zz_data_q4_K & d, const char * blk, const zz_lane_q4_K & l) {
+    d.h = __ldg((const uint4 *) blk);
+    d.q = __ldg((const uint2 *) (blk + l.qoff));
+}
+template <int T>
+static __device__ __forceinline__ void zz_accum(const zz_data_q4_K & d, const zz_lane_q4_K & l, const float * xt,
+        float (&acc)[T][8], float (&accm)[T]) {
+    uint32_t sc, mn;
+    zz_q4_K_scale_min(d.h, l.sub, sc, mn);
+    const float2   dm  = __half22float2(*(const half2 *) &d.h.x);
+    const float    dsc = dm.x * zz_byte_f(sc, 0, 8388608.0f);
+    const float    dmn = dm.y * zz_byte_f(mn, 0, 8388608.0f);
+    const uint32_t qa  = (d.q.x >> l.nsh) & 0x0F0F0F0F;
+    const uint32_t qb  = (d.q.y >> l.nsh) & 0x0F0F0F0F;
+    float q[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        q[k]     = zz_byte_f(qa, k, 8388608.0f);
+        q[k + 4] = zz_byte_f(qb, k, 8388608.0f);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float a = xt[t]*dsc;
+        accm[t] += xt[t]*dmn;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            acc[t][k] += a*q[k];
+        }
+    }
+}
+static __device__ __forceinline__ int zz_out(const zz_lane_q4_K & l, const int lane, const int k) {
+    GGML_UNUSED(l);
+    return 8*lane + k;
+}
+
+// --- Q6_K: 210 B (2-byte aligned), ql[128], qh[64], int8 scales[16], d. Output i: half h = i/128,
+// quarter g = (i%128)/32, l = i%32: ql[64h + 32(g&1) + l] nibble g>>1, qh[32h + l] bits 2g..2g+1,
+// scale[8h + l/16 + 2g]. Lane L owns outputs 8L..8L+7: h = L/16, g = (L%16)/4, l = 8(L%4) + k.
+struct zz_lane_q6_K {
+    int qloff;
+    int qhoff;
+    int scoff;
+    int nsh;
+    int hsh;
+};
+struct zz_data_q6_K {
+    uint2 ql;
+    uint2 qh;
+    int   sc;
+    float d;
+};
+template <> struct zz_type<GGML_TYPE_Q6_K> {
+    typedef zz_lane_q6_K lane_t;
+    typedef zz_data_q6_K data_t;
+    static constexpr int B   = QK_K;
+    static constexpr int bs  = sizeof(block_q6_K);
+    static constexpr int lpc = 32;
+    static constexpr int opl = 8;
+    static constexpr int U   = 4;
+};
+static __device__ __forceinline__ void zz_lane_init(zz_lane_q6_K & l, const int lane) {
+    const int h = lane/16;
+    const int g = (lane%16)/4;
+    l.qloff = 64*h + 32*(g & 1) + 8*(lane%4);
+    l.qhoff = QK_K/2 + 32*h + 8*(lane%4);
+    l.scoff = QK_K/2 + QK_K/4 + 8*h + (lane%4)/2 + 2*g;
+    l.nsh   = 4*(g >> 1);
+    l.hsh   = 2*g;
+}
+static __device__ __forceinline__ void zz_load(zz_data_q6_K & d, const char * blk, const zz_lane_q6_K & l) {
+    d.ql = zz_load8_a2(blk + l.qloff);
+    d.qh = zz_load8_a2(blk + l.qhoff);
+    d.sc = (int) (int8_t) __ldg((const char *) (blk + l.scoff));
+    d.d  = zz_half_f(blk + offsetof(block_q6_K, d));
+}
+template <int T>
+static __device__ __forceinline__ void zz_accum(const zz_data_q6_K & d, const zz_lane_q6_K & l, const float * xt,
+        float (&acc)[T][8], float (&accm)[T]) {
+    GGML_UNUSED(accm);
+    const uint32_t c0  = ((d.ql.x >> l.nsh) & 0x0F0F0F0F) | (((d.qh.x >> l.hsh) & 0x03030303) << 4);
+    const uint32_t c1  = ((d.ql.y >> l.nsh) & 0x0F0F0F0F) | (((d.qh.y >> l.hsh) & 0x03030303) << 4);
+    const float    dsc = d.d * (float) d.sc;
+    float q[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        q[k]     = zz_byte_f(c0, k, 8388640.0f); // q - 32
+        q[k + 4] = zz_byte_f(c1, k, 8388640.0f);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float a = xt[t]*dsc;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            acc[t][k] += a*q[k];
+        }
+    }
+}
+static __device__ __forceinline__ int zz_out(const zz_lane_q6_K & l, const int lane, const int k) {
+    GGML_UNUSED(l);
+    return 8*lane + k;
+}
+
+// --- Q4_0: 18 B, d, 16 B of nibbles: output i < 16 is the low nibble of byte i, i >= 16 the high nibble
+// of byte i - 16. 4 lanes per column, 8 columns per warp step; lane p = L%4 owns bytes 4p..4p+3:
+// outputs 4p..4p+3 and 16+4p..16+4p+3.
+struct zz_lane_q4_0 {
+    int qoff;
+};
+struct zz_data_q4_0 {
+    uint32_t q;
+    float    d;
+};
+template <> struct zz_type<GGML_TYPE_Q4_0> {
+    typedef zz_lane_q4_0 lane_t;
+    typedef zz_data_q4_0 data_t;
+    static constexpr int B   = QK4_0;
+    static constexpr int bs  = sizeof(block_q4_0);
+    static constexpr int lpc = 4;
+    static constexpr int opl = 8;
+    static constexpr int U   = 4;
+};
+static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_0 & l, const int lane) {
+    l.qoff = sizeof(ggml_half) + 4*(lane%4);
+}
+static __device__ __forceinline__ void zz_load(zz_data_q4_0 & d, const char * blk, const zz_lane_q4_0 & l) {
+    d.q = zz_load4_a2(blk + l.qoff);
+    d.d = zz_half_f(blk);
+}
+template <int T>
+static __device__ __forceinline__ void zz_accum(const zz_data_q4_0 & d, const zz_lane_q4_0 & l, const float * xt,
+        float (&acc)[T][8], float (&accm)[T]) {
+    GGML_UNUSED(l);
+    GGML_UNUSED(accm);
+    const uint32_t lo = d.q & 0x0F0F0F0F;
+    const uint32_t hi = (d.q >> 4) & 0x0F0F0F0F;
+    float q[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        q[k]     = zz_byte_f(lo, k, 8388616.0f); // q - 8
+        q[k + 4] = zz_byte_f(hi, k, 8388616.0f);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float a = xt[t]*d.d;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            acc[t][k] += a*q[k];
+        }
+    }
+}
+static __device__ __forceinline__ int zz_out(const zz_lane_q4_0 & l, const int lane, const int k) {
+    GGML_UNUSED(l);
+    return (k < 4 ? 0 : QK4_0/2 - 4) + 4*(lane%4) + k;
+}
+
+// --- Q8_0: 34 B, d, 32 int8. 8 lanes per column, 4 columns per warp step; lane p = L%8 owns outputs 4p..4p+3.
+struct zz_lane_q8_0 {
+    int qoff;
+};
+struct zz_data_q8_0 {
+    uint32_t q;
+    float    d;
+};
+template <> struct zz_type<GGML_TYPE_Q8_0> {
+    typedef zz_lane_q8_0 lane_t;
+    typedef zz_data_q8_0 data_t;
+    static constexpr int B   = QK8_0;
+    static constexpr int bs  = sizeof(block_q8_0);
+    static constexpr int lpc = 8;
+    static constexpr int opl = 4;
+    static constexpr int U   = 4;
+};
+static __device__ __forceinline__ void zz_lane_init(zz_lane_q8_0 & l, const int lane) {
+    l.qoff = sizeof(ggml_half) + 4*(lane%8);
+}
+static __device__ __forceinline__ void zz_load(zz_data_q8_0 & d, const char * blk, const zz_lane_q8_0 & l) {
+    d.q = zz_load4_a2(blk + l.qoff);
+    d.d = zz_half_f(blk);
+}
+template <int T>
+static __device__ __forceinline__ void zz_accum(const zz_data_q8_0 & d, const zz_lane_q8_0 & l, const float * xt,
+        float (&acc)[T][4], float (&accm)[T]) {
+    GGML_UNUSED(l);
+    GGML_UNUSED(accm);
+    const uint32_t v = d.q ^ 0x80808080; // int8 q -> q + 128
+    float q[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        q[k] = zz_byte_f(v, k, 8388736.0f);
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float a = xt[t]*d.d;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            acc[t][k] += a*q[k];
+        }
+    }
+}
+static __device__ __forceinline__ int zz_out(const zz_lane_q8_0 & l, const int lane, const int k) {
+    GGML_UNUSED(l);
+    return 4*(lane%8) + k;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GEMV kernel
+
+template <int T>
+static constexpr __host__ __device__ int zz_x_stage_stride() {
+    return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+}
+
+// (column, x[0..T)) of list position p, or (-1, 0) past the worker's range
+template <int T, int mode>
+static __device__ __forceinline__ void zz_fetch(const float * x, const int32_t * idx, const int64_t x_stride,
+        const int p, const int p_end, int & col, float (&xv)[T]) {
+    col = -1;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        xv[t] = 0.0f;
+    }
+    if (p < p_end) {
+        col = mode == ZZ_GEMV_IDX ? idx[p] : p;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            xv[t] = x[t*x_stride + col];
+        }
+    }
+}
+
+template <ggml_type type, int T, int mode>
+static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
+        const char * w, const float * x, const int32_t * idx,
+        float * y, const int n, const int64_t x_stride, const int64_t y_stride,
+        const int tokens_per_pass, const int red_mode) {
+    typedef zz_type<type> zt;
+    constexpr int B     = zt::B;
+    constexpr int bs    = zt::bs;
+    constexpr int lpc   = zt::lpc;
+    constexpr int opl   = zt::opl;
+    constexpr int cpw   = WARP_SIZE/lpc;              // columns per warp step
+    constexpr int U     = T <= 4 ? zt::U : zt::U/2;   // warp steps in flight
+    constexpr int XS    = zz_x_stage_stride<T>();
+    constexpr int stage = ZZ_CHUNK*(1 + XS);          // staging floats per warp
+
+    extern __shared__ float zz_smem[];
+
+    ggml_cuda_pdl_lc();
+
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n2   = blockDim.x / WARP_SIZE;
+    const int row  = blockIdx.y;
+    const int slot = lane / lpc;
+
+    typename zt::lane_t ls;
+    zz_lane_init(ls, lane);
+
+    int   * s_col = (int *) (zz_smem + warp*stage);
+    float * s_x   = zz_smem + warp*stage + ZZ_CHUNK;
+
+    const char * w_row = w + (int64_t) row*n*bs;
+
+    ggml_cuda_pdl_sync();
+
+    const int count   = mode == ZZ_GEMV_IDX ? idx[n] : n;
+    const int nw      = gridDim.x*n2;
+    const int wid     = blockIdx.x*n2 + warp;
+    const int p_begin = (int) (((int64_t) count*wid)/nw);
+    const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+
+    float acc[T][opl];
+    float accm[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        accm[t] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < opl; ++k) {
+            acc[t][k] = 0.0f;
+        }
+    }
+
+    int   pcol;
+    float px[T];
+    zz_fetch<T, mode>(x, idx, x_stride, p_begin + lane, p_end, pcol, px);
+
+    for (int p0 = p_begin; p0 < p_end; p0 += ZZ_CHUNK) {
+        int nv;
+        if (mode == ZZ_GEMV_SKIP) {
+            // compact the columns with a nonzero x in place
+            bool act = false;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                act = act || px[t] != 0.0f;
+            }
+            const uint32_t bal = __ballot_sync(ZZ_FULL_MASK, act);
+            nv = __popc(bal);
+            if (act) {
+                const int pos = __popc(bal & ((1u << lane) - 1));
+                s_col[pos] = pcol;
+#pragma unroll
+                for (int t = 0; t < T; ++t) {
+                    s_x[pos*XS + t] = px[t];
+                }
+            }
+        } else {
+            nv = min(ZZ_CHUNK, p_end - p0);
+            s_col[lane] = pcol;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                s_x[lane*XS + t] = px[t];
+            }
+        }
+        __syncwarp();
+
+        // the next chunk's loads overlap this chunk's work
+        zz_fetch<T, mode>(x, idx, x_stride, p0 + ZZ_CHUNK + lane, p_end, pcol, px);
+
+        for (int u = 0; u < nv; u += U*cpw) {
+            typename zt::data_t dat[U];
+#pragma unroll
+            for (int uu = 0; uu < U; ++uu) {
+                const int c = u + uu*cpw + slot;
+                if (c < nv) {
+                    zz_load(dat[uu], w_row + (int64_t) s_col[c]*bs, ls);
+                }
+            }
+#pragma unroll
+            for (int uu = 0; uu < U; ++uu) {
+                const int c = u + uu*cpw + slot;
+                if (c < nv) {
+                    float xt[T];
+#pragma unroll
+                    for (int t = 0; t < T; ++t) {
+                        xt[t] = s_x[c*XS + t];
+                    }
+                    zz_accum<T>(dat[uu], ls, xt, acc, accm);
+                }
+            }
+        }
+        __syncwarp();
+    }
+
+    // B = 32 types: the column slots of a warp hold partial sums of the same outputs
+#pragma unroll
+    for (int off = lpc; off < WARP_SIZE; off <<= 1) {
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+#pragma unroll
+            for (int k = 0; k < opl; ++k) {
+                acc[t][k] += __shfl_xor_sync(ZZ_FULL_MASK, acc[t][k], off);
+            }
+        }
+    }
+
+    // cross-warp reduction, tokens_per_pass tokens at a time; red aliases the staging area
+    float * red = zz_smem;
+    float * tot = zz_smem + max(n2*stage, n2*tokens_per_pass*B); // cluster: block totals [T][B]
+    __syncthreads();
+    for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
+        const int tp = min(tokens_per_pass, T - t0);
+        if (lane < lpc) {
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                if (t >= t0 && t < t0 + tp) {
+#pragma unroll
+                    for (int k = 0; k < opl; ++k) {
+                        red[(warp*tokens_per_pass + t - t0)*B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < tp*B; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int wi = 0; wi < n2; ++wi) {
+                sum += red[wi*tokens_per_pass*B + e];
+            }
+            const int     t  = t0 + e/B;
+            const int64_t iy = t*y_stride + (int64_t) row*B + e%B;
+            if (red_mode == ZZ_RED_STORE) {
+                y[iy] = sum;
+            } else if (red_mode == ZZ_RED_ATOMIC) {
+                atomicAdd(y + iy, sum);
+            } else {
+                tot[t*B + e%B] = sum;
+            }
+        }
+        __syncthreads();
+    }
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (red_mode == ZZ_RED_CLUSTER) {
+        // the cluster is the n1 blocks of this block-row; block r sums slice r of every block's totals
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync();
+        const int nb   = (int) cluster.num_blocks();
+        const int rank = (int) cluster.block_rank();
+        for (int e = rank*blockDim.x + threadIdx.x; e < T*B; e += nb*blockDim.x) {
+            float sum = 0.0f;
+            for (int r = 0; r < nb; ++r) {
+                sum += cluster.map_shared_rank(tot, r)[e];
+            }
+            y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
+        }
+        cluster.sync(); // peers' shared memory must outlive the reads
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GEMV host side
+
+bool zz_type_supported(const ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q4_0:
+        case GGML_TYPE_Q8_0:
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+struct zz_device_props {
+    bool        init;
+    int         nsm;
+    int         cc_major;
+    std::string key; // device name and arch, the tune file's first column
+};
+
+static zz_device_props & zz_get_device_props(const int device) {
+    static std::mutex      mutex;
+    static zz_device_props props[GGML_CUDA_MAX_DEVICES];
+    GGML_ASSERT(device >= 0 && device < GGML_CUDA_MAX_DEVICES);
+    std::lock_guard<std::mutex> lock(mutex);
+    zz_device_props & p = props[device];
+    if (!p.init) {
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+        p.nsm      = prop.multiProcessorCount;
+        p.cc_major = prop.major;
+        p.key      = prop.name;
+        for (char & c : p.key) {
+            if (c == ' ' || c == '\t') {
+                c = '_';
+            }
+        }
+        p.key += "-sm" + std::to_string(prop.major*10 + prop.minor);
+        p.init = true;
+    }
+    return p;
+}
+
+template <ggml_type type, int T, int mode>
+static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
+        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
+        cudaStream_t stream) {
+    typedef zz_type<type> zt;
+    constexpr int XS    = zz_x_stage_stride<T>();
+    constexpr int stage = ZZ_CHUNK*(1 + XS);
+
+    const int64_t rows = m/zt::B;
+    GGML_ASSERT(rows <= 65535);
+    GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_GEMV_MAX_WARPS && cfg.n1 >= 1);
+
+    int red_mode = ZZ_RED_STORE;
+    if (cfg.n1 > 1) {
+        red_mode = cfg.cluster && cluster_ok && cfg.n1 <= 16 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
+    }
+    const int    tp   = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
+    const size_t smem = (std::max(cfg.n2*stage, cfg.n2*tp*zt::B) + (red_mode == ZZ_RED_CLUSTER ? T*zt::B : 0))*sizeof(float);
+    GGML_ASSERT(smem <= 48*1024);
+
+    if (red_mode == ZZ_RED_ATOMIC) {
+        // graph safe: a memset node in the same stream
+        if (y_stride == m || T == 1) {
+            CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
+        } else {
+            CUDA_CHECK(cudaMemset2DAsync(y, y_stride*sizeof(float), 0, m*sizeof(float), T, stream));
+        }
+    }
+
+    const dim3 grid(cfg.n1, rows, 1);
+    const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
+    auto kernel = mul_mat_zz_gemv<type, T, mode>;
+
+#ifdef ZZ_CLUSTER_AVAILABLE
+    if (red_mode == ZZ_RED_CLUSTER) {
+        if (cfg.n1 > 8) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        }
+        cudaLaunchAttribute attr[1];
+        attr[0].id               = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cfg.n1;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim          = grid;
+        lc.blockDim         = block;
+        lc.dynamicSmemBytes = smem;
+        lc.stream           = stream;
+        lc.attrs            = attr;
+        lc.numAttrs         = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode));
+        return;
+    }
+#endif // ZZ_CLUSTER_AVAILABLE
+
+    const ggml_cuda_kernel_launch_params params(grid, block, smem, stream);
+    ggml_cuda_kernel_launch(kernel, params, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode);
+}
+
+template <ggml_type type, int T>
+static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
+        const zz_gemv_config cfg, const int cluster_ok, cudaStream_t stream) {
+    switch (mode) {
+        case ZZ_GEMV_DENSE:
+            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            break;
+        case ZZ_GEMV_IDX:
+            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            break;
+        case ZZ_GEMV_SKIP:
+#ifdef GGML_SPARSE_CUDA_ABLATION
+            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            break;
+#else
+            GGML_ABORT("ZZ_GEMV_SKIP needs GGML_SPARSE_CUDA_ABLATION");
+#endif // GGML_SPARSE_CUDA_ABLATION
+    }
+}
+
+template <ggml_type type>
+static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
+        const zz_gemv_config cfg, const int cluster_ok, cudaStream_t stream) {
+    switch (T) {
+        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
+    }
+}
+
+void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
+    GGML_ASSERT(zz_type_supported(type));
+    GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
+    GGML_ASSERT(n > 0 && n < INT32_MAX && m % ggml_blck_size(type) == 0);
+    GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
+    GGML_ASSERT((uintptr_t) w % 16 == 0);
+
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const int cluster_ok = zz_get_device_props(device).cc_major >= 9;
+
+    const char * wc = (const char *) w;
+    switch (type) {
+        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        default: GGML_ABORT("zigzag GEMV: unsupported type %s", ggml_type_name(type));
+    }
+}
+
+void zz_gemv_launch(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, float * y, cudaStream_t stream) {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, n_tokens);
+    zz_gemv_launch_ex(type, w, n, m, x, x_stride, n_tokens, idx, idx ? ZZ_GEMV_IDX : ZZ_GEMV_DENSE, y, m, cfg, stream);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// launch configs: tune file, heuristic, environment
+
+struct zz_tune_entry {
+    std::string    device;
+    ggml_type      type;
+    int            log2_rows;
+    int            log2_n;
+    int            n_tokens;
+    zz_gemv_config cfg;
+};
+
+static std::mutex                 zz_tune_mutex;
+static bool                       zz_tune_loaded = false;
+static std::vector<zz_tune_entry> zz_tune_table;
+
+static int zz_log2_ceil(const int64_t v) {
+    int l = 0;
+    while ((int64_t(1) << l) < v) {
+        ++l;
+    }
+    return l;
+}
+
+static std::string zz_tune_path(const char * path) {
+    if (path != nullptr) {
+        return path;
+    }
+    const char * env = getenv("LLAMA_SPARSE_CUDA_TUNE_FILE");
+    if (env != nullptr) {
+        return env;
+    }
+    const char * home = getenv("HOME");
+    return std::string(home ? home : ".") + "/.cache/llama-sparse/cuda-tune.txt";
+}
+
+static bool zz_type_from_name(const char * name, ggml_type & type) {
+    const ggml_type types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 };
+    for (ggml_type t : types) {
+        if (strcmp(name, ggml_type_name(t)) == 0) {
+            type = t;
+            return true;
+        }
+    }
+    return false;
+}
+
+// file format, one entry a line: device type log2_rows log2_n n_tokens n1 n2 cluster ('#' starts a comment)
+static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
+    std::vector<zz_tune_entry> entries;
+    FILE * f = fopen(path.c_str(), "r");
+    if (f == nullptr) {
+        return entries;
+    }
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        if (line[0] == '#') {
+            continue;
+        }
+        char dev[256];
+        char tname[32];
+        zz_tune_entry e;
+        if (sscanf(line, "%255s %31s %d %d %d %d %d %d", dev, tname, &e.log2_rows, &e.log2_n, &e.n_tokens,
+                    &e.cfg.n1, &e.cfg.n2, &e.cfg.cluster) != 8 || !zz_type_from_name(tname, e.type)) {
+            continue;
+        }
+        if (e.cfg.n1 < 1 || e.cfg.n2 < 1 || e.cfg.n2 > ZZ_GEMV_MAX_WARPS) {
+            continue;
+        }
+        e.device = dev;
+        entries.push_back(e);
+    }
+    fclose(f);
+    return entries;
+}
+
+static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
+        const int64_t m, const int n_tokens) {
+    GGML_UNUSED(n_tokens);
+    const int64_t rows = m/ggml_blck_size(type);
+
+    zz_gemv_config cfg;
+    cfg.n2      = 4;
+    cfg.cluster = 0;
+
+    // about 16 warps per SM, at least 48 columns per warp, at most 64 blocks per block-row
+    const int64_t target = (int64_t) props.nsm*16;
+    const int64_t n1_max = std::max<int64_t>(1, std::min<int64_t>(64, n/(cfg.n2*48)));
+    const int64_t n1     = (target + rows*cfg.n2 - 1)/(rows*cfg.n2);
+    cfg.n1 = (int) std::max<int64_t>(1, std::min(n1, n1_max));
+    return cfg;
+}
+
+static int zz_env_int(const char * name) {
+    const char * v = getenv(name);
+    return v ? atoi(v) : -1;
+}
+
+zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
+    const zz_device_props & props = zz_get_device_props(device);
+
+    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
+    {
+        std::lock_guard<std::mutex> lock(zz_tune_mutex);
+        if (!zz_tune_loaded) {
+            zz_tune_table  = zz_tune_read(zz_tune_path(nullptr));
+            zz_tune_loaded = true;
+        }
+        const int lr = zz_log2_ceil(m/ggml_blck_size(type));
+        const int ln = zz_log2_ceil(n);
+        for (const zz_tune_entry & e : zz_tune_table) {
+            if (e.type == type && e.log2_rows == lr && e.log2_n == ln && e.n_tokens == n_tokens && e.device == props.key) {
+                cfg = e.cfg;
+                break;
+            }
+        }
+    }
+
+    static const int env_n1      = zz_env_int("LLAMA_SPARSE_CUDA_N1");
+    static const int env_n2      = zz_env_int("LLAMA_SPARSE_CUDA_N2");
+    static const int env_cluster = zz_env_int("LLAMA_SPARSE_CUDA_CLUSTER");
+    if (env_n1 > 0) {
+        cfg.n1 = env_n1;
+    }
+    if (env_n2 > 0) {
+        cfg.n2 = std::min(env_n2, ZZ_GEMV_MAX_WARPS);
+    }
+    if (env_cluster >= 0) {
+        cfg.cluster = env_cluster;
+    }
+    if (props.cc_major < 9 || cfg.n1 > 16) {
+        cfg.cluster = 0;
+    }
+    return cfg;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// prefill: zigzag -> f16 row-major tiles, then cuBLAS
+
+// one thread writes one input column j of a block-row: out[i*n] = W[row0 + i, j] for the block's B outputs
+template <ggml_type type>
+static __device__ __forceinline__ void zz_dequant_col(const char * blk, half * out, const int64_t n);
+
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk, half * out, const int64_t n) {
+    const uint4      h   = __ldg((const uint4 *) blk);
+    const float2     dm  = __half22float2(*(const half2 *) &h.x);
+    const uint32_t * q32 = (const uint32_t *) (blk + 16);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        uint32_t sc0, mn0, sc1, mn1;
+        zz_q4_K_scale_min(h, 2*c + 0, sc0, mn0);
+        zz_q4_K_scale_min(h, 2*c + 1, sc1, mn1);
+        const float d0 = dm.x*sc0;
+        const float m0 = dm.y*mn0;
+        const float d1 = dm.x*sc1;
+        const float m1 = dm.y*mn1;
+#pragma unroll
+        for (int wi = 0; wi < 8; ++wi) {
+            const uint32_t v = __ldg(q32 + 8*c + wi);
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int i = 64*c + 4*wi + b;
+                out[(int64_t) (i +  0)*n] = __float2half(d0*((v >> (8*b + 0)) & 0xF) - m0);
+                out[(int64_t) (i + 32)*n] = __float2half(d1*((v >> (8*b + 4)) & 0xF) - m1);
+            }
+        }
+    }
+}
+
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q6_K>(const char * blk, half * out, const int64_t n) {
+    const uint16_t * b16 = (const uint16_t *) blk; // 2-byte aligned
+    const float      d   = zz_half_f(blk + offsetof(block_q6_K, d));
+    uint32_t sc16[QK_K/32];
+#pragma unroll
+    for (int k = 0; k < QK_K/32; ++k) {
+        sc16[k] = __ldg(b16 + (QK_K/2 + QK_K/4)/2 + k);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int l = 0; l < 32; l += 2) {
+            const uint32_t qa = __ldg(b16 + (64*h +  0 + l)/2);
+            const uint32_t qb = __ldg(b16 + (64*h + 32 + l)/2);
+            const uint32_t qh = __ldg(b16 + (QK_K/2 + 32*h + l)/2);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int      ll = l + e;
+                const uint32_t la = (qa >> 8*e) & 0xFF;
+                const uint32_t lb = (qb >> 8*e) & 0xFF;
+                const uint32_t hh = (qh >> 8*e) & 0xFF;
+                const int      q1 = (int) ((la & 0xF) | (((hh >> 0) & 3) << 4)) - 32;
+                const int      q2 = (int) ((lb & 0xF) | (((hh >> 2) & 3) << 4)) - 32;
+                const int      q3 = (int) ((la >>  4) | (((hh >> 4) & 3) << 4)) - 32;
+                const int      q4 = (int) ((lb >>  4) | (((hh >> 6) & 3) << 4)) - 32;
+                const int      is = 8*h + ll/16;
+                const float    s1 = d*(int8_t) ((sc16[(is + 0)/2] >> 8*((is + 0) & 1)) & 0xFF);
+                const float    s2 = d*(int8_t) ((sc16[(is + 2)/2] >> 8*((is + 2) & 1)) & 0xFF);
+                const float    s3 = d*(int8_t) ((sc16[(is + 4)/2] >> 8*((is + 4) & 1)) & 0xFF);
+                const float    s4 = d*(int8_t) ((sc16[(is + 6)/2] >> 8*((is + 6) & 1)) & 0xFF);
+                out[(int64_t) (128*h + ll +  0)*n] = __float2half(s1*q1);
+                out[(int64_t) (128*h + ll + 32)*n] = __float2half(s2*q2);
+                out[(int64_t) (128*h + ll + 64)*n] = __float2half(s3*q3);
+                out[(int64_t) (128*h + ll + 96)*n] = __float2half(s4*q4);
+            }
+        }
+    }
+}
+
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_0>(const char * blk, half * out, const int64_t n) {
+    const uint16_t * b16 = (const uint16_t *) blk;
+    const float      d   = zz_half_f(blk);
+#pragma unroll
+    for (int k = 0; k < QK4_0/4; ++k) {
+        const uint32_t v = __ldg(b16 + 1 + k);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const uint32_t q = (v >> 8*e) & 0xFF;
+            out[(int64_t) (2*k + e          )*n] = __float2half(d*((int) (q & 0xF) - 8));
+            out[(int64_t) (2*k + e + QK4_0/2)*n] = __float2half(d*((int) (q >>  4) - 8));
+        }
+    }
+}
+
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk, half * out, const int64_t n) {
+    const uint16_t * b16 = (const uint16_t *) blk;
+    const float      d   = zz_half_f(blk);
+#pragma unroll
+    for (int k = 0; k < QK8_0/2; ++k) {
+        const uint32_t v = __ldg(b16 + 1 + k);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            out[(int64_t) (2*k + e)*n] = __float2half(d*(int8_t) ((v >> 8*e) & 0xFF));
+        }
+    }
+}
+
+// grid (ceil(n/blockDim), block-rows of the tile); w points at the tile's first block-row
+template <ggml_type type>
+static __global__ void zz_dequant_f16(const char * w, half * dst, const int n) {
+    typedef zz_type<type> zt;
+    ggml_cuda_pdl_lc();
+    const int j = blockIdx.x*blockDim.x + threadIdx.x;
+    ggml_cuda_pdl_sync();
+    if (j >= n) {
+        return;
+    }
+    const char * blk = w + ((int64_t) blockIdx.y*n + j)*zt::bs;
+    zz_dequant_col<type>(blk, dst + (int64_t) blockIdx.y*zt::B*n + j, n);
+}
+
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+static __global__ void zz_x_to_f16(const float * x, const int64_t x_stride, const int n,
+        half * dst) {
+    ggml_cuda_pdl_lc();
+    const int j = blockIdx.x*blockDim.x + threadIdx.x;
+    const int t = blockIdx.y;
+    ggml_cuda_pdl_sync();
+    if (j < n) {
+        dst[(int64_t) t*n + j] = __float2half(x[t*x_stride + j]);
+    }
+}
+#endif // GGML_SPARSE_CUDA_NO_CUBLAS
+
+void zz_dequant_f16_launch(const ggml_type type, const void * w, const int64_t n, const int64_t row0, const int64_t nrows,
+        half * dst, cudaStream_t stream) {
+    const int64_t B = ggml_blck_size(type);
+    GGML_ASSERT(row0 % B == 0 && nrows % B == 0 && nrows/B <= 65535);
+    const char * wt = (const char *) w + (row0/B)*n*ggml_type_size(type);
+
+    const int  block_size = 128;
+    const dim3 grid((n + block_size - 1)/block_size, nrows/B, 1);
+    const ggml_cuda_kernel_launch_params params(grid, dim3(block_size, 1, 1), 0, stream);
+    switch (type) {
+        case GGML_TYPE_Q4_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_K>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q6_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q6_K>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q4_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_0>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q8_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q8_0>, params, wt, dst, (int) n); break;
+        default: GGML_ABORT("zigzag dequantize: unsupported type %s", ggml_type_name(type));
+    }
+}
+
+int64_t zz_prefill_tile_rows(const ggml_type type, const int64_t n, const int64_t m) {
+    const int64_t B    = ggml_blck_size(type);
+    int64_t       rows = ((int64_t) ZZ_PREFILL_TILE_BYTES/(n*(int64_t) sizeof(half)))/B*B;
+    rows = std::max(rows, B);
+    rows = std::min(rows, std::min(m, (int64_t) 65535*B));
+    return rows;
+}
+
+int64_t zz_prefill_tmp_w_size(const ggml_type type, const int64_t n, const int64_t m) {
+    return zz_prefill_tile_rows(type, n, m)*n;
+}
+
+int64_t zz_prefill_tmp_x_size(const int64_t n, const int n_tokens) {
+    return n*n_tokens;
+}
+
+void zz_prefill_launch(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int n_tokens, float * y, const int64_t y_stride,
+        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream) {
+#ifdef GGML_SPARSE_CUDA_NO_CUBLAS
+    GGML_UNUSED(tmp_w);
+    GGML_UNUSED(tmp_x);
+    GGML_UNUSED(handle);
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    for (int t0 = 0; t0 < n_tokens; t0 += ZZ_GEMV_MAX_BATCH) {
+        const int nt = std::min(ZZ_GEMV_MAX_BATCH, n_tokens - t0);
+        const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, nt);
+        zz_gemv_launch_ex(type, w, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE, y + t0*y_stride, y_stride, cfg, stream);
+    }
+#else
+    GGML_ASSERT(n < INT32_MAX && m < INT32_MAX && y_stride < INT32_MAX);
+    {
+        const int  block_size = 256;
+        const dim3 grid((n + block_size - 1)/block_size, n_tokens, 1);
+        const ggml_cuda_kernel_launch_params params(grid, dim3(block_size, 1, 1), 0, stream);
+        ggml_cuda_kernel_launch(zz_x_to_f16, params, x, x_stride, (int) n, tmp_x);
+    }
+    const int64_t tile  = zz_prefill_tile_rows(type, n, m);
+    const float   alpha = 1.0f;
+    const float   beta  = 0.0f;
+    for (int64_t r0 = 0; r0 < m; r0 += tile) {
+        const int64_t rows = std::min(tile, m - r0);
+        zz_dequant_f16_launch(type, w, n, r0, rows, tmp_w, stream);
+        // dst[r0 .. r0+rows, t] = W_tile (row-major [rows, n], i.e. column-major n x rows, transposed) * x_f16
+        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N,
+                (int) rows, n_tokens, (int) n,
+                &alpha, tmp_w, CUDA_R_16F, (int) n,
+                        tmp_x, CUDA_R_16F, (int) n,
+                &beta,  y + r0, CUDA_R_32F, (int) y_stride,
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP));
+    }
+#endif // GGML_SPARSE_CUDA_NO_CUBLAS
+}
+
+// ---------------------------------------------------------------------------------------------------
+// autotune
+
+static __global__ void zz_fill_random_blocks(char * w, const int64_t nblocks, const int bs, const int d_off0,
+        const int d_off1, const uint32_t seed) {
+    const int64_t ib = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (ib >= nblocks) {
+        return;
+    }
+    char * blk = w + ib*bs;
+    uint32_t s = seed ^ (uint32_t) (ib*2654435761u);
+    for (int i = 0; i < bs; ++i) {
+        s = s*1664525u + 1013904223u;
+        blk[i] = (char) (s >> 24);
+    }
+    // valid small scales so that the arithmetic stays finite
+    const half d = __float2half(0.001f + 0.001f*(float) ((s >> 8) & 0xFF)/255.0f);
+    memcpy(blk + d_off0, &d, sizeof(d));
+    if (d_off1 >= 0) {
+        memcpy(blk + d_off1, &d, sizeof(d));
+    }
+}
+
+static float zz_time_gemv_us(const ggml_type type, const void * w, const int64_t n, const int64_t m, const float * x,
+        const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream) {
+    const int reps = 20;
+
+    // warm up (and catch invalid configs before capture)
+    zz_gemv_launch_ex(type, w, n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < reps; ++i) {
+        zz_gemv_launch_ex(type, w, n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < 3; ++i) {
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    }
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return 1000.0f*ms/(3*reps);
+}
+
+int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int n_shapes, const int max_tokens,
+        const float sparsity, const char * path) {
+    CUDA_CHECK(cudaSetDevice(device));
+    const zz_device_props & props = zz_get_device_props(device);
+    const std::string       fpath = zz_tune_path(path);
+
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+    const ggml_type types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 };
+    const int       max_t   = std::max(1, std::min(max_tokens, ZZ_GEMV_MAX_BATCH));
+
+    std::vector<zz_tune_entry> found;
+    for (int is = 0; is < n_shapes; ++is) {
+        const int64_t m = shapes_mn[2*is + 0];
+        const int64_t n = shapes_mn[2*is + 1];
+
+        // x with the requested fraction of zero columns, and its index list
+        std::vector<float>   x_h(n*max_t);
+        std::vector<int32_t> idx_h(n + 1);
+        uint32_t s = 12345u + (uint32_t) is;
+        int count = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            s = s*1664525u + 1013904223u;
+            const bool active = (float) (s >> 8)/16777216.0f >= sparsity;
+            for (int t = 0; t < max_t; ++t) {
+                s = s*1664525u + 1013904223u;
+                x_h[t*n + j] = active ? (float) (s >> 8)/16777216.0f - 0.5f : 0.0f;
+            }
+            if (active) {
+                idx_h[count++] = (int32_t) j;
+            }
+        }
+        idx_h[n] = count;
+
+        float   * x_d;
+        int32_t * idx_d;
+        float   * y_d;
+        CUDA_CHECK(cudaMalloc(&x_d, n*max_t*sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&idx_d, (n + 1)*sizeof(int32_t)));
+        CUDA_CHECK(cudaMalloc(&y_d, m*max_t*sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(x_d, x_h.data(), n*max_t*sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(idx_d, idx_h.data(), (n + 1)*sizeof(int32_t), cudaMemcpyHostToDevice));
+
+        for (ggml_type type : types) {
+            const int64_t B = ggml_blck_size(type);
+            if (m % B != 0) {
+                continue;
+            }
+            const int64_t rows    = m/B;
+            const int64_t nblocks = rows*n;
+            const int     bs      = (int) ggml_type_size(type);
+            void * w_d;
+            CUDA_CHECK(cudaMalloc(&w_d, nblocks*bs));
+            int d0 = 0;
+            int d1 = -1;
+            if (type == GGML_TYPE_Q4_K) {
+                d1 = sizeof(ggml_half);
+            } else if (type == GGML_TYPE_Q6_K) {
+                d0 = offsetof(block_q6_K, d);
+            }
+            zz_fill_random_blocks<<<(nblocks + 255)/256, 256, 0, stream>>>((char *) w_d, nblocks, bs, d0, d1, 777u);
+            CUDA_CHECK(cudaGetLastError());
+
+            for (int T = 1; T <= max_t; ++T) {
+                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
+                float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
+                const int      n2s[]    = { 2, 4, 8 };
+                for (int n2 : n2s) {
+                    for (int n1 = 1; n1 <= 256; n1 *= 2) {
+                        if (n1 > 1 && n/(n1*n2) < ZZ_CHUNK) {
+                            break;
+                        }
+                        const int max_cl = props.cc_major >= 9 && n1 > 1 && n1 <= 16 ? 1 : 0;
+                        for (int cl = 0; cl <= max_cl; ++cl) {
+                            const zz_gemv_config cfg = { n1, n2, cl };
+                            const float us = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, cfg, stream);
+                            if (us < best_us) {
+                                best_us = us;
+                                best    = cfg;
+                            }
+                        }
+                    }
+                }
+                zz_tune_entry e;
+                e.device    = props.key;
+                e.type      = type;
+                e.log2_rows = zz_log2_ceil(rows);
+                e.log2_n    = zz_log2_ceil(n);
+                e.n_tokens  = T;
+                e.cfg       = best;
+                found.push_back(e);
+                GGML_LOG_INFO("%s: %s %5lld x %5lld batch %d: n1 %3d n2 %d cluster %d: %8.2f us\n", __func__,
+                        ggml_type_name(type), (long long) m, (long long) n, T, best.n1, best.n2, best.cluster, best_us);
+            }
+            CUDA_CHECK(cudaFree(w_d));
+        }
+        CUDA_CHECK(cudaFree(x_d));
+        CUDA_CHECK(cudaFree(idx_d));
+        CUDA_CHECK(cudaFree(y_d));
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+
+    // merge: keep entries of other devices and shape classes not measured now
+    std::vector<zz_tune_entry> merged;
+    for (const zz_tune_entry & old : zz_tune_read(fpath)) {
+        bool replaced = false;
+        for (const zz_tune_entry & e : found) {
+            if (e.device == old.device && e.type == old.type && e.log2_rows == old.log2_rows &&
+                    e.log2_n == old.log2_n && e.n_tokens == old.n_tokens) {
+                replaced = true;
+                break;
+            }
+        }
+        if (!replaced) {
+            merged.push_back(old);
+        }
+    }
+    merged.insert(merged.end(), found.begin(), found.end());
+
+    FILE * f = fopen(fpath.c_str(), "w");
+    if (f == nullptr) {
+        GGML_LOG_ERROR("%s: cannot write %s (does its directory exist?)\n", __func__, fpath.c_str());
+        return -1;
+    }
+    fprintf(f, "# llama-sparse zigzag GEMV launch configs, written by ggml_cuda_zz_autotune\n");
+    fprintf(f, "# device type log2_rows log2_n n_tokens n1 n2 cluster\n");
+    for (const zz_tune_entry & e : merged) {
+        fprintf(f, "%s %s %d %d %d %d %d %d\n", e.device.c_str(), ggml_type_name(e.type), e.log2_rows, e.log2_n,
+                e.n_tokens, e.cfg.n1, e.cfg.n2, e.cfg.cluster);
+    }
+    fclose(f);
+
+    std::lock_guard<std::mutex> lock(zz_tune_mutex);
+    zz_tune_table  = merged;
+    zz_tune_loaded = true;
+    return (int) found.size();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// ggml op
+
+#ifndef GGML_SPARSE_CUDA_STANDALONE
+void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    const ggml_tensor * src0 = dst->src[0]; // zigzag W
+    const ggml_tensor * src1 = dst->src[1]; // x
+    const ggml_tensor * src2 = dst->src[2]; // active column list or NULL
+
+    GGML_ASSERT(zz_type_supported(src0->type));
+    GGML_ASSERT(ggml_is_contiguous(src0));
+    GGML_ASSERT(src1->type == GGML_TYPE_F32 && dst->type == GGML_TYPE_F32);
+    GGML_ASSERT(src1->nb[0] == sizeof(float) && dst->nb[0] == sizeof(float));
+    GGML_ASSERT(src1->nb[1] % sizeof(float) == 0 && dst->nb[1] % sizeof(float) == 0);
+
+    const int64_t B        = ggml_blck_size(src0->type);
+    const int64_t n        = src0->ne[0]/B;
+    const int64_t m        = src0->ne[1]*B;
+    const int64_t n_tokens = src1->ne[1];
+    GGML_ASSERT(src1->ne[0] == n && dst->ne[0] == m && dst->ne[1] == n_tokens);
+    GGML_ASSERT(src1->ne[2] == 1 && src1->ne[3] == 1);
+
+    const float * x        = (const float *) src1->data;
+    float       * y        = (float *) dst->data;
+    const int64_t x_stride = src1->nb[1]/sizeof(float);
+    const int64_t y_stride = dst->nb[1]/sizeof(float);
+    cudaStream_t  stream   = ctx.stream();
+
+    if (src2 != nullptr) {
+        GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
+        GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
+        zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
+                ZZ_GEMV_IDX, y, y_stride, cfg, stream);
+        return;
+    }
+
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+    if (n_tokens >= ZZ_PREFILL_MIN_BATCH) {
+        ggml_cuda_pool_alloc<half> tmp_w(ctx.pool(), zz_prefill_tmp_w_size(src0->type, n, m));
+        ggml_cuda_pool_alloc<half> tmp_x(ctx.pool(), zz_prefill_tmp_x_size(n, (int) n_tokens));
+        zz_prefill_launch(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, y, y_stride,
+                tmp_w.get(), tmp_x.get(), ctx.cublas_handle(), stream);
+        return;
+    }
+#endif // GGML_SPARSE_CUDA_NO_CUBLAS
+
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += ZZ_GEMV_MAX_BATCH) {
+        const int            nt  = (int) std::min<int64_t>(ZZ_GEMV_MAX_BATCH, n_tokens - t0);
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, nt);
+        zz_gemv_launch_ex(src0->type, src0->data, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE,
+                y + t0*y_stride, y_stride, cfg, stream);
+    }
+}
+#endif // GGML_SPARSE_CUDA_STANDALONE

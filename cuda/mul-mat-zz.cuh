@@ -1,0 +1,69 @@
+// llama-sparse: y = W x for zigzag-stored weights (GGML_OP_MUL_MAT_ZZ), CUDA backend.
+//
+// Zigzag layout (ggml-sparse/ggml-sparse.h): W with m output rows and n input columns, block type with
+// block size B, is stored with ne = [B*n, m/B]; block j of block-row r holds W[r*B .. r*B+B-1, j].
+// Decode (n_tokens <= ZZ_GEMV_MAX_BATCH) runs the GEMV kernel below, dense or over an index list of
+// active columns; prefill dequantizes tiles to f16 and calls cuBLAS.
+#pragma once
+
+#include "common.cuh"
+
+#define ZZ_GEMV_MAX_BATCH 8   // == GGML_SPARSE_MAX_BATCH
+#define ZZ_GEMV_MAX_WARPS 8   // n2 <= this (256 threads): keeps 255 registers per thread for batch 8
+#define ZZ_PREFILL_MIN_BATCH 16 // from this batch on (no idx) dequantize + cuBLAS, below it GEMV per 8 tokens
+
+enum zz_gemv_mode {
+    ZZ_GEMV_DENSE = 0, // every column
+    ZZ_GEMV_IDX   = 1, // the columns listed in idx (I32 [n + 1], count in idx[n]), split evenly over the workers
+    ZZ_GEMV_SKIP  = 2, // ablation: every column visited, columns with x == 0 for all tokens skipped in place
+};
+
+// how one block-row of B outputs is spread over the GPU
+struct zz_gemv_config {
+    int n1;      // thread blocks per block-row; they split the row's (active) columns evenly
+    int n2;      // warps per thread block
+    int cluster; // n1 > 1 only: 1 = the n1 blocks reduce through a thread block cluster (sm_90, n1 <= 16),
+                 //               0 = dst is zeroed (cudaMemsetAsync) and the n1 blocks atomicAdd into it
+};
+
+bool zz_type_supported(ggml_type type);
+
+// tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
+zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);
+
+// the GEMV: y[t*y_stride + i] = sum_j W[i, j] * x[t*x_stride + j], 1 <= n_tokens <= ZZ_GEMV_MAX_BATCH.
+// Strides in elements. idx is required for ZZ_GEMV_IDX and ignored otherwise. No host synchronization.
+void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
+        const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode,
+        float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream);
+
+// the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y
+void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,
+        const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, float * y, cudaStream_t stream);
+
+// prefill: dequantize block-rows [row0, row0 + nrows) (in outputs; multiples of B) to f16, row-major [nrows, n]
+void zz_dequant_f16_launch(ggml_type type, const void * w, int64_t n, int64_t row0, int64_t nrows,
+        half * dst, cudaStream_t stream);
+
+// prefill scratch: f16 elements needed for the weight tile and for x
+int64_t zz_prefill_tile_rows(ggml_type type, int64_t n, int64_t m);
+int64_t zz_prefill_tmp_w_size(ggml_type type, int64_t n, int64_t m);
+int64_t zz_prefill_tmp_x_size(int64_t n, int n_tokens);
+
+// prefill: y = W x for any n_tokens through f16 tiles and cublasGemmEx (fp32 accumulation);
+// tmp_w, tmp_x sized by the functions above. handle must be bound to stream.
+void zz_prefill_launch(ggml_type type, const void * w, int64_t n, int64_t m,
+        const float * x, int64_t x_stride, int n_tokens, float * y, int64_t y_stride,
+        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream);
+
+// times GEMV candidates (n1, n2, cluster) on the device for the given shapes (pairs m, n), every supported
+// type and batch 1..max_tokens, at the given sparsity (IDX mode), and writes the best per shape class to
+// path (NULL: $LLAMA_SPARSE_CUDA_TUNE_FILE or ~/.cache/llama-sparse/cuda-tune.txt), keeping other
+// devices' entries. Returns the number of entries written for this device, or -1 on error.
+int ggml_cuda_zz_autotune(int device, const int64_t * shapes_mn, int n_shapes, int max_tokens, float sparsity,
+        const char * path);
+
+#ifndef GGML_SPARSE_CUDA_STANDALONE
+// GGML_OP_MUL_MAT_ZZ: src0 zigzag W, src1 x F32 [n, n_tokens], src2 idx I32 [n + 1] or NULL, dst F32 [m, n_tokens]
+void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+#endif // GGML_SPARSE_CUDA_STANDALONE

@@ -1,0 +1,22 @@
+// llama-sparse: GGML_OP_SPARSE_IDX on CUDA (active-column list or per-token mask of activations).
+#pragma once
+
+#include "common.cuh"
+
+#define SPARSE_IDX_MAX_TOKENS 8 // == GGML_SPARSE_MAX_BATCH
+
+// LIST: dst[0..count) = ascending columns j with |x[t*x_stride + j]| >= threshold for some t < n_tokens,
+// dst[n] = count. Graph safe (no host reads, no memset). scratch: sparse_idx_list_scratch_size(n, n_tokens)
+// int32 of device memory (0 = none needed, scratch may be NULL).
+int64_t sparse_idx_list_scratch_size(int64_t n, int n_tokens);
+void    sparse_idx_list_launch(const float * x, int64_t n, int n_tokens, int64_t x_stride, float threshold,
+        int32_t * dst, int32_t * scratch, cudaStream_t stream);
+
+// MASK: dst[r*dst_stride + j] = |x| < threshold ? 0 : x for n columns and n_rows rows
+void    sparse_idx_mask_launch(const float * x, int64_t n, int64_t n_rows, int64_t x_stride, float threshold,
+        float * dst, int64_t dst_stride, cudaStream_t stream);
+
+#ifndef GGML_SPARSE_CUDA_STANDALONE
+// GGML_OP_SPARSE_IDX: src0 x F32 [n, n_tokens]; op_params[0] threshold (float), op_params[1] mode
+void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+#endif // GGML_SPARSE_CUDA_STANDALONE

@@ -1,0 +1,1195 @@
+// llama-sparse: standalone correctness test and microbenchmark of the CUDA zigzag kernels
+// (cuda/mul-mat-zz.cu, cuda/sparse-idx.cu), calling their launchers directly, not through ggml graphs.
+//
+//   test_zz_cuda test  [--seed S] [--cases N]            correctness, exit status 1 on any failure
+//   test_zz_cuda bench [--type T|all] [--batch 1,4,8] [--pattern random|contiguous] [--l2-warm]
+//                      [--shapes 4096x4096,...] [--csv FILE]
+//   test_zz_cuda prefill [--type T|all] [--batch 16,64,512] [--shapes ...]
+//   test_zz_cuda tune  [--max-batch 8] [--sparsity 0.5] [--out FILE]
+//
+// Weights are quantized with ggml_quantize_chunk (libggml-base) and the reference is computed in fp64 from
+// ggml's to_float of the zigzag blocks. Built by cuda/tests/build.sh.
+#include "mul-mat-zz.cuh"
+#include "sparse-idx.cuh"
+
+#include "ggml.h"
+
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cuda.h"
+#endif // ZZ_TEST_WITH_GGML_CUDA
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifndef ZZ_TEST_WITH_GGML_CUDA
+// ggml-cuda.cu is not linked: what common.cuh declares and the kernels' files use
+[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    fprintf(stderr, "CUDA error: %s\n  %s in %s at %s:%d\n", msg, stmt, func, file, line);
+    abort();
+}
+
+int ggml_cuda_get_device() {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    return device;
+}
+#endif // ZZ_TEST_WITH_GGML_CUDA
+
+static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K };
+
+// shapes m x n (outputs x inputs): Llama-2-7B/13B/70B and Llama-3-8B q/k/v/o, gate/up, down
+static const int64_t bench_shapes[][2] = {
+    {  4096,  4096 }, { 11008,  4096 }, {  4096, 11008 },
+    {  5120,  5120 }, { 13824,  5120 }, {  5120, 13824 },
+    {  8192,  8192 }, { 28672,  8192 }, {  8192, 28672 },
+    {  1024,  4096 }, { 14336,  4096 }, {  4096, 14336 },
+};
+
+// ---------------------------------------------------------------------------------------------------
+// helpers
+
+struct test_rng {
+    std::mt19937_64 gen;
+    explicit test_rng(uint64_t seed) : gen(seed) {}
+    double uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(gen); }
+    double normal()  { return std::normal_distribution<double>(0.0, 1.0)(gen); }
+    int    randint(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); } // [lo, hi]
+};
+
+template <typename T>
+struct dev_buf {
+    T *    ptr = nullptr;
+    size_t n   = 0;
+    explicit dev_buf(size_t count) : n(count) {
+        CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(count, 1)*sizeof(T)));
+    }
+    ~dev_buf() {
+        cudaFree(ptr);
+    }
+    dev_buf(const dev_buf &) = delete;
+    dev_buf & operator=(const dev_buf &) = delete;
+    // synchronous for every stream: the tests also use non-blocking streams
+    void upload(const T * src, size_t count) {
+        CUDA_CHECK(cudaMemcpy(ptr, src, count*sizeof(T), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    void download(T * dst, size_t count) const {
+        CUDA_CHECK(cudaMemcpy(dst, ptr, count*sizeof(T), cudaMemcpyDeviceToHost));
+    }
+    void poison() {
+        CUDA_CHECK(cudaMemset(ptr, 0xFF, n*sizeof(T))); // all-ones: NaN for float, -1 for int
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+};
+
+// zigzag weights: (m/B)*n blocks; block (r, j) holds W[r*B .. r*B+B-1, j]
+struct zz_weights {
+    ggml_type            type;
+    int64_t              n;
+    int64_t              m;
+    int64_t              B;
+    std::vector<uint8_t> q;   // quantized blocks
+    std::vector<float>   deq; // to_float of the blocks: W[r*B + i, j] = deq[(r*n + j)*B + i]
+};
+
+static void make_weights(zz_weights & w, const ggml_type type, const int64_t n, const int64_t m, test_rng & rng) {
+    w.type = type;
+    w.n    = n;
+    w.m    = m;
+    w.B    = ggml_blck_size(type);
+    const int64_t nblocks = (m/w.B)*n;
+
+    // rows with different scales and a few outliers, like real weights
+    std::vector<float> row_scale(m);
+    for (int64_t i = 0; i < m; ++i) {
+        row_scale[i] = (float) (0.01 + 0.04*rng.uniform());
+    }
+    std::vector<float> src(nblocks*w.B);
+    for (int64_t r = 0; r < m/w.B; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < w.B; ++i) {
+                double v = rng.normal();
+                if (rng.uniform() < 0.002) {
+                    v *= 8.0;
+                }
+                src[(r*n + j)*w.B + i] = (float) v*row_scale[r*w.B + i];
+            }
+        }
+    }
+    w.q.resize(nblocks*ggml_type_size(type));
+    ggml_quantize_chunk(type, src.data(), w.q.data(), 0, nblocks, w.B, nullptr);
+    w.deq.resize(nblocks*w.B);
+    ggml_get_type_traits(type)->to_float(w.q.data(), w.deq.data(), nblocks*w.B);
+}
+
+// y_ref[t*m + i] = sum over cols of x[t*x_stride + j] * W[i, j]
+static void ref_gemv(const zz_weights & w, const std::vector<float> & x, const int64_t x_stride, const int T,
+        const std::vector<int32_t> & cols, std::vector<double> & y) {
+    const int64_t rows = w.m/w.B;
+    y.assign(T*w.m, 0.0);
+    std::vector<double> xj(T);
+    for (int32_t j : cols) {
+        for (int t = 0; t < T; ++t) {
+            xj[t] = x[t*x_stride + j];
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            const float * blk = w.deq.data() + (r*w.n + j)*w.B;
+            for (int t = 0; t < T; ++t) {
+                double * yt = y.data() + t*w.m + r*w.B;
+                for (int64_t i = 0; i < w.B; ++i) {
+                    yt[i] += xj[t]*blk[i];
+                }
+            }
+        }
+    }
+}
+
+// norm-wise relative error; every element must be written (no NaN left from the poison), padding untouched,
+// an all-zero reference must give exactly 0
+static bool check_y(const char * what, const std::vector<float> & y, const int64_t y_stride, const std::vector<double> & ref,
+        const int64_t m, const int T, const double tol, double * rel_out = nullptr) {
+    double num = 0.0;
+    double den = 0.0;
+    for (int t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < m; ++i) {
+            const float v = y[t*y_stride + i];
+            if (!std::isfinite(v)) {
+                printf("  FAIL %s: y[%d][%lld] = %f not written or not finite\n", what, t, (long long) i, v);
+                return false;
+            }
+            const double d = v - ref[t*m + i];
+            num += d*d;
+            den += ref[t*m + i]*ref[t*m + i];
+        }
+        for (int64_t i = m; i < y_stride; ++i) {
+            if (!std::isnan(y[t*y_stride + i])) {
+                printf("  FAIL %s: padding y[%d][%lld] was written\n", what, t, (long long) i);
+                return false;
+            }
+        }
+    }
+    if (den == 0.0) {
+        for (int t = 0; t < T; ++t) {
+            for (int64_t i = 0; i < m; ++i) {
+                if (y[t*y_stride + i] != 0.0f) {
+                    printf("  FAIL %s: all-zero reference but y[%d][%lld] = %g\n", what, t, (long long) i, y[t*y_stride + i]);
+                    return false;
+                }
+            }
+        }
+        if (rel_out) {
+            *rel_out = 0.0;
+        }
+        return true;
+    }
+    const double rel = sqrt(num/den);
+    if (rel_out) {
+        *rel_out = rel;
+    }
+    if (!(rel <= tol)) {
+        printf("  FAIL %s: relative error %.3e > %.1e\n", what, rel, tol);
+        return false;
+    }
+    return true;
+}
+
+// x [T][x_stride]; a column is active with probability 1 - sparsity. Active columns have |x| >= thr for at
+// least one token; inactive ones have |x| < thr for all tokens (exactly 0 if zero_inactive).
+static void make_x(std::vector<float> & x, std::vector<int32_t> & active, const int64_t n, const int T, const int64_t x_stride,
+        const double sparsity, const float thr, const bool zero_inactive, test_rng & rng) {
+    x.assign(T*x_stride, 12345.0f); // padding: must never be read into a result
+    active.clear();
+    for (int64_t j = 0; j < n; ++j) {
+        const bool act = rng.uniform() >= sparsity;
+        if (act) {
+            const int tb = rng.randint(0, T - 1);
+            for (int t = 0; t < T; ++t) {
+                float v = (float) rng.normal();
+                if (t == tb) {
+                    v = (v < 0 ? -1.0f : 1.0f)*(thr + fabsf(v));
+                }
+                x[t*x_stride + j] = v;
+            }
+            active.push_back((int32_t) j);
+        } else {
+            for (int t = 0; t < T; ++t) {
+                x[t*x_stride + j] = zero_inactive ? 0.0f : (float) ((2.0*rng.uniform() - 1.0)*0.999*thr);
+            }
+        }
+    }
+}
+
+static int64_t pick_n(test_rng & rng) {
+    static const int64_t ns[] = { 1, 2, 31, 32, 33, 63, 100, 257, 640, 1000, 1500, 2049, 3000 };
+    if (rng.uniform() < 0.7) {
+        return ns[rng.randint(0, (int) (sizeof(ns)/sizeof(ns[0])) - 1)];
+    }
+    return rng.randint(1, 2500);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// ablation kernel: sparse GEMV in the standard Q4_K layout ([m rows][n/256 blocks], a block holds 256
+// consecutive input columns of one output row), skipping a lane's 8 columns when their x is 0 for every
+// token. Zeros inside a block save arithmetic but hardly any memory traffic.
+
+static __device__ __forceinline__ float naive_byte_f(const uint32_t w, const int k) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | k)) - 8388608.0f;
+}
+
+template <int T>
+static __global__ void naive_q4_K_skip(const char * w, const float * x, const int64_t x_stride, float * y,
+        const int64_t y_stride, const int n, const int m) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int row  = blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE;
+    if (row >= m) {
+        return;
+    }
+    const int    nb   = n/QK_K;
+    const char * wr   = w + (int64_t) row*nb*sizeof(block_q4_K);
+    const int    qoff = 16 + 32*(lane/8) + 8*(lane%4);
+    const int    nsh  = (lane & 4) ? 4 : 0;
+    const int    sub  = lane/4;
+    const int    sh   = 8*(sub & 3);
+
+    float acc[T] = { 0.0f };
+#pragma unroll 2
+    for (int b = 0; b < nb; ++b) {
+        const int64_t j0 = (int64_t) b*QK_K + 8*lane;
+        float xv[T][8];
+        bool  any = false;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            const float4 a = *(const float4 *) (x + t*x_stride + j0);
+            const float4 c = *(const float4 *) (x + t*x_stride + j0 + 4);
+            xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
+            xv[t][4] = c.x; xv[t][5] = c.y; xv[t][6] = c.z; xv[t][7] = c.w;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                any = any || xv[t][k] != 0.0f;
+            }
+        }
+        if (!any) {
+            continue;
+        }
+        const char * blk = wr + (int64_t) b*sizeof(block_q4_K);
+        const uint4  h   = __ldg((const uint4 *) blk);
+        const uint2  q   = __ldg((const uint2 *) (blk + qoff));
+        const uint32_t yb = h.y >> sh;
+        const uint32_t zb = h.z >> sh;
+        const uint32_t wb = h.w >> sh;
+        uint32_t sc, mn;
+        if (sub < 4) {
+            sc = yb & 63;
+            mn = zb & 63;
+        } else {
+            sc = (wb & 0x0F) | (((yb >> 6) & 3) << 4);
+            mn = ((wb >> 4) & 0x0F) | (((zb >> 6) & 3) << 4);
+        }
+        const float2   dm  = __half22float2(*(const half2 *) &h.x);
+        const float    dsc = dm.x*(float) sc;
+        const float    dmn = dm.y*(float) mn;
+        const uint32_t qa  = (q.x >> nsh) & 0x0F0F0F0F;
+        const uint32_t qb  = (q.y >> nsh) & 0x0F0F0F0F;
+        float qf[8];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            qf[k]     = naive_byte_f(qa, k);
+            qf[k + 4] = naive_byte_f(qb, k);
+        }
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            float s  = 0.0f;
+            float sx = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                s  += xv[t][k]*qf[k];
+                sx += xv[t][k];
+            }
+            acc[t] += dsc*s - dmn*sx;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float s = warp_reduce_sum(acc[t]);
+        if (lane == 0) {
+            y[t*y_stride + row] = s;
+        }
+    }
+}
+
+static void naive_launch(const void * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
+        const int T, float * y, const int64_t y_stride, cudaStream_t stream) {
+    GGML_ASSERT(n % QK_K == 0);
+    const int  warps = 4;
+    const dim3 grid((m + warps - 1)/warps, 1, 1);
+    const dim3 block(warps*WARP_SIZE, 1, 1);
+    switch (T) {
+        case 1: naive_q4_K_skip<1><<<grid, block, 0, stream>>>((const char *) w, x, x_stride, y, y_stride, (int) n, (int) m); break;
+        case 2: naive_q4_K_skip<2><<<grid, block, 0, stream>>>((const char *) w, x, x_stride, y, y_stride, (int) n, (int) m); break;
+        case 4: naive_q4_K_skip<4><<<grid, block, 0, stream>>>((const char *) w, x, x_stride, y, y_stride, (int) n, (int) m); break;
+        case 8: naive_q4_K_skip<8><<<grid, block, 0, stream>>>((const char *) w, x, x_stride, y, y_stride, (int) n, (int) m); break;
+        default: GGML_ABORT("naive ablation: batch %d not instantiated", T);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// correctness
+
+static int test_idx(test_rng & rng, const int cases) {
+    int failures = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
+    for (int c = 0; c < cases; ++c) {
+        int64_t n;
+        switch (c % 4) {
+            case 0:  n = rng.randint(1, 64);         break;
+            case 1:  n = rng.randint(1, 5000);       break;
+            case 2:  n = rng.randint(5000, 40000);   break;
+            default: n = rng.randint(40000, 200000); break;
+        }
+        const int     T        = 1 + c % SPARSE_IDX_MAX_TOKENS;
+        const int64_t x_stride = n + rng.randint(0, 5);
+        const double  sp       = sparsities[c % 5];
+        const float   thr      = rng.uniform() < 0.5 ? 0.5f : 1e-3f;
+
+        std::vector<float>   x;
+        std::vector<int32_t> active;
+        make_x(x, active, n, T, x_stride, sp, thr, false, rng);
+
+        dev_buf<float>   x_d(T*x_stride);
+        dev_buf<int32_t> idx_d(n + 1);
+        dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+        x_d.upload(x.data(), x.size());
+        idx_d.poison();
+        sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<int32_t> idx(n + 1);
+        idx_d.download(idx.data(), n + 1);
+
+        bool ok = idx[n] == (int32_t) active.size();
+        for (size_t k = 0; ok && k < active.size(); ++k) {
+            ok = idx[k] == active[k];
+        }
+        if (!ok) {
+            printf("  FAIL idx list n=%lld T=%d sparsity=%.2f: count %d (want %zu)\n", (long long) n, T, sp, idx[n], active.size());
+            failures++;
+        }
+
+        // mask mode, into a padded destination
+        const int64_t   d_stride = n + 3;
+        dev_buf<float>  m_d(T*d_stride);
+        m_d.poison();
+        sparse_idx_mask_launch(x_d.ptr, n, T, x_stride, thr, m_d.ptr, d_stride, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<float> mk(T*d_stride);
+        m_d.download(mk.data(), mk.size());
+        bool mok = true;
+        for (int t = 0; t < T && mok; ++t) {
+            for (int64_t j = 0; j < n && mok; ++j) {
+                const float v    = x[t*x_stride + j];
+                const float want = fabsf(v) < thr ? 0.0f : v;
+                mok = mk[t*d_stride + j] == want;
+            }
+        }
+        if (!mok) {
+            printf("  FAIL idx mask n=%lld T=%d\n", (long long) n, T);
+            failures++;
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("sparse_idx: %d cases, %d failures\n", cases, failures);
+    return failures;
+}
+
+static int test_gemv(test_rng & rng, const int cases) {
+    int failures = 0;
+    int runs     = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
+    const int    n1s[]        = { 1, 2, 3, 5, 8, 16 };
+    const int    n2s[]        = { 1, 2, 4, 8 };
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+
+    for (ggml_type type : test_types) {
+        double worst = 0.0;
+        for (int c = 0; c < cases; ++c) {
+            const int64_t B    = ggml_blck_size(type);
+            const int64_t rows = B == QK_K ? rng.randint(1, 6) : rng.randint(1, 40);
+            const int64_t m    = rows*B;
+            const int64_t n    = pick_n(rng);
+            const int     T    = 1 + c % ZZ_GEMV_MAX_BATCH;
+            const double  sp   = sparsities[(c/ZZ_GEMV_MAX_BATCH + c) % 5];
+            const float   thr  = 0.25f;
+            const int64_t x_stride = n + (c % 3 == 0 ? rng.randint(1, 7) : 0);
+            const int64_t y_stride = m + (c % 4 == 1 ? rng.randint(1, 9) : 0);
+
+            zz_gemv_config cfg;
+            cfg.n1      = n1s[rng.randint(0, 5)];
+            cfg.n2      = n2s[rng.randint(0, 3)];
+            cfg.cluster = rng.randint(0, 1);
+            if (c % 7 == 0) {
+                cfg = zz_gemv_get_config(device, type, n, m, T);
+            }
+
+            zz_weights w;
+            make_weights(w, type, n, m, rng);
+            std::vector<float>   x;
+            std::vector<int32_t> active;
+            make_x(x, active, n, T, x_stride, sp, thr, false, rng);
+            std::vector<float> xz = x; // inactive columns exactly 0, for the in-place skip
+            {
+                std::vector<char> is_act(n, 0);
+                for (int32_t j : active) {
+                    is_act[j] = 1;
+                }
+                for (int t = 0; t < T; ++t) {
+                    for (int64_t j = 0; j < n; ++j) {
+                        if (!is_act[j]) {
+                            xz[t*x_stride + j] = 0.0f;
+                        }
+                    }
+                }
+            }
+            std::vector<int32_t> all(n);
+            for (int64_t j = 0; j < n; ++j) {
+                all[j] = (int32_t) j;
+            }
+            std::vector<double> ref_dense;
+            std::vector<double> ref_sparse;
+            ref_gemv(w, x, x_stride, T, all, ref_dense);
+            ref_gemv(w, x, x_stride, T, active, ref_sparse);
+
+            dev_buf<uint8_t> w_d(w.q.size());
+            dev_buf<float>   x_d(x.size());
+            dev_buf<float>   xz_d(xz.size());
+            dev_buf<int32_t> idx_d(n + 1);
+            dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+            dev_buf<float>   y_d(T*y_stride);
+            w_d.upload(w.q.data(), w.q.size());
+            x_d.upload(x.data(), x.size());
+            xz_d.upload(xz.data(), xz.size());
+            std::vector<float> y(y_d.n);
+
+            char what[256];
+            snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d", ggml_type_name(type),
+                    (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster);
+            double rel;
+
+            // dense
+            y_d.poison();
+            zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            y_d.download(y.data(), y.size());
+            std::string s = std::string(what) + " dense";
+            runs++;
+            if (!check_y(s.c_str(), y, y_stride, ref_dense, m, T, 1e-4, &rel)) {
+                failures++;
+            }
+            worst = std::max(worst, rel);
+
+            // sparse through the index list made on the device
+            idx_d.poison();
+            sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
+            y_d.poison();
+            zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            y_d.download(y.data(), y.size());
+            s = std::string(what) + " idx";
+            runs++;
+            if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, 1e-4, &rel)) {
+                failures++;
+            }
+            worst = std::max(worst, rel);
+
+            // ablation: every column visited, zeros skipped in place
+            y_d.poison();
+            zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            y_d.download(y.data(), y.size());
+            s = std::string(what) + " skip";
+            runs++;
+            if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, 1e-4, &rel)) {
+                failures++;
+            }
+            worst = std::max(worst, rel);
+        }
+        printf("gemv %-5s: %d cases, worst relative error %.2e\n", ggml_type_name(type), cases, worst);
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("gemv: %d runs, %d failures\n", runs, failures);
+    return failures;
+}
+
+// the idx list and the GEMV (atomic and cluster reductions) captured once and replayed on new inputs
+static int test_graph(test_rng & rng) {
+    int failures = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const ggml_type type = GGML_TYPE_Q4_K;
+    const int64_t   n    = 5000;
+    const int64_t   m    = 3*QK_K;
+    const int       T    = 3;
+    const float     thr  = 0.5f;
+
+    zz_weights w;
+    make_weights(w, type, n, m, rng);
+    dev_buf<uint8_t> w_d(w.q.size());
+    dev_buf<float>   x_d(T*n);
+    dev_buf<int32_t> idx_d(n + 1);
+    dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+    dev_buf<float>   y_atomic(T*m);
+    dev_buf<float>   y_cluster(T*m);
+    w_d.upload(w.q.data(), w.q.size());
+
+    const zz_gemv_config cfg_atomic  = { 4, 2, 0 };
+    const zz_gemv_config cfg_cluster = { 4, 2, 1 };
+
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, stream);
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_atomic.ptr, m, cfg_atomic, stream);
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_cluster.ptr, m, cfg_cluster, stream);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    const double sps[] = { 0.5, 0.9, 0.0, 1.0, 0.3 };
+    for (double sp : sps) {
+        std::vector<float>   x;
+        std::vector<int32_t> active;
+        make_x(x, active, n, T, n, sp, thr, false, rng);
+        x_d.upload(x.data(), x.size());
+        y_atomic.poison();
+        y_cluster.poison();
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<double> ref;
+        ref_gemv(w, x, n, T, active, ref);
+        std::vector<float> y(T*m);
+        y_atomic.download(y.data(), y.size());
+        if (!check_y("graph replay atomic", y, m, ref, m, T, 1e-4)) {
+            failures++;
+        }
+        y_cluster.download(y.data(), y.size());
+        if (!check_y("graph replay cluster", y, m, ref, m, T, 1e-4)) {
+            failures++;
+        }
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("graph replay: %d failures\n", failures);
+    return failures;
+}
+
+static int test_naive(test_rng & rng) {
+    int failures = 0;
+    const int64_t n = 768;
+    const int64_t m = 40;
+    for (int T : { 1, 2, 4, 8 }) {
+        // standard layout: m rows of n/256 blocks
+        std::vector<float> src(m*n);
+        for (float & v : src) {
+            v = (float) rng.normal()*0.02f;
+        }
+        std::vector<uint8_t> q(m*(n/QK_K)*sizeof(block_q4_K));
+        ggml_quantize_chunk(GGML_TYPE_Q4_K, src.data(), q.data(), 0, m, n, nullptr);
+        std::vector<float> deq(m*n);
+        ggml_get_type_traits(GGML_TYPE_Q4_K)->to_float(q.data(), deq.data(), m*n);
+
+        std::vector<float> x(T*n);
+        for (int64_t j = 0; j < n; ++j) {
+            const bool act = rng.uniform() < 0.5;
+            for (int t = 0; t < T; ++t) {
+                x[t*n + j] = act ? (float) rng.normal() : 0.0f;
+            }
+        }
+        std::vector<double> ref(T*m, 0.0);
+        for (int t = 0; t < T; ++t) {
+            for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                    ref[t*m + i] += (double) x[t*n + j]*deq[i*n + j];
+                }
+            }
+        }
+        dev_buf<uint8_t> q_d(q.size());
+        dev_buf<float>   x_d(x.size());
+        dev_buf<float>   y_d(T*m);
+        q_d.upload(q.data(), q.size());
+        x_d.upload(x.data(), x.size());
+        y_d.poison();
+        naive_launch(q_d.ptr, n, m, x_d.ptr, n, T, y_d.ptr, m, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> y(T*m);
+        y_d.download(y.data(), y.size());
+        if (!check_y("naive standard-layout q4_K", y, m, ref, m, T, 1e-4)) {
+            failures++;
+        }
+    }
+    printf("naive standard layout: %d failures\n", failures);
+    return failures;
+}
+
+static int test_prefill(test_rng & rng) {
+    int failures = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+    cublasHandle_t handle;
+    CUBLAS_CHECK(cublasCreate(&handle));
+    CUBLAS_CHECK(cublasSetStream(handle, stream));
+#else
+    cublasHandle_t handle = nullptr;
+#endif
+    for (ggml_type type : test_types) {
+        const int64_t B = ggml_blck_size(type);
+        const int64_t m = B == QK_K ? 3*B : 40*B;
+        const int64_t n = 1000 + rng.randint(0, 100);
+        zz_weights w;
+        make_weights(w, type, n, m, rng);
+        dev_buf<uint8_t> w_d(w.q.size());
+        w_d.upload(w.q.data(), w.q.size());
+
+        // dequantized tile against to_float (f16 rounding only)
+        {
+            dev_buf<half> d_d(m*n);
+            zz_dequant_f16_launch(type, w_d.ptr, n, 0, m, d_d.ptr, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<half> d(m*n);
+            d_d.download(d.data(), d.size());
+            int64_t bad = 0;
+            for (int64_t i = 0; i < m && bad < 5; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                    const float want = w.deq[((i/B)*n + j)*B + i%B];
+                    const float got  = __half2float(d[i*n + j]);
+                    if (!(fabsf(got - want) <= 1e-3f*fabsf(want) + 1e-6f)) {
+                        if (bad++ < 5) {
+                            printf("  FAIL dequant %s W[%lld][%lld] = %g, want %g\n", ggml_type_name(type), (long long) i, (long long) j, got, want);
+                        }
+                    }
+                }
+            }
+            failures += bad > 0;
+        }
+
+        for (int T : { 9, 16, 40 }) {
+            std::vector<float>   x;
+            std::vector<int32_t> active;
+            make_x(x, active, n, T, n, 0.3, 0.1f, true, rng);
+            std::vector<int32_t> all(n);
+            for (int64_t j = 0; j < n; ++j) {
+                all[j] = (int32_t) j;
+            }
+            std::vector<double> ref;
+            ref_gemv(w, x, n, T, all, ref);
+
+            dev_buf<float> x_d(x.size());
+            dev_buf<float> y_d(T*m);
+            dev_buf<half>  tw(zz_prefill_tmp_w_size(type, n, m));
+            dev_buf<half>  tx(zz_prefill_tmp_x_size(n, T));
+            x_d.upload(x.data(), x.size());
+            y_d.poison();
+            zz_prefill_launch(type, w_d.ptr, n, m, x_d.ptr, n, T, y_d.ptr, m, tw.ptr, tx.ptr, handle, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<float> y(T*m);
+            y_d.download(y.data(), y.size());
+            char what[128];
+            snprintf(what, sizeof(what), "prefill %s m=%lld n=%lld T=%d", ggml_type_name(type), (long long) m, (long long) n, T);
+            double rel;
+            if (!check_y(what, y, m, ref, m, T, 5e-3, &rel)) {
+                failures++;
+            }
+        }
+    }
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+    CUBLAS_CHECK(cublasDestroy(handle));
+#endif
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("prefill: %d failures\n", failures);
+    return failures;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// benchmark
+
+static __global__ void bench_fill_blocks(char * w, const int64_t nblocks, const int bs, const int d_off0, const int d_off1,
+        const uint32_t seed) {
+    const int64_t ib = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (ib >= nblocks) {
+        return;
+    }
+    char *   blk = w + ib*bs;
+    uint32_t s   = seed ^ (uint32_t) (ib*2654435761u);
+    for (int i = 0; i < bs; ++i) {
+        s = s*1664525u + 1013904223u;
+        blk[i] = (char) (s >> 24);
+    }
+    const half d = __float2half(0.0005f + 0.001f*(float) ((s >> 8) & 0xFF)/255.0f);
+    memcpy(blk + d_off0, &d, sizeof(d));
+    if (d_off1 >= 0) {
+        memcpy(blk + d_off1, &d, sizeof(d));
+    }
+}
+
+static void bench_random_weights(void * w, const ggml_type type, const int64_t nblocks, const uint32_t seed) {
+    int d0 = 0;
+    int d1 = -1;
+    if (type == GGML_TYPE_Q4_K) {
+        d1 = sizeof(ggml_half);
+    } else if (type == GGML_TYPE_Q6_K) {
+        d0 = offsetof(block_q6_K, d);
+    }
+    bench_fill_blocks<<<(nblocks + 255)/256, 256>>>((char *) w, nblocks, (int) ggml_type_size(type), d0, d1, seed);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// median time of one iteration in microseconds; `reps` iterations captured in one CUDA graph
+static double time_graph_us(const std::function<void(cudaStream_t, int)> & iter, const int reps, cudaStream_t stream) {
+    iter(stream, 0);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < reps; ++i) {
+        iter(stream, i);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    std::vector<double> t;
+    for (int k = 0; k < 7; ++k) {
+        CUDA_CHECK(cudaEventRecord(e0, stream));
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        CUDA_CHECK(cudaEventRecord(e1, stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(1000.0*ms/reps);
+    }
+    std::sort(t.begin(), t.end());
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return t[t.size()/2];
+}
+
+static double bench_copy_gbs(cudaStream_t stream) {
+    const size_t   bytes = (size_t) 1 << 30;
+    dev_buf<char>  a(bytes);
+    dev_buf<char>  b(bytes);
+    CUDA_CHECK(cudaMemset(a.ptr, 1, bytes));
+    const double us = time_graph_us([&](cudaStream_t s, int) {
+        CUDA_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, s));
+    }, 5, stream);
+    return 2.0*bytes/(us*1e3); // read + write, GB/s
+}
+
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+// stock ggml_mul_mat on the CUDA backend (standard layout, mmvq for small batches), per-op wall time of a
+// graph of nbuf*k independent nodes over nbuf weight copies
+static double bench_stock_us(const ggml_type type, const int64_t m, const int64_t n, const int T, const std::vector<float> & x_h) {
+    static ggml_backend_t backend = ggml_backend_cuda_init(0);
+    const size_t wbytes = (size_t) m*n/ggml_blck_size(type)*ggml_type_size(type);
+    const int    nbuf   = (int) std::max<size_t>(1, ((size_t) 256 << 20)/wbytes + 1);
+    const int    nodes  = std::max(32, nbuf);
+
+    ggml_init_params ip = { ggml_tensor_overhead()*(nbuf + nodes + 8) + ggml_graph_overhead_custom(nodes + 8, false), nullptr, true };
+    ggml_context * ctx = ggml_init(ip);
+    std::vector<ggml_tensor *> ws(nbuf);
+    for (int i = 0; i < nbuf; ++i) {
+        ws[i] = ggml_new_tensor_2d(ctx, type, n, m);
+    }
+    ggml_tensor * xb = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, T);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, nodes + 8, false);
+    for (int i = 0; i < nodes; ++i) {
+        ggml_build_forward_expand(gf, ggml_mul_mat(ctx, ws[i % nbuf], xb));
+    }
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    for (int i = 0; i < nbuf; ++i) {
+        bench_random_weights(ws[i]->data, type, (int64_t) m*n/ggml_blck_size(type), 99u + i);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    ggml_backend_tensor_set(xb, x_h.data(), 0, n*T*sizeof(float));
+
+    for (int i = 0; i < 3; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const int  iters = 10;
+    const auto t0    = std::chrono::high_resolution_clock::now();
+    for (int i = 0; i < iters; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const auto t1 = std::chrono::high_resolution_clock::now();
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return std::chrono::duration<double, std::micro>(t1 - t0).count()/((double) iters*nodes);
+}
+#endif // ZZ_TEST_WITH_GGML_CUDA
+
+struct bench_opts {
+    std::vector<ggml_type>              types   = { GGML_TYPE_Q4_K };
+    std::vector<int>                    batches = { 1 };
+    std::vector<std::pair<int64_t, int64_t>> shapes;
+    std::string                         pattern = "random";
+    bool                                l2_warm = false;
+    std::string                         csv;
+};
+
+static int run_bench(const bench_opts & o) {
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+
+    const double copy_gbs = bench_copy_gbs(stream);
+    printf("device %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+            prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
+    printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
+            o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
+    printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s | %7s %6s | %s\n", "type", "m", "n", "T", "sp%",
+            "dense", "idx", "idx+list", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl");
+
+    FILE * csv = o.csv.empty() ? nullptr : fopen(o.csv.c_str(), "w");
+    if (csv) {
+        fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster\n");
+    }
+
+    const double sparsities[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
+    for (ggml_type type : o.types) {
+        for (const auto & shape : o.shapes) {
+            const int64_t m = shape.first;
+            const int64_t n = shape.second;
+            const int64_t B = ggml_blck_size(type);
+            if (m % B != 0) {
+                continue;
+            }
+            const int64_t nblocks = m/B*n;
+            const size_t  wbytes  = nblocks*ggml_type_size(type);
+            const int     nbuf    = o.l2_warm ? 1 : (int) std::max<size_t>(2, ((size_t) 256 << 20)/wbytes + 1);
+            std::vector<void *> ws(nbuf);
+            for (int i = 0; i < nbuf; ++i) {
+                CUDA_CHECK(cudaMalloc(&ws[i], wbytes));
+                bench_random_weights(ws[i], type, nblocks, 1234u + i);
+            }
+            const bool naive_ok = type == GGML_TYPE_Q4_K && n % QK_K == 0;
+
+            for (int T : o.batches) {
+                const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, T);
+                dev_buf<float>   x_d(T*n);
+                dev_buf<int32_t> idx_d(n + 1);
+                dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+                dev_buf<float>   y_d(T*m);
+                const int reps = std::max(20, 2*nbuf);
+
+                double dense_us = -1.0;
+                for (double sp : sparsities) {
+                    // x: exact zeros in the inactive columns
+                    test_rng rng(42);
+                    std::vector<float> x(T*n);
+                    int64_t count = 0;
+                    for (int64_t j = 0; j < n; ++j) {
+                        const bool act = o.pattern == "contiguous" ? j < (int64_t) llround((1.0 - sp)*n) : rng.uniform() >= sp;
+                        count += act;
+                        for (int t = 0; t < T; ++t) {
+                            x[t*n + j] = act ? (float) rng.normal() : 0.0f;
+                        }
+                    }
+                    x_d.upload(x.data(), x.size());
+                    const float thr = 1e-30f;
+                    sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, stream);
+
+                    if (sp == 0.0) {
+                        dense_us = time_graph_us([&](cudaStream_t s, int i) {
+                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s);
+                        }, reps, stream);
+                    }
+                    const double idx_us = time_graph_us([&](cudaStream_t s, int i) {
+                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
+                    }, reps, stream);
+                    const double list_us = time_graph_us([&](cudaStream_t s, int) {
+                        sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, s);
+                    }, reps, stream);
+                    const double idx_list_us = time_graph_us([&](cudaStream_t s, int i) {
+                        sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, s);
+                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
+                    }, reps, stream);
+                    const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
+                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, m, cfg, s);
+                    }, reps, stream);
+                    double naive_us = -1.0;
+                    if (naive_ok && (T == 1 || T == 2 || T == 4 || T == 8)) {
+                        naive_us = time_graph_us([&](cudaStream_t s, int i) {
+                            naive_launch(ws[i % nbuf], n, m, x_d.ptr, n, T, y_d.ptr, m, s);
+                        }, reps, stream);
+                    }
+                    double stock_us = -1.0;
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+                    stock_us = bench_stock_us(type, m, n, T, x);
+#endif
+                    const double frac    = (double) count/n;
+                    const double idx_gbs = (frac*wbytes + T*n*4.0)/(idx_us*1e3);
+                    printf("%-5s %5lld %5lld %2d %4.0f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %7.0f %5.0f%% | %2d %2d %d",
+                            ggml_type_name(type), (long long) m, (long long) n, T, 100.0*sp, dense_us, idx_us, idx_list_us,
+                            skip_us, naive_us, list_us, idx_gbs, 100.0*idx_gbs/copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                    if (stock_us > 0.0) {
+                        printf(" | stock %.2f", stock_us);
+                    }
+                    printf("\n");
+                    if (csv) {
+                        fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d\n",
+                                ggml_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
+                                skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                    }
+                }
+            }
+            for (void * p : ws) {
+                CUDA_CHECK(cudaFree(p));
+            }
+        }
+    }
+    if (csv) {
+        fclose(csv);
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
+// prefill: zigzag dequantize + cuBLAS against the GEMV run once per 8 tokens
+static int run_prefill_bench(const bench_opts & o) {
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+    cublasHandle_t handle;
+    CUBLAS_CHECK(cublasCreate(&handle));
+    CUBLAS_CHECK(cublasSetStream(handle, stream));
+    size_t ws_size = 32u << 20;
+    dev_buf<char> ws_buf(ws_size);
+    CUBLAS_CHECK(cublasSetWorkspace(handle, ws_buf.ptr, ws_size));
+#else
+    cublasHandle_t handle = nullptr;
+#endif
+    printf("%-5s %5s %5s %4s | %10s %10s %10s | %8s\n", "type", "m", "n", "T", "prefill_us", "dequant_us", "gemv8_us", "TFLOP/s");
+    for (ggml_type type : o.types) {
+        for (const auto & shape : o.shapes) {
+            const int64_t m = shape.first;
+            const int64_t n = shape.second;
+            const int64_t B = ggml_blck_size(type);
+            if (m % B != 0) {
+                continue;
+            }
+            const int64_t nblocks = m/B*n;
+            void * w;
+            CUDA_CHECK(cudaMalloc(&w, nblocks*ggml_type_size(type)));
+            bench_random_weights(w, type, nblocks, 5u);
+            for (int T : o.batches) {
+                dev_buf<float> x_d(T*n);
+                dev_buf<float> y_d(T*m);
+                dev_buf<half>  tw(zz_prefill_tmp_w_size(type, n, m));
+                dev_buf<half>  tx(zz_prefill_tmp_x_size(n, T));
+                std::vector<float> x(T*n);
+                test_rng rng(7);
+                for (float & v : x) {
+                    v = (float) rng.normal();
+                }
+                x_d.upload(x.data(), x.size());
+                const double pre_us = time_graph_us([&](cudaStream_t s, int) {
+                    zz_prefill_launch(type, w, n, m, x_d.ptr, n, T, y_d.ptr, m, tw.ptr, tx.ptr, handle, s);
+                }, 5, stream);
+                const int64_t tile = zz_prefill_tile_rows(type, n, m);
+                const double deq_us = time_graph_us([&](cudaStream_t s, int) {
+                    for (int64_t r0 = 0; r0 < m; r0 += tile) {
+                        zz_dequant_f16_launch(type, w, n, r0, std::min(tile, m - r0), tw.ptr, s);
+                    }
+                }, 5, stream);
+                const double gemv_us = time_graph_us([&](cudaStream_t s, int) {
+                    for (int t0 = 0; t0 < T; t0 += ZZ_GEMV_MAX_BATCH) {
+                        const int nt = std::min(ZZ_GEMV_MAX_BATCH, T - t0);
+                        const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, nt);
+                        zz_gemv_launch_ex(type, w, n, m, x_d.ptr + t0*n, n, nt, nullptr, ZZ_GEMV_DENSE, y_d.ptr + t0*m, m, cfg, s);
+                    }
+                }, 3, stream);
+                printf("%-5s %5lld %5lld %4d | %10.2f %10.2f %10.2f | %8.1f", ggml_type_name(type), (long long) m,
+                        (long long) n, T, pre_us, deq_us, gemv_us, 2.0*m*n*T/(pre_us*1e6));
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+                printf(" | stock %.2f", bench_stock_us(type, m, n, T, x));
+#endif
+                printf("\n");
+            }
+            CUDA_CHECK(cudaFree(w));
+        }
+    }
+#ifndef GGML_SPARSE_CUDA_NO_CUBLAS
+    CUBLAS_CHECK(cublasDestroy(handle));
+#endif
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+static std::vector<int> parse_ints(const char * s) {
+    std::vector<int> v;
+    for (const char * p = s; *p; ) {
+        v.push_back(atoi(p));
+        p = strchr(p, ',');
+        if (!p) {
+            break;
+        }
+        p++;
+    }
+    return v;
+}
+
+static bool parse_type(const char * s, std::vector<ggml_type> & types) {
+    if (strcmp(s, "all") == 0) {
+        types.assign(std::begin(test_types), std::end(test_types));
+        return true;
+    }
+    for (ggml_type t : test_types) {
+        if (strcmp(s, ggml_type_name(t)) == 0) {
+            types = { t };
+            return true;
+        }
+    }
+    return false;
+}
+
+static void usage() {
+    printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
+           "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
+           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE]\n"
+           "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
+           "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n");
+}
+
+int main(int argc, char ** argv) {
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    const std::string cmd = argv[1];
+
+    uint64_t   seed      = 1;
+    int        cases     = 40;
+    int        max_batch = ZZ_GEMV_MAX_BATCH;
+    float      sparsity  = 0.5f;
+    std::string out;
+    bench_opts o;
+    bool       batch_set = false;
+    for (int i = 2; i < argc; ++i) {
+        const std::string a   = argv[i];
+        const char *      val = i + 1 < argc ? argv[i + 1] : nullptr;
+        if (a == "--l2-warm") {
+            o.l2_warm = true;
+            continue;
+        }
+        if (val == nullptr) {
+            usage();
+            return 2;
+        }
+        ++i;
+        if (a == "--seed") {
+            seed = strtoull(val, nullptr, 10);
+        } else if (a == "--cases") {
+            cases = atoi(val);
+        } else if (a == "--type") {
+            if (!parse_type(val, o.types)) {
+                fprintf(stderr, "unknown type %s\n", val);
+                return 2;
+            }
+        } else if (a == "--batch") {
+            o.batches = parse_ints(val);
+            batch_set = true;
+        } else if (a == "--pattern") {
+            o.pattern = val;
+        } else if (a == "--csv") {
+            o.csv = val;
+        } else if (a == "--max-batch") {
+            max_batch = atoi(val);
+        } else if (a == "--sparsity") {
+            sparsity = (float) atof(val);
+        } else if (a == "--out") {
+            out = val;
+        } else if (a == "--shapes") {
+            for (const char * p = val; p && *p; ) {
+                long long m_, n_;
+                if (sscanf(p, "%lldx%lld", &m_, &n_) == 2) {
+                    o.shapes.push_back({ m_, n_ });
+                }
+                p = strchr(p, ',');
+                p = p ? p + 1 : nullptr;
+            }
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (o.shapes.empty()) {
+        for (const auto & s : bench_shapes) {
+            o.shapes.push_back({ s[0], s[1] });
+        }
+    }
+
+    if (cmd == "test") {
+        test_rng rng(seed);
+        int failures = 0;
+        failures += test_idx(rng, cases);
+        failures += test_gemv(rng, cases);
+        failures += test_graph(rng);
+        failures += test_naive(rng);
+        failures += test_prefill(rng);
+        printf("%s: %d failures\n", failures ? "FAILED" : "PASSED", failures);
+        return failures ? 1 : 0;
+    }
+    if (cmd == "bench") {
+        return run_bench(o);
+    }
+    if (cmd == "prefill") {
+        if (!batch_set) {
+            o.batches = { 16, 64, 512 };
+        }
+        return run_prefill_bench(o);
+    }
+    if (cmd == "tune") {
+        std::vector<int64_t> mn;
+        for (const auto & s : o.shapes) {
+            mn.push_back(s.first);
+            mn.push_back(s.second);
+        }
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
+        const int n = ggml_cuda_zz_autotune(device, mn.data(), (int) o.shapes.size(), max_batch, sparsity,
+                out.empty() ? nullptr : out.c_str());
+        printf("tune: %d entries\n", n);
+        return n < 0 ? 1 : 0;
+    }
+    usage();
+    return 2;
+}
