@@ -1,0 +1,261 @@
+// llama-sparse: CPU decode GEMV microbenchmark. Stock ggml Q4_K mul_mat (CPU backend, ggml graph,
+// x quantized to Q8_K inside) against zigzag MUL_MAT_ZZ dense and with an active-column index at
+// several sparsities, batch 1. Weight bytes are random valid Q4_K blocks (content does not change
+// the timing). Prints a markdown table.
+// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median]
+#include "ggml.h"
+#include "ggml-cpu.h"
+#include "ggml-cpu-impl.h"
+#include "ggml-sparse.h"
+#include "ggml-sparse-cpu.h"
+#include "zz_test_threads.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_REPS 1000
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30))*0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27))*0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static float rng_normal(void) {
+    const double u1 = ((rng_u64() >> 11) + 1.0)*(1.0/9007199254740992.0);
+    const double u2 = (rng_u64() >> 11)*(1.0/9007199254740992.0);
+    return (float) (sqrt(-2.0*log(u1))*cos(6.283185307179586*u2));
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec*1e6 + ts.tv_nsec*1e-3;
+}
+
+static int cmp_double(const void * a, const void * b) {
+    const double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+static bool use_min = true;
+
+// the machine is shared: the fastest run (default) estimates the unloaded time better than the median
+static double median(double * v, int n) {
+    qsort(v, n, sizeof(double), cmp_double);
+    return use_min ? v[0] : v[n/2];
+}
+
+// random Q4_K blocks with sane fp16 scales
+static void fill_q4_K(void * data, int64_t n_blocks) {
+    const size_t bs = ggml_type_size(GGML_TYPE_Q4_K);
+    uint8_t * p = data;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        for (size_t i = 0; i < bs; i += 8) {
+            const uint64_t r = rng_u64();
+            memcpy(p + b*bs + i, &r, bs - i < 8 ? bs - i : 8);
+        }
+        const ggml_fp16_t d    = ggml_fp32_to_fp16(0.001f + 0.001f*(float) (rng_u64() % 1000)/1000.0f);
+        const ggml_fp16_t dmin = ggml_fp32_to_fp16(0.0005f);
+        memcpy(p + b*bs + 0, &d,    2);
+        memcpy(p + b*bs + 2, &dmin, 2);
+    }
+}
+
+static double bench_stock(int64_t m, int64_t n, int n_threads, int reps) {
+    struct ggml_init_params ip = { ggml_row_size(GGML_TYPE_Q4_K, n)*m + 64*n + 64*m + 4*1024*1024, NULL, false };
+    struct ggml_context * ctx = ggml_init(ip);
+    struct ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_K, n, m);
+    struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 1);
+    fill_q4_K(w->data, m*n/256);
+    for (int64_t j = 0; j < n; ++j) {
+        ((float *) x->data)[j] = rng_normal();
+    }
+    struct ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+
+    struct ggml_cplan plan = ggml_graph_plan(gf, n_threads, NULL);
+    uint8_t * work = malloc(plan.work_size + 1);
+    plan.work_data = work;
+
+    double t[MAX_REPS];
+    for (int i = 0; i < 20; ++i) {
+        ggml_graph_compute(gf, &plan);
+    }
+    for (int i = 0; i < reps; ++i) {
+        const double t0 = now_us();
+        ggml_graph_compute(gf, &plan);
+        t[i] = now_us() - t0;
+    }
+    free(work);
+    ggml_free(ctx);
+    return median(t, reps);
+}
+
+struct zz_bench {
+    int64_t m, n;
+    void  * w;
+    float * x;
+    float * y;
+    int32_t * idx;
+    struct ggml_tensor wt, xt, it, yt, idxt;
+    void  * wdata;
+    size_t  wsize;
+};
+
+static struct ggml_tensor mk(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
+    struct ggml_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.type = type;
+    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = 1; t.ne[3] = 1;
+    t.nb[0] = ggml_type_size(type); t.nb[1] = nb1; t.nb[2] = nb1*ne1; t.nb[3] = t.nb[2];
+    t.data = data;
+    return t;
+}
+
+// threshold on |x| that leaves about (1 - sparsity) of the columns active
+static float thr_for(const float * x, int64_t n, double sparsity) {
+    float * a = malloc(sizeof(float)*n);
+    for (int64_t j = 0; j < n; ++j) {
+        a[j] = fabsf(x[j]);
+    }
+    // a few rounds of bisection on the value are enough for a benchmark
+    float lo = 0.0f, hi = 100.0f;
+    for (int it = 0; it < 60; ++it) {
+        const float mid = 0.5f*(lo + hi);
+        int64_t below = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            below += a[j] < mid;
+        }
+        if ((double) below/n < sparsity) lo = mid; else hi = mid;
+    }
+    free(a);
+    return hi;
+}
+
+// times MUL_MAT_ZZ (and separately the index op) on the pool; sparsity < 0: dense, no index
+static void bench_zz(struct zz_bench * b, struct zz_test_pool * pool, double sparsity, int reps,
+                     double * t_mm, double * t_idx, int64_t * active) {
+    const bool sparse = sparsity >= 0.0;
+    if (sparse) {
+        const float thr = thr_for(b->x, b->n, sparsity);
+        b->idxt = mk(GGML_TYPE_I32, b->n + 1, 1, sizeof(int32_t)*(b->n + 1), b->idx);
+        b->idxt.src[0] = &b->xt;
+        memcpy(&b->idxt.op_params[0], &thr, sizeof(float));
+        b->idxt.op_params[1] = GGML_SPARSE_IDX_LIST;
+    }
+    b->yt = mk(GGML_TYPE_F32, b->m, 1, sizeof(float)*b->m, b->y);
+    b->yt.src[0] = &b->wt;
+    b->yt.src[1] = &b->xt;
+    b->yt.src[2] = sparse ? &b->idxt : NULL;
+
+    double t[MAX_REPS];
+    const size_t ws_idx = sparse ? ggml_sparse_cpu_work_size(&b->idxt, pool->nth) : 0;
+    const size_t ws_mm  = ggml_sparse_cpu_work_size(&b->yt, pool->nth);
+    GGML_ASSERT(ws_idx <= b->wsize && ws_mm <= b->wsize);
+
+    if (sparse) {
+        for (int i = 0; i < 20; ++i) {
+            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &b->idxt, b->wdata, b->wsize, false);
+        }
+        for (int i = 0; i < reps; ++i) {
+            const double t0 = now_us();
+            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &b->idxt, b->wdata, b->wsize, false);
+            t[i] = now_us() - t0;
+        }
+        *t_idx  = median(t, reps);
+        *active = b->idx[b->n];
+    } else {
+        *t_idx  = 0.0;
+        *active = b->n;
+    }
+    for (int i = 0; i < 20; ++i) {
+        zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
+    }
+    for (int i = 0; i < reps; ++i) {
+        const double t0 = now_us();
+        zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
+        t[i] = now_us() - t0;
+    }
+    *t_mm = median(t, reps);
+}
+
+int main(int argc, char ** argv) {
+    int n_threads = 2;
+    int reps      = 200;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-s") == 0) use_min   = strcmp(argv[i + 1], "median") != 0;
+    }
+    reps = reps > MAX_REPS ? MAX_REPS : reps;
+    ggml_cpu_init();
+
+    const int64_t shapes[3][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    const double  sps[]        = { 0.25, 0.40, 0.50, 0.65, 0.80 };
+    const int     nsp          = sizeof(sps)/sizeof(sps[0]);
+
+    struct zz_test_pool pool;
+    zz_test_pool_init(&pool, n_threads);
+
+    printf("threads %d, batch 1, Q4_K, %s of %d runs, times in us; ratio = stock time / zigzag time\n\n",
+           n_threads, use_min ? "fastest" : "median", reps);
+    printf("| m x n | stock | zz dense | ratio |");
+    for (int s = 0; s < nsp; ++s) {
+        printf(" zz %d%% | ratio |", (int) lround(100*sps[s]));
+    }
+    printf(" idx op |\n|---|---|---|---|");
+    for (int s = 0; s < nsp; ++s) {
+        printf("---|---|");
+    }
+    printf("---|\n");
+
+    for (int si = 0; si < 3; ++si) {
+        const int64_t m = shapes[si][0];
+        const int64_t n = shapes[si][1];
+
+        const double t_stock = bench_stock(m, n, n_threads, reps);
+
+        struct zz_bench b;
+        memset(&b, 0, sizeof(b));
+        b.m   = m;
+        b.n   = n;
+        b.w   = malloc(ggml_row_size(GGML_TYPE_Q4_K, 256*n)*(m/256));
+        b.x   = malloc(sizeof(float)*n);
+        b.y   = malloc(sizeof(float)*m);
+        b.idx = malloc(sizeof(int32_t)*(n + 1));
+        fill_q4_K(b.w, m*n/256);
+        for (int64_t j = 0; j < n; ++j) {
+            b.x[j] = rng_normal();
+        }
+        b.wt = mk(GGML_TYPE_Q4_K, 256*n, m/256, ggml_row_size(GGML_TYPE_Q4_K, 256*n), b.w);
+        b.xt = mk(GGML_TYPE_F32, n, 1, sizeof(float)*n, b.x);
+        b.wsize = 64*1024*1024;
+        b.wdata = malloc(b.wsize);
+
+        double t_mm, t_idx = 0.0, t_idx_any = 0.0;
+        int64_t active;
+        bench_zz(&b, &pool, -1.0, reps, &t_mm, &t_idx, &active);
+        printf("| %lldx%lld | %.1f | %.1f | %.2f |", (long long) m, (long long) n, t_stock, t_mm, t_stock/t_mm);
+        for (int s = 0; s < nsp; ++s) {
+            bench_zz(&b, &pool, sps[s], reps, &t_mm, &t_idx, &active);
+            printf(" %.1f | %.2f |", t_mm, t_stock/t_mm);
+            t_idx_any = t_idx;
+        }
+        printf(" %.1f |\n", t_idx_any);
+        fflush(stdout);
+
+        free(b.w); free(b.x); free(b.y); free(b.idx); free(b.wdata);
+    }
+    zz_test_pool_free(&pool);
+    return 0;
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
+# command and the CPU model go to bench/results/gemv_cpu_<date>.md.
+# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps]      (env: NO_SAVE=1 to only print)
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+up="${LLAMA_SPARSE_UPSTREAM:-$HOME/.cache/llama-sparse/upstream}"
+bin="${LLAMA_SPARSE_STOCK_BIN:-$HOME/.cache/llama-sparse/stock-build/bin}"
+out="${TMPDIR:-/tmp}/llama-sparse-bench"
+mkdir -p "$out"
+
+# -O3 like ggml-cpu's Release build; ggml_barrier renamed to the shim's barrier (tests/c/zz_test_threads.h)
+"${CC:-gcc}" -std=c11 -O3 -march=native -Wall -Wno-unused-function -D_GNU_SOURCE \
+    -Dggml_barrier=zz_test_barrier \
+    -I"$root/ggml-sparse" -I"$root/tests/c" \
+    -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu" \
+    "$root/bench/gemv_cpu.c" \
+    "$root/ggml-sparse/ggml-sparse-cpu.c" \
+    "$root/ggml-sparse/zigzag-gemv-x86.c" \
+    "$root/ggml-sparse/zigzag-gemv-arm.c" \
+    "$root/ggml-sparse/zigzag-gemm.c" \
+    -L"$bin" -Wl,-rpath,"$bin" -lggml-cpu -lggml-base -lpthread -lm \
+    -o "$out/gemv_cpu"
+
+table="$("$out/gemv_cpu" "$@")"
+echo "$table"
+
+if [ "${NO_SAVE:-0}" != "1" ]; then
+    res="$root/bench/results/gemv_cpu_$(date +%Y-%m-%d).md"
+    {
+        echo "# CPU decode GEMV: stock Q4_K mul_mat vs zigzag MUL_MAT_ZZ"
+        echo
+        echo "command: \`bench/gemv_cpu.sh $*\`"
+        echo
+        echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
+             "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+        echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)"
+        echo
+        echo "$table"
+    } > "$res"
+    echo "written: $res"
+fi

@@ -1,0 +1,462 @@
+// llama-sparse: CPU forward of GGML_OP_SPARSE_IDX and GGML_OP_MUL_MAT_ZZ: op entry points, threading,
+// the active-column index, and the scalar reference GEMV (plain C, used by tests and by
+// params->use_ref / LLAMA_SPARSE_CPU_REF=1). Fast GEMV kernels live in zigzag-gemv-*.c, the
+// prefill GEMM in zigzag-gemm.c.
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h"
+
+#include "ggml-sparse-cpu.h"
+#include "ggml-sparse.h"
+#include "ggml-cpu-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+// below this many x values the index is built by thread 0 alone: a barrier costs more than the scan
+#define ZZ_IDX_PAR_MIN (16*1024)
+
+// floats of prefill GEMM panel per thread (dequantized weight columns reused by every token)
+#define ZZ_GEMM_PANEL_FLOATS (8*1024)
+
+static void * zz_align64(void * p) {
+    return (void *) (((uintptr_t) p + 63) & ~(uintptr_t) 63);
+}
+
+static int64_t zz_round16(int64_t v) {
+    return (v + 15) & ~(int64_t) 15;
+}
+
+//
+// reference: dequantization (mirrors ggml-quants.c dequantize_row_*) and GEMV
+//
+
+static inline void zz_get_scale_min_k4(int j, const uint8_t * q, uint8_t * d, uint8_t * m) {
+    if (j < 4) {
+        *d = q[j] & 63; *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4);
+        *m = (q[j+4] >>  4) | ((q[j-0] >> 6) << 4);
+    }
+}
+
+void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out) {
+    switch (type) {
+        case GGML_TYPE_Q4_0: {
+            const block_q4_0 * b = blk;
+            const float d = GGML_FP16_TO_FP32(b->d);
+            for (int j = 0; j < QK4_0/2; ++j) {
+                out[j          ] = ((b->qs[j] & 0x0F) - 8)*d;
+                out[j + QK4_0/2] = ((b->qs[j] >>   4) - 8)*d;
+            }
+        } break;
+        case GGML_TYPE_Q8_0: {
+            const block_q8_0 * b = blk;
+            const float d = GGML_FP16_TO_FP32(b->d);
+            for (int j = 0; j < QK8_0; ++j) {
+                out[j] = b->qs[j]*d;
+            }
+        } break;
+        case GGML_TYPE_Q4_K: {
+            const block_q4_K * b = blk;
+            const uint8_t * q = b->qs;
+            const float d   = GGML_FP16_TO_FP32(b->d);
+            const float min = GGML_FP16_TO_FP32(b->dmin);
+            uint8_t sc, m;
+            for (int j = 0, is = 0; j < QK_K; j += 64, is += 2) {
+                zz_get_scale_min_k4(is + 0, b->scales, &sc, &m);
+                const float d1 = d * sc; const float m1 = min * m;
+                zz_get_scale_min_k4(is + 1, b->scales, &sc, &m);
+                const float d2 = d * sc; const float m2 = min * m;
+                for (int l = 0; l < 32; ++l) *out++ = d1 * (q[l] & 0xF) - m1;
+                for (int l = 0; l < 32; ++l) *out++ = d2 * (q[l]  >> 4) - m2;
+                q += 32;
+            }
+        } break;
+        case GGML_TYPE_Q6_K: {
+            const block_q6_K * b = blk;
+            const float d = GGML_FP16_TO_FP32(b->d);
+            const uint8_t * ql = b->ql;
+            const uint8_t * qh = b->qh;
+            const int8_t  * sc = b->scales;
+            for (int n = 0; n < QK_K; n += 128) {
+                for (int l = 0; l < 32; ++l) {
+                    const int is = l/16;
+                    const int8_t q1 = (int8_t)((ql[l +  0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int8_t q3 = (int8_t)((ql[l +  0]  >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int8_t q4 = (int8_t)((ql[l + 32]  >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    out[l +  0] = d * sc[is + 0] * q1;
+                    out[l + 32] = d * sc[is + 2] * q2;
+                    out[l + 64] = d * sc[is + 4] * q3;
+                    out[l + 96] = d * sc[is + 6] * q4;
+                }
+                out += 128;
+                ql  += 64;
+                qh  += 32;
+                sc  += 8;
+            }
+        } break;
+        default:
+            GGML_ABORT("zigzag: unsupported type %s", ggml_type_name(type));
+    }
+}
+
+// plain axpy per active column on dequantized blocks; the specification the fast kernels are tested against
+static void zz_gemv_ref(enum ggml_type type, const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                        const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+    const int    bk = (int) ggml_blck_size(type);
+    const size_t bs = ggml_type_size(type);
+    float w[QK_K];
+
+    for (int t = 0; t < nt; ++t) {
+        for (int i = 0; i < bk; ++i) {
+            y[t*ldy + i] = 0.0f;
+        }
+    }
+    for (int64_t k = k0; k < k1; ++k) {
+        const int64_t j = cols ? cols[k] : k;
+        ggml_sparse_zz_dequant_block(type, (const char *) wrow + j*bs, w);
+        for (int t = 0; t < nt; ++t) {
+            const float xv = x[t*ldx + j];
+            for (int i = 0; i < bk; ++i) {
+                y[t*ldy + i] += xv*w[i];
+            }
+        }
+    }
+}
+
+static bool zz_use_ref(const struct ggml_compute_params * params) {
+    // benign race: every thread computes the same value
+    static int env_ref = -1;
+    if (env_ref < 0) {
+        const char * s = getenv("LLAMA_SPARSE_CPU_REF");
+        env_ref = (s != NULL && atoi(s) != 0) ? 1 : 0;
+    }
+    return params->use_ref || env_ref == 1;
+}
+
+static ggml_sparse_zz_gemv_t zz_gemv_fast(enum ggml_type type) {
+    ggml_sparse_zz_gemv_t fn = ggml_sparse_zz_gemv_x86(type);
+    if (fn == NULL) {
+        fn = ggml_sparse_zz_gemv_arm(type);
+    }
+    return fn;
+}
+
+//
+// GGML_OP_SPARSE_IDX
+//
+
+// keep test shared by LIST and MASK: !(|v| < thr), so a NaN stays active like in the dense product
+static inline bool zz_active(float v, float thr) {
+    return !(fabsf(v) < thr);
+}
+
+// ascending active columns in [j0, j1) of the nt rows of x (row stride ldx floats) into out; returns count
+static int64_t zz_idx_scan(const float * x, int64_t ldx, int nt, int64_t j0, int64_t j1, float thr, int32_t * out) {
+    int64_t cnt = 0;
+    if (thr <= 0.0f) {
+        for (int64_t j = j0; j < j1; ++j) {
+            out[cnt++] = (int32_t) j;
+        }
+        return cnt;
+    }
+    int64_t j = j0;
+#if defined(__AVX2__)
+    const __m256 vthr = _mm256_set1_ps(thr);
+    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (; j + 8 <= j1; j += 8) {
+        __m256 any = _mm256_setzero_ps();
+        for (int t = 0; t < nt; ++t) {
+            const __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + t*ldx + j), vabs);
+            any = _mm256_or_ps(any, _mm256_cmp_ps(v, vthr, _CMP_NLT_UQ));
+        }
+        unsigned bits = (unsigned) _mm256_movemask_ps(any);
+        while (bits) {
+            out[cnt++] = (int32_t) (j + __builtin_ctz(bits));
+            bits &= bits - 1;
+        }
+    }
+#endif
+    for (; j < j1; ++j) {
+        bool on = false;
+        for (int t = 0; t < nt; ++t) {
+            on = on || zz_active(x[t*ldx + j], thr);
+        }
+        if (on) {
+            out[cnt++] = (int32_t) j;
+        }
+    }
+    return cnt;
+}
+
+static void zz_idx_mask_row(const float * x, float * y, int64_t j0, int64_t j1, float thr) {
+    int64_t j = j0;
+#if defined(__AVX2__)
+    const __m256 vthr = _mm256_set1_ps(thr);
+    const __m256 vabs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (; j + 8 <= j1; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        const __m256 keep = _mm256_cmp_ps(_mm256_and_ps(v, vabs), vthr, _CMP_NLT_UQ);
+        _mm256_storeu_ps(y + j, _mm256_and_ps(v, keep));
+    }
+#endif
+    for (; j < j1; ++j) {
+        y[j] = zz_active(x[j], thr) ? x[j] : 0.0f;
+    }
+}
+
+static size_t zz_idx_work_size(int64_t n, int n_tasks) {
+    // staging copy of the list + one cache line per thread for its count
+    return n*sizeof(int32_t) + (size_t) (n_tasks + 2)*64;
+}
+
+void ggml_sparse_cpu_forward_idx(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    const struct ggml_tensor * src = dst->src[0];
+    GGML_ASSERT(src->type == GGML_TYPE_F32 && src->nb[0] == sizeof(float));
+    GGML_ASSERT(src->nb[1] % sizeof(float) == 0);
+
+    float thr;
+    memcpy(&thr, &dst->op_params[0], sizeof(float));
+    const int32_t mode = dst->op_params[1];
+
+    const int     ith = params->ith;
+    const int     nth = params->nth;
+    const int64_t n   = src->ne[0];
+
+    if (mode == GGML_SPARSE_IDX_MASK) {
+        GGML_ASSERT(dst->type == GGML_TYPE_F32 && dst->nb[0] == sizeof(float));
+        GGML_ASSERT(ggml_are_same_shape(src, dst));
+        const int64_t j0 = n*ith/nth;
+        const int64_t j1 = n*(ith + 1)/nth;
+        for (int64_t i3 = 0; i3 < src->ne[3]; ++i3) {
+            for (int64_t i2 = 0; i2 < src->ne[2]; ++i2) {
+                for (int64_t i1 = 0; i1 < src->ne[1]; ++i1) {
+                    const float * xr = (const float *) ((const char *) src->data + i1*src->nb[1] + i2*src->nb[2] + i3*src->nb[3]);
+                    float       * yr = (float       *) ((char       *) dst->data + i1*dst->nb[1] + i2*dst->nb[2] + i3*dst->nb[3]);
+                    zz_idx_mask_row(xr, yr, j0, j1, thr);
+                }
+            }
+        }
+        return;
+    }
+
+    GGML_ASSERT(mode == GGML_SPARSE_IDX_LIST);
+    GGML_ASSERT(dst->type == GGML_TYPE_I32 && dst->ne[0] == n + 1);
+    GGML_ASSERT(src->ne[1] <= GGML_SPARSE_MAX_BATCH && src->ne[2] == 1 && src->ne[3] == 1);
+    GGML_ASSERT(n <= INT32_MAX);
+
+    const int       nt  = (int) src->ne[1];
+    const int64_t   ldx = src->nb[1]/sizeof(float);
+    const float   * x   = (const float *) src->data;
+    int32_t       * out = (int32_t *) dst->data;
+
+    const bool par = nth > 1 && n*nt >= ZZ_IDX_PAR_MIN && params->wdata != NULL &&
+                     params->wsize >= zz_idx_work_size(n, nth);
+    if (!par) {
+        if (ith == 0) {
+            out[n] = (int32_t) zz_idx_scan(x, ldx, nt, 0, n, thr, out);
+        }
+        return;
+    }
+
+    // per-thread scan of a column range into a staging list, prefix sum of the counts, compaction
+    int32_t * counts = (int32_t *) zz_align64(params->wdata);
+    int32_t * stage  = counts + (nth + 1)*16;
+    const int64_t j0 = n*ith/nth;
+    const int64_t j1 = n*(ith + 1)/nth;
+
+    const int64_t cnt = zz_idx_scan(x, ldx, nt, j0, j1, thr, stage + j0);
+    counts[ith*16] = (int32_t) cnt;
+
+    ggml_barrier(params->threadpool);
+
+    int64_t off = 0;
+    for (int i = 0; i < ith; ++i) {
+        off += counts[i*16];
+    }
+    memcpy(out + off, stage + j0, cnt*sizeof(int32_t));
+    if (ith == nth - 1) {
+        out[n] = (int32_t) (off + cnt);
+    }
+}
+
+//
+// GGML_OP_MUL_MAT_ZZ
+//
+
+struct zz_shape {
+    enum ggml_type type;
+    int      bk;   // block size = outputs per block-row
+    size_t   bs;   // bytes per block
+    int64_t  n;    // input columns
+    int64_t  m;    // outputs
+    int64_t  nr;   // block-rows
+    int64_t  nt;   // tokens
+};
+
+static struct zz_shape zz_shape_of(const struct ggml_tensor * node) {
+    const struct ggml_tensor * w = node->src[0];
+    struct zz_shape s;
+    s.type = w->type;
+    s.bk   = (int) ggml_blck_size(w->type);
+    s.bs   = ggml_type_size(w->type);
+    s.n    = w->ne[0]/s.bk;
+    s.nr   = w->ne[1];
+    s.m    = s.nr*s.bk;
+    s.nt   = node->src[1]->ne[1];
+    return s;
+}
+
+static size_t zz_gemv_work_size(const struct zz_shape * s, int n_tasks) {
+    return n_tasks > 1 ? (size_t) n_tasks*zz_round16(s->m*s->nt)*sizeof(float) + 64 : 0;
+}
+
+static size_t zz_gemm_work_size(int n_tasks) {
+    return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
+}
+
+// T > GGML_SPARSE_MAX_BATCH: dense, work units are (block-row, token group) pairs
+static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const struct zz_shape * s,
+                            const char * wdata0, size_t wnb1, const float * x, int64_t ldx, float * y, int64_t ldy) {
+    const int ith = params->ith;
+    const int nth = params->nth;
+
+    float * panel;
+    float * panel_own = NULL;
+    if (params->wdata != NULL && params->wsize >= zz_gemm_work_size(nth)) {
+        panel = (float *) zz_align64(params->wdata) + (size_t) ith*ZZ_GEMM_PANEL_FLOATS;
+    } else {
+        panel = panel_own = malloc(ZZ_GEMM_PANEL_FLOATS*sizeof(float));
+        GGML_ASSERT(panel != NULL);
+    }
+
+    // split tokens too when there are few block-rows, so every thread gets work; each split re-dequantizes
+    int64_t ng = 1;
+    while (s->nr*ng < 4*nth && ng*8 < s->nt) {
+        ng++;
+    }
+    const int64_t tpg = (s->nt + ng - 1)/ng;
+
+    for (int64_t u = ith; u < s->nr*ng; u += nth) {
+        const int64_t r  = u/ng;
+        const int64_t t0 = (u%ng)*tpg;
+        const int64_t t1 = t0 + tpg < s->nt ? t0 + tpg : s->nt;
+        if (t0 >= t1) {
+            continue;
+        }
+        ggml_sparse_zz_gemm_block_row(s->type, wdata0 + r*wnb1, s->n, x + t0*ldx, ldx, t1 - t0,
+                                      y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
+    }
+    free(panel_own);
+}
+
+void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    const struct ggml_tensor * w   = dst->src[0];
+    const struct ggml_tensor * xt  = dst->src[1];
+    const struct ggml_tensor * idx = dst->src[2];
+
+    const struct zz_shape s = zz_shape_of(dst);
+
+    GGML_ASSERT(s.type == GGML_TYPE_Q4_0 || s.type == GGML_TYPE_Q8_0 || s.type == GGML_TYPE_Q4_K || s.type == GGML_TYPE_Q6_K);
+    GGML_ASSERT(w->nb[0] == s.bs && w->nb[1] >= (size_t) s.n*s.bs);
+    GGML_ASSERT(xt->type == GGML_TYPE_F32 && xt->nb[0] == sizeof(float) && xt->nb[1] % sizeof(float) == 0);
+    GGML_ASSERT(xt->ne[0] == s.n && xt->ne[2] == 1 && xt->ne[3] == 1);
+    GGML_ASSERT(dst->type == GGML_TYPE_F32 && dst->nb[0] == sizeof(float) && dst->nb[1] % sizeof(float) == 0);
+    GGML_ASSERT(dst->ne[0] == s.m && dst->ne[1] == s.nt);
+
+    const int ith = params->ith;
+    const int nth = params->nth;
+
+    const char  * wdata0 = (const char *) w->data;
+    const size_t  wnb1   = w->nb[1];
+    const float * x      = (const float *) xt->data;
+    const int64_t ldx    = xt->nb[1]/sizeof(float);
+    float       * y      = (float *) dst->data;
+    const int64_t ldy    = dst->nb[1]/sizeof(float);
+
+    if (s.nt > GGML_SPARSE_MAX_BATCH) {
+        GGML_ASSERT(idx == NULL && "sparse index is only defined for T <= GGML_SPARSE_MAX_BATCH");
+        zz_mul_mat_gemm(params, &s, wdata0, wnb1, x, ldx, y, ldy);
+        return;
+    }
+
+    const int       nt    = (int) s.nt;
+    const int32_t * cols  = NULL;
+    int64_t         count = s.n;
+    if (idx != NULL) {
+        GGML_ASSERT(idx->type == GGML_TYPE_I32 && idx->ne[0] == s.n + 1);
+        cols  = (const int32_t *) idx->data;
+        count = cols[s.n];
+        GGML_ASSERT(count >= 0 && count <= s.n);
+    }
+
+    const ggml_sparse_zz_gemv_t fast = zz_use_ref(params) ? NULL : zz_gemv_fast(s.type);
+
+    if (fast == NULL || nth == 1 || params->wdata == NULL || params->wsize < zz_gemv_work_size(&s, nth)) {
+        // block-rows split over threads, written straight into dst
+        const int64_t r0 = s.nr*ith/nth;
+        const int64_t r1 = s.nr*(ith + 1)/nth;
+        for (int64_t r = r0; r < r1; ++r) {
+            if (fast) {
+                fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+            } else {
+                zz_gemv_ref(s.type, wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+            }
+        }
+        return;
+    }
+
+    // the active list split evenly over threads in whole chunks, every thread covers all block-rows
+    // into its own partial sums, then threads reduce disjoint output ranges
+    const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
+    const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
+    const int64_t k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+
+    const int64_t pstride = zz_round16(s.m*s.nt);
+    float * partial0 = (float *) zz_align64(params->wdata);
+    float * partial  = partial0 + ith*pstride;
+
+    for (int64_t r = 0; r < s.nr; ++r) {
+        fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);
+    }
+
+    ggml_barrier(params->threadpool);
+
+    const int64_t n16 = (s.m + 15)/16;
+    const int64_t i0  = 16*(n16*ith/nth)       < s.m ? 16*(n16*ith/nth)       : s.m;
+    const int64_t i1  = 16*(n16*(ith + 1)/nth) < s.m ? 16*(n16*(ith + 1)/nth) : s.m;
+    for (int t = 0; t < nt; ++t) {
+        float * yt = y + t*ldy;
+        for (int64_t i = i0; i < i1; ++i) {
+            float sum = 0.0f;
+            for (int p = 0; p < nth; ++p) {
+                sum += partial0[p*pstride + t*s.m + i];
+            }
+            yt[i] = sum;
+        }
+    }
+}
+
+int ggml_sparse_cpu_n_tasks(const struct ggml_tensor * node, int n_threads) {
+    GGML_UNUSED(node);
+    // every thread runs the op anyway; small index scans are done by thread 0 alone (see ZZ_IDX_PAR_MIN)
+    return n_threads;
+}
+
+size_t ggml_sparse_cpu_work_size(const struct ggml_tensor * node, int n_tasks) {
+    if (node->src[1] == NULL) {
+        // SPARSE_IDX: only LIST mode uses the work buffer
+        return node->op_params[1] == GGML_SPARSE_IDX_LIST ? zz_idx_work_size(node->src[0]->ne[0], n_tasks) : 0;
+    }
+    const struct zz_shape s = zz_shape_of(node);
+    if (s.nt > GGML_SPARSE_MAX_BATCH) {
+        return zz_gemm_work_size(n_tasks);
+    }
+    return zz_gemv_work_size(&s, n_tasks);
+}

@@ -1,0 +1,58 @@
+// llama-sparse: CPU kernels for GGML_OP_SPARSE_IDX and GGML_OP_MUL_MAT_ZZ (compiled into ggml-cpu).
+//
+// The four public functions are called from ggml-cpu's op dispatch on every thread of the op.
+// The rest of this header is internal: the contract between ggml-sparse-cpu.c and the per-arch
+// kernel files zigzag-gemv-x86.c / zigzag-gemv-arm.c.
+#pragma once
+
+#include "ggml.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ggml_compute_params;
+
+// dst->op is GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ; params->wdata holds ggml_sparse_cpu_work_size() bytes
+void   ggml_sparse_cpu_forward_idx       (const struct ggml_compute_params * params, struct ggml_tensor * dst);
+void   ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+
+// node is a SPARSE_IDX or a MUL_MAT_ZZ node; they are told apart by src[1] (only MUL_MAT_ZZ has one),
+// so these two do not depend on the op enum values
+int    ggml_sparse_cpu_n_tasks  (const struct ggml_tensor * node, int n_threads);
+size_t ggml_sparse_cpu_work_size(const struct ggml_tensor * node, int n_tasks);
+
+//
+// internal
+//
+
+// active columns are processed in chunks of this many list entries; integer coefficient scales are
+// per chunk, and chunks start at multiples of this in the list whatever the thread split, so the
+// result does not depend on the number of threads beyond float rounding
+#define GGML_SPARSE_ZZ_CHUNK 16
+
+// GEMV over one block-row of a zigzag weight (B = block size outputs), T = nt <= GGML_SPARSE_MAX_BATCH:
+//   y[t*ldy + i] = sum_{k0 <= k < k1} x[t*ldx + col(k)] * deq(wrow[col(k)])[i],  i < B, t < nt
+// col(k) = cols ? cols[k] : k. k0 is a multiple of GGML_SPARSE_ZZ_CHUNK. y is overwritten (zeros if k0 >= k1).
+typedef void (*ggml_sparse_zz_gemv_t)(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                                      const float * x, int64_t ldx, int nt, float * y, int64_t ldy);
+
+// fast kernels of this build for a type, NULL where there are none (the scalar reference is used then)
+ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type);
+ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_arm(enum ggml_type type);
+
+// prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(wrow[j])[i] for i < B and any nt, dense;
+// each weight block is dequantized once into panel (panel_floats floats, >= 8*B) for all nt tokens
+void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64_t n,
+                                   const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
+                                   float * panel, int64_t panel_floats);
+
+// dequantize one block (B values) exactly as ggml's dequantize_row_* does
+void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,113 @@
+// llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
+// is dequantized once into an fp32 panel and reused by every token, in 4-token x 16-output tiles.
+#include "ggml-sparse-cpu.h"
+#include "ggml-impl.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+
+#define ZZ_GEMM_TT 4  // tokens per tile
+#define ZZ_GEMM_TI 16 // outputs per tile
+
+// y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], for i < ZZ_GEMM_TI and t < nt <= ZZ_GEMM_TT
+static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const float * x, int64_t ldx, int nt,
+                         float * y, int64_t ldy, bool first) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (nt == ZZ_GEMM_TT) {
+        __m256 acc[ZZ_GEMM_TT][2];
+        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+            acc[t][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 0);
+            acc[t][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 8);
+        }
+        for (int64_t j = 0; j < nj; ++j) {
+            const __m256 w0 = _mm256_loadu_ps(panel + j*bk + 0);
+            const __m256 w1 = _mm256_loadu_ps(panel + j*bk + 8);
+            for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+                const __m256 xv = _mm256_broadcast_ss(x + t*ldx + j);
+                acc[t][0] = _mm256_fmadd_ps(xv, w0, acc[t][0]);
+                acc[t][1] = _mm256_fmadd_ps(xv, w1, acc[t][1]);
+            }
+        }
+        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+            _mm256_storeu_ps(y + t*ldy + 0, acc[t][0]);
+            _mm256_storeu_ps(y + t*ldy + 8, acc[t][1]);
+        }
+        return;
+    }
+#elif defined(__ARM_NEON)
+    if (nt == ZZ_GEMM_TT) {
+        float32x4_t acc[ZZ_GEMM_TT][4];
+        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+            for (int q = 0; q < 4; ++q) {
+                acc[t][q] = first ? vdupq_n_f32(0.0f) : vld1q_f32(y + t*ldy + 4*q);
+            }
+        }
+        for (int64_t j = 0; j < nj; ++j) {
+            float32x4_t w[4];
+            for (int q = 0; q < 4; ++q) {
+                w[q] = vld1q_f32(panel + j*bk + 4*q);
+            }
+            for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+                const float xv = x[t*ldx + j];
+                for (int q = 0; q < 4; ++q) {
+                    acc[t][q] = vfmaq_n_f32(acc[t][q], w[q], xv);
+                }
+            }
+        }
+        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
+            for (int q = 0; q < 4; ++q) {
+                vst1q_f32(y + t*ldy + 4*q, acc[t][q]);
+            }
+        }
+        return;
+    }
+#endif
+    for (int t = 0; t < nt; ++t) {
+        float acc[ZZ_GEMM_TI];
+        for (int i = 0; i < ZZ_GEMM_TI; ++i) {
+            acc[i] = first ? 0.0f : y[t*ldy + i];
+        }
+        for (int64_t j = 0; j < nj; ++j) {
+            const float xv = x[t*ldx + j];
+            for (int i = 0; i < ZZ_GEMM_TI; ++i) {
+                acc[i] += xv*panel[j*bk + i];
+            }
+        }
+        memcpy(y + t*ldy, acc, sizeof(acc));
+    }
+}
+
+void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64_t n,
+                                   const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
+                                   float * panel, int64_t panel_floats) {
+    const int64_t bk = ggml_blck_size(type);
+    const size_t  bs = ggml_type_size(type);
+    const int64_t jp = panel_floats/bk;
+    GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && jp >= 8);
+
+    if (n == 0) {
+        for (int64_t t = 0; t < nt; ++t) {
+            memset(y + t*ldy, 0, bk*sizeof(float));
+        }
+        return;
+    }
+
+    for (int64_t j0 = 0; j0 < n; j0 += jp) {
+        const int64_t nj = n - j0 < jp ? n - j0 : jp;
+        for (int64_t j = 0; j < nj; ++j) {
+            ggml_sparse_zz_dequant_block(type, (const char *) wrow + (j0 + j)*bs, panel + j*bk);
+        }
+        for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TT) {
+            const int tn = nt - t0 < ZZ_GEMM_TT ? (int) (nt - t0) : ZZ_GEMM_TT;
+            for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
+                zz_gemm_tile(panel + i0, bk, nj, x + t0*ldx + j0, ldx, tn, y + t0*ldy + i0, ldy, j0 == 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+// llama-sparse: AVX2 GEMV kernels on one zigzag block-row (decode, T <= GGML_SPARSE_MAX_BATCH).
+//
+// y[i] += sum_j x_j * w_j[i] is an axpy per active column j. Per chunk of GGML_SPARSE_ZZ_CHUNK columns
+// and token, the per-(column, sub-block) coefficients x_j*d_j*sc_j are quantized to integers with one
+// float scale S, so the inner loop is integer SIMD over interleaved column pairs:
+//   Q4_K:             u4 weights x s8 coefficients (maddubs), int16 sums, |c| <= 126 keeps 8 pairs exact
+//   Q4_0, Q8_0, Q6_K: s8 weights x s16 coefficients (madd), int32 sums
+// and each chunk is flushed as y += S * float(sum). Q4_K's min term is kept in fp32.
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h"
+
+#include "ggml-sparse-cpu.h"
+#include "ggml-sparse.h"
+#include "ggml-impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#define ZZ_MAX_T GGML_SPARSE_MAX_BATCH
+#define ZZ_CHUNK GGML_SPARSE_ZZ_CHUNK
+#define ZZ_INLINE static inline __attribute__((always_inline))
+
+static_assert(ZZ_CHUNK % 2 == 0 && ZZ_CHUNK <= 16, "Q4_K int16 sums are exact for at most 8 column pairs");
+
+// d and (for Q4_K) dmin of a block: both fp16 at the start of block_q4_K, d at the start of q4_0/q8_0
+ZZ_INLINE __m128 zz_fp16x2(const void * p) {
+    int32_t v;
+    memcpy(&v, p, sizeof(v));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+ZZ_INLINE float zz_fp16(const ggml_half * p) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*p)));
+}
+
+// max |v[i]| over 16 floats
+ZZ_INLINE float zz_amax16(const float * v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 a = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v)), _mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8)));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// out[i] = round(v[i]*s) for 16 floats, saturated to int16 (round to nearest even, MXCSR default)
+ZZ_INLINE void zz_round16_i16(const float * v, float s, int16_t * out) {
+    const __m256  vs = _mm256_set1_ps(s);
+    const __m256i a  = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 0), vs));
+    const __m256i b  = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8), vs));
+    // packs saturates; lanes interleave as a0-3 b0-3 a4-7 b4-7, undone by the permute
+    const __m256i p  = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+    _mm256_storeu_si256((__m256i *) out, p);
+}
+
+// y[0..7] += s * lo128(v), y[off..off+7] += s * hi128(v), v holding 16 int16 sums
+ZZ_INLINE void zz_flush_i16(float * y_lo, float * y_hi, __m256i v, __m256 s) {
+    const __m256 f_lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)));
+    const __m256 f_hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)));
+    _mm256_store_ps(y_lo, _mm256_fmadd_ps(s, f_lo, _mm256_load_ps(y_lo)));
+    _mm256_store_ps(y_hi, _mm256_fmadd_ps(s, f_hi, _mm256_load_ps(y_hi)));
+}
+
+ZZ_INLINE void zz_flush_i32(float * y, __m256i v, __m256 s) {
+    _mm256_store_ps(y, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_load_ps(y)));
+}
+
+//
+// Q4_K
+//
+
+// the 6-bit scales and mins of two blocks: [sc_a[8] m_a[8] | sc_b[8] m_b[8]] (get_scale_min_k4 on bytes)
+ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K * b) {
+    // 16-byte loads from scales[] read 4 bytes of qs: still inside the block
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *) a->scales)),
+                                              _mm_loadu_si128((const __m128i *) b->scales), 1);
+    const __m256i idx_lo = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+                                            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    const __m256i idx_hi = _mm256_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+                                            -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7);
+    const __m256i mask_lo = _mm256_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15,
+                                             63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m256i lo_b = _mm256_shuffle_epi8(v, idx_lo);
+    const __m256i hi_n = _mm256_shuffle_epi8(_mm256_srli_epi16(v, 4), idx_lo); // high nibbles in the low bits
+    // m[4..7] take the high nibble of scales[8..11], the rest low bits as they are
+    const __m256i lo = _mm256_and_si256(_mm256_blend_epi32(lo_b, hi_n, 0x88), mask_lo);
+    // bits 4,5 of sc/m[4..7] are bits 6,7 of scales[0..3] / scales[4..7]
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_shuffle_epi8(v, idx_hi), 2), _mm256_set1_epi8(0x30));
+    return _mm256_or_si256(lo, hi);
+}
+
+// chunks whose coefficients are prepared together: every preparation step is a loop of independent
+// iterations, so out-of-order execution hides its latency chain (fp16 -> amax -> rounding -> table)
+#define ZZ_GROUP 4
+
+ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t k0, int64_t k1,
+                            const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
+    enum { NG = ZZ_GROUP*ZZ_CHUNK }; // columns per group
+
+    float  acc[ZZ_MAX_T][QK_K] __attribute__((aligned(32)));
+    __m256 vmin[ZZ_MAX_T]; // sum_j x_j*dmin_j*m_j[s], subtracted at the end
+
+    for (int t = 0; t < nt; ++t) {
+        memset(acc[t], 0, sizeof(acc[t]));
+        vmin[t] = _mm256_setzero_ps();
+    }
+
+    const __m256i m4       = _mm256_set1_epi8(0x0F);
+    // fp16 (d, dmin) dwords -> d halves in qword 0, dmin halves in qword 1 of each lane
+    const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    // [sc_a sc_b | m_a m_b] -> byte pairs (a_s, b_s)
+    const __m256i pair_idx = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                              0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+
+    const block_q4_K * blk[NG];
+    uint32_t dmw[NG]                       __attribute__((aligned(32)));
+    float    xv[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
+    float    xd[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
+    float    xm[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
+    int32_t  fq[ZZ_MAX_T][NG/2]            __attribute__((aligned(32))); // s16 pairs (col 2p, col 2p+1)
+    int32_t  mq[ZZ_MAX_T][NG/2]            __attribute__((aligned(32)));
+    int32_t  coef[ZZ_MAX_T][NG/2][8]       __attribute__((aligned(32))); // maddubs pair per sub-block, twice
+    float    sf[ZZ_MAX_T][ZZ_GROUP];
+    float    sm[ZZ_MAX_T][ZZ_GROUP];
+
+    for (int64_t kg = k0; kg < k1; kg += NG) {
+        const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
+        const int nch  = (ncol + ZZ_CHUNK - 1)/ZZ_CHUNK;
+
+        if (cols != NULL) {
+            // scattered blocks: fetch the next group while this one is computed
+            const int64_t ke = kg + 2*NG < k1 ? kg + 2*NG : k1;
+            for (int64_t k = kg + NG; k < ke; ++k) {
+                const char * p = (const char *) (w + cols[k]);
+                _mm_prefetch(p,       _MM_HINT_T0);
+                _mm_prefetch(p +  64, _MM_HINT_T0);
+                _mm_prefetch(p + 128, _MM_HINT_T0);
+            }
+        }
+
+        // blocks, their fp16 (d, dmin) and x; padding columns repeat the last block at x = 0
+        for (int c = 0; c < ncol; ++c) {
+            const int64_t j = cols ? cols[kg + c] : kg + c;
+            blk[c] = w + j;
+            memcpy(&dmw[c], &blk[c]->d, sizeof(uint32_t));
+            for (int t = 0; t < nt; ++t) {
+                xv[t][c] = x[t*ldx + j];
+            }
+        }
+        for (int c = ncol; c < nch*ZZ_CHUNK; ++c) {
+            blk[c] = blk[ncol - 1];
+            dmw[c] = 0;
+            for (int t = 0; t < nt; ++t) {
+                xv[t][c] = 0.0f;
+            }
+        }
+
+        // xd = x*d, xm = x*dmin
+        for (int c = 0; c < nch*ZZ_CHUNK; c += 8) {
+            const __m256i v  = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *) (dmw + c)), dm_idx), 0xD8);
+            const __m256  d  = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+            const __m256  dn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+            for (int t = 0; t < nt; ++t) {
+                const __m256 xx = _mm256_load_ps(xv[t] + c);
+                _mm256_store_ps(xd[t] + c, _mm256_mul_ps(xx, d));
+                _mm256_store_ps(xm[t] + c, _mm256_mul_ps(xx, dn));
+            }
+        }
+
+        // per chunk and token: coefficient of (column, sub-block) = round(sc * xd/S), S = amax/2, so
+        // |c| <= 126 as sc <= 63: fq = xd/S * 2^14 and mulhrs gives round(2*sc * fq / 2^15).
+        // The mins use s16 xm with their own scale.
+        for (int ch = 0; ch < nch; ++ch) {
+            for (int t = 0; t < nt; ++t) {
+                const float amax = zz_amax16(xd[t] + ch*ZZ_CHUNK);
+                const float mmax = zz_amax16(xm[t] + ch*ZZ_CHUNK);
+                sf[t][ch] = 0.5f*amax;
+                sm[t][ch] = mmax/32767.0f;
+                zz_round16_i16(xd[t] + ch*ZZ_CHUNK, amax > 0.0f ? 32768.0f/amax : 0.0f, (int16_t *) (fq[t] + ch*ZZ_CHUNK/2));
+                zz_round16_i16(xm[t] + ch*ZZ_CHUNK, mmax > 0.0f ? 32767.0f/mmax : 0.0f, (int16_t *) (mq[t] + ch*ZZ_CHUNK/2));
+            }
+        }
+
+        // coefficient table and the min term, pair by pair
+        for (int ch = 0; ch < nch; ++ch) {
+            __m256i macc[ZZ_MAX_T];
+            for (int t = 0; t < nt; ++t) {
+                macc[t] = _mm256_setzero_si256();
+            }
+            const int p0 = ch*ZZ_CHUNK/2;
+            const int p1 = p0 + (ncol - ch*ZZ_CHUNK < ZZ_CHUNK ? (ncol - ch*ZZ_CHUNK + 1)/2 : ZZ_CHUNK/2);
+            for (int p = p0; p < p1; ++p) {
+                const __m256i smv = zz_q4_K_scales_mins_x2(blk[2*p], blk[2*p + 1]);
+                const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
+                const __m256i scw = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr));
+                const __m256i sc2 = _mm256_add_epi16(scw, scw);
+                const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
+                for (int t = 0; t < nt; ++t) {
+                    const __m256i cw = _mm256_mulhrs_epi16(sc2, _mm256_set1_epi32(fq[t][p]));
+                    const __m256i cb = _mm256_packs_epi16(cw, cw);
+                    _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cb, cb));
+                    macc[t] = _mm256_add_epi32(macc[t], _mm256_madd_epi16(mw, _mm256_set1_epi32(mq[t][p])));
+                }
+            }
+            for (int t = 0; t < nt; ++t) {
+                vmin[t] = _mm256_fmadd_ps(_mm256_set1_ps(sm[t][ch]), _mm256_cvtepi32_ps(macc[t]), vmin[t]);
+            }
+        }
+
+        // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
+        for (int ch = 0; ch < nch; ++ch) {
+            const int p0 = ch*ZZ_CHUNK/2;
+            const int p1 = p0 + (ncol - ch*ZZ_CHUNK < ZZ_CHUNK ? (ncol - ch*ZZ_CHUNK + 1)/2 : ZZ_CHUNK/2);
+            for (int sp = 0; sp < QK_K/64; ++sp) {
+                __m256i a16[ZZ_MAX_T][4];
+                for (int t = 0; t < nt; ++t) {
+                    for (int q = 0; q < 4; ++q) {
+                        a16[t][q] = _mm256_setzero_si256();
+                    }
+                }
+                for (int p = p0; p < p1; ++p) {
+                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (blk[2*p + 0]->qs + 32*sp));
+                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (blk[2*p + 1]->qs + 32*sp));
+                    // byte pairs (a_l, b_l): u0 holds l = 0..7 | 16..23, u1 holds l = 8..15 | 24..31
+                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+                    const __m256i l0 = _mm256_and_si256(u0, m4);
+                    const __m256i l1 = _mm256_and_si256(u1, m4);
+                    const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
+                    const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
+                    for (int t = 0; t < nt; ++t) {
+                        const __m256i cl = _mm256_set1_epi32(coef[t][p][2*sp + 0]);
+                        const __m256i chi = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
+                        a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
+                        a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
+                        a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, chi));
+                        a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, chi));
+                    }
+                }
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 sv = _mm256_set1_ps(sf[t][ch]);
+                    float * yo = acc[t] + 64*sp;
+                    zz_flush_i16(yo +  0, yo + 16, a16[t][0], sv);
+                    zz_flush_i16(yo +  8, yo + 24, a16[t][1], sv);
+                    zz_flush_i16(yo + 32, yo + 48, a16[t][2], sv);
+                    zz_flush_i16(yo + 40, yo + 56, a16[t][3], sv);
+                }
+            }
+        }
+    }
+
+    for (int t = 0; t < nt; ++t) {
+        float mins[8];
+        _mm256_storeu_ps(mins, vmin[t]);
+        for (int s = 0; s < QK_K/32; ++s) {
+            const __m256 ms = _mm256_set1_ps(mins[s]);
+            for (int i = 32*s; i < 32*s + 32; i += 8) {
+                _mm256_storeu_ps(y + t*ldy + i, _mm256_sub_ps(_mm256_load_ps(acc[t] + i), ms));
+            }
+        }
+    }
+}
+
+static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                         const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+    // a constant nt = 1 keeps the accumulators in registers
+    if (nt == 1) {
+        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
+    } else {
+        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
+    }
+}
+
+//
+// Q4_0, Q8_0, Q6_K: s8 weights, s16 coefficients
+//
+
+// signed weights of outputs 32g .. 32g+31 of a block, offsets (-8, -32) applied
+ZZ_INLINE __m256i zz_unpack_s8(enum ggml_type type, const void * blk, int g) {
+    switch (type) {
+        case GGML_TYPE_Q4_0: {
+            const __m128i q = _mm_loadu_si128((const __m128i *) ((const block_q4_0 *) blk)->qs);
+            const __m256i v = _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), _mm256_set1_epi8(0x0F));
+            return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        }
+        case GGML_TYPE_Q8_0:
+            return _mm256_loadu_si256((const __m256i *) ((const block_q8_0 *) blk)->qs);
+        case GGML_TYPE_Q6_K: {
+            // group g = (half n, quarter k): low 4 bits from ql (nibble k/2), high 2 bits from qh bits 2k, 2k+1
+            const block_q6_K * b = blk;
+            const int n = g >> 2;
+            const int k = g & 3;
+            const __m256i ql = _mm256_loadu_si256((const __m256i *) (b->ql + 64*n + 32*(k & 1)));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *) (b->qh + 32*n));
+            const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4*(k >> 1))), _mm256_set1_epi8(0x0F));
+            const __m256i hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2*k)), 4), _mm256_set1_epi8(0x30));
+            return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+        }
+        default:
+            GGML_ABORT("zigzag: unsupported type");
+    }
+}
+
+ZZ_INLINE void zz_madd_impl(enum ggml_type type, const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                            const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
+    const int    bk = type == GGML_TYPE_Q6_K ? QK_K : 32;
+    const size_t bs = type == GGML_TYPE_Q6_K ? sizeof(block_q6_K) : type == GGML_TYPE_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+
+    float acc[ZZ_MAX_T][QK_K] __attribute__((aligned(32)));
+    for (int t = 0; t < nt; ++t) {
+        memset(acc[t], 0, bk*sizeof(float));
+    }
+
+    for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {
+        const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;
+        const int np = (nc + 1)/2;
+
+        const char * blk[ZZ_CHUNK] = { 0 };
+        float xd[ZZ_MAX_T][ZZ_CHUNK];
+        for (int c = 0; c < nc; ++c) {
+            const int64_t j = cols ? cols[kc + c] : kc + c;
+            blk[c] = (const char *) wrow + j*bs;
+            // Q6_K keeps d at the end of the block: read exactly 2 bytes
+            const float d = zz_fp16(type == GGML_TYPE_Q6_K ? &((const block_q6_K *) blk[c])->d : &((const block_q8_0 *) blk[c])->d);
+            for (int t = 0; t < nt; ++t) {
+                xd[t][c] = x[t*ldx + j]*d;
+            }
+        }
+        if (nc & 1) {
+            blk[nc] = blk[nc - 1];
+            for (int t = 0; t < nt; ++t) {
+                xd[t][nc] = 0.0f;
+            }
+        }
+
+        // coefficient = round(xd*sc/S) with |sc| <= 128 (1 for Q4_0/Q8_0), S = amax*scmax/32767;
+        // cw[t][p][s] packs the s16 coefficients of columns 2p, 2p+1 as one madd pair
+        const float scmax = type == GGML_TYPE_Q6_K ? 128.0f : 1.0f;
+        float   sf[ZZ_MAX_T];
+        int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2][QK_K/16] __attribute__((aligned(32)));
+        for (int t = 0; t < nt; ++t) {
+            for (int c = 2*np; c < ZZ_CHUNK; ++c) {
+                xd[t][c] = 0.0f;
+            }
+            const float amax = zz_amax16(xd[t]);
+            const float inv  = amax > 0.0f ? 32767.0f/(amax*scmax) : 0.0f;
+            sf[t] = amax*scmax/32767.0f;
+            if (type == GGML_TYPE_Q6_K) {
+                for (int p = 0; p < np; ++p) {
+                    const block_q6_K * ba = (const block_q6_K *) blk[2*p + 0];
+                    const block_q6_K * bb = (const block_q6_K *) blk[2*p + 1];
+                    const __m256 fa = _mm256_set1_ps(xd[t][2*p + 0]*inv);
+                    const __m256 fb = _mm256_set1_ps(xd[t][2*p + 1]*inv);
+                    for (int h = 0; h < 2; ++h) {
+                        const __m256i sa = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (ba->scales + 8*h)));
+                        const __m256i sb = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (bb->scales + 8*h)));
+                        const __m256i ia = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(sa), fa));
+                        const __m256i ib = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_cvtepi32_ps(sb), fb));
+                        const __m256i pw = _mm256_or_si256(_mm256_and_si256(ia, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ib, 16));
+                        _mm256_store_si256((__m256i *) (cw[t][p] + 8*h), pw);
+                    }
+                }
+            } else {
+                int16_t cq[ZZ_CHUNK];
+                zz_round16_i16(xd[t], inv, cq);
+                for (int p = 0; p < np; ++p) {
+                    cw[t][p][0] = (int32_t) ((uint32_t) (uint16_t) cq[2*p] | ((uint32_t) (uint16_t) cq[2*p + 1] << 16));
+                }
+            }
+        }
+
+        for (int g = 0; g < bk/32; ++g) {
+            const int s0 = type == GGML_TYPE_Q6_K ? 2*g + 0 : 0; // outputs 32g + 0..15
+            const int s1 = type == GGML_TYPE_Q6_K ? 2*g + 1 : 0; // outputs 32g + 16..31
+            __m256i a32[ZZ_MAX_T][4];
+            for (int t = 0; t < nt; ++t) {
+                for (int q = 0; q < 4; ++q) {
+                    a32[t][q] = _mm256_setzero_si256();
+                }
+            }
+            for (int p = 0; p < np; ++p) {
+                const __m256i qa = zz_unpack_s8(type, blk[2*p + 0], g);
+                const __m256i qb = zz_unpack_s8(type, blk[2*p + 1], g);
+                const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
+                const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
+                const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
+                const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
+                const __m256i w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
+                const __m256i w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+                for (int t = 0; t < nt; ++t) {
+                    const __m256i e0 = _mm256_set1_epi32(cw[t][p][s0]);
+                    const __m256i e1 = _mm256_set1_epi32(cw[t][p][s1]);
+                    a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e0));
+                    a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e0));
+                    a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e1));
+                    a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e1));
+                }
+            }
+            for (int t = 0; t < nt; ++t) {
+                const __m256 sv = _mm256_set1_ps(sf[t]);
+                for (int q = 0; q < 4; ++q) {
+                    zz_flush_i32(acc[t] + 32*g + 8*q, a32[t][q], sv);
+                }
+            }
+        }
+    }
+
+    for (int t = 0; t < nt; ++t) {
+        memcpy(y + t*ldy, acc[t], bk*sizeof(float));
+    }
+}
+
+#define ZZ_MADD_KERNEL(name, type)                                                                        \
+static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                         \
+                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                          \
+    if (nt == 1) {                                                                                         \
+        zz_madd_impl(type, wrow, cols, k0, k1, x, ldx, 1, y, ldy);                                         \
+    } else {                                                                                               \
+        zz_madd_impl(type, wrow, cols, k0, k1, x, ldx, nt, y, ldy);                                        \
+    }                                                                                                      \
+}
+
+ZZ_MADD_KERNEL(zz_gemv_q4_0, GGML_TYPE_Q4_0)
+ZZ_MADD_KERNEL(zz_gemv_q8_0, GGML_TYPE_Q8_0)
+ZZ_MADD_KERNEL(zz_gemv_q6_K, GGML_TYPE_Q6_K)
+
+ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q4_K: return zz_gemv_q4_K;
+        case GGML_TYPE_Q4_0: return zz_gemv_q4_0;
+        case GGML_TYPE_Q8_0: return zz_gemv_q8_0;
+        case GGML_TYPE_Q6_K: return zz_gemv_q6_K;
+        default:             return NULL;
+    }
+}
+
+#else
+
+ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
+    GGML_UNUSED(type);
+    return NULL;
+}
+
+#endif

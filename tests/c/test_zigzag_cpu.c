@@ -1,0 +1,442 @@
+// llama-sparse: standalone test of the CPU sparse ops (ggml-sparse/ggml-sparse-cpu.c and kernels).
+// Tensors are built by hand and the forward functions are run on 1..3 real threads; results are
+// compared by norm-wise relative error with an fp64 product on the dequantized zigzag weights,
+// with the scalar reference kernels, and across thread counts. Links the stock libggml-base only
+// (quantization, type traits). Last line: "N passed, N failed".
+#include "ggml.h"
+#include "ggml-cpu-impl.h"
+#include "ggml-sparse.h"
+#include "ggml-sparse-cpu.h"
+#include "zz_test_threads.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass = 0;
+static int n_fail = 0;
+
+#define CHECK(cond, ...) do {                                       \
+    if (cond) { n_pass++; } else {                                  \
+        n_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
+        printf(__VA_ARGS__); printf("\n");                          \
+    }                                                               \
+} while (0)
+
+//
+// random numbers
+//
+
+static uint64_t rng_state = 0x853c49e6748fea9bULL;
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30))*0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27))*0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int rng_int(int lo, int hi) { // [lo, hi]
+    return lo + (int) (rng_u64() % (uint64_t) (hi - lo + 1));
+}
+
+static float rng_unif(void) {
+    return (float) ((rng_u64() >> 11)*(1.0/9007199254740992.0));
+}
+
+static float rng_normal(void) {
+    const float u1 = rng_unif() + 1e-12f;
+    const float u2 = rng_unif();
+    return sqrtf(-2.0f*logf(u1))*cosf(6.2831853f*u2);
+}
+
+//
+// helpers
+//
+
+static const enum ggml_type zz_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+
+static double rel_err(const float * y, const double * ref, int64_t n, int64_t ldy, int nt, int64_t ldr) {
+    double num = 0.0, den = 0.0;
+    for (int t = 0; t < nt; ++t) {
+        for (int64_t i = 0; i < n; ++i) {
+            const double d = (double) y[t*ldy + i] - ref[t*ldr + i];
+            num += d*d;
+            den += ref[t*ldr + i]*ref[t*ldr + i];
+        }
+    }
+    return den > 0.0 ? sqrt(num/den) : (num > 0.0 ? INFINITY : 0.0);
+}
+
+static double rel_err_f(const float * y, const float * ref, int64_t n, int nt) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n*nt; ++i) {
+        const double d = (double) y[i] - ref[i];
+        num += d*d;
+        den += (double) ref[i]*ref[i];
+    }
+    return den > 0.0 ? sqrt(num/den) : (num > 0.0 ? INFINITY : 0.0);
+}
+
+// zigzag weight: block-row r holds the n x B matrix W[rB:(r+1)B, :]^T quantized as n rows of B values
+static void * make_zigzag(enum ggml_type type, int64_t m, int64_t n, const float * wf) {
+    const int64_t bk   = ggml_blck_size(type);
+    const size_t  rsz  = ggml_row_size(type, bk)*n;
+    char  * q   = malloc(rsz*(m/bk));
+    float * tmp = malloc(sizeof(float)*bk*n);
+    for (int64_t r = 0; r < m/bk; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < bk; ++i) {
+                tmp[j*bk + i] = wf[(r*bk + i)*n + j];
+            }
+        }
+        ggml_quantize_chunk(type, tmp, q + r*rsz, 0, n, bk, NULL);
+    }
+    free(tmp);
+    return q;
+}
+
+// dequantized weight, [m/B][n][B] like the zigzag storage
+static float * dequant_zigzag(enum ggml_type type, const void * q, int64_t m, int64_t n) {
+    const int64_t bk = ggml_blck_size(type);
+    const size_t  bs = ggml_type_size(type);
+    float * out = malloc(sizeof(float)*m*n);
+    const struct ggml_type_traits * tr = ggml_get_type_traits(type);
+    for (int64_t b = 0; b < (m/bk)*n; ++b) {
+        tr->to_float((const char *) q + b*bs, out + b*bk, bk);
+    }
+    return out;
+}
+
+// emulates stock's x quantization (Q8_0 blocks of 32 for Q4_0/Q8_0, Q8_K blocks of 256 for K types)
+static void quantize_x_like_stock(enum ggml_type type, const float * x, float * xq, int64_t n) {
+    const int64_t qb = ggml_blck_size(type);
+    for (int64_t j0 = 0; j0 < n; j0 += qb) {
+        const int64_t j1 = j0 + qb < n ? j0 + qb : n;
+        float amax = 0.0f;
+        for (int64_t j = j0; j < j1; ++j) {
+            amax = fmaxf(amax, fabsf(x[j]));
+        }
+        float d = amax/127.0f;
+        if (qb == 32) {
+            d = ggml_fp16_to_fp32(ggml_fp32_to_fp16(d));
+        }
+        const float id = d > 0.0f ? 1.0f/d : 0.0f;
+        for (int64_t j = j0; j < j1; ++j) {
+            xq[j] = roundf(x[j]*id)*d;
+        }
+    }
+}
+
+static struct ggml_tensor make_tensor(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
+    struct ggml_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.type  = type;
+    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = 1; t.ne[3] = 1;
+    t.nb[0] = ggml_type_size(type);
+    t.nb[1] = nb1;
+    t.nb[2] = nb1*ne1;
+    t.nb[3] = t.nb[2];
+    t.data  = data;
+    return t;
+}
+
+static void run_op(zz_test_op_fn fn, struct ggml_tensor * dst, int nth, bool use_ref) {
+    const size_t wsize = ggml_sparse_cpu_work_size(dst, nth);
+    void * wdata = wsize ? malloc(wsize) : NULL;
+    if (wdata) {
+        memset(wdata, 0xA5, wsize); // garbage: kernels must not read what they did not write
+    }
+    struct zz_test_pool pool;
+    zz_test_pool_init(&pool, nth);
+    zz_test_pool_run(&pool, fn, dst, wdata, wsize, use_ref);
+    zz_test_pool_free(&pool);
+    free(wdata);
+}
+
+// builds the active list with the op itself (LIST mode)
+static int32_t * make_idx(const struct ggml_tensor * x, float thr, int nth) {
+    int32_t * idx = malloc(sizeof(int32_t)*(x->ne[0] + 1));
+    struct ggml_tensor dst = make_tensor(GGML_TYPE_I32, x->ne[0] + 1, 1, sizeof(int32_t)*(x->ne[0] + 1), idx);
+    dst.src[0] = (struct ggml_tensor *) x;
+    memcpy(&dst.op_params[0], &thr, sizeof(float));
+    dst.op_params[1] = GGML_SPARSE_IDX_LIST;
+    run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
+    return idx;
+}
+
+// threshold that leaves about a fraction `keep` of the columns active (any token)
+static float threshold_for(const float * x, int64_t n, int nt, int64_t ldx, double sparsity) {
+    if (sparsity <= 0.0) {
+        return 0.0f;
+    }
+    if (sparsity >= 1.0) {
+        return INFINITY;
+    }
+    float * colmax = malloc(sizeof(float)*n);
+    for (int64_t j = 0; j < n; ++j) {
+        colmax[j] = 0.0f;
+        for (int t = 0; t < nt; ++t) {
+            colmax[j] = fmaxf(colmax[j], fabsf(x[t*ldx + j]));
+        }
+    }
+    // nth element by sorting (test sizes are small)
+    for (int64_t i = 1; i < n; ++i) {
+        const float v = colmax[i];
+        int64_t k = i;
+        while (k > 0 && colmax[k - 1] > v) {
+            colmax[k] = colmax[k - 1];
+            k--;
+        }
+        colmax[k] = v;
+    }
+    int64_t pos = (int64_t) (sparsity*n);
+    if (pos >= n) {
+        pos = n - 1;
+    }
+    const float thr = colmax[pos] > 0.0f ? colmax[pos] : 1e-30f;
+    free(colmax);
+    return thr;
+}
+
+//
+// tests
+//
+
+static void test_dequant_block(void) {
+    for (size_t ti = 0; ti < sizeof(zz_types)/sizeof(zz_types[0]); ++ti) {
+        const enum ggml_type type = zz_types[ti];
+        const int64_t bk = ggml_blck_size(type);
+        const int64_t nb = 64;
+        float * src = malloc(sizeof(float)*bk*nb);
+        for (int64_t i = 0; i < bk*nb; ++i) {
+            src[i] = rng_normal()*(i % 7 == 0 ? 4.0f : 1.0f);
+        }
+        char  * q = malloc(ggml_row_size(type, bk*nb));
+        ggml_quantize_chunk(type, src, q, 0, 1, bk*nb, NULL);
+        float * a = malloc(sizeof(float)*bk*nb);
+        float * b = malloc(sizeof(float)*bk*nb);
+        ggml_get_type_traits(type)->to_float(q, a, bk*nb);
+        for (int64_t k = 0; k < nb; ++k) {
+            ggml_sparse_zz_dequant_block(type, q + k*ggml_type_size(type), b + k*bk);
+        }
+        CHECK(memcmp(a, b, sizeof(float)*bk*nb) == 0, "dequant_block %s differs from ggml to_float", ggml_type_name(type));
+        free(src); free(q); free(a); free(b);
+    }
+}
+
+static void test_idx(void) {
+    for (int it = 0; it < 60; ++it) {
+        const int64_t n   = it % 3 == 0 ? rng_int(16384, 40000) : rng_int(1, 3000);
+        const int     nt  = rng_int(1, GGML_SPARSE_MAX_BATCH);
+        const int64_t ldx = n + rng_int(0, 3)*rng_int(0, 17);
+        const int     nth = rng_int(1, 3);
+        float * x = malloc(sizeof(float)*ldx*nt);
+        for (int64_t i = 0; i < ldx*nt; ++i) {
+            x[i] = rng_int(0, 9) == 0 ? 0.0f : rng_normal();
+        }
+        const double sp = (double[]) { 0.0, 0.01, 0.5, 0.99, 1.0, 0.3 }[it % 6];
+        const float thr = threshold_for(x, n, nt, ldx, sp);
+        struct ggml_tensor xt = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
+
+        // LIST
+        int32_t * idx = make_idx(&xt, thr, nth);
+        int64_t cnt = 0;
+        bool ok = true;
+        for (int64_t j = 0; j < n; ++j) {
+            bool on = thr <= 0.0f;
+            for (int t = 0; t < nt; ++t) {
+                on = on || fabsf(x[t*ldx + j]) >= thr;
+            }
+            if (on) {
+                ok = ok && cnt < idx[n] && idx[cnt] == j;
+                cnt++;
+            }
+        }
+        CHECK(ok && cnt == idx[n], "idx LIST n=%lld nt=%d nth=%d thr=%g: count %d expected %lld",
+              (long long) n, nt, nth, thr, idx[n], (long long) cnt);
+        if (sp == 0.0) {
+            CHECK(idx[n] == n, "idx threshold 0 must list every column");
+        }
+        if (sp == 1.0) {
+            CHECK(idx[n] == 0, "idx huge threshold must list no column");
+        }
+
+        // MASK
+        float * y = malloc(sizeof(float)*n*nt);
+        struct ggml_tensor dst = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*n, y);
+        dst.src[0] = &xt;
+        memcpy(&dst.op_params[0], &thr, sizeof(float));
+        dst.op_params[1] = GGML_SPARSE_IDX_MASK;
+        run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
+        ok = true;
+        for (int t = 0; t < nt; ++t) {
+            for (int64_t j = 0; j < n; ++j) {
+                const float v = x[t*ldx + j];
+                ok = ok && y[t*n + j] == (fabsf(v) < thr ? 0.0f : v);
+            }
+        }
+        CHECK(ok, "idx MASK n=%lld nt=%d nth=%d", (long long) n, nt, nth);
+
+        free(idx); free(y); free(x);
+    }
+}
+
+struct err_stats {
+    double fast_max, fast_sum, stock_sum;
+    int    count;
+};
+
+static struct err_stats err_by_type[4];
+
+static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, double sp, int ti) {
+    const int64_t bk  = ggml_blck_size(type);
+    const int64_t ldx = n + (rng_int(0, 1) ? 0 : rng_int(1, 9));
+
+    float * wf = malloc(sizeof(float)*m*n);
+    for (int64_t i = 0; i < m*n; ++i) {
+        wf[i] = rng_normal()*0.02f;
+    }
+    void  * wq = make_zigzag(type, m, n, wf);
+    float * wd = dequant_zigzag(type, wq, m, n);
+
+    float * x = malloc(sizeof(float)*ldx*nt);
+    for (int64_t i = 0; i < ldx*nt; ++i) {
+        // heavy-tailed like hidden states, plus exact zeros
+        const float g = rng_normal();
+        x[i] = rng_int(0, 19) == 0 ? 0.0f : g*(rng_int(0, 15) == 0 ? 6.0f : 1.0f);
+    }
+
+    struct ggml_tensor wt = make_tensor(type, bk*n, m/bk, ggml_type_size(type)*n, wq);
+    struct ggml_tensor xt = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
+
+    const bool sparse = nt <= GGML_SPARSE_MAX_BATCH && sp >= 0.0;
+    int32_t * idx = NULL;
+    struct ggml_tensor it;
+    if (sparse) {
+        idx = make_idx(&xt, threshold_for(x, n, nt, ldx, sp), rng_int(1, 3));
+        it  = make_tensor(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), idx);
+    }
+    const int64_t count = sparse ? idx[n] : n;
+
+    // fp64 reference over the listed columns, and the same with x quantized like stock does
+    double * ref   = calloc(m*nt, sizeof(double));
+    double * refsq = calloc(m*nt, sizeof(double));
+    float  * xq    = malloc(sizeof(float)*n);
+    for (int t = 0; t < nt; ++t) {
+        quantize_x_like_stock(type, x + t*ldx, xq, n);
+        for (int64_t k = 0; k < count; ++k) {
+            const int64_t j = sparse ? idx[k] : k;
+            const double xv = x[t*ldx + j];
+            const double xs = xq[j];
+            for (int64_t r = 0; r < m/bk; ++r) {
+                const float * wb = wd + (r*n + j)*bk;
+                for (int64_t i = 0; i < bk; ++i) {
+                    ref  [t*m + r*bk + i] += xv*wb[i];
+                    refsq[t*m + r*bk + i] += xs*wb[i];
+                }
+            }
+        }
+    }
+
+    float * y[4];
+    const int nths[4] = { 1, 2, 3, 2 };
+    for (int v = 0; v < 4; ++v) {
+        y[v] = malloc(sizeof(float)*m*nt);
+        memset(y[v], 0xFF, sizeof(float)*m*nt); // NaN: every output must be written
+        struct ggml_tensor dst = make_tensor(GGML_TYPE_F32, m, nt, sizeof(float)*m, y[v]);
+        dst.src[0] = &wt;
+        dst.src[1] = &xt;
+        dst.src[2] = sparse ? &it : NULL;
+        run_op(ggml_sparse_cpu_forward_mul_mat_zz, &dst, nths[v], v == 3); // v = 3: scalar reference
+    }
+
+    char desc[160];
+    snprintf(desc, sizeof(desc), "%s m=%lld n=%lld nt=%d sparsity=%.2f active=%lld ldx=%lld",
+             ggml_type_name(type), (long long) m, (long long) n, nt, sparse ? sp : 0.0, (long long) count, (long long) ldx);
+
+    if (count == 0) {
+        bool zero = true;
+        for (int v = 0; v < 4; ++v) {
+            for (int64_t i = 0; i < m*nt; ++i) {
+                zero = zero && y[v][i] == 0.0f;
+            }
+        }
+        CHECK(zero, "%s: all columns inactive, output must be exactly 0", desc);
+    } else {
+        const double e_ref   = rel_err(y[3], ref, m, m, nt, m);
+        const double e_fast  = rel_err(y[0], ref, m, m, nt, m);
+        // error stock's own x quantization makes on the same weights
+        double num = 0.0, den = 0.0;
+        for (int64_t i = 0; i < m*nt; ++i) {
+            num += (refsq[i] - ref[i])*(refsq[i] - ref[i]);
+            den += ref[i]*ref[i];
+        }
+        const double e_sq = den > 0.0 ? sqrt(num/den) : 0.0;
+
+        CHECK(e_ref < 1e-5, "%s: reference kernel rel err %.3g", desc, e_ref);
+        // fast kernels quantize the coefficients like stock quantizes x: allow a bit more than stock's error
+        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH ? 1e-5 : fmax(2.0*e_sq, 1e-3);
+        CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
+        for (int v = 1; v < 3; ++v) {
+            const double e_thr = rel_err_f(y[v], y[0], m, nt);
+            CHECK(e_thr < 1e-5, "%s: nth=%d differs from nth=1 by %.3g", desc, nths[v], e_thr);
+        }
+        if (nt <= GGML_SPARSE_MAX_BATCH) {
+            struct err_stats * es = &err_by_type[ti];
+            es->fast_max  = fmax(es->fast_max, e_fast/(e_sq > 0.0 ? e_sq : 1.0));
+            es->fast_sum += e_fast;
+            es->stock_sum += e_sq;
+            es->count++;
+        }
+    }
+
+    for (int v = 0; v < 4; ++v) {
+        free(y[v]);
+    }
+    free(ref); free(refsq); free(xq); free(idx); free(x); free(wd); free(wq); free(wf);
+}
+
+static void test_mul_mat(bool quick) {
+    const double sps[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
+    for (size_t ti = 0; ti < sizeof(zz_types)/sizeof(zz_types[0]); ++ti) {
+        const enum ggml_type type = zz_types[ti];
+        const int64_t bk = ggml_blck_size(type);
+        const int n_iter = quick ? 6 : 14;
+        for (int it = 0; it < n_iter; ++it) {
+            int64_t m;
+            if (bk == 32) {
+                const int64_t ms[] = { 192, 576, 1536, 32, 96 };
+                m = ms[it % 5];
+            } else {
+                const int64_t ms[] = { 256, 512, 768, 1024, 2048, 4096, 1280 };
+                m = ms[it % 7];
+            }
+            const int64_t n  = it == 0 ? rng_int(1, 40) : rng_int(64, m >= 2048 ? 1200 : 3000);
+            const bool gemm  = it % 4 == 3;
+            const int  nt    = gemm ? rng_int(GGML_SPARSE_MAX_BATCH + 1, 64) : (it % 4 == 0 ? 1 : rng_int(1, GGML_SPARSE_MAX_BATCH));
+            const double sp  = gemm ? -1.0 : (it % 6 == 5 ? -1.0 : sps[it % 5]); // -1: dense, no index
+            test_mul_mat_one(type, m, n, nt, sp, (int) ti);
+        }
+    }
+}
+
+int main(int argc, char ** argv) {
+    const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+
+    test_dequant_block();
+    test_idx();
+    test_mul_mat(quick);
+
+    for (size_t ti = 0; ti < 4; ++ti) {
+        const struct err_stats * es = &err_by_type[ti];
+        if (es->count) {
+            printf("%-5s fast kernel mean rel err %.3g (stock-like x quantization %.3g), worst ratio %.2f\n",
+                   ggml_type_name(zz_types[ti]), es->fast_sum/es->count, es->stock_sum/es->count, es->fast_max);
+        }
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail == 0 ? 0 : 1;
+}

@@ -1,0 +1,136 @@
+// llama-sparse: test/bench-only stand-in for ggml-cpu's threadpool, to run the sparse CPU ops on nth
+// real threads without a ggml graph. The op sources are compiled with -Dggml_barrier=zz_test_barrier,
+// so the stock libggml-cpu (whose ggml_barrier only works inside its own threadpool) is left alone.
+#pragma once
+
+#include "ggml-cpu-impl.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define ZZ_TEST_MAX_THREADS 16
+
+typedef void (*zz_test_op_fn)(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+
+// stands in for struct ggml_threadpool: a sense-free spinning barrier plus a persistent worker set
+struct zz_test_pool {
+    int          nth;
+    atomic_int   n_barrier;
+    atomic_int   n_passed;
+
+    // persistent workers (bench): a new generation starts a job, workers report done through n_done
+    pthread_t     workers[ZZ_TEST_MAX_THREADS];
+    atomic_int    generation;
+    atomic_int    n_done;
+    atomic_bool   stop;
+    zz_test_op_fn fn;
+    struct ggml_tensor * dst;
+    void        * wdata;
+    size_t        wsize;
+    bool          use_ref;
+};
+
+void zz_test_barrier(struct ggml_threadpool * tp) {
+    struct zz_test_pool * pool = (struct zz_test_pool *) tp;
+    if (pool->nth == 1) {
+        return;
+    }
+    const int passed = atomic_load(&pool->n_passed);
+    if (atomic_fetch_add(&pool->n_barrier, 1) == pool->nth - 1) {
+        atomic_store(&pool->n_barrier, 0);
+        atomic_fetch_add(&pool->n_passed, 1);
+        return;
+    }
+    int spins = 0;
+    while (atomic_load(&pool->n_passed) == passed) {
+        // yield now and then: tests run more threads than cores
+        if (++spins > 1000) {
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
+
+static void zz_test_run_one(struct zz_test_pool * pool, int ith) {
+    struct ggml_compute_params params = {
+        /*.ith        =*/ ith,
+        /*.nth        =*/ pool->nth,
+        /*.wsize      =*/ pool->wsize,
+        /*.wdata      =*/ pool->wdata,
+        /*.threadpool =*/ (struct ggml_threadpool *) pool,
+        /*.use_ref    =*/ pool->use_ref,
+    };
+    pool->fn(&params, pool->dst);
+}
+
+struct zz_test_worker_arg {
+    struct zz_test_pool * pool;
+    int ith;
+};
+
+static void * zz_test_worker(void * arg) {
+    struct zz_test_worker_arg * wa = arg;
+    struct zz_test_pool * pool = wa->pool;
+    int seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop)) {
+            if (++spins > 20000) {
+                sched_yield();
+                spins = 0;
+            }
+        }
+        if (atomic_load(&pool->stop)) {
+            break;
+        }
+        seen = atomic_load(&pool->generation);
+        zz_test_run_one(pool, wa->ith);
+        atomic_fetch_add(&pool->n_done, 1);
+    }
+    return NULL;
+}
+
+static struct zz_test_worker_arg zz_test_worker_args[ZZ_TEST_MAX_THREADS];
+
+static void zz_test_pool_init(struct zz_test_pool * pool, int nth) {
+    pool->nth = nth;
+    atomic_init(&pool->n_barrier, 0);
+    atomic_init(&pool->n_passed, 0);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->n_done, 0);
+    atomic_init(&pool->stop, false);
+    for (int i = 1; i < nth; ++i) {
+        zz_test_worker_args[i].pool = pool;
+        zz_test_worker_args[i].ith  = i;
+        pthread_create(&pool->workers[i], NULL, zz_test_worker, &zz_test_worker_args[i]);
+    }
+}
+
+static void zz_test_pool_free(struct zz_test_pool * pool) {
+    atomic_store(&pool->stop, true);
+    for (int i = 1; i < pool->nth; ++i) {
+        pthread_join(pool->workers[i], NULL);
+    }
+}
+
+// runs fn on every thread of the pool (the caller is thread 0) and waits for all of them
+static void zz_test_pool_run(struct zz_test_pool * pool, zz_test_op_fn fn, struct ggml_tensor * dst,
+                             void * wdata, size_t wsize, bool use_ref) {
+    pool->fn      = fn;
+    pool->dst     = dst;
+    pool->wdata   = wdata;
+    pool->wsize   = wsize;
+    pool->use_ref = use_ref;
+    atomic_store(&pool->n_done, 0);
+    atomic_fetch_add(&pool->generation, 1);
+    zz_test_run_one(pool, 0);
+    int spins = 0;
+    while (atomic_load(&pool->n_done) != pool->nth - 1) {
+        if (++spins > 1000) {
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
