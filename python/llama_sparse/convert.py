@@ -296,6 +296,13 @@ def _check_output(out: Path, src: Path) -> None:
         raise ConvertError(f"output directory {parent} does not exist; create it or pass another -o path")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConvertError(f"output directory {parent} is not writable; pass a -o path in a directory you can write")
+    # access() says yes to root everywhere; a real create answers for read-only mounts and /proc too
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".probe")
+    except OSError as exc:
+        raise ConvertError(f"output directory {parent} is not writable ({exc.strerror}); pass a -o path in a directory you can write") from exc
+    os.close(fd)
+    os.unlink(probe)
     if out.exists() and not os.access(out, os.W_OK):
         raise ConvertError(f"output file {out} exists and is not writable; remove it or pass another -o path")
 
@@ -372,7 +379,7 @@ def _convert_gguf(
             f"that can zigzag; this architecture is not supported by llama-sparse"
         )
     quantized_src = sorted({p.src_type.name for p in plans if p.action == "zigzag" and p.src_type not in FLOAT_TYPES})
-    if quantized_src:
+    if quantized_src and progress:
         log(f"note: {src.name} holds {'/'.join(quantized_src)} weights; re-quantizing them adds error, convert from the original weights when you can")
 
     total_bytes = sum(p.nbytes for p in plans)
