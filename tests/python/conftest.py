@@ -36,9 +36,23 @@ def _bundled_lib_exists() -> bool:
     return any((Path(p) / "lib").is_dir() for p in spec.submodule_search_locations)
 
 
-# a source checkout has no bundled libraries: fall back to the stock build (same ggml_quantize_chunk)
-if "LLAMA_SPARSE_LIB_DIR" not in os.environ and not _bundled_lib_exists() and STOCK_LIB_DIR.is_dir():
-    os.environ["LLAMA_SPARSE_LIB_DIR"] = str(STOCK_LIB_DIR)
+def _checkout_lib_dir() -> Path | None:
+    """The fork's libraries from a local wheel build (build/<tag>/bin), else the stock build.
+
+    The stock libggml-base has the same ggml_quantize_chunk, enough for the converter tests; tests
+    of the fork's runtime need the fork's build and say so when they load.
+    """
+    for candidate in sorted(REPO_PYTHON_DIR.parent.glob("build/*/bin")):
+        if (candidate / "libggml-base.so").exists() and (candidate / "libllama.so").exists():
+            return candidate
+    return STOCK_LIB_DIR if (STOCK_LIB_DIR / "libggml-base.so").exists() else None
+
+
+# a source checkout has no bundled libraries: point the package at a local build
+if "LLAMA_SPARSE_LIB_DIR" not in os.environ and not _bundled_lib_exists():
+    _found = _checkout_lib_dir()
+    if _found is not None:
+        os.environ["LLAMA_SPARSE_LIB_DIR"] = str(_found)
 
 
 def _from_installed_distribution() -> Path | None:
