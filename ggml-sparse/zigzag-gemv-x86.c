@@ -93,22 +93,46 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
 }
 
 // chunks whose coefficients are prepared together: every preparation step is a loop of independent
-// iterations, so out-of-order execution hides its latency chain (fp16 -> amax -> rounding -> table)
+// iterations, so out-of-order execution overlaps their latency chains (fp16 -> amax -> rounding -> table)
 #define ZZ_GROUP 4
 
+#ifndef ZZ_PF_DIST
+#define ZZ_PF_DIST (2*ZZ_GROUP*ZZ_CHUNK)
+#endif
+
+// y[e] += s*even words of v, y[8 + e] += s*odd words: no lane crossing; zz_q4_K_out undoes the order
+ZZ_INLINE void zz_flush_i16_eo(float * yv, __m256i v, __m256 s) {
+    const __m256 fe = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16));
+    const __m256 fo = _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 16));
+    _mm256_store_ps(yv + 0, _mm256_fmadd_ps(s, fe, _mm256_load_ps(yv + 0)));
+    _mm256_store_ps(yv + 8, _mm256_fmadd_ps(s, fo, _mm256_load_ps(yv + 8)));
+}
+
+// output (within a 64-output group) of accumulator slot i = 32h + 16q + 8odd + 4L + e, which holds
+// word 2e + odd of lane L of int16 sum 2h + q, i.e. output 32h + 16L + 8q + 2e + odd
+static const uint8_t zz_q4_K_slot_out[64] = {
+     0,  2,  4,  6, 16, 18, 20, 22,  1,  3,  5,  7, 17, 19, 21, 23,
+     8, 10, 12, 14, 24, 26, 28, 30,  9, 11, 13, 15, 25, 27, 29, 31,
+    32, 34, 36, 38, 48, 50, 52, 54, 33, 35, 37, 39, 49, 51, 53, 55,
+    40, 42, 44, 46, 56, 58, 60, 62, 41, 43, 45, 47, 57, 59, 61, 63,
+};
+
 ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t k0, int64_t k1,
-                            const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
+                            const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy) {
     enum { NG = ZZ_GROUP*ZZ_CHUNK }; // columns per group
 
     float  acc[ZZ_MAX_T][QK_K] __attribute__((aligned(32)));
     __m256 vmin[ZZ_MAX_T]; // sum_j x_j*dmin_j*m_j[s], subtracted at the end
 
     for (int t = 0; t < nt; ++t) {
-        memset(acc[t], 0, sizeof(acc[t]));
+        for (int i = 0; i < QK_K; i += 8) {
+            _mm256_store_ps(acc[t] + i, _mm256_setzero_ps());
+        }
         vmin[t] = _mm256_setzero_ps();
     }
 
     const __m256i m4       = _mm256_set1_epi8(0x0F);
+    const __m256i lane_id  = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     // fp16 (d, dmin) dwords -> d halves in qword 0, dmin halves in qword 1 of each lane
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -116,105 +140,124 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
     const __m256i pair_idx = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
                                               0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 
-    const block_q4_K * blk[NG];
-    uint32_t dmw[NG]                       __attribute__((aligned(32)));
-    float    xv[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
-    float    xd[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
-    float    xm[ZZ_MAX_T][NG]              __attribute__((aligned(32)));
-    int32_t  fq[ZZ_MAX_T][NG/2]            __attribute__((aligned(32))); // s16 pairs (col 2p, col 2p+1)
-    int32_t  mq[ZZ_MAX_T][NG/2]            __attribute__((aligned(32)));
-    int32_t  coef[ZZ_MAX_T][NG/2][8]       __attribute__((aligned(32))); // maddubs pair per sub-block, twice
-    float    sf[ZZ_MAX_T][ZZ_GROUP];
+    float    xd[ZZ_MAX_T][NG]           __attribute__((aligned(32)));
+    float    xm[ZZ_MAX_T][NG]           __attribute__((aligned(32)));
+    int32_t  fq[ZZ_MAX_T][NG/2]         __attribute__((aligned(32))); // s16 pairs (col 2p, col 2p+1)
+    int32_t  mq[ZZ_MAX_T][NG/2]         __attribute__((aligned(32)));
+    int32_t  coef[ZZ_MAX_T][NG/2][8]    __attribute__((aligned(32))); // maddubs pair per sub-block, twice
+    float    sf[ZZ_MAX_T][ZZ_GROUP][8]  __attribute__((aligned(32))); // flush scale per sub-block
+    float    sa[ZZ_MAX_T][ZZ_GROUP];
     float    sm[ZZ_MAX_T][ZZ_GROUP];
 
     for (int64_t kg = k0; kg < k1; kg += NG) {
         const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
         const int nch  = (ncol + ZZ_CHUNK - 1)/ZZ_CHUNK;
+        const int32_t * gcols = dense ? NULL : cols + kg;
 
-        if (cols != NULL) {
-            // scattered blocks: fetch the next group while this one is computed
-            const int64_t ke = kg + 2*NG < k1 ? kg + 2*NG : k1;
-            for (int64_t k = kg + NG; k < ke; ++k) {
-                const char * p = (const char *) (w + cols[k]);
-                _mm_prefetch(p,       _MM_HINT_T0);
-                _mm_prefetch(p +  64, _MM_HINT_T0);
-                _mm_prefetch(p + 128, _MM_HINT_T0);
+        // block of column c of the group; an odd tail pairs the last column with itself (at x = 0)
+        #define ZZ_BLK(c) (dense ? w + kg + ((c) < ncol ? (c) : ncol - 1) : blk[c])
+
+        // sparse: block pointers once per group (padding repeats the last column)
+        const block_q4_K * blk[NG];
+        if (!dense) {
+            for (int c = 0; c < nch*ZZ_CHUNK; ++c) {
+                blk[c] = w + gcols[c < ncol ? c : ncol - 1];
             }
         }
 
-        // blocks, their fp16 (d, dmin) and x; padding columns repeat the last block at x = 0
-        for (int c = 0; c < ncol; ++c) {
-            const int64_t j = cols ? cols[kg + c] : kg + c;
-            blk[c] = w + j;
-            memcpy(&dmw[c], &blk[c]->d, sizeof(uint32_t));
-            for (int t = 0; t < nt; ++t) {
-                xv[t][c] = x[t*ldx + j];
-            }
-        }
-        for (int c = ncol; c < nch*ZZ_CHUNK; ++c) {
-            blk[c] = blk[ncol - 1];
-            dmw[c] = 0;
-            for (int t = 0; t < nt; ++t) {
-                xv[t][c] = 0.0f;
-            }
-        }
-
-        // xd = x*d, xm = x*dmin
+        // xd = x*d, xm = x*dmin, 8 columns at a time by gathers; columns past ncol get 0
         for (int c = 0; c < nch*ZZ_CHUNK; c += 8) {
-            const __m256i v  = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_load_si256((const __m256i *) (dmw + c)), dm_idx), 0xD8);
-            const __m256  d  = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
-            const __m256  dn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+            const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncol - c), lane_id);
+            const __m256i vc    = dense ? _mm256_add_epi32(_mm256_set1_epi32((int32_t) (kg + c)), lane_id)
+                                        : _mm256_maskload_epi32(gcols + c, valid);
+            // block stride 144 bytes = 36 dwords
+            const __m256i voff  = _mm256_add_epi32(_mm256_slli_epi32(vc, 5), _mm256_slli_epi32(vc, 2));
+            const __m256i dm    = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *) w, voff, valid, 4);
+            const __m256i v     = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dm_idx), 0xD8);
+            const __m256  d     = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+            const __m256  dn    = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
             for (int t = 0; t < nt; ++t) {
-                const __m256 xx = _mm256_load_ps(xv[t] + c);
+                const __m256 xx = dense ? _mm256_maskload_ps(x + t*ldx + kg + c, valid)
+                                        : _mm256_mask_i32gather_ps(_mm256_setzero_ps(), x + t*ldx, vc, _mm256_castsi256_ps(valid), 4);
                 _mm256_store_ps(xd[t] + c, _mm256_mul_ps(xx, d));
                 _mm256_store_ps(xm[t] + c, _mm256_mul_ps(xx, dn));
             }
         }
 
-        // per chunk and token: coefficient of (column, sub-block) = round(sc * xd/S), S = amax/2, so
-        // |c| <= 126 as sc <= 63: fq = xd/S * 2^14 and mulhrs gives round(2*sc * fq / 2^15).
-        // The mins use s16 xm with their own scale.
+        // coefficients per chunk, token and sub-block s: c = round(xd*sc / S_s) with S_s from the largest
+        // |xd*sc| of the chunk, so every sub-block uses the full s8 range whatever its 6-bit scales:
+        //   xq = round(xd * 32767/amax) (s16), pw = round(xq*sc/64) (s16, mulhrs), c = round(pw * R_s / 2^15)
+        // with R_s = floor(127 * 2^15 / max |pw|). The mins use s16 xm with their own scale.
         for (int ch = 0; ch < nch; ++ch) {
             for (int t = 0; t < nt; ++t) {
                 const float amax = zz_amax16(xd[t] + ch*ZZ_CHUNK);
                 const float mmax = zz_amax16(xm[t] + ch*ZZ_CHUNK);
-                sf[t][ch] = 0.5f*amax;
+                sa[t][ch] = amax;
                 sm[t][ch] = mmax/32767.0f;
-                zz_round16_i16(xd[t] + ch*ZZ_CHUNK, amax > 0.0f ? 32768.0f/amax : 0.0f, (int16_t *) (fq[t] + ch*ZZ_CHUNK/2));
+                zz_round16_i16(xd[t] + ch*ZZ_CHUNK, amax > 0.0f ? 32767.0f/amax : 0.0f, (int16_t *) (fq[t] + ch*ZZ_CHUNK/2));
                 zz_round16_i16(xm[t] + ch*ZZ_CHUNK, mmax > 0.0f ? 32767.0f/mmax : 0.0f, (int16_t *) (mq[t] + ch*ZZ_CHUNK/2));
             }
         }
 
-        // coefficient table and the min term, pair by pair
         for (int ch = 0; ch < nch; ++ch) {
             __m256i macc[ZZ_MAX_T];
+            __m256i pmax[ZZ_MAX_T];
             for (int t = 0; t < nt; ++t) {
                 macc[t] = _mm256_setzero_si256();
+                pmax[t] = _mm256_setzero_si256();
             }
             const int p0 = ch*ZZ_CHUNK/2;
-            const int p1 = p0 + (ncol - ch*ZZ_CHUNK < ZZ_CHUNK ? (ncol - ch*ZZ_CHUNK + 1)/2 : ZZ_CHUNK/2);
+            const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int p = p0; p < p1; ++p) {
-                const __m256i smv = zz_q4_K_scales_mins_x2(blk[2*p], blk[2*p + 1]);
+                // blocks ZZ_PF_DIST columns ahead are fetched here, spread over the pair loop: the
+                // hardware prefetchers do not keep up with scattered (sparse) or gather-led (dense) access
+                if (dense) {
+                    const char * pa = (const char *) (w + kg + ZZ_PF_DIST + 2*p);
+                    _mm_prefetch(pa,       _MM_HINT_T0);
+                    _mm_prefetch(pa +  64, _MM_HINT_T0);
+                    _mm_prefetch(pa + 128, _MM_HINT_T0);
+                    _mm_prefetch(pa + 192, _MM_HINT_T0);
+                    _mm_prefetch(pa + 256, _MM_HINT_T0);
+                } else if (kg + ZZ_PF_DIST + 2*p + 1 < k1) {
+                    const char * pa = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 0]);
+                    const char * pb = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 1]);
+                    _mm_prefetch(pa, _MM_HINT_T0); _mm_prefetch(pa + 64, _MM_HINT_T0); _mm_prefetch(pa + 128, _MM_HINT_T0);
+                    _mm_prefetch(pb, _MM_HINT_T0); _mm_prefetch(pb + 64, _MM_HINT_T0); _mm_prefetch(pb + 128, _MM_HINT_T0);
+                }
+                const __m256i smv = zz_q4_K_scales_mins_x2(ZZ_BLK(2*p), ZZ_BLK(2*p + 1));
+                // words (a_s, b_s): lane 0 holds s = 0..3, lane 1 s = 4..7
                 const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
-                const __m256i scw = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr));
-                const __m256i sc2 = _mm256_add_epi16(scw, scw);
+                const __m256i sc9 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr)), 9);
                 const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
                 for (int t = 0; t < nt; ++t) {
-                    const __m256i cw = _mm256_mulhrs_epi16(sc2, _mm256_set1_epi32(fq[t][p]));
-                    const __m256i cb = _mm256_packs_epi16(cw, cw);
-                    _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cb, cb));
+                    const __m256i pw = _mm256_mulhrs_epi16(sc9, _mm256_set1_epi32(fq[t][p]));
+                    _mm256_store_si256((__m256i *) coef[t][p], pw);
+                    pmax[t] = _mm256_max_epi16(pmax[t], _mm256_abs_epi16(pw));
                     macc[t] = _mm256_add_epi32(macc[t], _mm256_madd_epi16(mw, _mm256_set1_epi32(mq[t][p])));
                 }
             }
             for (int t = 0; t < nt; ++t) {
                 vmin[t] = _mm256_fmadd_ps(_mm256_set1_ps(sm[t][ch]), _mm256_cvtepi32_ps(macc[t]), vmin[t]);
+
+                // per sub-block max of the pair words, R_s, and the flush scale S_s = 2^15*64*amax/(R_s*32767)
+                const __m256i mx = _mm256_and_si256(_mm256_max_epi16(pmax[t], _mm256_srli_epi32(pmax[t], 16)), _mm256_set1_epi32(0xFFFF));
+                const __m256  mf = _mm256_cvtepi32_ps(mx);
+                const __m256  rf = _mm256_floor_ps(_mm256_div_ps(_mm256_set1_ps(127.0f*32768.0f), _mm256_max_ps(mf, _mm256_set1_ps(127.0f))));
+                const __m256i ri = _mm256_cvtps_epi32(rf);
+                _mm256_store_ps(sf[t][ch], _mm256_div_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t][ch]/32767.0f), rf));
+                const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
+                for (int p = p0; p < p1; ++p) {
+                    const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
+                    const __m256i cb = _mm256_packs_epi16(cw, cw);
+                    _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cb, cb));
+                }
             }
         }
 
         // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
         for (int ch = 0; ch < nch; ++ch) {
             const int p0 = ch*ZZ_CHUNK/2;
-            const int p1 = p0 + (ncol - ch*ZZ_CHUNK < ZZ_CHUNK ? (ncol - ch*ZZ_CHUNK + 1)/2 : ZZ_CHUNK/2);
+            const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
                 __m256i a16[ZZ_MAX_T][4];
                 for (int t = 0; t < nt; ++t) {
@@ -223,8 +266,8 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                     }
                 }
                 for (int p = p0; p < p1; ++p) {
-                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (blk[2*p + 0]->qs + 32*sp));
-                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (blk[2*p + 1]->qs + 32*sp));
+                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (ZZ_BLK(2*p + 0)->qs + 32*sp));
+                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (ZZ_BLK(2*p + 1)->qs + 32*sp));
                     // byte pairs (a_l, b_l): u0 holds l = 0..7 | 16..23, u1 holds l = 8..15 | 24..31
                     const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
                     const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
@@ -234,44 +277,49 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                     const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
                     for (int t = 0; t < nt; ++t) {
                         const __m256i cl = _mm256_set1_epi32(coef[t][p][2*sp + 0]);
-                        const __m256i chi = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
+                        const __m256i cu = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
                         a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
                         a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
-                        a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, chi));
-                        a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, chi));
+                        a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, cu));
+                        a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, cu));
                     }
                 }
                 for (int t = 0; t < nt; ++t) {
-                    const __m256 sv = _mm256_set1_ps(sf[t][ch]);
+                    const __m256 sl = _mm256_set1_ps(sf[t][ch][2*sp + 0]);
+                    const __m256 su = _mm256_set1_ps(sf[t][ch][2*sp + 1]);
                     float * yo = acc[t] + 64*sp;
-                    zz_flush_i16(yo +  0, yo + 16, a16[t][0], sv);
-                    zz_flush_i16(yo +  8, yo + 24, a16[t][1], sv);
-                    zz_flush_i16(yo + 32, yo + 48, a16[t][2], sv);
-                    zz_flush_i16(yo + 40, yo + 56, a16[t][3], sv);
+                    zz_flush_i16_eo(yo +  0, a16[t][0], sl);
+                    zz_flush_i16_eo(yo + 16, a16[t][1], sl);
+                    zz_flush_i16_eo(yo + 32, a16[t][2], su);
+                    zz_flush_i16_eo(yo + 48, a16[t][3], su);
                 }
             }
         }
+        #undef ZZ_BLK
     }
 
     for (int t = 0; t < nt; ++t) {
         float mins[8];
         _mm256_storeu_ps(mins, vmin[t]);
-        for (int s = 0; s < QK_K/32; ++s) {
-            const __m256 ms = _mm256_set1_ps(mins[s]);
-            for (int i = 32*s; i < 32*s + 32; i += 8) {
-                _mm256_storeu_ps(y + t*ldy + i, _mm256_sub_ps(_mm256_load_ps(acc[t] + i), ms));
-            }
+        float * yt = y + t*ldy;
+        for (int i = 0; i < QK_K; ++i) {
+            const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
+            yt[o] = acc[t][i] - mins[o >> 5];
         }
     }
 }
 
 static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
                          const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
-    // a constant nt = 1 keeps the accumulators in registers
+    // constant nt = 1 keeps the accumulators in registers; dense columns need no index loads
     if (nt == 1) {
-        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
+        if (cols == NULL) {
+            zz_q4_K_impl(wrow, NULL, k0, k1, x, ldx, 1, true,  y, ldy);
+        } else {
+            zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, 1, false, y, ldy);
+        }
     } else {
-        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
+        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy);
     }
 }
 

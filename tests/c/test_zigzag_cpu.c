@@ -377,8 +377,11 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         const double e_sq = den > 0.0 ? sqrt(num/den) : 0.0;
 
         CHECK(e_ref < 1e-5, "%s: reference kernel rel err %.3g", desc, e_ref);
-        // fast kernels quantize the coefficients like stock quantizes x: allow a bit more than stock's error
-        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH ? 1e-5 : fmax(2.0*e_sq, 1e-3);
+        // fast kernels quantize the per-column coefficients to 8 (Q4_K) or 16 bits, as stock quantizes x
+        // to 8 bits: allow twice stock's error on the same columns, and at least 1% (stock's own error
+        // on dense heavy-tailed x): with few active columns (99% sparse) stock-like error is tiny, as
+        // each active x is the maximum of its quantization block
+        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH ? 1e-5 : fmax(2.0*e_sq, 1e-2);
         CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
         for (int v = 1; v < 3; ++v) {
             const double e_thr = rel_err_f(y[v], y[0], m, nt);
