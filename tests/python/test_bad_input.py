@@ -1,0 +1,106 @@
+"""Lying or damaged zigzag metadata is refused with a clear error, never a crash or garbage."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader, GGUFValueType
+
+from ggufedit import rewrite_gguf
+
+V = GGUFValueType
+
+
+@pytest.fixture(scope="module")
+def zz(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from llama_sparse.convert import convert
+    out = tmp_path_factory.mktemp("badinput") / "smollm2.zz-q8_0.gguf"
+    convert(smollm2_gguf, out, "q8_0", progress=False)
+    return out
+
+
+def _load_error(path: Path) -> str:
+    """Load in a subprocess (a native crash must fail the test, not the run) and return the log."""
+    code = ("import sys, llama_sparse\n"
+            "try:\n"
+            f"    llama_sparse.Llama({str(path)!r}, n_ctx=64, verbose=True)\n"
+            "except ValueError as e:\n"
+            "    print('REFUSED', e); sys.exit(0)\n"
+            "print('LOADED'); sys.exit(1)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    return r.stderr
+
+
+def _names(path: Path) -> list[str]:
+    return list(GGUFReader(path).get_field("llama_sparse.zigzag.tensors").contents())
+
+
+def test_wrong_block_size(zz: Path, tmp_path: Path):
+    n = len(_names(zz))
+    bad = rewrite_gguf(zz, tmp_path / "bs.gguf", {"llama_sparse.zigzag.block_sizes": ([256] * n, V.ARRAY, V.UINT32)})
+    assert "does not match block size 256" in _load_error(bad)
+
+
+def test_missing_tensor(zz: Path, tmp_path: Path):
+    names = _names(zz) + ["blk.0.attn_nonexistent.weight"]
+    sizes = list(GGUFReader(zz).get_field("llama_sparse.zigzag.block_sizes").contents()) + [32]
+    bad = rewrite_gguf(zz, tmp_path / "missing.gguf", {
+        "llama_sparse.zigzag.tensors": (names, V.ARRAY, V.STRING),
+        "llama_sparse.zigzag.block_sizes": (sizes, V.ARRAY, V.UINT32)})
+    assert "is not in the file" in _load_error(bad)
+
+
+def test_unlisted_zigzag_tensor_is_a_shape_error(zz: Path, tmp_path: Path):
+    # metadata claims nothing is zigzag: the loader sees the stored shape and refuses it
+    bad = rewrite_gguf(zz, tmp_path / "unlisted.gguf", drop=("llama_sparse.",))
+    assert "wrong shape" in _load_error(bad)
+
+
+def test_future_version(zz: Path, tmp_path: Path):
+    bad = rewrite_gguf(zz, tmp_path / "v2.gguf", {"llama_sparse.format_version": (2, V.UINT32, None)})
+    assert "format version 2 is not supported" in _load_error(bad)
+
+
+def test_thresholds_wrong_length(zz: Path, tmp_path: Path):
+    bad = rewrite_gguf(zz, tmp_path / "thr.gguf", {
+        "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.50": ([0.1] * 7, V.ARRAY, V.FLOAT32)})
+    assert "has 7 thresholds" in _load_error(bad)
+
+
+def test_negative_threshold_and_missing_level(zz: Path, tmp_path: Path):
+    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
+    bad = rewrite_gguf(zz, tmp_path / "neg.gguf", {
+        "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.50": ([-1.0] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+    assert "holds a threshold of -1" in _load_error(bad)
+    bad = rewrite_gguf(zz, tmp_path / "nolevel.gguf", {
+        "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32)})
+    assert "has 0 thresholds" in _load_error(bad)
+
+
+def test_levels_round_trip_and_unknown_level(zz: Path, tmp_path: Path):
+    import llama_sparse
+    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
+    thr = [0.01 * (1 + i % 4) for i in range(4 * n_layer)]
+    good = rewrite_gguf(zz, tmp_path / "levels.gguf", {
+        "llama_sparse.levels": (["0.50", "greedy-0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.5, 0.5], V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.50": (thr, V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.greedy-0.50": (thr, V.ARRAY, V.FLOAT32)})
+    llm = llama_sparse.Llama(good, n_ctx=64, verbose=False)
+    assert llm.sparsity_levels == ["0.50", "greedy-0.50"]
+    for spec, name in ((0.5, "0.50"), ("0.5", "0.50"), ("unified-0.50", "0.50"), ("greedy-0.5", "greedy-0.50")):
+        llm.set_sparsity(spec)
+        assert llm.sparsity == name
+    with pytest.raises(ValueError, match=r"0\.65.*not in the model; it has: 0\.50, greedy-0\.50"):
+        llm.set_sparsity(0.65)
+    assert llm.sparsity == "greedy-0.50"  # a failed switch keeps the level
+    llm.set_sparsity(None)
+    assert llm.sparsity == "dense"
