@@ -94,11 +94,19 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
 
 // chunks whose coefficients are prepared together: every preparation step is a loop of independent
 // iterations, so out-of-order execution overlaps their latency chains (fp16 -> amax -> rounding -> table)
+#ifndef ZZ_GROUP
 #define ZZ_GROUP 4
+#endif
 
 #ifndef ZZ_PF_DIST
 #define ZZ_PF_DIST (2*ZZ_GROUP*ZZ_CHUNK)
 #endif
+
+// 1/a to ~23 bits (rcp + one Newton step; a divide is much slower), a > 0
+ZZ_INLINE __m256 zz_rcp(__m256 a) {
+    const __m256 r = _mm256_rcp_ps(a);
+    return _mm256_mul_ps(r, _mm256_fnmadd_ps(a, r, _mm256_set1_ps(2.0f)));
+}
 
 // y[e] += s*even words of v, y[8 + e] += s*odd words: no lane crossing; zz_q4_K_out undoes the order
 ZZ_INLINE void zz_flush_i16_eo(float * yv, __m256i v, __m256 s) {
@@ -155,14 +163,13 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
         const int32_t * gcols = dense ? NULL : cols + kg;
 
         // block of column c of the group; an odd tail pairs the last column with itself (at x = 0)
-        #define ZZ_BLK(c) (dense ? w + kg + ((c) < ncol ? (c) : ncol - 1) : blk[c])
+        #define ZZ_BLK(c) (blk[c])
 
-        // sparse: block pointers once per group (padding repeats the last column)
+        // block pointers once per group (padding repeats the last column)
         const block_q4_K * blk[NG];
-        if (!dense) {
-            for (int c = 0; c < nch*ZZ_CHUNK; ++c) {
-                blk[c] = w + gcols[c < ncol ? c : ncol - 1];
-            }
+        for (int c = 0; c < nch*ZZ_CHUNK; ++c) {
+            const int cc = c < ncol ? c : ncol - 1;
+            blk[c] = dense ? w + kg + cc : w + gcols[cc];
         }
 
         // xd = x*d, xm = x*dmin, 8 columns at a time by gathers; columns past ncol get 0
@@ -242,9 +249,9 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 // per sub-block max of the pair words, R_s, and the flush scale S_s = 2^15*64*amax/(R_s*32767)
                 const __m256i mx = _mm256_and_si256(_mm256_max_epi16(pmax[t], _mm256_srli_epi32(pmax[t], 16)), _mm256_set1_epi32(0xFFFF));
                 const __m256  mf = _mm256_cvtepi32_ps(mx);
-                const __m256  rf = _mm256_floor_ps(_mm256_div_ps(_mm256_set1_ps(127.0f*32768.0f), _mm256_max_ps(mf, _mm256_set1_ps(127.0f))));
+                const __m256  rf = _mm256_floor_ps(_mm256_mul_ps(_mm256_set1_ps(127.0f*32768.0f), zz_rcp(_mm256_max_ps(mf, _mm256_set1_ps(127.0f)))));
                 const __m256i ri = _mm256_cvtps_epi32(rf);
-                _mm256_store_ps(sf[t][ch], _mm256_div_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t][ch]/32767.0f), rf));
+                _mm256_store_ps(sf[t][ch], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t][ch]/32767.0f), zz_rcp(rf)));
                 const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
                 for (int p = p0; p < p1; ++p) {
                     const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
@@ -255,7 +262,41 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
         }
 
         // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
-        for (int ch = 0; ch < nch; ++ch) {
+        for (int ch = 0; nt == 1 && ch < nch; ++ch) {
+            // one token: the same with the sums in named registers and pointer walks
+            const int p0 = ch*ZZ_CHUNK/2;
+            const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
+            for (int sp = 0; sp < QK_K/64; ++sp) {
+                __m256i s0 = _mm256_setzero_si256();
+                __m256i s1 = _mm256_setzero_si256();
+                __m256i s2 = _mm256_setzero_si256();
+                __m256i s3 = _mm256_setzero_si256();
+                const block_q4_K * const * bp = blk + 2*p0;
+                const int32_t            * cf = coef[0][p0] + 2*sp;
+                // full chunks unroll completely: no loop-carried register copies
+                #pragma GCC unroll 8
+                for (int p = p0; p < p1; ++p, bp += 2, cf += 8) {
+                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (bp[0]->qs + 32*sp));
+                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (bp[1]->qs + 32*sp));
+                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+                    const __m256i cl = _mm256_set1_epi32(cf[0]);
+                    const __m256i cu = _mm256_set1_epi32(cf[1]);
+                    s0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u0, m4), cl), s0);
+                    s1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u1, m4), cl), s1);
+                    s2 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m4), cu), s2);
+                    s3 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m4), cu), s3);
+                }
+                const __m256 sl = _mm256_set1_ps(sf[0][ch][2*sp + 0]);
+                const __m256 su = _mm256_set1_ps(sf[0][ch][2*sp + 1]);
+                float * yo = acc[0] + 64*sp;
+                zz_flush_i16_eo(yo +  0, s0, sl);
+                zz_flush_i16_eo(yo + 16, s1, sl);
+                zz_flush_i16_eo(yo + 32, s2, su);
+                zz_flush_i16_eo(yo + 48, s3, su);
+            }
+        }
+        for (int ch = 0; nt > 1 && ch < nch; ++ch) {
             const int p0 = ch*ZZ_CHUNK/2;
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
