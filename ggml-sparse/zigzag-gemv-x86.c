@@ -125,6 +125,31 @@ static const uint8_t zz_q4_K_slot_out[64] = {
     40, 42, 44, 46, 56, 58, 60, 62, 41, 43, 45, 47, 57, 59, 61, 63,
 };
 
+// one token, one 64-output group sp: int16 sums over np column pairs, blocks from bp (pairs of pointers)
+// or, when bp is NULL, contiguous from wb; cf walks the coefficient table (8 dwords per pair)
+ZZ_INLINE void zz_q4_K_sums_t1(const block_q4_K * const * bp, const block_q4_K * wb, int np, const int32_t * cf, int sp,
+                               __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
+    // full chunks unroll completely: no loop-carried register copies
+    #pragma GCC unroll 8
+    for (int p = 0; p < np; ++p) {
+        const block_q4_K * ba = bp ? bp[2*p + 0] : wb + 2*p;
+        const block_q4_K * bb = bp ? bp[2*p + 1] : wb + 2*p + 1;
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) (ba->qs + 32*sp));
+        const __m256i qb = _mm256_loadu_si256((const __m256i *) (bb->qs + 32*sp));
+        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+        const __m256i cl = _mm256_set1_epi32(cf[8*p + 0]);
+        const __m256i cu = _mm256_set1_epi32(cf[8*p + 1]);
+        a0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u0, m4), cl), a0);
+        a1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u1, m4), cl), a1);
+        a2 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m4), cu), a2);
+        a3 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m4), cu), a3);
+    }
+    *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
+}
+
 ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t k0, int64_t k1,
                             const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy) {
     enum { NG = ZZ_GROUP*ZZ_CHUNK }; // columns per group
@@ -263,7 +288,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
 
         // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
         for (int ch = 0; nt == 1 && ch < nch; ++ch) {
-            // one token: the same with the sums in named registers and pointer walks
+            // one token: the same with the sums in registers
             const int p0 = ch*ZZ_CHUNK/2;
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
@@ -271,21 +296,11 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 __m256i s1 = _mm256_setzero_si256();
                 __m256i s2 = _mm256_setzero_si256();
                 __m256i s3 = _mm256_setzero_si256();
-                const block_q4_K * const * bp = blk + 2*p0;
-                const int32_t            * cf = coef[0][p0] + 2*sp;
-                // full chunks unroll completely: no loop-carried register copies
-                #pragma GCC unroll 8
-                for (int p = p0; p < p1; ++p, bp += 2, cf += 8) {
-                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (bp[0]->qs + 32*sp));
-                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (bp[1]->qs + 32*sp));
-                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
-                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
-                    const __m256i cl = _mm256_set1_epi32(cf[0]);
-                    const __m256i cu = _mm256_set1_epi32(cf[1]);
-                    s0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u0, m4), cl), s0);
-                    s1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u1, m4), cl), s1);
-                    s2 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m4), cu), s2);
-                    s3 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m4), cu), s3);
+                if (dense && ncol >= (ch + 1)*ZZ_CHUNK) {
+                    // contiguous full chunk (no padding column): blocks at fixed offsets, no pointer loads
+                    zz_q4_K_sums_t1(NULL, w + kg + 2*p0, ZZ_CHUNK/2, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                } else {
+                    zz_q4_K_sums_t1(blk + 2*p0, NULL, p1 - p0, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
                 }
                 const __m256 sl = _mm256_set1_ps(sf[0][ch][2*sp + 0]);
                 const __m256 su = _mm256_set1_ps(sf[0][ch][2*sp + 1]);

@@ -139,6 +139,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import run_calibrate
+    return run_calibrate(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .convert import convert
     from .llama import Llama
@@ -191,6 +196,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("convert", help="convert a GGUF or a Hugging Face directory to a zigzag GGUF")
     add_convert_args(p)
     p.set_defaults(func=cmd_convert)
+
+    from .calibrate import add_calibrate_args
+    p = sub.add_parser("calibrate", help="calibrate TEAL sparsity thresholds of a zigzag GGUF")
+    add_calibrate_args(p)
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("generate", help="one-shot generation")
     _add_model_args(p)

@@ -1,0 +1,764 @@
+"""`llama-sparse calibrate`: TEAL threshold calibration of a zigzag GGUF (docs/calibration.md).
+
+The model runs densely on our own engine over calibration text, with an eval callback
+(src/llama-sparse-calib.cpp) that folds the input of every zigzag matmul into per-(layer, group)
+histograms of |x| and of the error mass x_j^2 ||W[:, j]||^2. Thresholds per level are read off those
+histograms: `unified` uses one sparsity everywhere, `greedy` spreads a per-layer budget over the four
+groups by the smallest error-mass increase per byte of weights skipped. The result is a new GGUF with
+every key and tensor of the input and the llama_sparse.levels / level_targets / thresholds.* keys
+(docs/format.md), written to a temp file next to the output and renamed when complete.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import os
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+GROUP_NAMES = ("qkv", "o", "gate_up", "down")
+MODES = ("unified", "greedy")
+DEFAULT_LEVELS = (0.25, 0.4, 0.5, 0.65)
+DEFAULT_N_TOKENS = 16384
+GREEDY_STEP = 0.025
+GREEDY_MAX_SPARSITY = 0.99
+
+# neutral prompts for the default calibration text: the model writes its own (chat-style) text
+DEFAULT_PROMPTS = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a bicycle works, from the pedals to the wheels.",
+    "Describe a busy market in a small town on a Saturday morning.",
+    "What are some good habits for learning a new language? Give examples.",
+    "Write a friendly letter to a neighbour inviting them to a garden party.",
+    "Summarize the water cycle for a curious ten-year-old.",
+    "Give step-by-step instructions for baking a loaf of bread at home.",
+    "Write a Python function that counts the words in a text file, and explain it.",
+)
+DEFAULT_GEN_TOKENS = 320
+
+TextSource = Union[str, "os.PathLike[str]"]
+
+
+class CalibrationError(ValueError):
+    """Calibration failed; the message names the file and the fix. No output file is left behind."""
+
+
+@dataclass
+class LevelResult:
+    name:             str    # as stored: "0.50" or "greedy-0.50"
+    mode:             str    # "unified" or "greedy"
+    target:           float
+    achieved:         float  # share of weight bytes skipped, measured on the calibration histograms
+    achieved_columns: float  # share of matmul input columns skipped (what Llama.sparse_stats() counts)
+    rel_error:        float  # share of the error mass dropped, averaged over (layer, group)
+    thresholds:       np.ndarray = field(repr=False)  # [n_layer, 4]
+    group_sparsity:   np.ndarray = field(repr=False)  # [n_layer, 4], measured
+
+
+@dataclass
+class CalibrationSummary:
+    source:           Path
+    output:           Path
+    text_source:      str     # "files", "texts" or "generated"
+    n_tokens:         int     # tokens run through the model (per capture point)
+    n_chunks:         int
+    levels:           list[LevelResult] = field(default_factory=list)
+    seconds_generate: float = 0.0
+    seconds_capture:  float = 0.0
+    seconds:          float = 0.0
+
+    @property
+    def level_names(self) -> list[str]:
+        return [lv.name for lv in self.levels]
+
+    def report(self) -> str:
+        gen = f", generating text {self.seconds_generate:.1f} s" if self.text_source == "generated" else ""
+        lines = [
+            f"calibrated {self.source} -> {self.output} in {self.seconds:.1f} s "
+            f"(capture {self.seconds_capture:.1f} s{gen})",
+            f"  text:   {self.n_tokens} tokens in {self.n_chunks} chunks ({self.text_source})",
+            f"  levels: {len(self.levels)} written",
+        ]
+        for lv in self.levels:
+            lines.append(f"    {lv.name:>12}: target {lv.target:.2f}, achieved {lv.achieved:.3f} of weight bytes, "
+                         f"{lv.achieved_columns:.3f} of columns, error mass dropped {lv.rel_error:.4f}")
+        return "\n".join(lines)
+
+
+def _default_log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class _Progress:
+    """tqdm bar on a TTY; otherwise one line per 10% so CI logs stay short."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, log: Callable[[str], None], unit: str = "tok") -> None:
+        self.total, self.desc, self.log, self.unit = max(1, total), desc, log, unit
+        self.done, self.next_pct, self.enabled, self.bar = 0, 10, enabled, None
+        self.start = time.perf_counter()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit=unit, leave=False)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.enabled:
+            pct = 100 * self.done // self.total
+            if pct >= self.next_pct:
+                rate = self.done / max(1e-9, time.perf_counter() - self.start)
+                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.0f} {self.unit}/s)")
+                self.next_pct = (pct // 10 + 1) * 10
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# checks
+
+
+def level_name(mode: str, target: float) -> str:
+    return f"{target:.2f}" if mode == "unified" else f"{mode}-{target:.2f}"
+
+
+def _check_levels(levels: Sequence[float], modes: Sequence[str]) -> tuple[list[float], list[str]]:
+    if isinstance(modes, str):
+        modes = [modes]
+    modes = list(dict.fromkeys(modes))
+    if not modes:
+        raise CalibrationError("no calibration mode given; use unified, greedy or both")
+    for m in modes:
+        if m not in MODES:
+            raise CalibrationError(f"unknown calibration mode {m!r}; use one of {', '.join(MODES)}")
+    if isinstance(levels, (int, float)):
+        levels = [levels]
+    out: list[float] = []
+    for lv in levels:
+        try:
+            t = float(lv)
+        except (TypeError, ValueError):
+            raise CalibrationError(f"sparsity level {lv!r} is not a number; pass levels like 0.25,0.5") from None
+        if isinstance(lv, bool) or not 0.0 < t < 1.0:
+            raise CalibrationError(f"sparsity level {lv!r} is outside (0, 1); pass levels like 0.25,0.5")
+        if f"{t:.2f}" in {f"{o:.2f}" for o in out}:
+            raise CalibrationError(f"sparsity level {t:.2f} is given twice")
+        out.append(t)
+    if not out:
+        raise CalibrationError("no sparsity levels given; pass levels like 0.25,0.4,0.5,0.65")
+    return sorted(out), modes
+
+
+def _open_model(path: Path):
+    """GGUFReader of a zigzag GGUF, or CalibrationError saying what the file is instead."""
+    from gguf import GGUFReader
+    from gguf.constants import GGUF_MAGIC
+
+    from . import zigzag
+
+    if not path.exists():
+        raise CalibrationError(f"model file {path} does not exist; pass a zigzag .gguf made by `llama-sparse convert`")
+    if not path.is_file():
+        raise CalibrationError(f"model path {path} is not a file; pass a zigzag .gguf made by `llama-sparse convert`")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise CalibrationError(f"cannot read {path}: {exc.strerror}") from exc
+    if len(magic) < 4 or int.from_bytes(magic, "little") != GGUF_MAGIC:
+        raise CalibrationError(f"{path} is not a GGUF file (bad magic); pass a zigzag .gguf made by `llama-sparse convert`")
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as exc:  # gguf-py raises ValueError/struct errors on truncated files
+        raise CalibrationError(f"cannot parse {path} as GGUF ({exc}); the file may be truncated") from exc
+    version = reader.get_field(zigzag.KEY_FORMAT_VERSION)
+    if version is None:
+        raise CalibrationError(f"{path} has no {zigzag.KEY_FORMAT_VERSION} key, so it is not a zigzag model; "
+                               f"convert it first with `llama-sparse convert {path.name} -o model.zz.gguf`")
+    if int(version.contents()) != zigzag.FORMAT_VERSION:
+        raise CalibrationError(f"{path} is zigzag format version {int(version.contents())}; this build reads version "
+                               f"{zigzag.FORMAT_VERSION}, convert the original model again")
+    names = reader.get_field(zigzag.KEY_ZIGZAG_TENSORS)
+    if names is None or not names.contents():
+        raise CalibrationError(f"{path} lists no zigzag tensors ({zigzag.KEY_ZIGZAG_TENSORS}); "
+                               f"convert the original model again with `llama-sparse convert`")
+    arch = reader.get_field("general.architecture")
+    blocks = reader.get_field(f"{arch.contents()}.block_count") if arch is not None else None
+    if blocks is None:
+        raise CalibrationError(f"{path} has no general.architecture / block_count keys; it is not a llama.cpp model file")
+    return reader
+
+
+def _check_output(out: Path, src: Path, in_place: bool) -> None:
+    if out.exists() and out.is_dir():
+        raise CalibrationError(f"output {out} is a directory; pass a file name such as {out / 'model.calib.gguf'}")
+    if out.exists() and out.resolve() == src.resolve() and not in_place:
+        raise CalibrationError(f"output {out} is the input file; pass --in-place (in_place=True) to overwrite it")
+    parent = out.parent
+    if not parent.is_dir():
+        raise CalibrationError(f"output directory {parent} does not exist; create it or pass another -o path")
+    # a probe file, not os.access: root passes access checks on directories it still cannot write (/proc, ro mounts)
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".probe")
+    except OSError as exc:
+        raise CalibrationError(f"output directory {parent} is not writable ({exc.strerror}); "
+                               f"pass a -o path in a directory you can write") from exc
+    os.close(fd)
+    os.unlink(probe)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise CalibrationError(f"output file {out} exists and is not writable; remove it or pass another -o path")
+
+
+# --------------------------------------------------------------------------------------------------
+# calibration text
+
+
+def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[str], str]:
+    """Path-likes are files to read, plain str are text."""
+    if isinstance(texts, (str, os.PathLike)):
+        texts = [texts]
+    out: list[str] = []
+    kinds = set()
+    for t in texts:
+        if isinstance(t, os.PathLike):
+            p = Path(t).expanduser()
+            if not p.is_file():
+                raise CalibrationError(f"calibration text file {p} does not exist; pass existing --text files")
+            try:
+                out.append(p.read_text(encoding="utf-8", errors="replace"))
+            except OSError as exc:
+                raise CalibrationError(f"cannot read calibration text {p}: {exc.strerror}") from exc
+            kinds.add("files")
+        elif isinstance(t, str):
+            out.append(t)
+            kinds.add("texts")
+        else:
+            raise CalibrationError(f"calibration texts must be str (text) or paths (files), not {type(t).__name__}")
+    if not any(s.strip() for s in out):
+        raise CalibrationError("the calibration texts are empty; pass files with text in them")
+    return out, "+".join(sorted(kinds))
+
+
+def generate_texts(model: Path, *, prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = DEFAULT_GEN_TOKENS,
+                   threads: Optional[int] = None, n_gpu_layers: int = 0, progress: bool = True,
+                   log: Callable[[str], None] = _default_log) -> list[str]:
+    """Text the model writes itself from neutral prompts (dense, low temperature, fixed seeds)."""
+    from .llama import Llama
+
+    with _dense_env():
+        llm = Llama(model, n_ctx=max_tokens + 256, n_threads=threads, n_threads_batch=threads,
+                    n_gpu_layers=n_gpu_layers, verbose=False, seed=1234)
+    bar = _Progress(len(prompts) * max_tokens, "generating calibration text", progress, log)
+    out = []
+    try:
+        for i, prompt in enumerate(prompts):
+            res = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+                                             temperature=0.3, top_k=40, top_p=0.95, repeat_penalty=1.1, seed=1234 + i)
+            reply = res["choices"][0]["message"]["content"] or ""
+            out.append(f"{prompt}\n\n{reply}")
+            bar.update(max_tokens)
+    finally:
+        bar.close()
+        llm.close()
+    return out
+
+
+@contextmanager
+def _dense_env() -> Iterator[None]:
+    """Contexts read LLAMA_SPARSE / LLAMA_SPARSE_EMULATE when created; calibration must run dense."""
+    saved = {k: os.environ.pop(k) for k in ("LLAMA_SPARSE", "LLAMA_SPARSE_EMULATE") if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+# --------------------------------------------------------------------------------------------------
+# capture
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _tokenize(vocab, text: str, add_bos: bool, max_tokens: int) -> list[int]:
+    import llama_cpp
+
+    # a prefix of the text is enough: tokens are rarely under 2 characters
+    data = text[: max(1024, max_tokens * 8)].encode("utf-8", errors="replace")
+    cap = len(data) + 16
+    buf = (llama_cpp.llama_token * cap)()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
+    if n < 0:
+        raise CalibrationError(f"tokenizing the calibration text failed ({n})")
+    return list(buf[: min(n, max_tokens)])
+
+
+def _chunks(token_lists: list[list[int]], ctx: int, bos: Optional[int]) -> list[list[int]]:
+    """Split each text into windows of at most ctx tokens, each starting with BOS when the model uses one."""
+    chunks = []
+    for toks in token_lists:
+        if bos is not None and toks and toks[0] == bos:
+            toks = toks[1:]
+        step = ctx - (1 if bos is not None else 0)
+        for a in range(0, len(toks), step):
+            piece = toks[a:a + step]
+            if len(piece) < 8 and chunks:  # a tail this short adds nothing
+                continue
+            chunks.append(([bos] if bos is not None else []) + piece)
+    return chunks
+
+
+class _Capture:
+    """Model + dense context whose eval callback feeds a llama_sparse_calib object."""
+
+    def __init__(self, path: Path, ctx: int, threads: int, n_gpu_layers: int) -> None:
+        import llama_cpp
+
+        from . import _calib_native as cn
+        from . import _native
+
+        self.cn = cn
+        self.model = self.ctx = self.calib = None
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise CalibrationError(f"llama.cpp could not load {path}; run `llama-sparse generate {path} -p hi -v` to see why")
+        try:
+            if _native.llama_sparse_model_n_zigzag(self.model) <= 0:
+                raise CalibrationError(f"{path} loaded without zigzag weights; convert the original model again")
+            self.calib = cn.llama_sparse_calib_new(self.model, 0)
+            if not self.calib:
+                raise CalibrationError(f"{path}: {cn.last_error()}")
+            cparams = llama_cpp.llama_context_default_params()
+            cparams.n_ctx = ctx
+            cparams.n_batch = ctx
+            cparams.n_ubatch = ctx
+            cparams.n_seq_max = 1
+            cparams.n_threads = threads
+            cparams.n_threads_batch = threads
+            cparams.cb_eval = cn.eval_cb
+            cparams.cb_eval_user_data = self.calib
+            with _dense_env():
+                self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+            if not self.ctx:
+                raise CalibrationError(f"could not create a llama.cpp context for {path} (n_ctx {ctx})")
+            if _native.llama_sparse_set_level(self.ctx, None) != 0:
+                raise CalibrationError(f"could not switch the calibration context to dense: {_native.last_error()}")
+            self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+            self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+            self.bos = int(llama_cpp.llama_vocab_bos(self.vocab)) if self.add_bos else None
+        except BaseException:
+            self.close()
+            raise
+
+    def decode(self, tokens: list[int]) -> None:
+        import llama_cpp
+
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
+        rc = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(arr, len(tokens)))
+        if rc != 0:
+            raise CalibrationError(f"llama_decode failed ({rc}) on a calibration chunk of {len(tokens)} tokens")
+        err = self.cn.llama_sparse_calib_error(self.calib)
+        if err:
+            raise CalibrationError(err.decode())
+
+    def close(self) -> None:
+        import llama_cpp
+
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.calib:
+            self.cn.llama_sparse_calib_free(self.calib)
+            self.calib = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+
+def _run_texts(cap: _Capture, text_list: list[str], n_tokens: int, ctx: int, desc: str, progress: bool,
+               log: Callable[[str], None]) -> int:
+    """Decode at most n_tokens of the texts in windows of ctx tokens; returns the number of windows."""
+    # spread the token budget evenly over the texts; a short text leaves its share to the next
+    token_lists, left = [], n_tokens
+    for i, text in enumerate(text_list):
+        quota = left // (len(text_list) - i)
+        toks = _tokenize(cap.vocab, text, cap.add_bos, quota) if quota > 0 else []
+        token_lists.append(toks)
+        left -= len(toks)
+    chunks = _chunks(token_lists, ctx, cap.bos)
+    total = sum(len(c) for c in chunks)
+    if total < 16:
+        raise CalibrationError(f"the calibration text gives only {total} tokens; pass more text (at least a few thousand tokens)")
+    bar = _Progress(total, desc, progress, log)
+    try:
+        for chunk in chunks:
+            cap.decode(chunk)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    return len(chunks)
+
+
+# --------------------------------------------------------------------------------------------------
+# thresholds
+
+
+@dataclass
+class _Stats:
+    """What the thresholds are read from: per (layer, group) weight bytes and input widths."""
+
+    calib:   int
+    n_layer: int
+    bytes:   np.ndarray  # [n_layer, 4] bytes of zigzag weights
+    cols:    np.ndarray  # [n_layer, 4] input width
+    valid:   np.ndarray  # [n_layer, 4] bool: zigzag weights and recorded activations
+
+
+def _stats(cn, calib: int) -> _Stats:
+    n_layer = cn.llama_sparse_calib_n_layer(calib)
+    shape = (n_layer, len(GROUP_NAMES))
+    nbytes, cols, valid = np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=bool)
+    for il in range(n_layer):
+        for g in range(len(GROUP_NAMES)):
+            nbytes[il, g] = cn.llama_sparse_calib_weight_bytes(calib, il, g)
+            cols[il, g] = cn.llama_sparse_calib_n_cols(calib, il, g)
+            valid[il, g] = cols[il, g] > 0 and cn.llama_sparse_calib_n_values(calib, il, g) > 0
+    return _Stats(calib, n_layer, nbytes, cols, valid)
+
+
+def _unified(cn, st: _Stats, target: float) -> np.ndarray:
+    sparsity = np.zeros((st.n_layer, len(GROUP_NAMES)))
+    sparsity[st.valid] = target
+    return sparsity
+
+
+def _greedy(cn, st: _Stats, target: float, step: float = GREEDY_STEP) -> np.ndarray:
+    """Per layer: raise the sparsity of the group whose dropped error-mass share grows least per byte
+    skipped, in steps, until the byte-weighted sparsity of the layer reaches target."""
+    sparsity = np.zeros((st.n_layer, len(GROUP_NAMES)))
+    for il in range(st.n_layer):
+        groups = [g for g in range(len(GROUP_NAMES)) if st.valid[il, g] and st.bytes[il, g] > 0]
+        if not groups:
+            continue
+        total = sum(st.bytes[il, g] for g in groups)
+        err = {g: 0.0 for g in groups}
+        s = {g: 0.0 for g in groups}
+        skipped = 0.0
+        while skipped < target * total * (1 - 1e-6):
+            best = None
+            for g in groups:
+                ds = min(step, GREEDY_MAX_SPARSITY - s[g], (target * total - skipped) / st.bytes[il, g])
+                if ds <= 1e-9:
+                    continue
+                e = cn.threshold(st.calib, il, g, s[g] + ds)[1]
+                cost = (e - err[g]) / (ds * st.bytes[il, g])
+                if best is None or cost < best[0]:
+                    best = (cost, g, ds, e)
+            if best is None:
+                break  # every group at the cap
+            _, g, ds, e = best
+            s[g] += ds
+            err[g] = e
+            skipped += ds * st.bytes[il, g]
+        for g in groups:
+            sparsity[il, g] = s[g]
+    return sparsity
+
+
+def _level(cn, st: _Stats, mode: str, target: float) -> LevelResult:
+    sparsity = _unified(cn, st, target) if mode == "unified" else _greedy(cn, st, target)
+    thresholds = np.zeros_like(sparsity, dtype=np.float32)
+    measured = np.zeros_like(sparsity)
+    errors = []
+    for il in range(st.n_layer):
+        for g in range(len(GROUP_NAMES)):
+            if not st.valid[il, g]:
+                continue
+            if sparsity[il, g] <= 0:
+                errors.append(0.0)
+                continue
+            thresholds[il, g] = cn.threshold(st.calib, il, g, float(sparsity[il, g]))[0]
+            measured[il, g], e = cn.sparsity_at(st.calib, il, g, float(thresholds[il, g]))
+            errors.append(e)
+    w, c = st.bytes * st.valid, st.cols * st.valid
+    return LevelResult(
+        name=level_name(mode, target), mode=mode, target=target,
+        achieved=float((measured * w).sum() / max(1.0, w.sum())),
+        achieved_columns=float((measured * c).sum() / max(1.0, c.sum())),
+        rel_error=float(np.mean(errors)) if errors else 0.0,
+        thresholds=thresholds, group_sparsity=measured,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# output
+
+
+def _temp_path(out: Path) -> Path:
+    try:
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".calib.tmp")
+    except OSError as exc:
+        raise CalibrationError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
+    os.close(fd)
+    return Path(name)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_levels(reader, src: Path, out: Path, levels: Sequence[LevelResult]) -> None:
+    """Copy every key and tensor of reader to out, replacing the calibration keys with levels."""
+    from gguf import GGUFValueType, GGUFWriter
+
+    from . import zigzag
+
+    level_prefix = zigzag.KEY_THRESHOLDS_FMT.format(level="")
+    tmp = _temp_path(out)
+    writer = None
+    try:
+        arch = reader.get_field("general.architecture").contents()
+        writer = GGUFWriter(tmp, arch)
+        for fld in reader.fields.values():
+            name = fld.name
+            # virtual fields, the architecture (GGUFWriter writes it) and the old calibration are not copied
+            if (name.startswith("GGUF.") or name == "general.architecture" or name.startswith(level_prefix)
+                    or name in (zigzag.KEY_LEVELS, zigzag.KEY_LEVEL_TARGETS)):
+                continue
+            if name == "general.alignment":
+                writer.add_custom_alignment(int(fld.contents()))
+                continue
+            vtype = fld.types[0]
+            if vtype == GGUFValueType.ARRAY and len(fld.types) > 2:
+                raise CalibrationError(f"metadata key {name} of {src} is a nested array, which calibrate cannot copy")
+            writer.add_key_value(name, fld.contents(), vtype, sub_type=fld.types[-1] if vtype == GGUFValueType.ARRAY else None)
+        writer.add_key_value(zigzag.KEY_LEVELS, [lv.name for lv in levels], GGUFValueType.ARRAY, sub_type=GGUFValueType.STRING)
+        writer.add_key_value(zigzag.KEY_LEVEL_TARGETS, [float(lv.target) for lv in levels], GGUFValueType.ARRAY,
+                             sub_type=GGUFValueType.FLOAT32)
+        for lv in levels:
+            writer.add_key_value(zigzag.KEY_THRESHOLDS_FMT.format(level=lv.name),
+                                 [float(t) for t in lv.thresholds.reshape(-1)], GGUFValueType.ARRAY,
+                                 sub_type=GGUFValueType.FLOAT32)
+        for t in reader.tensors:
+            writer.add_tensor_info(t.name, tuple(t.data.shape), t.data.dtype, int(t.data.nbytes), raw_dtype=t.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t in reader.tensors:
+            writer.write_tensor_data(t.data)
+        for f in writer.fout or []:
+            f.flush()
+            os.fsync(f.fileno())
+        writer.close()
+        # the output gets the input's mode (an in-place run keeps it as it was)
+        os.chmod(tmp, src.stat().st_mode & 0o777)
+        os.replace(tmp, out)
+        _fsync_dir(out.parent)
+    except BaseException as exc:
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            if exc.errno == errno.ENOSPC:
+                raise CalibrationError(f"disk full while writing {out}; free space in {out.parent} or pass another -o path") from exc
+            raise CalibrationError(f"cannot write {out}: {exc}; pass a -o path in a writable directory") from exc
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# public API
+
+
+def calibrate(
+    model: Union[str, "os.PathLike[str]"],
+    *,
+    output: Union[str, "os.PathLike[str]", None] = None,
+    texts: Union[TextSource, Sequence[TextSource], None] = None,
+    levels: Sequence[float] = DEFAULT_LEVELS,
+    modes: Sequence[str] = MODES,
+    n_tokens: int = DEFAULT_N_TOKENS,
+    ctx: int = 512,
+    threads: Optional[int] = None,
+    progress: bool = True,
+    in_place: bool = False,
+    n_gpu_layers: int = 0,
+    log: Optional[Callable[[str], None]] = None,
+) -> CalibrationSummary:
+    """Calibrate TEAL thresholds of the zigzag GGUF `model` and write them with the model to `output`.
+
+    output: required, unless in_place=True (then the input is replaced atomically).
+    texts: calibration text: str items are text, path-likes are files; None lets the model write its
+    own text from a few neutral prompts. At most n_tokens tokens are used, in windows of ctx tokens.
+    levels / modes: target sparsities, each written as a "unified" level ("0.50") and/or a "greedy"
+    one ("greedy-0.50"). Raises CalibrationError (and leaves no file behind) on any failure.
+    """
+    start = time.perf_counter()
+    log = log or _default_log
+    src = Path(model).expanduser()
+    if output is None:
+        if not in_place:
+            raise CalibrationError("no output given; pass output=PATH (-o PATH), or in_place=True (--in-place) "
+                                   "to replace the input")
+        out = src
+    else:
+        out = Path(output).expanduser()
+    target_levels, modes = _check_levels(levels, modes)
+    if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 16:
+        raise CalibrationError(f"n_tokens must be an int >= 16, got {n_tokens!r}")
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or not 32 <= ctx <= 1 << 16:
+        raise CalibrationError(f"ctx must be an int in [32, 65536], got {ctx!r}")
+    reader = _open_model(src)
+    _check_output(out, src, in_place)
+    threads = threads or _default_threads()
+
+    summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
+    if texts is None:
+        gen_start = time.perf_counter()
+        if progress:
+            log(f"no --text given: {src.name} writes its own calibration text from {len(DEFAULT_PROMPTS)} prompts")
+        text_list = generate_texts(src, threads=threads, n_gpu_layers=n_gpu_layers, progress=progress, log=log)
+        summary.seconds_generate = time.perf_counter() - gen_start
+    else:
+        text_list, summary.text_source = _read_texts(texts)
+
+    from . import _calib_native as cn
+
+    capture_start = time.perf_counter()
+    cap = _Capture(src, ctx, threads, n_gpu_layers)
+    try:
+        summary.n_chunks = _run_texts(cap, text_list, n_tokens, ctx, f"calibrating {src.name}", progress, log)
+        summary.n_tokens = int(cn.llama_sparse_calib_n_tokens(cap.calib))
+        st = _stats(cn, cap.calib)
+        if not st.valid.any():
+            raise CalibrationError(f"no zigzag matmul of {src} ran during calibration; the model's graph does not use its zigzag weights")
+        for mode in modes:
+            for t in target_levels:
+                summary.levels.append(_level(cn, st, mode, t))
+    finally:
+        cap.close()
+    summary.seconds_capture = time.perf_counter() - capture_start
+
+    write_levels(reader, src, out, summary.levels)
+    summary.seconds = time.perf_counter() - start
+    if progress:
+        log(summary.report())
+    return summary
+
+
+def measure_sparsity(
+    model: Union[str, "os.PathLike[str]"],
+    texts: Union[TextSource, Sequence[TextSource]],
+    *,
+    n_tokens: int = 4096,
+    ctx: int = 512,
+    threads: Optional[int] = None,
+    n_gpu_layers: int = 0,
+    progress: bool = False,
+    log: Optional[Callable[[str], None]] = None,
+) -> dict[str, tuple[float, float]]:
+    """Share of weight bytes and of input columns that each stored level skips on `texts` (e.g. held-out text).
+
+    The texts run densely; a decoded token at batch 1 sees these activations exactly (prefill and decode of a
+    causal model compute the same), up to the drift that sparsity in earlier layers adds.
+    Returns {level name: (bytes share, columns share)}.
+    """
+    from . import _calib_native as cn
+    from . import _native
+
+    log = log or _default_log
+    src = Path(model).expanduser()
+    _open_model(src)
+    text_list, _ = _read_texts(texts)
+    cap = _Capture(src, ctx, threads or _default_threads(), n_gpu_layers)
+    try:
+        _run_texts(cap, text_list, n_tokens, ctx, f"measuring {src.name}", progress, log)
+        st = _stats(cn, cap.calib)
+        w, c = st.bytes * st.valid, st.cols * st.valid
+        out = {}
+        for i in range(_native.llama_sparse_model_n_levels(cap.model)):
+            name = _native.llama_sparse_model_level_name(cap.model, i).decode()
+            s = np.zeros_like(w)
+            for il in range(st.n_layer):
+                for g in range(len(GROUP_NAMES)):
+                    if st.valid[il, g]:
+                        t = _native.llama_sparse_model_threshold(cap.model, i, il, g)
+                        s[il, g] = cn.sparsity_at(cap.calib, il, g, t)[0] if t > 0 else 0.0
+            out[name] = (float((s * w).sum() / max(1.0, w.sum())), float((s * c).sum() / max(1.0, c.sum())))
+        return out
+    finally:
+        cap.close()
+
+
+def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Arguments of `llama-sparse calibrate`; pair with run_calibrate."""
+    parser.add_argument("model", type=Path, help="zigzag .gguf (from `llama-sparse convert`)")
+    out = parser.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--outfile", type=Path, help="output .gguf: the model with the calibrated levels")
+    out.add_argument("--in-place", action="store_true", help="replace the input file (atomically) instead")
+    parser.add_argument("--text", type=Path, nargs="+", default=None, metavar="FILE",
+                        help="calibration text files (default: text the model writes itself)")
+    parser.add_argument("--levels", default=",".join(f"{t:g}" for t in DEFAULT_LEVELS),
+                        help="comma-separated target sparsities (default: 0.25,0.4,0.5,0.65)")
+    parser.add_argument("--mode", choices=MODES + ("both",), default="both",
+                        help="unified (one sparsity everywhere), greedy (per-group allocation), or both (default)")
+    parser.add_argument("-n", "--n-tokens", type=int, default=DEFAULT_N_TOKENS,
+                        help=f"at most this many calibration tokens (default {DEFAULT_N_TOKENS})")
+    parser.add_argument("-c", "--ctx-size", type=int, default=512, help="tokens per calibration window (default 512)")
+    parser.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary output")
+    return parser
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Entry point for `llama-sparse calibrate`: 0 on success, 1 on CalibrationError, 130 on Ctrl-C."""
+    try:
+        try:
+            levels = [float(x) for x in str(args.levels).split(",") if x.strip()]
+        except ValueError:
+            raise CalibrationError(f"--levels {args.levels}: pass comma-separated numbers such as 0.25,0.5") from None
+        calibrate(
+            args.model, output=args.outfile, in_place=args.in_place, texts=args.text, levels=levels,
+            modes=MODES if args.mode == "both" else (args.mode,), n_tokens=args.n_tokens, ctx=args.ctx_size,
+            threads=args.threads, n_gpu_layers=args.n_gpu_layers, progress=not args.quiet,
+        )
+    except CalibrationError as exc:
+        print(f"llama-sparse calibrate: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("llama-sparse calibrate: interrupted; no output written", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_calibrate(add_calibrate_args(argparse.ArgumentParser(prog="llama-sparse calibrate")).parse_args()))
