@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -758,6 +759,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("llama-sparse calibrate: interrupted; no output written", file=sys.stderr)
         return 130
     return 0
+
+
+class _CallableModule(types.ModuleType):
+    """`llama_sparse.calibrate` is both this module and, lazily, the function: importing the module binds it
+    as the package attribute, so the module forwards calls to keep `llama_sparse.calibrate(...)` working."""
+
+    def __call__(self, *args, **kwargs) -> CalibrationSummary:
+        return calibrate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 if __name__ == "__main__":
