@@ -16,6 +16,10 @@ section "stock llama.cpp 0c1e570 (libraries), for the refusal test"
 stock_bin=$(tools/build_stock.sh --libs) || { echo "FAILED: stock build"; fail=1; }
 export LLAMA_SPARSE_STOCK_BIN=$stock_bin
 
+# the C and CUDA checks compile against the patched tree
+LLAMA_SPARSE_UPSTREAM=$("$py" tools/upstream.py fork) || { echo "FAILED: upstream fork tree"; exit 1; }
+export LLAMA_SPARSE_UPSTREAM
+
 section "CPU kernels against the scalar reference (tests/c)"
 if [ -x tests/c/build_and_run.sh ]; then run tests/c/build_and_run.sh; else echo "FAILED: tests/c/build_and_run.sh missing"; fail=1; fi
 
@@ -28,7 +32,7 @@ fi
 
 section "test-backend-ops from the fork"
 run "$py" -m llama_sparse.tools test-backend-ops -o MUL_MAT_ZZ
-run "$py" -m llama_sparse.tools test-backend-ops perf -o MUL_MAT_ZZ -b CPU -p "n=4096"
+run "$py" -m llama_sparse.tools test-backend-ops perf -o MUL_MAT_ZZ -b CPU -p "m=4096,n=4096,n_tokens=1"
 
 section "pytest"
 "$py" -m pytest -ra tests/python

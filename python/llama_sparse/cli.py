@@ -57,7 +57,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="GGUF model (zigzag for sparsity)")
     p.add_argument("--sparsity", default=None, help="level: 0.5, greedy-0.5, dense (default: dense)")
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
-    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     p.add_argument("-n", "--n-predict", type=int, default=256)
     p.add_argument("--temp", type=float, default=0.0)
@@ -139,6 +139,128 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args)
 
 
+def _stock_bin(explicit: Optional[Path]) -> Optional[Path]:
+    """The stock llama.cpp build's bin/ (tools/build_stock.sh), if there is one."""
+    if explicit:
+        return explicit
+    env = os.environ.get("LLAMA_SPARSE_STOCK_BIN")
+    cand = Path(env) if env else Path(os.environ.get("LLAMA_SPARSE_CACHE", Path.home() / ".cache" / "llama-sparse")) / "stock-build" / "bin"
+    return cand if (cand / "llama-bench").exists() else None
+
+
+def _levels_of(model: Path) -> list[str]:
+    from gguf import GGUFReader
+    f = GGUFReader(model).get_field("llama_sparse.levels")
+    return list(f.contents()) if f is not None else []
+
+
+def _pick_levels(model: Path, wanted: Optional[str]) -> list[Optional[str]]:
+    have = _levels_of(model)
+    if wanted:
+        levels = [None if w in ("dense", "0") else w for w in wanted.split(",")]
+    else:
+        levels = [None] + have
+    return levels
+
+
+def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("LLAMA_SPARSE", None)
+    env.pop("LLAMA_SPARSE_EMULATE", None)
+    if level:
+        env["LLAMA_SPARSE"] = level
+    if emulate:
+        env["LLAMA_SPARSE_EMULATE"] = "1"
+    r = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"{exe.name} {' '.join(args)} (LLAMA_SPARSE={level}) failed:\n{r.stderr[-2000:]}")
+    return r
+
+
+def _bench_row(exe: Path, model: Path, args: argparse.Namespace, level: Optional[str]) -> dict:
+    import json
+    r = _run_tool(exe, ["-m", str(model), "-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(args.threads),
+                        "-r", str(args.repetitions), "-ngl", str(args.n_gpu_layers), "-o", "json"], level)
+    rows = json.loads(r.stdout)
+    out = {"pp": 0.0, "tg": 0.0}
+    for row in rows:
+        key = "pp" if row.get("n_prompt", 0) > 0 else "tg"
+        out[key] = float(row["avg_ts"])
+    return out
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .tools import tool_path
+    fork = tool_path("bench")
+    table = []
+    stock = _stock_bin(args.stock_bin)
+    if args.stock_model:
+        if stock is None:
+            print("note: no stock build found (tools/build_stock.sh); skipping the stock row", file=sys.stderr)
+        else:
+            table.append(("stock " + args.stock_model.name, _bench_row(stock / "llama-bench", args.stock_model, args, None)))
+    for level in _pick_levels(args.model, args.levels):
+        table.append((f"fork {level or 'dense'}", _bench_row(fork, args.model, args, level)))
+        print(f"  measured {table[-1][0]}", file=sys.stderr, flush=True)
+    base = next((r for name, r in table if name.startswith("stock")), None)
+    dense = next(r for name, r in table if name == "fork dense") if any(n == "fork dense" for n, _ in table) else None
+    print(f"\n{'row':32s} {'prefill t/s':>12s} {'decode t/s':>11s} {'vs dense':>9s} {'vs stock':>9s}")
+    for name, r in table:
+        vd = f"{r['tg'] / dense['tg']:.2f}x" if dense and dense["tg"] else "-"
+        vs = f"{r['tg'] / base['tg']:.2f}x" if base and base["tg"] else "-"
+        print(f"{name:32s} {r['pp']:12.1f} {r['tg']:11.1f} {vd:>9s} {vs:>9s}")
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar([n for n, _ in table], [r["tg"] for _, r in table])
+        ax.set_ylabel("decode tokens/s")
+        ax.set_title(f"{args.model.name}, {args.threads} threads")
+        plt.xticks(rotation=20, ha="right")
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_perplexity(args: argparse.Namespace) -> int:
+    import re
+    from .tools import tool_path
+    exe = tool_path("perplexity")
+    if not args.text.is_file():
+        raise FileNotFoundError(f"text file not found: {args.text}")
+    print(f"{'level':16s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
+          f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
+    for level in _pick_levels(args.model, args.levels):
+        r = _run_tool(exe, ["-m", str(args.model), "-f", str(args.text), "-c", str(args.ctx_size),
+                            "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
+                            "-b", str(max(args.ubatch, args.ctx_size))], level, emulate=args.ubatch > 8)
+        m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
+        print(f"{level or 'dense':16s} {float(m.group(1)) if m else float('nan'):11.4f}", flush=True)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    # the sparsity level applies to every context the server creates (read by the library at context creation)
+    if args.sparsity:
+        os.environ["LLAMA_SPARSE"] = args.sparsity
+    import llama_sparse  # noqa: F401  (the server's llama_cpp must run on the fork)
+    try:
+        import uvicorn
+        from llama_cpp.server.app import create_app
+        from llama_cpp.server.settings import ModelSettings, ServerSettings
+    except ImportError as e:
+        raise SystemExit(f"error: the server needs the [server] extra: pip install 'llama-sparse[server]' ({e})")
+    if not args.model.is_file():
+        raise FileNotFoundError(f"model file not found: {args.model}")
+    app = create_app(server_settings=ServerSettings(host=args.host, port=args.port),
+                     model_settings=[ModelSettings(model=str(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
+                                                   n_gpu_layers=args.n_gpu_layers, verbose=args.verbose)])
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibrate import run_calibrate
     return run_calibrate(args)
@@ -212,11 +334,46 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--system", default=None, help="system prompt")
     p.set_defaults(func=cmd_chat)
 
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (llama-cpp-python's) with sparsity")
+    p.add_argument("model", type=Path)
+    p.add_argument("--sparsity", default=None, help="level for every request (default dense)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("-c", "--ctx-size", type=int, default=2048)
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("bench", help="decode/prefill tokens per second: dense, each level, and stock")
+    p.add_argument("model", type=Path, help="zigzag GGUF")
+    p.add_argument("--stock-model", type=Path, default=None, help="standard GGUF for the stock llama.cpp row")
+    p.add_argument("--stock-bin", type=Path, default=None, help="stock build bin/ (default: tools/build_stock.sh's)")
+    p.add_argument("--levels", default=None, help="comma list (default: dense and every level in the file)")
+    p.add_argument("-p", "--n-prompt", type=int, default=128)
+    p.add_argument("-n", "--n-gen", type=int, default=64)
+    p.add_argument("-r", "--repetitions", type=int, default=3)
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("perplexity", help="perplexity across sparsity levels")
+    p.add_argument("model", type=Path)
+    p.add_argument("--text", "-f", type=Path, required=True)
+    p.add_argument("--levels", default=None, help="comma list (default: dense and every level in the file)")
+    p.add_argument("-c", "--ctx-size", type=int, default=512)
+    p.add_argument("--chunks", type=int, default=20)
+    p.add_argument("-ub", "--ubatch", type=int, default=512,
+                   help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation)")
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    p.set_defaults(func=cmd_perplexity)
+
     p = sub.add_parser("demo", help="convert, calibrate and chat with the embedded default model")
     p.add_argument("--type", default="q4_k", help="zigzag target type (default q4_k)")
     p.add_argument("-p", "--prompt", default=DEMO_PROMPT)
     p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.set_defaults(func=cmd_demo)
 
     args = ap.parse_args(argv)
@@ -224,7 +381,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
-    except (FileNotFoundError, ValueError, TypeError, NotImplementedError) as e:
+    except (FileNotFoundError, ValueError, TypeError, NotImplementedError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -16,8 +16,11 @@ def test_llama_cpp_loads_our_library():
     assert os.environ["LLAMA_CPP_LIB_PATH"] == str(llama_sparse.lib_dir())
     # the fork's symbols are in the loaded library
     assert _native.library_path() == ll._lib._name
-    maps = Path(f"/proc/{os.getpid()}/maps").read_text()
-    assert str(ours / "libllama.so") in maps
+    # exactly one libllama is mapped into this process, and it is ours
+    maps = Path(f"/proc/{os.getpid()}/maps").read_text().splitlines()
+    mapped = {line.split(maxsplit=5)[-1] for line in maps if "libllama.so" in line}
+    assert mapped, "no libllama mapped"
+    assert all(Path(p.replace(" (deleted)", "")).resolve().parent == ours for p in mapped), mapped
 
 
 def test_import_order_guard():

@@ -1,0 +1,154 @@
+"""The `llama-sparse` CLI: chat through a pipe and a pseudo-terminal, generate, serve, bench, perplexity."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader, GGUFValueType as V
+
+from ggufedit import rewrite_gguf
+
+CLI = [sys.executable, "-m", "llama_sparse"]
+WIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+
+
+@pytest.fixture(scope="module")
+def leveled(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A zigzag SmolLM2 with two hand-set levels (mechanics only; real thresholds come from calibrate)."""
+    from llama_sparse.convert import convert
+    d = tmp_path_factory.mktemp("cli")
+    zz = convert(smollm2_gguf, d / "zz.gguf", "q8_0", progress=False).output
+    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
+    return rewrite_gguf(zz, d / "zz-levels.gguf", {
+        "llama_sparse.levels": (["0.25", "0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.25, 0.5], V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.25": ([0.02] * (4 * n_layer), V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.50": ([0.05] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+
+
+def test_chat_from_pipe(leveled: Path):
+    script = "What is the capital of France?\n/sparsity 0.5\nAnd of Italy?\n/sparsity 0.9\n/quit\n"
+    r = subprocess.run(CLI + ["chat", str(leveled), "-n", "24", "-c", "512"], input=script,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Paris" in r.stdout
+    assert "[sparsity 0.50]" in r.stdout
+    assert "sparsity 0.50]" in r.stdout.split("[sparsity 0.50]")[1]  # the second answer ran at 0.50
+    assert "not in the model; it has: 0.25, 0.50" in r.stdout  # a bad level is reported, chat goes on
+    assert "tok/s" in r.stdout
+
+
+def test_chat_interactive_pty(leveled: Path):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, CLI + ["chat", str(leveled), "-n", "16", "-c", "512"])
+    out = b""
+
+    def read_until(marker: bytes, timeout: float = 180) -> None:
+        nonlocal out
+        end = time.time() + timeout
+        while marker not in out and time.time() < end:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        assert marker in out, out[-2000:]
+
+    try:
+        read_until(b"> ")
+        assert b"/sparsity LEVEL" in out  # the interactive banner
+        os.write(fd, b"/sparsity 0.25\n")
+        read_until(b"[sparsity 0.25]")
+        os.write(fd, b"Say hello.\n")
+        read_until(b"tok/s")
+        os.write(fd, b"/quit\n")
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(fd)
+
+
+def test_generate_and_errors(leveled: Path, tmp_path: Path):
+    r = subprocess.run(CLI + ["generate", str(leveled), "-p", "The capital of France is", "-n", "8",
+                              "--sparsity", "0.25"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Paris" in r.stdout and "sparsity 0.25" in r.stderr
+    r = subprocess.run(CLI + ["chat", str(tmp_path / "nope.gguf")], input="", capture_output=True, text=True)
+    assert r.returncode == 1 and "model file not found" in r.stderr
+    r = subprocess.run(CLI + ["generate", str(leveled), "-p", "x", "--sparsity", "0.77"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "0.77" in r.stderr and "it has: 0.25, 0.50" in r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_chat_completions(leveled: Path):
+    port = _free_port()
+    proc = subprocess.Popen(CLI + ["serve", str(leveled), "--port", str(port), "--sparsity", "0.25", "-c", "512"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(base + "/v1/models", timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()[-3000:]
+                assert time.time() < deadline, "server did not come up"
+                time.sleep(1)
+        body = json.dumps({"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                           "max_tokens": 16, "temperature": 0}).encode()
+        req = urllib.request.Request(base + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        assert "Paris" in reply["choices"][0]["message"]["content"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("server did not stop on SIGINT")
+    assert proc.returncode == 0, proc.returncode
+
+
+def test_bench_table(leveled: Path):
+    r = subprocess.run(CLI + ["bench", str(leveled), "--levels", "dense,0.50", "-p", "16", "-n", "8", "-r", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = {l.split()[1]: l.split() for l in r.stdout.splitlines() if l.startswith("fork ")}
+    assert set(lines) == {"dense", "0.50"}
+    assert float(lines["dense"][3]) > 0 and float(lines["0.50"][3]) > 0
+
+
+def test_perplexity_table(leveled: Path, tmp_path: Path):
+    text = tmp_path / "wiki.txt"
+    src = WIKI.read_text(encoding="utf-8") if WIKI.exists() else (
+        "The tower is 324 metres tall , about the same height as an 81 @-@ storey building . " * 200)
+    text.write_text(src[:20000], encoding="utf-8")
+    r = subprocess.run(CLI + ["perplexity", str(leveled), "-f", str(text), "--levels", "dense,0.50",
+                              "-c", "128", "--chunks", "2"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {l.split()[0]: float(l.split()[1]) for l in r.stdout.splitlines()[1:] if l.strip()}
+    assert set(rows) == {"dense", "0.50"}
+    assert 1.0 < rows["dense"] < 1000 and rows["0.50"] >= rows["dense"] * 0.9
