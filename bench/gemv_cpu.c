@@ -2,7 +2,7 @@
 // x quantized to Q8_K inside) against zigzag MUL_MAT_ZZ dense and with an active-column index at
 // several sparsities, batch 1. Weight bytes are random valid Q4_K blocks (content does not change
 // the timing). Prints a markdown table.
-// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median]
+// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold]
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
@@ -70,30 +70,43 @@ static void fill_q4_K(void * data, int64_t n_blocks) {
     }
 }
 
-static double bench_stock(int64_t m, int64_t n, int n_threads, int reps) {
-    struct ggml_init_params ip = { ggml_row_size(GGML_TYPE_Q4_K, n)*m + 64*n + 64*m + 4*1024*1024, NULL, false };
+// cold: the weights are cycled through enough copies to exceed the last-level cache, so every call
+// streams them from memory as decoding a real model does; hot: one copy, cache-resident if it fits
+static int n_copies_for(size_t bytes, bool cold) {
+    const size_t total = (size_t) 256*1024*1024;
+    return cold ? (int) ((total + bytes - 1)/bytes) : 1;
+}
+
+static double bench_stock(int64_t m, int64_t n, int n_threads, int reps, int copies) {
+    const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, n)*m;
+    struct ggml_init_params ip = { (wbytes + 1024)*copies + 64*n + 64*m + 16*1024*1024, NULL, false };
     struct ggml_context * ctx = ggml_init(ip);
-    struct ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_K, n, m);
     struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 1);
-    fill_q4_K(w->data, m*n/256);
     for (int64_t j = 0; j < n; ++j) {
         ((float *) x->data)[j] = rng_normal();
     }
-    struct ggml_tensor * y = ggml_mul_mat(ctx, w, x);
-    struct ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, y);
-
-    struct ggml_cplan plan = ggml_graph_plan(gf, n_threads, NULL);
-    uint8_t * work = malloc(plan.work_size + 1);
+    struct ggml_cgraph * gf[64];
+    size_t work_size = 0;
+    for (int c = 0; c < copies; ++c) {
+        struct ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_K, n, m);
+        fill_q4_K(w->data, m*n/256);
+        gf[c] = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf[c], ggml_mul_mat(ctx, w, x));
+        const struct ggml_cplan p = ggml_graph_plan(gf[c], n_threads, NULL);
+        work_size = p.work_size > work_size ? p.work_size : work_size;
+    }
+    struct ggml_cplan plan = ggml_graph_plan(gf[0], n_threads, NULL);
+    uint8_t * work = malloc(work_size + 1);
     plan.work_data = work;
+    plan.work_size = work_size;
 
     double t[MAX_REPS];
     for (int i = 0; i < 20; ++i) {
-        ggml_graph_compute(gf, &plan);
+        ggml_graph_compute(gf[i % copies], &plan);
     }
     for (int i = 0; i < reps; ++i) {
         const double t0 = now_us();
-        ggml_graph_compute(gf, &plan);
+        ggml_graph_compute(gf[i % copies], &plan);
         t[i] = now_us() - t0;
     }
     free(work);
@@ -103,7 +116,9 @@ static double bench_stock(int64_t m, int64_t n, int n_threads, int reps) {
 
 struct zz_bench {
     int64_t m, n;
+    int     copies;
     void  * w;
+    struct ggml_tensor wcopy[64];
     float * x;
     float * y;
     int32_t * idx;
@@ -179,9 +194,11 @@ static void bench_zz(struct zz_bench * b, struct zz_test_pool * pool, double spa
         *active = b->n;
     }
     for (int i = 0; i < 20; ++i) {
+        b->yt.src[0] = &b->wcopy[i % b->copies];
         zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
     }
     for (int i = 0; i < reps; ++i) {
+        b->yt.src[0] = &b->wcopy[i % b->copies];
         const double t0 = now_us();
         zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
         t[i] = now_us() - t0;
@@ -192,10 +209,12 @@ static void bench_zz(struct zz_bench * b, struct zz_test_pool * pool, double spa
 int main(int argc, char ** argv) {
     int n_threads = 2;
     int reps      = 200;
+    bool cold     = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-s") == 0) use_min   = strcmp(argv[i + 1], "median") != 0;
+        if (strcmp(argv[i], "-m") == 0) cold      = strcmp(argv[i + 1], "cold") == 0;
     }
     reps = reps > MAX_REPS ? MAX_REPS : reps;
     ggml_cpu_init();
@@ -207,8 +226,9 @@ int main(int argc, char ** argv) {
     struct zz_test_pool pool;
     zz_test_pool_init(&pool, n_threads);
 
-    printf("threads %d, batch 1, Q4_K, %s of %d runs, times in us; ratio = stock time / zigzag time\n\n",
-           n_threads, use_min ? "fastest" : "median", reps);
+    printf("threads %d, batch 1, Q4_K, %s of %d runs, weights %s, times in us; ratio = stock time / zigzag time\n\n",
+           n_threads, use_min ? "fastest" : "median", reps,
+           cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     printf("| m x n | stock | zz dense | ratio |");
     for (int s = 0; s < nsp; ++s) {
         printf(" zz %d%% | ratio |", (int) lround(100*sps[s]));
@@ -223,21 +243,29 @@ int main(int argc, char ** argv) {
         const int64_t m = shapes[si][0];
         const int64_t n = shapes[si][1];
 
-        const double t_stock = bench_stock(m, n, n_threads, reps);
+        const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, 256*n)*(m/256);
+        const int    copies = n_copies_for(wbytes, cold);
+        GGML_ASSERT(copies <= 64);
+
+        const double t_stock = bench_stock(m, n, n_threads, reps, copies);
 
         struct zz_bench b;
         memset(&b, 0, sizeof(b));
-        b.m   = m;
-        b.n   = n;
-        b.w   = malloc(ggml_row_size(GGML_TYPE_Q4_K, 256*n)*(m/256));
-        b.x   = malloc(sizeof(float)*n);
-        b.y   = malloc(sizeof(float)*m);
-        b.idx = malloc(sizeof(int32_t)*(n + 1));
-        fill_q4_K(b.w, m*n/256);
+        b.m      = m;
+        b.n      = n;
+        b.copies = copies;
+        b.w      = malloc(wbytes*copies);
+        b.x      = malloc(sizeof(float)*n);
+        b.y      = malloc(sizeof(float)*m);
+        b.idx    = malloc(sizeof(int32_t)*(n + 1));
+        fill_q4_K(b.w, m*n/256*copies);
         for (int64_t j = 0; j < n; ++j) {
             b.x[j] = rng_normal();
         }
-        b.wt = mk(GGML_TYPE_Q4_K, 256*n, m/256, ggml_row_size(GGML_TYPE_Q4_K, 256*n), b.w);
+        for (int c = 0; c < copies; ++c) {
+            b.wcopy[c] = mk(GGML_TYPE_Q4_K, 256*n, m/256, ggml_row_size(GGML_TYPE_Q4_K, 256*n), (char *) b.w + c*wbytes);
+        }
+        b.wt = b.wcopy[0];
         b.xt = mk(GGML_TYPE_F32, n, 1, sizeof(float)*n, b.x);
         b.wsize = 64*1024*1024;
         b.wdata = malloc(b.wsize);

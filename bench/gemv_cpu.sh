@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
-# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps]      (env: NO_SAVE=1 to only print)
+# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold]   (env: NO_SAVE=1 to only print)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,21 +23,25 @@ mkdir -p "$out"
     -L"$bin" -Wl,-rpath,"$bin" -lggml-cpu -lggml-base -lpthread -lm \
     -o "$out/gemv_cpu"
 
+# stock runs on OpenMP threads: keep them spinning between calls like the zigzag pool does
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-active}"
 table="$("$out/gemv_cpu" "$@")"
 echo "$table"
 
 if [ "${NO_SAVE:-0}" != "1" ]; then
+    # one section per run, appended: a day's runs (hot/cold, thread counts) share a file
     res="$root/bench/results/gemv_cpu_$(date +%Y-%m-%d).md"
+    [ -f "$res" ] || printf '# CPU decode GEMV: stock Q4_K mul_mat vs zigzag MUL_MAT_ZZ\n' > "$res"
     {
-        echo "# CPU decode GEMV: stock Q4_K mul_mat vs zigzag MUL_MAT_ZZ"
         echo
-        echo "command: \`bench/gemv_cpu.sh $*\`"
+        echo "## $(date -u +%H:%MZ): \`bench/gemv_cpu.sh $*\`"
         echo
         echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
              "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-        echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)"
+        echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)," \
+             "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo
         echo "$table"
-    } > "$res"
+    } >> "$res"
     echo "written: $res"
 fi
