@@ -50,6 +50,12 @@ void ggml_abort(const char * file, int line, const char * fmt, ...) {
     abort();
 }
 
+struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx) {
+    struct ggml_sparse_stats * stats;
+    memcpy(&stats, &idx->op_params[2], sizeof(stats));
+    return stats;
+}
+
 void ggml_barrier(struct ggml_threadpool * tp) {
     (void) tp; // single-threaded here
 }

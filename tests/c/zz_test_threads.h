@@ -4,13 +4,23 @@
 #pragma once
 
 #include "ggml-cpu-impl.h"
+#include "ggml-sparse.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #define ZZ_TEST_MAX_THREADS 16
+
+// defined in the fork's ggml-base (ggml-sparse.c), which the stock libraries linked here lack:
+// the same accessor, reading the stats pointer the graph builder keeps in op_params[2..3]
+struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx) {
+    struct ggml_sparse_stats * stats;
+    memcpy(&stats, &idx->op_params[2], sizeof(stats));
+    return stats;
+}
 
 typedef void (*zz_test_op_fn)(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 
