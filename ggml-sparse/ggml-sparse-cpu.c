@@ -216,6 +216,16 @@ static size_t zz_idx_work_size(int64_t n, int n_tasks) {
     return n*sizeof(int32_t) + (size_t) (n_tasks + 2)*64;
 }
 
+// performance counters attached by the graph builder (llama_sparse_get_stats)
+static void zz_idx_count(const struct ggml_tensor * dst, int64_t n, int64_t active) {
+    struct ggml_sparse_stats * stats = ggml_sparse_idx_get_stats(dst);
+    if (stats != NULL) {
+        __atomic_fetch_add(&stats->n_lists,  1,                  __ATOMIC_RELAXED);
+        __atomic_fetch_add(&stats->n_cols,   (uint64_t) n,       __ATOMIC_RELAXED);
+        __atomic_fetch_add(&stats->n_active, (uint64_t) active,  __ATOMIC_RELAXED);
+    }
+}
+
 void ggml_sparse_cpu_forward_idx(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
     const struct ggml_tensor * src = dst->src[0];
     GGML_ASSERT(src->type == GGML_TYPE_F32 && src->nb[0] == sizeof(float));
@@ -261,6 +271,7 @@ void ggml_sparse_cpu_forward_idx(const struct ggml_compute_params * params, stru
     if (!par) {
         if (ith == 0) {
             out[n] = (int32_t) zz_idx_scan(x, ldx, nt, 0, n, thr, out);
+            zz_idx_count(dst, n, out[n]);
         }
         return;
     }
@@ -283,6 +294,7 @@ void ggml_sparse_cpu_forward_idx(const struct ggml_compute_params * params, stru
     memcpy(out + off, stage + j0, cnt*sizeof(int32_t));
     if (ith == nth - 1) {
         out[n] = (int32_t) (off + cnt);
+        zz_idx_count(dst, n, off + cnt);
     }
 }
 
