@@ -160,6 +160,13 @@ def _check_levels(levels: Sequence[float], modes: Sequence[str]) -> tuple[list[f
     return sorted(out), modes
 
 
+def _check_model_path(path: Path) -> None:
+    if not path.exists():
+        raise CalibrationError(f"model file {path} does not exist; pass a zigzag .gguf made by `llama-sparse convert`")
+    if not path.is_file():
+        raise CalibrationError(f"model path {path} is not a file; pass a zigzag .gguf made by `llama-sparse convert`")
+
+
 def _open_model(path: Path):
     """GGUFReader of a zigzag GGUF, or CalibrationError saying what the file is instead."""
     from gguf import GGUFReader
@@ -167,10 +174,7 @@ def _open_model(path: Path):
 
     from . import zigzag
 
-    if not path.exists():
-        raise CalibrationError(f"model file {path} does not exist; pass a zigzag .gguf made by `llama-sparse convert`")
-    if not path.is_file():
-        raise CalibrationError(f"model path {path} is not a file; pass a zigzag .gguf made by `llama-sparse convert`")
+    _check_model_path(path)
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
@@ -637,19 +641,21 @@ def calibrate(
         raise CalibrationError(f"n_tokens must be an int >= 16, got {n_tokens!r}")
     if not isinstance(ctx, int) or isinstance(ctx, bool) or not 32 <= ctx <= 1 << 16:
         raise CalibrationError(f"ctx must be an int in [32, 65536], got {ctx!r}")
-    reader = _open_model(src)
+    # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary
+    _check_model_path(src)
     _check_output(out, src, in_place)
+    summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
+    if texts is not None:
+        text_list, summary.text_source = _read_texts(texts)
+    reader = _open_model(src)
     threads = threads or _default_threads()
 
-    summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
     if texts is None:
         gen_start = time.perf_counter()
         if progress:
             log(f"no --text given: {src.name} writes its own calibration text from {len(DEFAULT_PROMPTS)} prompts")
         text_list = generate_texts(src, threads=threads, n_gpu_layers=n_gpu_layers, progress=progress, log=log)
         summary.seconds_generate = time.perf_counter() - gen_start
-    else:
-        text_list, summary.text_source = _read_texts(texts)
 
     from . import _calib_native as cn
 
