@@ -43,8 +43,9 @@ if ! echo '#include <cublas_v2.h>' | "$nvcc" -E -x cu - -o /dev/null >/dev/null 
     echo "check_compile: no cuBLAS headers; using cuda/compat/cublas_v2.h (compile check only)"
 fi
 
+# include dirs as the fork build gives ggml-cuda: ggml/include, ggml/src, cuda/, ggml-sparse/
 flags=(-std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -Xptxas=-warn-spills
-       -I "$ggml_include" -I "$upstream/ggml/src" -I "$upstream/ggml/src/ggml-cuda"
+       -I "$ggml_include" -I "$upstream/ggml/src"
        -I "$root/ggml-sparse" -I "$here" "${extra_inc[@]}")
 
 status=0

@@ -9,7 +9,7 @@
 // Sources: cuda/sparse-idx.cu, cuda/mul-mat-zz.cu, cuda/ggml-sparse-cuda.cu; include dirs: cuda/, ggml-sparse/.
 #pragma once
 
-#include "common.cuh"
+#include "ggml-cuda/common.cuh"
 #include "sparse-idx.cuh"
 #include "mul-mat-zz.cuh"
 

@@ -29,7 +29,6 @@
 #define ZZ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
-#define ZZ_CHUNK              32           // (column, x) pairs staged per warp, one per lane
 #define ZZ_RED_FLOATS         4096         // shared memory of one cross-warp reduction pass, in floats
 #define ZZ_PREFILL_TILE_BYTES (64u << 20)  // f16 weight tile of the prefill path
 #define ZZ_FULL_MASK          0xFFFFFFFFu
@@ -42,7 +41,11 @@ enum zz_red_mode {
 
 // ---------------------------------------------------------------------------------------------------
 // per-type decoding. Each type has: a lane struct (per-lane constants), a data struct (what one lane
-// loads from one block), zz_lane_init, zz_load, zz_accum (acc[t][k] += x_t * W[out(k), col]) and zz_out.
+// reads of one block), zz_lane_init, zz_load (from the block's copy in shared memory), zz_accum
+// (acc[t][k] += x_t * W[out(k), col]) and zz_out (output index of acc[.][k] within the block).
+// Blocks reach shared memory through cp.async: Q4_K blocks (144 B) are 16-byte aligned and copied in
+// 16-byte pieces; the 2-byte aligned types are copied as the 4-byte words covering them (sb = bs + 2
+// bytes), so a block's copy starts at byte (its global address & 3) of its slot.
 
 template <ggml_type type> struct zz_type;
 
@@ -52,28 +55,32 @@ static __device__ __forceinline__ float zz_byte_f(const uint32_t w, const int k,
     return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7440 | k)) - bias;
 }
 
-// 8 bytes at a 2-byte aligned address; the branch is uniform when the warp reads one block
-static __device__ __forceinline__ uint2 zz_load8_a2(const char * p) {
+// 8 bytes at a 2-byte aligned shared address; the branch is uniform when the warp reads one block
+static __device__ __forceinline__ uint2 zz_lds8_a2(const char * p) {
     uint2 v;
     if (((uintptr_t) p & 3) == 0) {
-        v.x = __ldg((const uint32_t *) p + 0);
-        v.y = __ldg((const uint32_t *) p + 1);
+        v.x = *((const uint32_t *) p + 0);
+        v.y = *((const uint32_t *) p + 1);
     } else {
-        const uint32_t lo  = __ldg((const uint16_t *) p + 0);
-        const uint32_t mid = __ldg((const uint32_t *) (p + 2));
-        const uint32_t hi  = __ldg((const uint16_t *) p + 3);
+        const uint32_t lo  = *((const uint16_t *) p + 0);
+        const uint32_t mid = *((const uint32_t *) (p + 2));
+        const uint32_t hi  = *((const uint16_t *) p + 3);
         v.x = lo | (mid << 16);
         v.y = (mid >> 16) | (hi << 16);
     }
     return v;
 }
 
-// 4 bytes at a 2-byte aligned address, never reading past them
-static __device__ __forceinline__ uint32_t zz_load4_a2(const char * p) {
-    return (uint32_t) __ldg((const uint16_t *) p) | ((uint32_t) __ldg((const uint16_t *) p + 1) << 16);
+// 4 bytes at a 2-byte aligned address
+static __device__ __forceinline__ uint32_t zz_lds4_a2(const char * p) {
+    return (uint32_t) *((const uint16_t *) p) | ((uint32_t) *((const uint16_t *) p + 1) << 16);
 }
 
 static __device__ __forceinline__ float zz_half_f(const char * p) {
+    return __half2float(__ushort_as_half(*(const uint16_t *) p));
+}
+
+static __device__ __forceinline__ float zz_ldg_half_f(const char * p) {
     return __half2float(__ushort_as_half(__ldg((const uint16_t *) p)));
 }
 
@@ -94,11 +101,15 @@ static __device__ __forceinline__ void zz_q4_K_scale_min(const uint4 h, const in
 
 // --- Q4_K: 144 B, d/dmin, 12 B of 6-bit scales/mins, 128 B of nibbles; output i of the block is nibble
 // (i/32)%2 of byte 32*(i/64) + i%32. Lane L owns outputs 8L..8L+7: bytes 32*(L/8) + 8*(L%4) .. +7,
-// high nibbles if L%8 >= 4, sub-block L/4.
+// high nibbles if L%8 >= 4, sub-block s = L/4 (get_scale_min_k4 branch-free with per-lane selectors).
 struct zz_lane_q4_K {
-    int qoff; // byte offset of the lane's 8 quant bytes in the block
-    int nsh;  // 0: low nibbles, 4: high nibbles
-    int sub;  // sub-block (scale index)
+    int      qoff; // byte offset of the lane's 8 quant bytes in the block
+    int      nsh;  // 0: low nibbles, 4: high nibbles
+    int      sh;   // 8*(s & 3)
+    bool     hi;   // s >= 4
+    uint32_t m6;   // s < 4: 63, else 0x0F (low bits of the scale/min)
+    uint32_t m2;   // s < 4: 0, else 0x30 (high bits, from the top of scales[s - 4] / scales[s])
+    int      msh;  // shift of the min's low bits: sh, or sh + 4
 };
 struct zz_data_q4_K {
     uint4 h;
@@ -107,26 +118,37 @@ struct zz_data_q4_K {
 template <> struct zz_type<GGML_TYPE_Q4_K> {
     typedef zz_lane_q4_K lane_t;
     typedef zz_data_q4_K data_t;
-    static constexpr int B   = QK_K;
-    static constexpr int bs  = sizeof(block_q4_K);
-    static constexpr int lpc = 32; // lanes per column
-    static constexpr int opl = 8;  // outputs per lane
-    static constexpr int U   = 4;  // warp steps in flight
+    static constexpr int B       = QK_K;
+    static constexpr int bs      = sizeof(block_q4_K);
+    static constexpr int lpc     = 32;  // lanes per column
+    static constexpr int opl     = 8;   // outputs per lane
+    static constexpr int ch      = 32;  // columns per warp chunk
+    static constexpr int cp_unit = 16;  // cp.async piece
+    static constexpr int sb      = bs;  // shared bytes per block
 };
 static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_K & l, const int lane) {
+    const int s = lane/4;
     l.qoff = 16 + 32*(lane/8) + 8*(lane%4);
     l.nsh  = (lane & 4) ? 4 : 0;
-    l.sub  = lane/4;
+    l.sh   = 8*(s & 3);
+    l.hi   = s >= 4;
+    l.m6   = s < 4 ? 63 : 0x0F;
+    l.m2   = s < 4 ? 0 : 0x30;
+    l.msh  = s < 4 ? l.sh : l.sh + 4;
 }
 static __device__ __forceinline__ void zz_load(zz_data_q4_K & d, const char * blk, const zz_lane_q4_K & l) {
-    d.h = __ldg((const uint4 *) blk);
-    d.q = __ldg((const uint2 *) (blk + l.qoff));
+    d.h = *(const uint4 *) blk;
+    d.q = *(const uint2 *) (blk + l.qoff);
 }
 template <int T>
 static __device__ __forceinline__ void zz_accum(const zz_data_q4_K & d, const zz_lane_q4_K & l, const float * xt,
         float (&acc)[T][8], float (&accm)[T]) {
-    uint32_t sc, mn;
-    zz_q4_K_scale_min(d.h, l.sub, sc, mn);
+    // s < 4: sc = scales[s] & 63,  mn = scales[s + 4] & 63
+    // s > 3: sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,  mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4
+    const uint32_t wa  = l.hi ? d.h.w : d.h.y;
+    const uint32_t wm  = l.hi ? d.h.w : d.h.z;
+    const uint32_t sc  = ((wa >> l.sh)  & l.m6) | ((d.h.y >> (l.sh + 2)) & l.m2);
+    const uint32_t mn  = ((wm >> l.msh) & l.m6) | ((d.h.z >> (l.sh + 2)) & l.m2);
     const float2   dm  = __half22float2(*(const half2 *) &d.h.x);
     const float    dsc = dm.x * zz_byte_f(sc, 0, 8388608.0f);
     const float    dmn = dm.y * zz_byte_f(mn, 0, 8388608.0f);
@@ -172,11 +194,13 @@ struct zz_data_q6_K {
 template <> struct zz_type<GGML_TYPE_Q6_K> {
     typedef zz_lane_q6_K lane_t;
     typedef zz_data_q6_K data_t;
-    static constexpr int B   = QK_K;
-    static constexpr int bs  = sizeof(block_q6_K);
-    static constexpr int lpc = 32;
-    static constexpr int opl = 8;
-    static constexpr int U   = 4;
+    static constexpr int B       = QK_K;
+    static constexpr int bs      = sizeof(block_q6_K);
+    static constexpr int lpc     = 32;
+    static constexpr int opl     = 8;
+    static constexpr int ch      = 32;
+    static constexpr int cp_unit = 4;
+    static constexpr int sb      = bs + 2;
 };
 static __device__ __forceinline__ void zz_lane_init(zz_lane_q6_K & l, const int lane) {
     const int h = lane/16;
@@ -188,9 +212,9 @@ static __device__ __forceinline__ void zz_lane_init(zz_lane_q6_K & l, const int 
     l.hsh   = 2*g;
 }
 static __device__ __forceinline__ void zz_load(zz_data_q6_K & d, const char * blk, const zz_lane_q6_K & l) {
-    d.ql = zz_load8_a2(blk + l.qloff);
-    d.qh = zz_load8_a2(blk + l.qhoff);
-    d.sc = (int) (int8_t) __ldg((const char *) (blk + l.scoff));
+    d.ql = zz_lds8_a2(blk + l.qloff);
+    d.qh = zz_lds8_a2(blk + l.qhoff);
+    d.sc = (int) *(const int8_t *) (blk + l.scoff);
     d.d  = zz_half_f(blk + offsetof(block_q6_K, d));
 }
 template <int T>
@@ -233,17 +257,19 @@ struct zz_data_q4_0 {
 template <> struct zz_type<GGML_TYPE_Q4_0> {
     typedef zz_lane_q4_0 lane_t;
     typedef zz_data_q4_0 data_t;
-    static constexpr int B   = QK4_0;
-    static constexpr int bs  = sizeof(block_q4_0);
-    static constexpr int lpc = 4;
-    static constexpr int opl = 8;
-    static constexpr int U   = 4;
+    static constexpr int B       = QK4_0;
+    static constexpr int bs      = sizeof(block_q4_0);
+    static constexpr int lpc     = 4;
+    static constexpr int opl     = 8;
+    static constexpr int ch      = 128;
+    static constexpr int cp_unit = 4;
+    static constexpr int sb      = bs + 2;
 };
 static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_0 & l, const int lane) {
     l.qoff = sizeof(ggml_half) + 4*(lane%4);
 }
 static __device__ __forceinline__ void zz_load(zz_data_q4_0 & d, const char * blk, const zz_lane_q4_0 & l) {
-    d.q = zz_load4_a2(blk + l.qoff);
+    d.q = zz_lds4_a2(blk + l.qoff);
     d.d = zz_half_f(blk);
 }
 template <int T>
@@ -284,17 +310,19 @@ struct zz_data_q8_0 {
 template <> struct zz_type<GGML_TYPE_Q8_0> {
     typedef zz_lane_q8_0 lane_t;
     typedef zz_data_q8_0 data_t;
-    static constexpr int B   = QK8_0;
-    static constexpr int bs  = sizeof(block_q8_0);
-    static constexpr int lpc = 8;
-    static constexpr int opl = 4;
-    static constexpr int U   = 4;
+    static constexpr int B       = QK8_0;
+    static constexpr int bs      = sizeof(block_q8_0);
+    static constexpr int lpc     = 8;
+    static constexpr int opl     = 4;
+    static constexpr int ch      = 128;
+    static constexpr int cp_unit = 4;
+    static constexpr int sb      = bs + 2;
 };
 static __device__ __forceinline__ void zz_lane_init(zz_lane_q8_0 & l, const int lane) {
     l.qoff = sizeof(ggml_half) + 4*(lane%8);
 }
 static __device__ __forceinline__ void zz_load(zz_data_q8_0 & d, const char * blk, const zz_lane_q8_0 & l) {
-    d.q = zz_load4_a2(blk + l.qoff);
+    d.q = zz_lds4_a2(blk + l.qoff);
     d.d = zz_half_f(blk);
 }
 template <int T>
@@ -322,6 +350,117 @@ static __device__ __forceinline__ int zz_out(const zz_lane_q8_0 & l, const int l
     return 4*(lane%8) + k;
 }
 
+// --- Q4_K on tensor cores (sm_80+): a warp takes the chunk's columns 16 at a time (K = 16) and all 256
+// outputs as 16 tiles of m16n8k16 (M = 16 outputs, N = 8 tokens). Lane (g = lane/4, tq = lane%4) dequantizes
+// to f16 the A fragments of columns 2tq, 2tq+1, 2tq+8, 2tq+9 from the 16 quant bytes 16g..16g+15 of each
+// block: byte u gives tile u, row g (low nibble, output o(g, u) = 64(g/2) + 16(g%2) + u, sub-block
+// 2(g/2)) and row g+8 (high nibble, output o(g, u) + 32, sub-block 2(g/2) + 1). Nibbles become f16 through
+// the 0x6400 (1024) exponent trick, w = q*(d*sc) - dmin*m in one HFMA2; x goes to f16 as the B fragment,
+// accumulation is fp32. Cost per element ~1.75 instructions whatever the batch (<= 8).
+#ifdef AMPERE_MMA_AVAILABLE
+static __device__ __forceinline__ void zz_mma_16816(float (&c)[4], const uint32_t a0, const uint32_t a1, const uint32_t a2,
+        const uint32_t a3, const uint32_t b0, const uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t zz_h2_bits(const half2 h) {
+    return *(const uint32_t *) &h;
+}
+
+static __device__ __forceinline__ half2 zz_bits_h2(const uint32_t u) {
+    return *(const half2 *) &u;
+}
+
+static __device__ __forceinline__ uint32_t zz_u4_word(const uint4 v, const int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
+template <int T, int XS>
+static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const float * cx, const int nv, const int lane,
+        float (&cm)[16][4]) {
+    const int g    = lane/4;
+    const int tq   = lane%4;
+    const int qoff = 16 + 16*g;
+    // branch-free get_scale_min_k4 for the sub-blocks s0 = 2(g/2) and s0 + 1 (both < 4 or both >= 4)
+    const int      s0  = 2*(g/2);
+    const bool     hi  = s0 >= 4;
+    const int      sh0 = 8*(s0 & 3);
+    const uint32_t m6  = hi ? 0x0F : 63;
+    const uint32_t m2  = hi ? 0x30 : 0;
+    const half2    k1024 = __floats2half2_rn(1024.0f, 1024.0f);
+
+    for (int k0 = 0; k0 < nv; k0 += 16) {
+        uint4 q[4];
+        float dl[4], ml[4], dh[4], mh[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = k0 + 2*tq + (i & 1) + 8*(i >> 1);
+            if (col < nv) {
+                const char * blk = cw + col*(int) sizeof(block_q4_K);
+                const uint4  h   = *(const uint4 *) blk;
+                q[i] = *(const uint4 *) (blk + qoff);
+                const uint32_t wa  = hi ? h.w : h.y;
+                const uint32_t wm  = hi ? h.w : h.z;
+                const uint32_t sc0 = ((wa >> sh0)                & m6) | ((h.y >> (sh0 + 2))  & m2);
+                const uint32_t mn0 = ((wm >> (sh0 + 4*hi))       & m6) | ((h.z >> (sh0 + 2))  & m2);
+                const uint32_t sc1 = ((wa >> (sh0 + 8))          & m6) | ((h.y >> (sh0 + 10)) & m2);
+                const uint32_t mn1 = ((wm >> (sh0 + 8 + 4*hi))   & m6) | ((h.z >> (sh0 + 10)) & m2);
+                const float2   dm  = __half22float2(*(const half2 *) &h.x);
+                dl[i] = dm.x*(float) sc0;
+                ml[i] = dm.y*(float) mn0;
+                dh[i] = dm.x*(float) sc1*(1.0f/16.0f); // high nibbles arrive as 16*q
+                mh[i] = dm.y*(float) mn1;
+            } else {
+                q[i]  = make_uint4(0, 0, 0, 0);
+                dl[i] = 0.0f;
+                ml[i] = 0.0f;
+                dh[i] = 0.0f;
+                mh[i] = 0.0f;
+            }
+        }
+        // A scales of the column pairs (2tq, 2tq+1) and (2tq+8, 2tq+9)
+        const half2 sl01 = __floats2half2_rn(dl[0], dl[1]);
+        const half2 ml01 = __floats2half2_rn(-ml[0], -ml[1]);
+        const half2 sh01 = __floats2half2_rn(dh[0], dh[1]);
+        const half2 mh01 = __floats2half2_rn(-mh[0], -mh[1]);
+        const half2 sl23 = __floats2half2_rn(dl[2], dl[3]);
+        const half2 ml23 = __floats2half2_rn(-ml[2], -ml[3]);
+        const half2 sh23 = __floats2half2_rn(dh[2], dh[3]);
+        const half2 mh23 = __floats2half2_rn(-mh[2], -mh[3]);
+
+        // B: token g at the lane's 4 columns (0 past nv or past the batch)
+        float xb[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = k0 + 2*tq + (i & 1) + 8*(i >> 1);
+            xb[i] = g < T && col < nv ? cx[col*XS + g] : 0.0f;
+        }
+        const uint32_t b0 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
+        const uint32_t b1 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
+
+#pragma unroll
+        for (int mt = 0; mt < 16; ++mt) {
+            const int      wi  = mt/4;
+            const int      bi  = mt%4;
+            const uint32_t x01 = __byte_perm(zz_u4_word(q[0], wi), zz_u4_word(q[1], wi), bi | ((4 + bi) << 8));
+            const uint32_t x23 = __byte_perm(zz_u4_word(q[2], wi), zz_u4_word(q[3], wi), bi | ((4 + bi) << 8));
+            const half2 lo01 = __hsub2(zz_bits_h2((x01 & 0x000F000F) | 0x64006400), k1024); // q
+            const half2 hi01 = __hsub2(zz_bits_h2((x01 & 0x00F000F0) | 0x64006400), k1024); // 16 q
+            const half2 lo23 = __hsub2(zz_bits_h2((x23 & 0x000F000F) | 0x64006400), k1024);
+            const half2 hi23 = __hsub2(zz_bits_h2((x23 & 0x00F000F0) | 0x64006400), k1024);
+            const uint32_t a0 = zz_h2_bits(__hfma2(lo01, sl01, ml01)); // row g,   columns 2tq, 2tq+1
+            const uint32_t a1 = zz_h2_bits(__hfma2(hi01, sh01, mh01)); // row g+8, columns 2tq, 2tq+1
+            const uint32_t a2 = zz_h2_bits(__hfma2(lo23, sl23, ml23)); // row g,   columns 2tq+8, 2tq+9
+            const uint32_t a3 = zz_h2_bits(__hfma2(hi23, sh23, mh23)); // row g+8, columns 2tq+8, 2tq+9
+            zz_mma_16816(cm[mt], a0, a1, a2, a3, b0, b1);
+        }
+    }
+}
+#endif // AMPERE_MMA_AVAILABLE
+
 // ---------------------------------------------------------------------------------------------------
 // GEMV kernel
 
@@ -330,40 +469,156 @@ static constexpr __host__ __device__ int zz_x_stage_stride() {
     return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
 }
 
-// (column, x[0..T)) of list position p, or (-1, 0) past the worker's range
-template <int T, int mode>
-static __device__ __forceinline__ void zz_fetch(const float * x, const int32_t * idx, const int64_t x_stride,
-        const int p, const int p_end, int & col, float (&xv)[T]) {
-    col = -1;
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-        xv[t] = 0.0f;
+// shared bytes of one warp: two chunk buffers of weights, columns and x
+template <ggml_type type, int T>
+static constexpr __host__ __device__ int zz_warp_smem() {
+    return 2*(zz_type<type>::ch*zz_type<type>::sb + zz_type<type>::ch*(int) sizeof(int) +
+              zz_type<type>::ch*zz_x_stage_stride<T>()*(int) sizeof(float));
+}
+
+template <int nbytes>
+static __device__ __forceinline__ void zz_cp_async(void * dst, const void * src) {
+#ifdef CP_ASYNC_AVAILABLE
+    const unsigned int d = (unsigned int) __cvta_generic_to_shared(dst);
+    if constexpr (nbytes == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" : : "r"(d), "l"(src) : "memory");
+    } else {
+        static_assert(nbytes == 4, "bad cp.async size");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" : : "r"(d), "l"(src) : "memory");
     }
-    if (p < p_end) {
-        col = mode == ZZ_GEMV_IDX ? idx[p] : p;
+#else
+    if constexpr (nbytes == 16) {
+        *(int4 *) dst = *(const int4 *) src;
+    } else {
+        *(int *) dst = *(const int *) src;
+    }
+#endif // CP_ASYNC_AVAILABLE
+}
+
+static __device__ __forceinline__ void zz_cp_async_commit() {
+#ifdef CP_ASYNC_AVAILABLE
+    asm volatile("cp.async.commit_group;" : : : "memory");
+#endif // CP_ASYNC_AVAILABLE
+}
+
+template <int n>
+static __device__ __forceinline__ void zz_cp_async_wait() {
+#ifdef CP_ASYNC_AVAILABLE
+    asm volatile("cp.async.wait_group %0;" : : "n"(n) : "memory");
+#endif // CP_ASYNC_AVAILABLE
+}
+
+// columns of list positions p + 32*i, i < NPL (-1 past the worker's range)
+template <int mode, int NPL>
+static __device__ __forceinline__ void zz_fetch_cols(const int32_t * idx, const int p, const int p_end, int (&col)[NPL]) {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+        const int pi = p + WARP_SIZE*i;
+        col[i] = pi < p_end ? (mode == ZZ_GEMV_IDX ? idx[pi] : pi) : -1;
+    }
+}
+
+// x[0..T) of those columns (0 for -1)
+template <int T, int NPL>
+static __device__ __forceinline__ void zz_fetch_x(const float * x, const int64_t x_stride, const int (&col)[NPL],
+        float (&xv)[NPL][T]) {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-            xv[t] = x[t*x_stride + col];
+            xv[i][t] = col[i] >= 0 ? x[t*x_stride + col[i]] : 0.0f;
         }
     }
 }
 
+// SKIP (ablation): keep the columns with a nonzero x, in order; returns their number
+template <int T, int NPL, int XS>
+static __device__ __forceinline__ int zz_stage_skip(const int (&col)[NPL], const float (&xv)[NPL][T], int * s_col, float * s_x,
+        const int lane) {
+    const uint32_t lt   = (1u << lane) - 1;
+    int            base = 0;
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+        bool act = false;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            act = act || xv[i][t] != 0.0f;
+        }
+        const uint32_t bal = __ballot_sync(ZZ_FULL_MASK, act);
+        if (act) {
+            const int pos = base + __popc(bal & lt);
+            s_col[pos] = col[i];
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                s_x[pos*XS + t] = xv[i][t];
+            }
+        }
+        base += __popc(bal);
+    }
+    return base;
+}
+
+template <int NPL>
+static __device__ __forceinline__ void zz_stage_cols(const int (&col)[NPL], int * s_col, const int lane) {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+        s_col[lane + WARP_SIZE*i] = col[i];
+    }
+}
+
+template <int T, int NPL, int XS>
+static __device__ __forceinline__ void zz_stage_x(const float (&xv)[NPL][T], float * s_x, const int lane) {
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            s_x[(lane + WARP_SIZE*i)*XS + t] = xv[i][t];
+        }
+    }
+}
+
+// cp.async the blocks of the staged columns into s_w (one commit group per chunk)
+template <ggml_type type>
+static __device__ __forceinline__ void zz_issue(char * s_w, const int * s_col, const int nv, const char * w_row,
+        const int last_col, const int lane) {
+    typedef zz_type<type> zt;
+    constexpr int unit  = zt::cp_unit;
+    constexpr int units = zt::sb/unit;
+    for (int e = lane; e < nv*units; e += WARP_SIZE) {
+        const int    b    = e/units;
+        const int    part = e - b*units;
+        const int    col  = s_col[b];
+        const char * g    = w_row + (int64_t) col*zt::bs;
+        const char * g0   = (const char *) ((uintptr_t) g & ~(uintptr_t) (unit - 1));
+        char       * d    = s_w + b*zt::sb + part*unit;
+        if (unit == 4 && part == units - 1 && g0 == g && col == last_col) {
+            // the tensor's last block, 4-byte aligned: its last word would reach 2 bytes past the tensor
+            *(uint16_t *) d = *(const uint16_t *) (g0 + part*unit);
+        } else {
+            zz_cp_async<unit>(d, g0 + part*unit);
+        }
+    }
+    zz_cp_async_commit();
+}
+
 template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
-        const char * w, const float * x, const int32_t * idx,
-        float * y, const int n, const int64_t x_stride, const int64_t y_stride,
-        const int tokens_per_pass, const int red_mode) {
+        const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode) {
     typedef zz_type<type> zt;
     constexpr int B     = zt::B;
     constexpr int bs    = zt::bs;
+    constexpr int sb    = zt::sb;
     constexpr int lpc   = zt::lpc;
     constexpr int opl   = zt::opl;
-    constexpr int cpw   = WARP_SIZE/lpc;              // columns per warp step
-    constexpr int U     = T <= 4 ? zt::U : zt::U/2;   // warp steps in flight
+    constexpr int CH    = zt::ch;
+    constexpr int NPL   = CH/WARP_SIZE;     // columns fetched per lane and chunk
+    constexpr int cpw   = WARP_SIZE/lpc;    // columns per warp step
+    constexpr int U     = 2;                // warp steps in flight (from shared memory)
     constexpr int XS    = zz_x_stage_stride<T>();
-    constexpr int stage = ZZ_CHUNK*(1 + XS);          // staging floats per warp
+    constexpr int wsm   = zz_warp_smem<type, T>();
 
-    extern __shared__ float zz_smem[];
+    extern __shared__ __align__(16) char zz_smem[];
 
     ggml_cuda_pdl_lc();
 
@@ -376,13 +631,17 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     typename zt::lane_t ls;
     zz_lane_init(ls, lane);
 
-    int   * s_col = (int *) (zz_smem + warp*stage);
-    float * s_x   = zz_smem + warp*stage + ZZ_CHUNK;
+    // per warp: s_w[2][CH*sb], s_col[2][CH], s_x[2][CH*XS]
+    char  * s_w   = zz_smem + warp*wsm;
+    int   * s_col = (int *) (s_w + 2*CH*sb);
+    float * s_x   = (float *) (s_col + 2*CH);
 
-    const char * w_row = w + (int64_t) row*n*bs;
+    const char * w_row    = w + (int64_t) row*n*bs;
+    const int    last_col = row == (int) gridDim.y - 1 ? n - 1 : -1;
 
-    ggml_cuda_pdl_sync();
-
+    if (mode == ZZ_GEMV_IDX) {
+        ggml_cuda_pdl_sync(); // idx comes from an earlier kernel
+    }
     const int count   = mode == ZZ_GEMV_IDX ? idx[n] : n;
     const int nw      = gridDim.x*n2;
     const int wid     = blockIdx.x*n2 + warp;
@@ -399,66 +658,121 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
             acc[t][k] = 0.0f;
         }
     }
+#ifdef AMPERE_MMA_AVAILABLE
+    constexpr bool use_mma = type == GGML_TYPE_Q4_K;
+    float cm[16][4]; // tensor-core path: tile mt, (row g | g+8) x (token 2tq | 2tq+1)
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            cm[mt][e] = 0.0f;
+        }
+    }
+#else
+    constexpr bool use_mma = false;
+#endif // AMPERE_MMA_AVAILABLE
 
-    int   pcol;
-    float px[T];
-    zz_fetch<T, mode>(x, idx, x_stride, p_begin + lane, p_end, pcol, px);
+    // pipeline: chunk k+1 is staged and its blocks are in flight (cp.async) while chunk k is computed,
+    // and the (column, x) of chunk k+2 are being fetched into registers. The blocks of a chunk are
+    // requested as soon as its columns are known; its x is loaded meanwhile.
+    int   pcol[NPL];
+    float px[NPL][T];
+    int   nv_cur = 0;
+    if (mode == ZZ_GEMV_DENSE && p_begin < p_end) {
+        // the weights do not depend on earlier kernels: request them before waiting for those (PDL)
+        zz_fetch_cols<mode, NPL>(idx, p_begin + lane, p_end, pcol);
+        zz_stage_cols<NPL>(pcol, s_col, lane);
+        nv_cur = min(CH, p_end - p_begin);
+        __syncwarp();
+        zz_issue<type>(s_w, s_col, nv_cur, w_row, last_col, lane);
+    }
 
-    for (int p0 = p_begin; p0 < p_end; p0 += ZZ_CHUNK) {
-        int nv;
+    ggml_cuda_pdl_sync();
+
+    if (mode == ZZ_GEMV_IDX && p_begin < p_end) {
+        zz_fetch_cols<mode, NPL>(idx, p_begin + lane, p_end, pcol);
+        zz_stage_cols<NPL>(pcol, s_col, lane);
+        nv_cur = min(CH, p_end - p_begin);
+        __syncwarp();
+        zz_issue<type>(s_w, s_col, nv_cur, w_row, last_col, lane);
+    }
+    if (p_begin < p_end) {
         if (mode == ZZ_GEMV_SKIP) {
-            // compact the columns with a nonzero x in place
-            bool act = false;
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-                act = act || px[t] != 0.0f;
-            }
-            const uint32_t bal = __ballot_sync(ZZ_FULL_MASK, act);
-            nv = __popc(bal);
-            if (act) {
-                const int pos = __popc(bal & ((1u << lane) - 1));
-                s_col[pos] = pcol;
-#pragma unroll
-                for (int t = 0; t < T; ++t) {
-                    s_x[pos*XS + t] = px[t];
-                }
-            }
+            zz_fetch_cols<mode, NPL>(idx, p_begin + lane, p_end, pcol);
+        }
+        zz_fetch_x<T, NPL>(x, x_stride, pcol, px);
+        if (mode == ZZ_GEMV_SKIP) {
+            nv_cur = zz_stage_skip<T, NPL, XS>(pcol, px, s_col, s_x, lane);
+            __syncwarp();
+            zz_issue<type>(s_w, s_col, nv_cur, w_row, last_col, lane);
         } else {
-            nv = min(ZZ_CHUNK, p_end - p0);
-            s_col[lane] = pcol;
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-                s_x[lane*XS + t] = px[t];
+            zz_stage_x<T, NPL, XS>(px, s_x, lane);
+        }
+    }
+    zz_fetch_cols<mode, NPL>(idx, p_begin + CH + lane, p_end, pcol);
+    zz_fetch_x<T, NPL>(x, x_stride, pcol, px);
+
+    int buf = 0;
+    for (int p0 = p_begin; p0 < p_end; p0 += CH) {
+        int nv_next = 0;
+        if (p0 + CH < p_end) {
+            char  * nw_  = s_w   + (buf ^ 1)*CH*sb;
+            int   * ncol = s_col + (buf ^ 1)*CH;
+            float * nx   = s_x   + (buf ^ 1)*CH*XS;
+            if (mode == ZZ_GEMV_SKIP) {
+                nv_next = zz_stage_skip<T, NPL, XS>(pcol, px, ncol, nx, lane);
+                __syncwarp();
+                zz_issue<type>(nw_, ncol, nv_next, w_row, last_col, lane);
+            } else {
+                zz_stage_cols<NPL>(pcol, ncol, lane);
+                nv_next = min(CH, p_end - (p0 + CH));
+                __syncwarp();
+                zz_issue<type>(nw_, ncol, nv_next, w_row, last_col, lane);
+                zz_stage_x<T, NPL, XS>(px, nx, lane);
             }
+            zz_fetch_cols<mode, NPL>(idx, p0 + 2*CH + lane, p_end, pcol);
+            zz_fetch_x<T, NPL>(x, x_stride, pcol, px);
+            zz_cp_async_wait<1>();
+        } else {
+            zz_cp_async_wait<0>();
         }
         __syncwarp();
 
-        // the next chunk's loads overlap this chunk's work
-        zz_fetch<T, mode>(x, idx, x_stride, p0 + ZZ_CHUNK + lane, p_end, pcol, px);
-
-        for (int u = 0; u < nv; u += U*cpw) {
+        const char  * cw   = s_w   + buf*CH*sb;
+        const int   * ccol = s_col + buf*CH;
+        const float * cx   = s_x   + buf*CH*XS;
+#ifdef AMPERE_MMA_AVAILABLE
+        if constexpr (use_mma) {
+            zz_mma_q4_K_chunk<T, XS>(cw, cx, nv_cur, lane, cm);
+        }
+#endif // AMPERE_MMA_AVAILABLE
+        for (int c0 = 0; c0 < nv_cur && !use_mma; c0 += U*cpw) {
             typename zt::data_t dat[U];
 #pragma unroll
             for (int uu = 0; uu < U; ++uu) {
-                const int c = u + uu*cpw + slot;
-                if (c < nv) {
-                    zz_load(dat[uu], w_row + (int64_t) s_col[c]*bs, ls);
+                const int c = c0 + uu*cpw + slot;
+                if (c < nv_cur) {
+                    // the block's copy starts at (its global address & 3) in its slot
+                    const int off = bs % 4 == 0 ? 0 : (int) (((uintptr_t) w_row + (uintptr_t) ccol[c]*bs) & 3);
+                    zz_load(dat[uu], cw + c*sb + off, ls);
                 }
             }
 #pragma unroll
             for (int uu = 0; uu < U; ++uu) {
-                const int c = u + uu*cpw + slot;
-                if (c < nv) {
+                const int c = c0 + uu*cpw + slot;
+                if (c < nv_cur) {
                     float xt[T];
 #pragma unroll
                     for (int t = 0; t < T; ++t) {
-                        xt[t] = s_x[c*XS + t];
+                        xt[t] = cx[c*XS + t];
                     }
                     zz_accum<T>(dat[uu], ls, xt, acc, accm);
                 }
             }
         }
         __syncwarp();
+        nv_cur = nv_next;
+        buf ^= 1;
     }
 
     // B = 32 types: the column slots of a warp hold partial sums of the same outputs
@@ -473,13 +787,30 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         }
     }
 
-    // cross-warp reduction, tokens_per_pass tokens at a time; red aliases the staging area
-    float * red = zz_smem;
-    float * tot = zz_smem + max(n2*stage, n2*tokens_per_pass*B); // cluster: block totals [T][B]
+    // cross-warp reduction, tokens_per_pass tokens at a time; red aliases the pipeline buffers
+    float * red = (float *) zz_smem;
+    float * tot = (float *) (zz_smem + max(n2*wsm, n2*tokens_per_pass*B*(int) sizeof(float))); // cluster: [T][B]
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
         const int tp = min(tokens_per_pass, T - t0);
-        if (lane < lpc) {
+#ifdef AMPERE_MMA_AVAILABLE
+        if constexpr (use_mma) {
+            const int g  = lane/4;
+            const int tq = lane%4;
+#pragma unroll
+            for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int t = 2*tq + (e & 1);
+                    const int o = 64*(g/2) + 16*(g%2) + mt + 32*(e >> 1);
+                    if (t >= t0 && t < t0 + tp) {
+                        red[(warp*tokens_per_pass + t - t0)*B + o] = cm[mt][e];
+                    }
+                }
+            }
+        }
+#endif // AMPERE_MMA_AVAILABLE
+        if (lane < lpc && !use_mma) {
 #pragma unroll
             for (int t = 0; t < T; ++t) {
                 if (t >= t0 && t < t0 + tp) {
@@ -578,8 +909,7 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
         cudaStream_t stream) {
     typedef zz_type<type> zt;
-    constexpr int XS    = zz_x_stage_stride<T>();
-    constexpr int stage = ZZ_CHUNK*(1 + XS);
+    constexpr int wsm = zz_warp_smem<type, T>();
 
     const int64_t rows = m/zt::B;
     GGML_ASSERT(rows <= 65535);
@@ -587,11 +917,11 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
 
     int red_mode = ZZ_RED_STORE;
     if (cfg.n1 > 1) {
-        red_mode = cfg.cluster && cluster_ok && cfg.n1 <= 16 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
+        red_mode = cfg.cluster && cluster_ok && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
     }
     const int    tp   = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
-    const size_t smem = (std::max(cfg.n2*stage, cfg.n2*tp*zt::B) + (red_mode == ZZ_RED_CLUSTER ? T*zt::B : 0))*sizeof(float);
-    GGML_ASSERT(smem <= 48*1024);
+    const size_t smem = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
+                        (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
 
     if (red_mode == ZZ_RED_ATOMIC) {
         // graph safe: a memset node in the same stream
@@ -606,11 +936,22 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = mul_mat_zz_gemv<type, T, mode>;
 
+    // up to 8 warps of pipeline buffers exceed the default 48 KiB: opt in once per device
+    {
+        static int smem_max[GGML_CUDA_MAX_DEVICES] = { 0 };
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
+        if (smem_max[device] == 0) {
+            int optin;
+            CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+            smem_max[device] = std::min(optin, ZZ_GEMV_MAX_WARPS*wsm + T*zt::B*(int) sizeof(float));
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max[device]));
+        }
+        GGML_ASSERT(smem <= (size_t) smem_max[device] && "zigzag GEMV: n2 too large for this device's shared memory");
+    }
+
 #ifdef ZZ_CLUSTER_AVAILABLE
     if (red_mode == ZZ_RED_CLUSTER) {
-        if (cfg.n1 > 8) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        }
         cudaLaunchAttribute attr[1];
         attr[0].id               = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = cfg.n1;
@@ -713,6 +1054,12 @@ struct zz_tune_entry {
     zz_gemv_config cfg;
 };
 
+// measured with ggml_cuda_zz_autotune on the devices named in the first column (50% sparsity, weights from
+// DRAM); used for shape classes the tune file does not have
+static const char * zz_tune_builtin =
+#include "mul-mat-zz-tune.inc"
+    ;
+
 static std::mutex                 zz_tune_mutex;
 static bool                       zz_tune_loaded = false;
 static std::vector<zz_tune_entry> zz_tune_table;
@@ -748,7 +1095,38 @@ static bool zz_type_from_name(const char * name, ggml_type & type) {
     return false;
 }
 
-// file format, one entry a line: device type log2_rows log2_n n_tokens n1 n2 cluster ('#' starts a comment)
+// one entry a line: device type log2_rows log2_n n_tokens n1 n2 cluster ('#' starts a comment)
+static bool zz_tune_parse_line(const char * line, zz_tune_entry & e) {
+    if (line[0] == '#') {
+        return false;
+    }
+    char dev[256];
+    char tname[32];
+    if (sscanf(line, "%255s %31s %d %d %d %d %d %d", dev, tname, &e.log2_rows, &e.log2_n, &e.n_tokens,
+                &e.cfg.n1, &e.cfg.n2, &e.cfg.cluster) != 8 || !zz_type_from_name(tname, e.type)) {
+        return false;
+    }
+    if (e.cfg.n1 < 1 || e.cfg.n2 < 1 || e.cfg.n2 > ZZ_GEMV_MAX_WARPS) {
+        return false;
+    }
+    e.device = dev;
+    return true;
+}
+
+static std::vector<zz_tune_entry> zz_tune_read_builtin() {
+    std::vector<zz_tune_entry> entries;
+    for (const char * p = zz_tune_builtin; *p; ) {
+        const char * nl = strchr(p, '\n');
+        const std::string line(p, nl ? nl - p : strlen(p));
+        zz_tune_entry e;
+        if (zz_tune_parse_line(line.c_str(), e)) {
+            entries.push_back(e);
+        }
+        p = nl ? nl + 1 : p + line.size();
+    }
+    return entries;
+}
+
 static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
     std::vector<zz_tune_entry> entries;
     FILE * f = fopen(path.c_str(), "r");
@@ -757,21 +1135,10 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
     }
     char line[512];
     while (fgets(line, sizeof(line), f)) {
-        if (line[0] == '#') {
-            continue;
-        }
-        char dev[256];
-        char tname[32];
         zz_tune_entry e;
-        if (sscanf(line, "%255s %31s %d %d %d %d %d %d", dev, tname, &e.log2_rows, &e.log2_n, &e.n_tokens,
-                    &e.cfg.n1, &e.cfg.n2, &e.cfg.cluster) != 8 || !zz_type_from_name(tname, e.type)) {
-            continue;
+        if (zz_tune_parse_line(line, e)) {
+            entries.push_back(e);
         }
-        if (e.cfg.n1 < 1 || e.cfg.n2 < 1 || e.cfg.n2 > ZZ_GEMV_MAX_WARPS) {
-            continue;
-        }
-        e.device = dev;
-        entries.push_back(e);
     }
     fclose(f);
     return entries;
@@ -783,12 +1150,13 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     const int64_t rows = m/ggml_blck_size(type);
 
     zz_gemv_config cfg;
-    cfg.n2      = 4;
+    cfg.n2      = 8;
     cfg.cluster = 0;
 
-    // about 16 warps per SM, at least 48 columns per warp, at most 64 blocks per block-row
-    const int64_t target = (int64_t) props.nsm*16;
-    const int64_t n1_max = std::max<int64_t>(1, std::min<int64_t>(64, n/(cfg.n2*48)));
+    // about 12 warps per SM, at least one chunk of columns per warp, at most 64 blocks per block-row
+    const int64_t chunk  = ggml_blck_size(type) == QK_K ? 32 : 128;
+    const int64_t target = (int64_t) props.nsm*12;
+    const int64_t n1_max = std::max<int64_t>(1, std::min<int64_t>(64, n/(cfg.n2*chunk)));
     const int64_t n1     = (target + rows*cfg.n2 - 1)/(rows*cfg.n2);
     cfg.n1 = (int) std::max<int64_t>(1, std::min(n1, n1_max));
     return cfg;
@@ -806,7 +1174,9 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
     {
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
-            zz_tune_table  = zz_tune_read(zz_tune_path(nullptr));
+            zz_tune_table = zz_tune_read(zz_tune_path(nullptr));
+            const std::vector<zz_tune_entry> builtin = zz_tune_read_builtin();
+            zz_tune_table.insert(zz_tune_table.end(), builtin.begin(), builtin.end());
             zz_tune_loaded = true;
         }
         const int lr = zz_log2_ceil(m/ggml_blck_size(type));
@@ -831,7 +1201,7 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
     if (env_cluster >= 0) {
         cfg.cluster = env_cluster;
     }
-    if (props.cc_major < 9 || cfg.n1 > 16) {
+    if (props.cc_major < 9 || cfg.n1 > 8) {
         cfg.cluster = 0;
     }
     return cfg;
@@ -874,7 +1244,7 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk,
 template <>
 __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q6_K>(const char * blk, half * out, const int64_t n) {
     const uint16_t * b16 = (const uint16_t *) blk; // 2-byte aligned
-    const float      d   = zz_half_f(blk + offsetof(block_q6_K, d));
+    const float      d   = zz_ldg_half_f(blk + offsetof(block_q6_K, d));
     uint32_t sc16[QK_K/32];
 #pragma unroll
     for (int k = 0; k < QK_K/32; ++k) {
@@ -914,7 +1284,7 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q6_K>(const char * blk,
 template <>
 __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_0>(const char * blk, half * out, const int64_t n) {
     const uint16_t * b16 = (const uint16_t *) blk;
-    const float      d   = zz_half_f(blk);
+    const float      d   = zz_ldg_half_f(blk);
 #pragma unroll
     for (int k = 0; k < QK4_0/4; ++k) {
         const uint32_t v = __ldg(b16 + 1 + k);
@@ -930,7 +1300,7 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_0>(const char * blk,
 template <>
 __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk, half * out, const int64_t n) {
     const uint16_t * b16 = (const uint16_t *) blk;
-    const float      d   = zz_half_f(blk);
+    const float      d   = zz_ldg_half_f(blk);
 #pragma unroll
     for (int k = 0; k < QK8_0/2; ++k) {
         const uint32_t v = __ldg(b16 + 1 + k);
@@ -1064,19 +1434,20 @@ static __global__ void zz_fill_random_blocks(char * w, const int64_t nblocks, co
     }
 }
 
-static float zz_time_gemv_us(const ggml_type type, const void * w, const int64_t n, const int64_t m, const float * x,
-        const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream) {
-    const int reps = 20;
+// weights rotate over copies larger than L2 together, as in a model where each matrix is read once per token
+static float zz_time_gemv_us(const ggml_type type, const std::vector<void *> & ws, const int64_t n, const int64_t m,
+        const float * x, const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream) {
+    const int reps = std::max(20, 2*(int) ws.size());
 
     // warm up (and catch invalid configs before capture)
-    zz_gemv_launch_ex(type, w, n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+    zz_gemv_launch_ex(type, ws[0], n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
 
     cudaGraph_t     graph;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
     for (int i = 0; i < reps; ++i) {
-        zz_gemv_launch_ex(type, w, n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+        zz_gemv_launch_ex(type, ws[i % ws.size()], n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
     }
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -1153,8 +1524,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             const int64_t rows    = m/B;
             const int64_t nblocks = rows*n;
             const int     bs      = (int) ggml_type_size(type);
-            void * w_d;
-            CUDA_CHECK(cudaMalloc(&w_d, nblocks*bs));
+            const size_t  wbytes  = (size_t) nblocks*bs;
             int d0 = 0;
             int d1 = -1;
             if (type == GGML_TYPE_Q4_K) {
@@ -1162,19 +1532,24 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             } else if (type == GGML_TYPE_Q6_K) {
                 d0 = offsetof(block_q6_K, d);
             }
-            zz_fill_random_blocks<<<(nblocks + 255)/256, 256, 0, stream>>>((char *) w_d, nblocks, bs, d0, d1, 777u);
-            CUDA_CHECK(cudaGetLastError());
+            std::vector<void *> w_d(std::max<size_t>(2, ((size_t) 256 << 20)/wbytes + 1));
+            for (size_t i = 0; i < w_d.size(); ++i) {
+                CUDA_CHECK(cudaMalloc(&w_d[i], wbytes));
+                zz_fill_random_blocks<<<(nblocks + 255)/256, 256, 0, stream>>>((char *) w_d[i], nblocks, bs, d0, d1, 777u + (uint32_t) i);
+                CUDA_CHECK(cudaGetLastError());
+            }
 
             for (int T = 1; T <= max_t; ++T) {
                 zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };
+                const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
                 for (int n2 : n2s) {
-                    for (int n1 = 1; n1 <= 256; n1 *= 2) {
-                        if (n1 > 1 && n/(n1*n2) < ZZ_CHUNK) {
+                    for (int n1 : n1s) {
+                        if (n1 > 1 && n/(n1*n2) < 32) {
                             break;
                         }
-                        const int max_cl = props.cc_major >= 9 && n1 > 1 && n1 <= 16 ? 1 : 0;
+                        const int max_cl = props.cc_major >= 9 && n1 > 1 && n1 <= 8 ? 1 : 0;
                         for (int cl = 0; cl <= max_cl; ++cl) {
                             const zz_gemv_config cfg = { n1, n2, cl };
                             const float us = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, cfg, stream);
@@ -1196,7 +1571,9 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                 GGML_LOG_INFO("%s: %s %5lld x %5lld batch %d: n1 %3d n2 %d cluster %d: %8.2f us\n", __func__,
                         ggml_type_name(type), (long long) m, (long long) n, T, best.n1, best.n2, best.cluster, best_us);
             }
-            CUDA_CHECK(cudaFree(w_d));
+            for (void * p : w_d) {
+                CUDA_CHECK(cudaFree(p));
+            }
         }
         CUDA_CHECK(cudaFree(x_d));
         CUDA_CHECK(cudaFree(idx_d));
@@ -1235,7 +1612,9 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
     fclose(f);
 
     std::lock_guard<std::mutex> lock(zz_tune_mutex);
-    zz_tune_table  = merged;
+    zz_tune_table = merged;
+    const std::vector<zz_tune_entry> builtin = zz_tune_read_builtin();
+    zz_tune_table.insert(zz_tune_table.end(), builtin.begin(), builtin.end());
     zz_tune_loaded = true;
     return (int) found.size();
 }

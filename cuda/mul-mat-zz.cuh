@@ -6,7 +6,7 @@
 // active columns; prefill dequantizes tiles to f16 and calls cuBLAS.
 #pragma once
 
-#include "common.cuh"
+#include "ggml-cuda/common.cuh"
 
 #define ZZ_GEMV_MAX_BATCH 8   // == GGML_SPARSE_MAX_BATCH
 #define ZZ_GEMV_MAX_WARPS 8   // n2 <= this (256 threads): keeps 255 registers per thread for batch 8
@@ -22,7 +22,7 @@ enum zz_gemv_mode {
 struct zz_gemv_config {
     int n1;      // thread blocks per block-row; they split the row's (active) columns evenly
     int n2;      // warps per thread block
-    int cluster; // n1 > 1 only: 1 = the n1 blocks reduce through a thread block cluster (sm_90, n1 <= 16),
+    int cluster; // n1 > 1 only: 1 = the n1 blocks reduce through a thread block cluster (sm_90, n1 <= 8),
                  //               0 = dst is zeroed (cudaMemsetAsync) and the n1 blocks atomicAdd into it
 };
 

@@ -1,7 +1,7 @@
 // llama-sparse: GGML_OP_SPARSE_IDX on CUDA (active-column list or per-token mask of activations).
 #pragma once
 
-#include "common.cuh"
+#include "ggml-cuda/common.cuh"
 
 #define SPARSE_IDX_MAX_TOKENS 8 // == GGML_SPARSE_MAX_BATCH
 

@@ -71,7 +71,7 @@ fi
 set -x
 "$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -lineinfo \
     "${defs[@]}" \
-    -I "$ggml_include" -I "$upstream/ggml/src" -I "$upstream/ggml/src/ggml-cuda" \
+    -I "$ggml_include" -I "$upstream/ggml/src" \
     -I "$root/ggml-sparse" -I "$cuda_dir" "${inc[@]}" \
     "$here/test_zz_cuda.cu" "$cuda_dir/mul-mat-zz.cu" "$cuda_dir/sparse-idx.cu" \
     -L "$libdir" -lggml-base "${libs[@]}" -Xlinker -rpath -Xlinker "$libdir" \
