@@ -1,5 +1,5 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
-// is dequantized once into an fp32 panel and reused by every token, in 4-token x 16-output tiles.
+// is dequantized once into an fp32 panel and reused by every token, in 6-token (AVX2) x 16-output tiles.
 #include "ggml-sparse-cpu.h"
 #include "ggml-impl.h"
 
@@ -12,33 +12,51 @@
 #include <arm_neon.h>
 #endif
 
-#define ZZ_GEMM_TT 4  // tokens per tile
+#if defined(__AVX2__) && defined(__FMA__)
+#define ZZ_GEMM_TT 6  // tokens per tile: 12 accumulators + 2 weight rows + 1 broadcast fit 16 registers
+#else
+#define ZZ_GEMM_TT 4
+#endif
 #define ZZ_GEMM_TI 16 // outputs per tile
+
+#if defined(__AVX2__) && defined(__FMA__)
+// y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], i < 16, t < nt (a constant when inlined)
+static inline __attribute__((always_inline)) void zz_gemm_tile_avx2(
+        const float * panel, int64_t bk, int64_t nj, const float * x, int64_t ldx, const int nt,
+        float * y, int64_t ldy, bool first) {
+    __m256 acc[ZZ_GEMM_TT][2];
+    for (int t = 0; t < nt; ++t) {
+        acc[t][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 0);
+        acc[t][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 8);
+    }
+    for (int64_t j = 0; j < nj; ++j) {
+        const __m256 w0 = _mm256_loadu_ps(panel + j*bk + 0);
+        const __m256 w1 = _mm256_loadu_ps(panel + j*bk + 8);
+        for (int t = 0; t < nt; ++t) {
+            const __m256 xv = _mm256_broadcast_ss(x + t*ldx + j);
+            acc[t][0] = _mm256_fmadd_ps(xv, w0, acc[t][0]);
+            acc[t][1] = _mm256_fmadd_ps(xv, w1, acc[t][1]);
+        }
+    }
+    for (int t = 0; t < nt; ++t) {
+        _mm256_storeu_ps(y + t*ldy + 0, acc[t][0]);
+        _mm256_storeu_ps(y + t*ldy + 8, acc[t][1]);
+    }
+}
+#endif
 
 // y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], for i < ZZ_GEMM_TI and t < nt <= ZZ_GEMM_TT
 static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const float * x, int64_t ldx, int nt,
                          float * y, int64_t ldy, bool first) {
 #if defined(__AVX2__) && defined(__FMA__)
-    if (nt == ZZ_GEMM_TT) {
-        __m256 acc[ZZ_GEMM_TT][2];
-        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
-            acc[t][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 0);
-            acc[t][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t*ldy + 8);
-        }
-        for (int64_t j = 0; j < nj; ++j) {
-            const __m256 w0 = _mm256_loadu_ps(panel + j*bk + 0);
-            const __m256 w1 = _mm256_loadu_ps(panel + j*bk + 8);
-            for (int t = 0; t < ZZ_GEMM_TT; ++t) {
-                const __m256 xv = _mm256_broadcast_ss(x + t*ldx + j);
-                acc[t][0] = _mm256_fmadd_ps(xv, w0, acc[t][0]);
-                acc[t][1] = _mm256_fmadd_ps(xv, w1, acc[t][1]);
-            }
-        }
-        for (int t = 0; t < ZZ_GEMM_TT; ++t) {
-            _mm256_storeu_ps(y + t*ldy + 0, acc[t][0]);
-            _mm256_storeu_ps(y + t*ldy + 8, acc[t][1]);
-        }
-        return;
+    switch (nt) {
+        case 6: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 6, y, ldy, first); return;
+        case 5: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 5, y, ldy, first); return;
+        case 4: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 4, y, ldy, first); return;
+        case 3: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 3, y, ldy, first); return;
+        case 2: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 2, y, ldy, first); return;
+        case 1: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 1, y, ldy, first); return;
+        default: break;
     }
 #elif defined(__ARM_NEON)
     if (nt == ZZ_GEMM_TT) {
@@ -89,7 +107,9 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64
     const int64_t bk = ggml_blck_size(type);
     const size_t  bs = ggml_type_size(type);
     const int64_t jp = panel_floats/bk;
-    GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && jp >= 8);
+    GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && jp >= 8);
+
+    const ggml_sparse_zz_dequant_t dequant = ggml_sparse_zz_dequant_x86(type);
 
     if (n == 0) {
         for (int64_t t = 0; t < nt; ++t) {
@@ -98,15 +118,27 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64
         return;
     }
 
+    // panel layout [output slice of 16][column][16]: a tile reads its slice contiguously
+    // (row-major blocks 1 KiB apart would fall into a few L1 sets)
+    float blk_f32[256]; // largest block (QK_K)
     for (int64_t j0 = 0; j0 < n; j0 += jp) {
         const int64_t nj = n - j0 < jp ? n - j0 : jp;
         for (int64_t j = 0; j < nj; ++j) {
-            ggml_sparse_zz_dequant_block(type, (const char *) wrow + (j0 + j)*bs, panel + j*bk);
+            const void * blk = (const char *) wrow + (j0 + j)*bs;
+            if (dequant) {
+                dequant(blk, blk_f32);
+            } else {
+                ggml_sparse_zz_dequant_block(type, blk, blk_f32);
+            }
+            for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
+                memcpy(panel + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI + j*ZZ_GEMM_TI, blk_f32 + i0, ZZ_GEMM_TI*sizeof(float));
+            }
         }
         for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TT) {
             const int tn = nt - t0 < ZZ_GEMM_TT ? (int) (nt - t0) : ZZ_GEMM_TT;
             for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
-                zz_gemm_tile(panel + i0, bk, nj, x + t0*ldx + j0, ldx, tn, y + t0*ldy + i0, ldy, j0 == 0);
+                zz_gemm_tile(panel + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI, ZZ_GEMM_TI, nj, x + t0*ldx + j0, ldx, tn,
+                             y + t0*ldy + i0, ldy, j0 == 0);
             }
         }
     }
