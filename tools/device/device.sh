@@ -41,7 +41,9 @@ remote() {
         build)
             cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
-            cmake --build /tmp/b-fork -j "$jobs" --target llama ggml test-backend-ops llama-bench 2>&1 | tail -5
+            cmake --build /tmp/b-fork -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-fork.log" 2>&1 ||
+                { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
+            tail -2 "$out/build-fork.log"
             ;;
         stock)
             if [ ! -d $stock ]; then
@@ -51,7 +53,9 @@ remote() {
             cmake -S $stock -B /tmp/b-stock -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
                 -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON > "$out/cmake-stock.log"
-            cmake --build /tmp/b-stock -j "$jobs" --target llama ggml test-backend-ops llama-bench 2>&1 | tail -5
+            cmake --build /tmp/b-stock -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-stock.log" 2>&1 ||
+                { grep -E -B3 -A12 "error|Error" "$out/build-stock.log" | head -80; exit 1; }
+            tail -2 "$out/build-stock.log"
             ;;
         ops)
             /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/test-backend-ops-zz.log" | tail -15
