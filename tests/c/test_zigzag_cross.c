@@ -1,7 +1,7 @@
-// llama-sparse: self-contained check of the fast MUL_MAT_ZZ GEMV kernels of another architecture
-// (NEON) against the scalar reference, on random valid blocks. Needs no ggml library: the few ggml
-// symbols the op sources use are defined below, so it can be cross-compiled statically and run under
-// qemu (tests/c/cross_check.sh). Last line: "N passed, N failed".
+// llama-sparse: self-contained check of the fast MUL_MAT_ZZ kernels of another architecture (NEON GEMV
+// against the scalar reference, the prefill GEMM against a plain sum) on random valid blocks. Needs no
+// ggml library: the few ggml symbols the op sources use are defined below, so it can be
+// cross-compiled statically and run under qemu (tests/c/cross_check.sh). Last line: "N passed, N failed".
 #define GGML_COMMON_DECL_C
 #include "ggml-common.h"
 
@@ -95,13 +95,15 @@ int main(void) {
     printf("fast kernels: %s\n", ggml_sparse_zz_gemv_arm(GGML_TYPE_Q4_K) ? "arm" : ggml_sparse_zz_gemv_x86(GGML_TYPE_Q4_K) ? "x86" : "none");
 
     for (int ti = 0; ti < 4; ++ti) {
-        for (int it = 0; it < 6; ++it) {
+        for (int it = 0; it < 8; ++it) {
             const enum ggml_type type = types[ti];
             const int64_t bk = ggml_blck_size(type);
             const int64_t m  = bk*(1 + rnd() % 4);
             const int64_t n  = 1 + rnd() % 700;
-            const int     nt = 1 + rnd() % GGML_SPARSE_MAX_BATCH;
-            const bool    sparse = it % 2 == 1;
+            // it >= 6: prefill (T > GGML_SPARSE_MAX_BATCH, GEMM), checked against a plain sum instead
+            const bool    gemm   = it >= 6;
+            const int     nt     = gemm ? GGML_SPARSE_MAX_BATCH + 1 + rnd() % 20 : 1 + rnd() % GGML_SPARSE_MAX_BATCH;
+            const bool    sparse = !gemm && it % 2 == 1;
 
             uint8_t * w   = malloc(ggml_type_size(type)*n*(m/bk));
             float   * x   = malloc(sizeof(float)*n*nt);
@@ -133,8 +135,23 @@ int main(void) {
             dst.src[0] = &wt; dst.src[1] = &xt; dst.src[2] = sparse ? &it_ : NULL;
 
             struct ggml_compute_params params = { 0, 1, 0, NULL, NULL, false };
-            dst.data = y0; params.use_ref = true;
-            ggml_sparse_cpu_forward_mul_mat_zz(&params, &dst);
+            if (gemm) {
+                float wb[QK_K];
+                memset(y0, 0, sizeof(float)*m*nt);
+                for (int64_t r = 0; r < m/bk; ++r) {
+                    for (int64_t j = 0; j < n; ++j) {
+                        ggml_sparse_zz_dequant_block(type, w + (r*n + j)*ggml_type_size(type), wb);
+                        for (int t = 0; t < nt; ++t) {
+                            for (int64_t i = 0; i < bk; ++i) {
+                                y0[t*m + r*bk + i] += x[t*n + j]*wb[i];
+                            }
+                        }
+                    }
+                }
+            } else {
+                dst.data = y0; params.use_ref = true;
+                ggml_sparse_cpu_forward_mul_mat_zz(&params, &dst);
+            }
             dst.data = y1; params.use_ref = false;
             ggml_sparse_cpu_forward_mul_mat_zz(&params, &dst);
 
@@ -145,13 +162,13 @@ int main(void) {
             }
             const double err = den > 0.0 ? sqrt(num/den) : sqrt(num);
             // fp32 kernels (NEON) match the reference to rounding; x86 int8 coefficients to ~1%
-            const double tol = ggml_sparse_zz_gemv_arm(type) ? 1e-5 : 2e-2;
+            const double tol = gemm || ggml_sparse_zz_gemv_arm(type) ? 1e-5 : 2e-2;
             if (err < tol) {
                 n_pass++;
             } else {
                 n_fail++;
-                printf("FAIL %s m=%lld n=%lld nt=%d sparse=%d: rel err %.3g\n", ggml_type_name(type),
-                       (long long) m, (long long) n, nt, sparse, err);
+                printf("FAIL %s m=%lld n=%lld nt=%d sparse=%d gemm=%d: rel err %.3g\n", ggml_type_name(type),
+                       (long long) m, (long long) n, nt, sparse, gemm, err);
             }
             free(w); free(x); free(idx); free(y0); free(y1);
         }
