@@ -40,3 +40,18 @@ def test_tools_are_bundled():
         assert p.exists() and os.access(p, os.X_OK), p
     r = subprocess.run([str(tool_path("bench")), "--help"], capture_output=True, text=True)
     assert "usage" in (r.stdout + r.stderr).lower()
+
+
+def test_llama_h_is_upstream_and_patches_only_hook():
+    """The ABI contract: llama.h is byte-for-byte upstream's; the series touches no public llama header."""
+    import importlib.util
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("ls_upstream", repo / "python" / "llama_sparse" / "_upstream.py")
+    up = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(up)
+    pristine, fork = up.pristine(), up.fork()
+    for header in ("include/llama.h", "include/llama-cpp.h"):
+        assert (pristine / header).read_bytes() == (fork / header).read_bytes(), header
+    touched = [line.split()[2][2:] for p in sorted((repo / "patches").glob("*.patch"))
+               for line in p.read_text().splitlines() if line.startswith("diff --git")]
+    assert touched and not any(t.startswith("include/") for t in touched), touched
