@@ -1179,12 +1179,15 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
             zz_tune_table.insert(zz_tune_table.end(), builtin.begin(), builtin.end());
             zz_tune_loaded = true;
         }
-        const int lr = zz_log2_ceil(m/ggml_blck_size(type));
-        const int ln = zz_log2_ceil(n);
+        // the entry of this shape class with the largest batch <= n_tokens; the tune file before the built-in table
+        const int lr   = zz_log2_ceil(m/ggml_blck_size(type));
+        const int ln   = zz_log2_ceil(n);
+        int       best = 0;
         for (const zz_tune_entry & e : zz_tune_table) {
-            if (e.type == type && e.log2_rows == lr && e.log2_n == ln && e.n_tokens == n_tokens && e.device == props.key) {
-                cfg = e.cfg;
-                break;
+            if (e.type == type && e.log2_rows == lr && e.log2_n == ln && e.n_tokens <= n_tokens && e.n_tokens > best &&
+                    e.device == props.key) {
+                cfg  = e.cfg;
+                best = e.n_tokens;
             }
         }
     }
@@ -1539,7 +1542,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                 CUDA_CHECK(cudaGetLastError());
             }
 
-            for (int T = 1; T <= max_t; ++T) {
+            for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
                 zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };

@@ -57,7 +57,8 @@ void zz_prefill_launch(ggml_type type, const void * w, int64_t n, int64_t m,
         half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream);
 
 // times GEMV candidates (n1, n2, cluster) on the device for the given shapes (pairs m, n), every supported
-// type and batch 1..max_tokens, at the given sparsity (IDX mode), and writes the best per shape class to
+// type and batch 1, 2, 4, 8 up to max_tokens, at the given sparsity (IDX mode, weights rotated through more
+// than L2 holds), and writes the best per shape class (type, log2 block-rows, log2 n, batch) to
 // path (NULL: $LLAMA_SPARSE_CUDA_TUNE_FILE or ~/.cache/llama-sparse/cuda-tune.txt), keeping other
 // devices' entries. Returns the number of entries written for this device, or -1 on error.
 int ggml_cuda_zz_autotune(int device, const int64_t * shapes_mn, int n_shapes, int max_tokens, float sparsity,
