@@ -68,5 +68,6 @@ done
 compile mul-mat-zz-standalone -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "$here/mul-mat-zz.cu"
 compile sparse-idx-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparse-idx.cu"
 compile test_zz_cuda -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "$here/tests/test_zz_cuda.cu"
+compile test_zz_cuda-ggml -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION -DZZ_TEST_WITH_GGML_CUDA "$here/tests/test_zz_cuda.cu"
 
 exit $status
