@@ -254,14 +254,18 @@ def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[st
     return out, "+".join(sorted(kinds))
 
 
-def generate_texts(model: Path, *, prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = DEFAULT_GEN_TOKENS,
+def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_tokens: Optional[int] = None,
                    threads: Optional[int] = None, n_gpu_layers: int = 0, progress: bool = True,
                    log: Callable[[str], None] = _default_log) -> list[str]:
-    """Text the model writes itself from neutral prompts (dense, low temperature, fixed seeds)."""
+    """Text the model writes itself from neutral prompts (dense, low temperature, fixed seeds).
+    prompts / max_tokens default to DEFAULT_PROMPTS / DEFAULT_GEN_TOKENS."""
     from .llama import Llama
 
+    prompts = DEFAULT_PROMPTS if prompts is None else prompts
+    max_tokens = DEFAULT_GEN_TOKENS if max_tokens is None else max_tokens
+
     with _dense_env():
-        llm = Llama(model, n_ctx=max_tokens + 256, n_threads=threads, n_threads_batch=threads,
+        llm = Llama(model, n_ctx=max_tokens + 256, n_threads=threads, n_threads_batch=threads or _default_threads(),
                     n_gpu_layers=n_gpu_layers, verbose=False, seed=1234)
     bar = _Progress(len(prompts) * max_tokens, "generating calibration text", progress, log)
     out = []
@@ -302,7 +306,7 @@ def _default_threads() -> int:
 def _tokenize(vocab, text: str, add_bos: bool, max_tokens: int) -> list[int]:
     import llama_cpp
 
-    # a prefix of the text is enough: tokens are rarely under 2 characters
+    # a prefix of the text is enough: English BPE tokens average about 4 characters, 8 leaves a margin
     data = text[: max(1024, max_tokens * 8)].encode("utf-8", errors="replace")
     cap = len(data) + 16
     buf = (llama_cpp.llama_token * cap)()
@@ -648,14 +652,15 @@ def calibrate(
     if texts is not None:
         text_list, summary.text_source = _read_texts(texts)
     reader = _open_model(src)
-    threads = threads or _default_threads()
 
     if texts is None:
         gen_start = time.perf_counter()
         if progress:
             log(f"no --text given: {src.name} writes its own calibration text from {len(DEFAULT_PROMPTS)} prompts")
+        # threads=None keeps llama-cpp-python's decode default (half the cores), like llama_sparse.Llama
         text_list = generate_texts(src, threads=threads, n_gpu_layers=n_gpu_layers, progress=progress, log=log)
         summary.seconds_generate = time.perf_counter() - gen_start
+    threads = threads or _default_threads()
 
     from . import _calib_native as cn
 

@@ -199,6 +199,20 @@ def test_in_place_replaces_levels(calibrated, tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
 
 
+def test_default_text_is_generated(zz_q8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No texts: the model writes its own (the demo's path), here shortened to two prompts of 48 tokens."""
+    import llama_sparse.calibrate as calib_mod
+    monkeypatch.setattr(calib_mod, "DEFAULT_PROMPTS", calib_mod.DEFAULT_PROMPTS[:2])
+    monkeypatch.setattr(calib_mod, "DEFAULT_GEN_TOKENS", 48)
+    out = tmp_path / "generated.gguf"
+    summary = calib_mod.calibrate(zz_q8, output=out, levels=[0.25, 0.4, 0.5, 0.65], progress=False)
+    assert summary.text_source == "generated" and summary.seconds_generate > 0
+    assert 40 <= summary.n_tokens <= 2 * (48 + 40)
+    assert _fields(out)["llama_sparse.levels"].contents() == UNIFIED + GREEDY
+    for lv in summary.levels:
+        assert abs(lv.achieved - lv.target) < 0.02, lv
+
+
 def test_cli(zz_q8: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from llama_sparse.cli import main
     out = tmp_path / "cli.gguf"
