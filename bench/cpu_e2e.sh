@@ -324,7 +324,11 @@ part_7b() {
     local W=$WORK r=$WORK/r7b.q4_k.gguf z=$WORK/r7b.zz.q4_k.gguf zc=$WORK/r7b.zz.q4_k.cal.gguf
     out "## Files"
     out ""
-    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" "$PY" bench/make_random_gguf.py --shape llama2-7b --type q4_k -o "$r"
+    # make_random_gguf.py imports llama_sparse from the source tree (python/), which has no native
+    # libraries: point it at the installed package's
+    local libdir
+    libdir=$("$PY" -c 'import llama_sparse,os;print(os.path.join(os.path.dirname(llama_sparse.__file__),"lib"))')
+    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" env LLAMA_SPARSE_LIB_DIR="$libdir" "$PY" bench/make_random_gguf.py --shape llama2-7b --type q4_k -o "$r"
     [ "$FORCE" = 1 ] || [ ! -f "$z" ] && run "zigzag convert q4_k" "$LS" convert "$r" -o "$z" --type q4_k -t "$THREADS"
     if [ "$FORCE" = 1 ] || [ ! -f "$zc" ]; then
         run "calibrate on an Austen slice" "$LS" calibrate "$z" -o "$zc" --text "$AUSTEN/persuasion.txt" -n "$N_CALIB_7B" -c 512 \
