@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -96,6 +97,10 @@ def pristine() -> Path:
     dst = cache_dir() / f"upstream-{UPSTREAM_COMMIT}"
     if (dst / ".complete").exists():
         return dst
+    lock = _locked("pristine")
+    if (dst / ".complete").exists():
+        lock.close()
+        return dst
     sdist = fetch_sdist()
     log(f"unpacking llama.cpp {UPSTREAM_COMMIT} into {dst}")
     tmp = Path(tempfile.mkdtemp(prefix="upstream-", dir=cache_dir()))
@@ -114,6 +119,7 @@ def pristine() -> Path:
         tmp.rename(dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        lock.close()
     return dst
 
 
@@ -142,26 +148,41 @@ def apply_series(tree: Path) -> None:
         log(f"applied {p.name}")
 
 
+def _locked(name: str):
+    """An exclusive lock file in the cache: parallel builds (several checkouts) must not unpack over each other."""
+    import fcntl
+    f = open(cache_dir() / f".{name}.lock", "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
 def fork() -> Path:
     key = series_hash()
     dst = cache_dir() / f"fork-{UPSTREAM_COMMIT}-{key}"
     if (dst / ".complete").exists():
         return dst
     src = pristine()
-    tmp = Path(tempfile.mkdtemp(prefix="fork-", dir=cache_dir()))
-    try:
-        shutil.copytree(src, tmp, dirs_exist_ok=True, symlinks=True)
-        (tmp / ".complete").unlink()
-        apply_series(tmp)
-        (tmp / ".complete").write_text(key + "\n")
-        shutil.rmtree(dst, ignore_errors=True)
-        tmp.rename(dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    # older series are dead weight
+    with _locked(f"fork-{key}"):
+        if (dst / ".complete").exists():  # made by another process while we waited
+            return dst
+        tmp = Path(tempfile.mkdtemp(prefix="fork-", dir=cache_dir()))
+        try:
+            shutil.copytree(src, tmp, dirs_exist_ok=True, symlinks=True)
+            (tmp / ".complete").unlink()
+            apply_series(tmp)
+            (tmp / ".complete").write_text(key + "\n")
+            shutil.rmtree(dst, ignore_errors=True)  # an incomplete leftover
+            tmp.rename(dst)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    # trees of other series may still be in use by other checkouts: drop only those unused for a week
+    week = time.time() - 7 * 86400
     for old in cache_dir().glob(f"fork-{UPSTREAM_COMMIT}-*"):
-        if old != dst and (old / ".complete").exists():
+        done = old / ".complete"
+        if old != dst and done.exists() and done.stat().st_mtime < week:
             shutil.rmtree(old, ignore_errors=True)
+    done = dst / ".complete"
+    done.touch()
     return dst
 
 
