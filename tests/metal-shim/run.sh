@@ -32,7 +32,7 @@ objs=()
 for src in "$root"/metal/*.metal "$here/selftest.metal"; do
     stem=$(basename "$src" .metal)
     python3 "$here/msl2cpp.py" "$src" "$out/$stem.cpp"
-    "$cxx" -std=c++20 -O2 -g -Wall -Wno-unused-function -Wno-unused-variable -I"$here" -c "$out/$stem.cpp" -o "$out/$stem.o"
+    "$cxx" -std=c++20 -O2 -g -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unused-variable -I"$here" -c "$out/$stem.cpp" -o "$out/$stem.o"
     objs+=("$out/$stem.o")
 done
 
@@ -42,7 +42,7 @@ for src in "$here/cpu-ref.c" "$root"/ggml-sparse/ggml-sparse-cpu.c "$root"/ggml-
         "${inc[@]}" -c "$src" -o "$out/$(basename "$src" .c).o"
     objs+=("$out/$(basename "$src" .c).o")
 done
-"$cxx" -std=c++20 -O2 -g -Wall "${inc[@]}" -c "$here/test-metal-kernels.cpp" -o "$out/test-metal-kernels.o"
+"$cxx" -std=c++20 -O2 -g -U_FORTIFY_SOURCE -Wall "${inc[@]}" -c "$here/test-metal-kernels.cpp" -o "$out/test-metal-kernels.o"
 "$cxx" -o "$out/test-metal-kernels" "$out/test-metal-kernels.o" "${objs[@]}" \
     -L"$bin" -Wl,-rpath,"$bin" -lggml-base -lpthread -lm
 

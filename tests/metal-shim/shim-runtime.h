@@ -9,6 +9,7 @@
 // the start of every threadgroup.
 #pragma once
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ enum builtin_kind {
     B_TGPIG, B_NTGPG, B_TPITG, B_NTG, B_TIITG, B_TIISG, B_SGITG, B_NSG, B_TPIG, B_TPSG, B_NGRID,
 };
 
-enum lane_state { RUNNABLE, AT_BARRIER, AT_SIMD, DONE };
+enum lane_state { RUNNABLE, DELAYED, AT_BARRIER, AT_SIMD, DONE };
 
 constexpr int SIMD_WIDTH  = 32;
 constexpr int MAX_LANES   = 1024;
@@ -42,7 +43,9 @@ constexpr int MAX_TGMEM   = 8;
 constexpr size_t STACK_SIZE = 128*1024;
 
 struct lane {
-    ucontext_t ctx;
+    ucontext_t ctx;              // first entry only
+    jmp_buf    jb;               // later switches: _setjmp/_longjmp, no signal-mask system calls
+    bool       started = false;
     char *     stack = nullptr;
     lane_state st    = DONE;
     int        op    = 0;
@@ -74,6 +77,7 @@ struct state {
     simdgroup_state sg[MAX_LANES/SIMD_WIDTH];
     lane *          cur = nullptr;
     ucontext_t      sched;
+    jmp_buf         sched_jb;
     void (*entry)() = nullptr;
     // race mode
     bool            random = false;
@@ -92,7 +96,21 @@ inline state & S() { static state s; return s; }
 
 inline void to_scheduler() {
     lane * l = S().cur;
-    swapcontext(&l->ctx, &S().sched);
+    if (!_setjmp(l->jb)) {
+        _longjmp(S().sched_jb, 1);
+    }
+}
+
+inline void resume(lane & l) {
+    state & s = S();
+    s.cur = &l;
+    if (!_setjmp(s.sched_jb)) {
+        if (l.started) {
+            _longjmp(l.jb, 1);
+        }
+        l.started = true;
+        swapcontext(&s.sched, &l.ctx);
+    }
 }
 
 inline void maybe_yield() {
@@ -249,7 +267,18 @@ template <class T> inline void set_fc(int index, T value) {
 inline void lane_main() {
     S().entry();
     S().cur->st = DONE;
-    swapcontext(&S().cur->ctx, &S().sched);
+    _longjmp(S().sched_jb, 1);
+}
+
+// race mode: each simdgroup of a released set may start late (DELAYED), as simdgroups do on the GPU
+inline void release_all(int n) {
+    state & s = S();
+    for (int g = 0; g*SIMD_WIDTH < n; ++g) {
+        const bool late = s.random && (s.rng() & 1);
+        for (int i = g*SIMD_WIDTH; i < std::min(n, (g + 1)*SIMD_WIDTH); ++i) {
+            s.lanes[i].st = late ? DELAYED : RUNNABLE;
+        }
+    }
 }
 
 inline void run_threadgroup() {
@@ -270,9 +299,10 @@ inline void run_threadgroup() {
         l.ctx.uc_stack.ss_size = STACK_SIZE;
         l.ctx.uc_link          = nullptr;
         makecontext(&l.ctx, (void (*)()) lane_main, 0);
-        l.st = RUNNABLE; l.gen = 0; l.tid = i;
+        l.st = RUNNABLE; l.gen = 0; l.tid = i; l.started = false;
     }
     for (int g = 0; g < (n + SIMD_WIDTH - 1)/SIMD_WIDTH; ++g) s.sg[g].active[0] = s.sg[g].active[1] = 0;
+    release_all(n);
 
     std::vector<int> order(n);
     for (;;) {
@@ -283,8 +313,7 @@ inline void run_threadgroup() {
             if (order.empty()) break;
             if (s.random) std::shuffle(order.begin(), order.end(), s.rng);
             for (int i : order) {
-                s.cur = &s.lanes[i];
-                swapcontext(&s.sched, &s.lanes[i].ctx);
+                resume(s.lanes[i]);
             }
             s.cur = nullptr;
         }
@@ -294,9 +323,21 @@ inline void run_threadgroup() {
             n_barrier += s.lanes[i].st == AT_BARRIER;
         }
         if (n_done == n) break;
-        // simdgroups whose live lanes all wait at one simd call
+        // simdgroups whose live lanes all wait at one simd call; in race mode a random part of them only, so
+        // that simdgroups drift apart between barriers as they do on the GPU
         bool released = false;
-        for (int g = 0; g*SIMD_WIDTH < n; ++g) {
+        int n_delayed = 0;
+        for (int i = 0; i < n; ++i) {
+            if (s.lanes[i].st == DELAYED) {
+                n_delayed++;
+                if (s.rng() & 1) { s.lanes[i].st = RUNNABLE; released = true; }
+            }
+        }
+        std::vector<int> groups;
+        for (int g = 0; g*SIMD_WIDTH < n; ++g) groups.push_back(g);
+        if (s.random) std::shuffle(groups.begin(), groups.end(), s.rng);
+        for (int g : groups) {
+            if (released && s.random && (s.rng() & 1)) continue;
             const int i0 = g*SIMD_WIDTH, i1 = std::min(n, i0 + SIMD_WIDTH);
             int live = 0, at = 0, op = -1, line = -1; uint32_t gen = 0; uint32_t mask = 0;
             for (int i = i0; i < i1; ++i) {
@@ -316,9 +357,13 @@ inline void run_threadgroup() {
             }
         }
         if (released) continue;
+        if (n_delayed > 0) {
+            for (int i = 0; i < n; ++i) if (s.lanes[i].st == DELAYED) s.lanes[i].st = RUNNABLE;
+            continue;
+        }
         if (n_barrier == n - n_done) {
             if (n_done > 0) fail("threadgroup_barrier not reached by every thread (some returned early)");
-            for (int i = 0; i < n; ++i) s.lanes[i].st = RUNNABLE;
+            release_all(n);
             continue;
         }
         fail("deadlock: lanes wait at simd_* calls and threadgroup_barrier at once");
