@@ -130,7 +130,8 @@ static inline int64_t ggml_sparse_metal_zz_tile_rows(enum ggml_type type, int64_
 struct ggml_metal_library;
 struct ggml_metal_encoder;
 
-bool   ggml_metal_sparse_supports_op(const struct ggml_tensor * op);
+// has_simd_reduction: simd_sum & co. (every kernel); has_simdgroup_mm: ggml's mul_mm (prefill, more than 8 tokens)
+bool   ggml_metal_sparse_supports_op(const struct ggml_tensor * op, bool has_simd_reduction, bool has_simdgroup_mm);
 // bytes ggml-metal allocates after the op's dst for its scratch (segment counts, partials, f16 tile)
 size_t ggml_metal_sparse_extra_size (const struct ggml_tensor * op);
 // encodes the op; returns the number of nodes consumed (1)

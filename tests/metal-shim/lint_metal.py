@@ -31,6 +31,22 @@ FORBIDDEN = [
 PREFIXES = ("zz_", "sparse_idx_", "sparq_", "kernel_", "ggml_sparse_metal_", "FC_ZZ", "FC_zz", "FC_SPARQ", "FC_sparq", "SPARQ_", "ZZ_")
 
 
+def upstream_words():
+    """identifiers of what ggml-metal's embed step prepends (kernels/common.h with ggml-common.h and ggml-metal-impl.h)"""
+    import os
+    up = os.environ.get("LLAMA_SPARSE_UPSTREAM")
+    if not up:
+        return None
+    src = Path(up) / "ggml" / "src"
+    words = set()
+    for f in (src / "ggml-metal" / "kernels" / "common.h", src / "ggml-common.h", src / "ggml-metal" / "ggml-metal-impl.h"):
+        words |= set(re.findall(r"\w+", f.read_text()))
+    return words
+
+
+UPSTREAM = upstream_words()
+
+
 def lint(path):
     errors = []
     raw = Path(path).read_text()
@@ -105,6 +121,8 @@ def lint(path):
     for n in sorted(names):
         if not n.startswith(PREFIXES):
             errors.append("%s: top-level name %s lacks a llama-sparse prefix (clash risk with ggml-metal's common.h)" % (path, n))
+        if UPSTREAM is not None and n in UPSTREAM:
+            errors.append("%s: top-level name %s is also defined by ggml-metal's common.h/ggml-common.h/ggml-metal-impl.h" % (path, n))
     return errors
 
 
@@ -116,7 +134,7 @@ def main():
         print(e)
     if errors:
         sys.exit(1)
-    print("lint: %d file(s) ok" % len(sys.argv[1:]))
+    print("lint: %d file(s) ok%s" % (len(sys.argv[1:]), "" if UPSTREAM is not None else " (no LLAMA_SPARSE_UPSTREAM: upstream name clashes not checked)"))
 
 
 if __name__ == "__main__":

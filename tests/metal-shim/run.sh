@@ -25,7 +25,7 @@ if ! command -v "$cxx" >/dev/null; then
 fi
 
 echo "== lint metal/*.metal"
-python3 "$here/lint_metal.py" "$root"/metal/*.metal
+LLAMA_SPARSE_UPSTREAM="$up" python3 "$here/lint_metal.py" "$root"/metal/*.metal
 
 echo "== translate and build"
 objs=()
