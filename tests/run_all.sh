@@ -30,6 +30,9 @@ else
     echo "FAILED: nvcc not found; CI must compile cuda/*.cu"; fail=1
 fi
 
+section "Metal kernels through the MSL-on-CPU shim, lint, hook compile check (tests/metal-shim)"
+if [ -x tests/metal-shim/run.sh ]; then run tests/metal-shim/run.sh; else echo "FAILED: tests/metal-shim/run.sh missing"; fail=1; fi
+
 section "test-backend-ops from the fork"
 run "$py" -m llama_sparse.tools test-backend-ops -o MUL_MAT_ZZ
 run "$py" -m llama_sparse.tools test-backend-ops perf -o MUL_MAT_ZZ -b CPU -p "m=4096,n=4096,n_tokens=1"

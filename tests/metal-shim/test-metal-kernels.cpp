@@ -279,6 +279,49 @@ static void test_dequant_case(ggml_type type, int64_t m, int64_t n) {
           (long long) m, (long long) n, r0, nrows, (long long) bad, tail ? "" : ", wrote past the tile");
 }
 
+// prefill as ggml_metal_sparse_encode runs it: per tile of block-rows kernel_zz_dequant_*_f16, ggml's mul_mm (here a
+// CPU stand-in with fp32 sums over the f16 tile) into a contiguous buffer, kernel_mul_mv_zz_reduce (n1 = 1) into dst
+static void test_prefill_case(ggml_type type, int64_t m, int64_t n, int nt) {
+    zz_weights w;
+    make_weights(w, type, n, m);
+    const int64_t nr = m/w.B;
+    std::vector<float> x(n*nt);
+    for (auto & v : x) v = rand_normal();
+    const int64_t ldy = m + rand_int(0, 3);
+    std::vector<float> y(ldy*nt);
+    poison(y);
+
+    const int64_t tile_rows = rand_int(1, (int) nr); // the encoder's tile is up to 32 MiB; any split must work
+    std::vector<ggml_fp16_t> tile(tile_rows*w.B*n);
+    std::vector<float> ytmp(tile_rows*w.B*nt);
+    const int lpc = ggml_sparse_metal_zz_lanes_per_col(type);
+    const std::string name = std::string("kernel_zz_dequant_") + type_tag(type) + "_f16";
+    for (int64_t r0 = 0; r0 < nr; r0 += tile_rows) {
+        const int64_t rows = std::min(tile_rows, nr - r0), mt = rows*w.B;
+        poison(tile); poison(ytmp);
+        ggml_sparse_metal_kargs_zz_dequant da = { (int32_t) n, (int32_t) r0, (int32_t) rows, 0, (uint64_t) (n*ggml_type_size(type)) };
+        launch(name.c_str(), (n*lpc + 255)/256, rows, 256, { &da, (void *) w.q.data(), tile.data() });
+        for (int t = 0; t < nt; ++t) {
+            for (int64_t i = 0; i < mt; ++i) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < n; ++j) acc += ggml_fp16_to_fp32(tile[i*n + j])*x[t*n + j];
+                ytmp[t*mt + i] = acc;
+            }
+        }
+        ggml_sparse_metal_kargs_zz_reduce ra = { (int32_t) mt, nt, 1, 0, (uint64_t) (ldy*sizeof(float)), 0, (uint64_t) (mt*sizeof(float)) };
+        launch("kernel_mul_mv_zz_reduce", (mt + 255)/256, nt, 256, { &ra, ytmp.data(), y.data() + r0*w.B });
+    }
+    std::vector<double> ref(nt*m, 0.0);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t r = 0; r < nr; ++r)
+            for (int t = 0; t < nt; ++t)
+                for (int64_t i = 0; i < w.B; ++i) ref[t*m + r*w.B + i] += (double) x[t*n + j]*w.deq[(r*n + j)*w.B + i];
+    bool written;
+    const double e = rel_err(y, ldy, ref, m, nt, &written);
+    CHECK(written && e <= 2e-3 && padding_untouched(y, ldy, m, nt), "PREFILL %s m=%lld n=%lld nt=%d tile=%lld: rel err %.3e%s",
+          type_tag(type), (long long) m, (long long) n, nt, (long long) tile_rows, e, written ? "" : " (not written)");
+}
+
 //
 // race check: random lane/threadgroup order and preemption must not change the bits
 //
@@ -431,6 +474,7 @@ int main(int argc, char ** argv) {
             }
         }
         test_dequant_case(type, ms.back(), rand_int(1, 700));
+        test_prefill_case(type, ms[rand_int(0, (int) ms.size() - 1)], rand_int(1, 600), rand_int(9, 40));
         std::printf("%s: %d passed, %d failed\n", type_tag(type), n_pass, n_fail);
     }
 
