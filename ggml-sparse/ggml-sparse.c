@@ -108,3 +108,83 @@ struct ggml_tensor * ggml_mul_mat_zz(
 
     return result;
 }
+
+//
+// SparQ attention (decode)
+//
+
+static void sparq_check_args(
+        const struct ggml_tensor * q,
+        const struct ggml_tensor * k,
+        const struct ggml_tensor * k_t,
+        const struct ggml_tensor * v,
+        const struct ggml_tensor * mask,
+        const struct ggml_tensor * v_mean,
+        int32_t r, int32_t k_top, int32_t flags) {
+    GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
+    GGML_ASSERT(k->type   == GGML_TYPE_F16 || k->type   == GGML_TYPE_F32);
+    GGML_ASSERT(k_t->type == GGML_TYPE_F16 || k_t->type == GGML_TYPE_F32);
+    GGML_ASSERT(v->type   == GGML_TYPE_F16 || v->type   == GGML_TYPE_F32);
+    GGML_ASSERT(k->nb[0] == ggml_type_size(k->type) && k_t->nb[0] == ggml_type_size(k_t->type) && v->nb[0] == ggml_type_size(v->type));
+
+    const int64_t D    = q->ne[0];
+    const int64_t n_kv = k->ne[1];
+    const int64_t Hkv  = k->ne[2];
+    const int64_t ns   = q->ne[3];
+
+    GGML_ASSERT(k->ne[0] == D && k->ne[3] == ns);
+    GGML_ASSERT(k_t->ne[0] == n_kv && k_t->ne[1] == D && k_t->ne[2] == Hkv && k_t->ne[3] == ns);
+    GGML_ASSERT(v->ne[1] == n_kv && v->ne[2] == Hkv && v->ne[3] == ns);
+    GGML_ASSERT(Hkv > 0 && q->ne[2] % Hkv == 0);
+
+    GGML_ASSERT(mask != NULL);
+    GGML_ASSERT(mask->type == GGML_TYPE_F16 || mask->type == GGML_TYPE_F32);
+    GGML_ASSERT(mask->nb[0] == ggml_type_size(mask->type));
+    GGML_ASSERT(mask->ne[0] == n_kv && mask->ne[1] >= q->ne[1] && mask->ne[2] == 1);
+    GGML_ASSERT(mask->ne[3] == 1 || mask->ne[3] == ns);
+
+    if (flags & GGML_SPARQ_MEAN_V) {
+        GGML_ASSERT(v_mean != NULL);
+    }
+    if (v_mean) {
+        GGML_ASSERT(v_mean->type == GGML_TYPE_F32 && v_mean->nb[0] == sizeof(float));
+        GGML_ASSERT(v_mean->ne[0] == v->ne[0] && v_mean->ne[1] == Hkv);
+        GGML_ASSERT(v_mean->ne[2] == 1 || v_mean->ne[2] == q->ne[1]);
+        GGML_ASSERT(v_mean->ne[3] == 1 || v_mean->ne[3] == ns);
+    }
+    GGML_ASSERT(r >= 1 && k_top >= 1);
+    GGML_ASSERT((flags & ~GGML_SPARQ_MEAN_V) == 0);
+}
+
+struct ggml_tensor * ggml_sparq_attn(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags) {
+    sparq_check_args(q, k, k_t, v, mask, v_mean, r, k_top, flags);
+
+    // permuted like flash_attn_ext: [Dv, H, n_tok, ns]
+    const int64_t ne[4] = { v->ne[0], q->ne[2], q->ne[1], q->ne[3] };
+    struct ggml_tensor * result = ggml_new_tensor(ctx, GGML_TYPE_F32, 4, ne);
+
+    int32_t params[4] = { 0, r, k_top, flags };
+    memcpy(&params[0], &scale, sizeof(float));
+    memcpy(result->op_params, params, sizeof(params));
+
+    result->op     = GGML_OP_SPARQ_ATTN;
+    result->src[0] = q;
+    result->src[1] = k;
+    result->src[2] = k_t;
+    result->src[3] = v;
+    result->src[4] = mask;
+    result->src[5] = v_mean;
+
+    return result;
+}
