@@ -11,11 +11,14 @@
 #include "ggml-sparse-cpu-sparq.h"
 #include "ggml-sparse.h"
 #include "ggml-cpu-impl.h"
-#include "ggml-cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 // positions per chunk of phase A: r rows of this many floats stay in L1
 #define SPARQ_CHUNK 256
@@ -58,11 +61,32 @@ static inline float sparq_get(enum ggml_type type, const char * row, int64_t i) 
     return type == GGML_TYPE_F16 ? GGML_FP16_TO_FP32(((const ggml_fp16_t *) row)[i]) : ((const float *) row)[i];
 }
 
+// own conversion loop (not ggml_cpu_fp16_to_fp32): the standalone test links ggml-base only
 static inline void sparq_row_f32(enum ggml_type type, const char * row, float * out, int64_t n) {
-    if (type == GGML_TYPE_F16) {
-        ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) row, out, n);
-    } else {
+    if (type != GGML_TYPE_F16) {
         memcpy(out, row, n*sizeof(float));
+        return;
+    }
+    const ggml_fp16_t * h = (const ggml_fp16_t *) row;
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (h + i))));
+    }
+#endif
+    for (; i < n; ++i) {
+        out[i] = GGML_FP16_TO_FP32(h[i]);
+    }
+}
+
+// n values of a row whose elements are stride bytes apart (the transposed V cache)
+static inline void sparq_row_f32_strided(enum ggml_type type, const char * row, size_t stride, float * out, int64_t n) {
+    if (stride == ggml_type_size(type)) {
+        sparq_row_f32(type, row, out, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = type == GGML_TYPE_F16 ? GGML_FP16_TO_FP32(*(const ggml_fp16_t *) (row + i*stride)) : *(const float *) (row + i*stride);
     }
 }
 
@@ -249,7 +273,7 @@ static void sparq_exact(const struct sparq_shape * sh, struct ggml_tensor * dst,
     }
     memset(acc, 0, G*Dv*sizeof(float));
     for (int64_t m = 0; m < n; ++m) {
-        sparq_row_f32(sh->v->type, sparq_v_row(sh, sel[m], kh, s), row, Dv);
+        sparq_row_f32_strided(sh->v->type, sparq_v_row(sh, sel[m], kh, s), sh->v->nb[0], row, Dv);
         for (int64_t g = 0; g < G; ++g) {
             const float p = logit[g*n_kv + m];
             float * a = acc + g*Dv;
@@ -557,7 +581,7 @@ void ggml_sparse_cpu_sparq_ref(struct ggml_tensor * dst) {
             for (int64_t i = 0; i < n_sel; ++i) {
                 const char * vr = sparq_v_row(&sh, vis[sel[i]], kh, s);
                 for (int64_t c = 0; c < Dv; ++c) {
-                    y[c] += p[i]/sum*sparq_get(sh.v->type, vr, c);
+                    y[c] += p[i]/sum*sparq_get(sh.v->type, vr + c*sh.v->nb[0], 0);
                 }
             }
             float * out = sparq_dst(&sh, dst, kh*G + g, t, s);

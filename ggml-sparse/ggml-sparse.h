@@ -75,7 +75,8 @@ GGML_API struct ggml_tensor * ggml_mul_mat_zz(
 //   k      src[1] F16|F32  [D,   n_kv,  Hkv, ns]  K rows; any strides, nb[0] = type size
 //   k_t    src[2] F16|F32  [n_kv, D,    Hkv, ns]  the same K transposed: position-contiguous per component
 //                                                  (nb[0] = type size), any nb[1..3]; must equal k elementwise
-//   v      src[3] F16|F32  [Dv,  n_kv,  Hkv, ns]  V rows (NOT transposed); any strides, nb[0] = type size
+//   v      src[3] F16|F32  [Dv,  n_kv,  Hkv, ns]  V, any strides: nb[0] = type size for the row cache (flash
+//                                                  attention on), nb[1] = type size for upstream's transposed V cache
 //   mask   src[4] F16|F32  [n_kv, n_pad, 1, ns|1] additive, n_pad >= n_tok, contiguous rows (nb[0] = type size);
 //                                                  upstream's kq_mask: 0 = visible, -INF = not; required
 //   v_mean src[5] F32      [Dv,  Hkv, n_tok|1, ns|1] mean of V over the positions the token sees (broadcast
@@ -107,6 +108,23 @@ enum ggml_sparq_flags {
 };
 
 GGML_API struct ggml_tensor * ggml_sparq_attn(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags);
+
+// the same computation composed of stock ggml ops (mul_mat, get_rows, soft_max, top_k, ...), so it runs on
+// any backend; same arguments and result shape. Differences from the op: ties may resolve differently, and
+// k >= |V| (but < n_kv) picks masked positions with zero weight instead of switching to dense (same value:
+// alpha = 1); v must have nb[0] = type size. Used as a cross-check (tests) and as the design's proof on backends without the fused op.
+GGML_API struct ggml_tensor * ggml_sparq_attn_ref(
         struct ggml_context * ctx,
         struct ggml_tensor  * q,
         struct ggml_tensor  * k,
