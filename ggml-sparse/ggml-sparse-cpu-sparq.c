@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__F16C__) && defined(__AVX__)
+#if (defined(__F16C__) && defined(__AVX__)) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -120,6 +120,64 @@ static inline float * sparq_dst(const struct sparq_shape * sh, struct ggml_tenso
     return (float *) dst->data + ((s*sh->n_tok + t)*sh->H + h)*sh->Dv;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// expf of 8 lanes (Cephes polynomial, ~1e-7 relative); -INF and anything below -87.3 give 0
+static inline __m256 sparq_exp8(__m256 x) {
+    const __m256 lo    = _mm256_set1_ps(-87.3365447504f);
+    const __m256 below = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(below, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+#endif
+
+// a[j] = exp(a[j] - max) / sum over j < n (masked entries are -INF and end at 0); adds the result to acc
+static void sparq_softmax_acc(float * a, float * acc, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+        mx = a[j] > mx ? a[j] : mx;
+    }
+    if (mx == -INFINITY) {
+        return; // nothing visible
+    }
+    float sum = 0.0f;
+    int64_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vs = _mm256_setzero_ps();
+    const __m256 vmx = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = sparq_exp8(_mm256_sub_ps(_mm256_loadu_ps(a + j), vmx));
+        _mm256_storeu_ps(a + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vs);
+    for (int i = 0; i < 8; ++i) {
+        sum += lanes[i];
+    }
+#endif
+    for (; j < n; ++j) {
+        a[j] = expf(a[j] - mx);
+        sum += a[j];
+    }
+    const float inv = 1.0f/sum;
+    for (j = 0; j < n; ++j) {
+        a[j] *= inv;
+        acc[j] += a[j];
+    }
+}
+
 // top-r components of sum_h |q_h| over the group, ties to the lower index; returns the count (<= r)
 // i1 ends sorted ascending (memory order of the k_t rows). absq: D floats of scratch.
 static int64_t sparq_top_components(const struct sparq_shape * sh, int64_t kh, int64_t t, int64_t s,
@@ -215,7 +273,7 @@ static int64_t sparq_select(const float * score, const int32_t * vis, int64_t nv
 static size_t sparq_thread_floats(const struct sparq_shape * sh) {
     const int64_t D = sh->D, G = sh->G, n_kv = sh->n_kv;
     const int64_t dmax = D > sh->Dv ? D : sh->Dv;
-    return 16 + 2*D + dmax + G*D + G*sh->Dv + G*n_kv + 4*n_kv + (int64_t) sh->r*SPARQ_CHUNK;
+    return 16 + 2*D + dmax + G*D + G*sh->Dv + G*n_kv + 4*n_kv + (int64_t) (sh->r + 1)*SPARQ_CHUNK;
 }
 
 // shared: approximate logits [units][G][n_kv], i1 [units][D], temperatures [units][G], visible counts [units]
@@ -375,6 +433,8 @@ void ggml_sparse_cpu_forward_sparq(const struct ggml_compute_params * params, st
                 const char * ktr = sparq_kt_row(&sh, i1[i], kh, s) + c0*sh.kt->nb[0];
                 sparq_row_f32(sh.kt->type, ktr, kbuf + i*SPARQ_CHUNK, nc);
             }
+            float * mbuf = kbuf + sh.r*SPARQ_CHUNK;
+            sparq_row_f32(sh.mask->type, mrow + c0*sh.mask->nb[0], mbuf, nc);
             for (int64_t g = 0; g < G; ++g) {
                 const float * q = sparq_q(&sh, kh*G + g, t, s);
                 float * out = approx + (u*G + g)*n_kv + c0;
@@ -390,8 +450,7 @@ void ggml_sparse_cpu_forward_sparq(const struct ggml_compute_params * params, st
                 }
                 const float sc = sc_all[u*G + g];
                 for (int64_t j = 0; j < nc; ++j) {
-                    const float mk = sparq_get(sh.mask->type, mrow, c0 + j);
-                    out[j] = mk == -INFINITY ? -INFINITY : sc*out[j] + mk;
+                    out[j] = mbuf[j] == -INFINITY ? -INFINITY : sc*out[j] + mbuf[j];
                 }
             }
         }
@@ -412,27 +471,11 @@ void ggml_sparse_cpu_forward_sparq(const struct ggml_compute_params * params, st
             sparq_exact(&sh, dst, kh, t, s, vis, nv, NULL, qf, row, logit, acc);
             continue;
         }
+        // softmax over every position: masked ones hold -INF and get 0, and the loops stay contiguous
         float * shat = approx + u*G*n_kv;
-        for (int64_t m = 0; m < nv; ++m) {
-            ssum[vis[m]] = 0.0f;
-        }
+        memset(ssum, 0, n_kv*sizeof(float));
         for (int64_t g = 0; g < G; ++g) {
-            float * a = shat + g*n_kv;
-            float mx = -INFINITY;
-            for (int64_t m = 0; m < nv; ++m) {
-                mx = a[vis[m]] > mx ? a[vis[m]] : mx;
-            }
-            float sum = 0.0f;
-            for (int64_t m = 0; m < nv; ++m) {
-                const float e = expf(a[vis[m]] - mx);
-                a[vis[m]] = e;
-                sum += e;
-            }
-            const float inv = 1.0f/sum;
-            for (int64_t m = 0; m < nv; ++m) {
-                a[vis[m]] *= inv;
-                ssum[vis[m]] += a[vis[m]];
-            }
+            sparq_softmax_acc(shat + g*n_kv, ssum, n_kv);
         }
         const int64_t n = sparq_select(ssum, vis, nv, sh.k_top, vals, sel);
         sparq_exact(&sh, dst, kh, t, s, sel, n, shat, qf, row, logit, acc);

@@ -486,14 +486,21 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         ggml_set_input(inp->inv_count);
         ggml_set_name(inp->kt_idxs, "sparq_kt_idxs");
 
-        // decode: every token is the only one of its (single) sequence in the ubatch
+        // decode: every token is the only one of its (single) sequence in the ubatch. The graphs reserved at
+        // context creation carry no sequence ids (n_seq_id 0): one token per sequence counts as decode there.
         const auto & ub = g.ubatch;
         bool decode = ub.n_tokens > 0;
         std::vector<bool> seen(acc::n_seq_max(*kv), false);
         for (uint32_t t = 0; t < ub.n_tokens && decode; ++t) {
+            if (ub.n_seq_id[t] == 0) {
+                decode = ub.n_seq_tokens == 1;
+                continue;
+            }
             const llama_seq_id q = ub.seq_id[t][0];
-            decode = ub.n_seq_id[t] == 1 && !seen[q];
-            seen[q] = true;
+            decode = ub.n_seq_id[t] == 1 && q >= 0 && (size_t) q < seen.size() && !seen[q];
+            if (decode) {
+                seen[q] = true;
+            }
         }
         inp->decode = decode;
         g.inp_sparq = inp.get();
