@@ -66,6 +66,46 @@ typedef struct {
     uint64_t nb01;
 } ggml_sparse_metal_kargs_zz_dequant;
 
+typedef struct {
+    int32_t  D;
+    int32_t  Dv;
+    int32_t  n_kv;
+    int32_t  n_tok;
+    int32_t  H;
+    int32_t  Hkv;
+    int32_t  G;
+    int32_t  ns;
+    int32_t  r;
+    int32_t  k_top;
+    int32_t  mean_v;
+    int32_t  mask_ne3;
+    int32_t  vm_ne2;
+    int32_t  vm_ne3;
+    float    scale;
+    int32_t  pad;
+    uint64_t nbq1, nbq2, nbq3;
+    uint64_t nbk1, nbk2, nbk3;
+    uint64_t nbt1, nbt2, nbt3;
+    uint64_t nbv0, nbv1, nbv2, nbv3;
+    uint64_t nbm1, nbm3;
+    uint64_t nbvm1, nbvm2, nbvm3;
+    uint64_t scratch_unit;
+} ggml_sparse_metal_kargs_sparq;
+
+// SparQ: at most this many q heads per KV head (registers), threads per threadgroup
+#define GGML_SPARSE_METAL_SPARQ_MAX_G 16
+#define GGML_SPARSE_METAL_SPARQ_NTG   256
+
+// SparQ scratch per unit (KV head, token, stream): shat [G][n_kv], keys, p, list [n_kv]
+static inline size_t ggml_sparse_metal_sparq_scratch_unit(int64_t G, int64_t n_kv) {
+    return (size_t) ((G + 3)*n_kv*4 + 255) & ~(size_t) 255;
+}
+
+// threadgroup memory of kernel_sparq_attn: q of the group, component keys and list
+static inline size_t ggml_sparse_metal_sparq_smem(int64_t G, int64_t D) {
+    return (size_t) (((G*D + 2*D)*4 + 15) & ~15);
+}
+
 // function constant of kernel_mul_mv_zz_*: tokens
 #define GGML_SPARSE_METAL_FC_ZZ_NT 0
 

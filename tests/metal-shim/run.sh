@@ -37,7 +37,7 @@ for src in "$root"/metal/*.metal "$here/selftest.metal"; do
 done
 
 inc=(-I"$root/ggml-sparse" -I"$root/metal" -I"$root/tests/c" -I"$here" -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu")
-for src in "$here/cpu-ref.c" "$root"/ggml-sparse/ggml-sparse-cpu.c "$root"/ggml-sparse/zigzag-*.c; do
+for src in "$here/cpu-ref.c" "$root"/ggml-sparse/ggml-sparse-cpu*.c "$root"/ggml-sparse/zigzag-*.c; do
     "$cc" -std=c11 -O2 -march=native -D_GNU_SOURCE -Dggml_barrier=zz_test_barrier -Wno-unused-function \
         "${inc[@]}" -c "$src" -o "$out/$(basename "$src" .c).o"
     objs+=("$out/$(basename "$src" .c).o")

@@ -9,6 +9,7 @@
 #include "shim-runtime.h"
 #include "ggml-sparse-metal.h"
 #include "ggml-sparse.h"
+#include "ggml-sparse-cpu-sparq.h"
 #include "ggml.h"
 
 #include <sys/wait.h>
@@ -323,6 +324,141 @@ static void test_prefill_case(ggml_type type, int64_t m, int64_t n, int nt) {
 }
 
 //
+// GGML_OP_SPARQ_ATTN against the CPU op's scalar reference (ggml_sparse_cpu_sparq_ref)
+//
+
+static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, void * data) {
+    ggml_tensor t;
+    std::memset(&t, 0, sizeof(t));
+    t.type = type;
+    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = ne2; t.ne[3] = ne3;
+    t.nb[0] = ggml_type_size(type);
+    t.nb[1] = t.nb[0]*ne0; t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
+    t.data = data;
+    return t;
+}
+
+struct sparq_case {
+    ggml_type kv, m;
+    int D, Dv, n_kv, n_tok, Hkv, G, ns, r, k_top, flags, ntg;
+};
+
+// runs the Metal kernel as ggml_metal_sparse_encode does; returns dst
+static std::vector<float> gpu_sparq(const sparq_case & c, ggml_tensor * srcs[6]) {
+    const int H = c.Hkv*c.G;
+    std::vector<float> dst((size_t) c.Dv*H*c.n_tok*c.ns);
+    poison(dst);
+    const size_t unit = ggml_sparse_metal_sparq_scratch_unit(c.G, c.n_kv);
+    std::vector<uint8_t> scratch(unit*c.Hkv*c.n_tok*c.ns);
+    poison(scratch);
+    ggml_tensor * q = srcs[0], * k = srcs[1], * kt = srcs[2], * v = srcs[3], * m = srcs[4], * vm = srcs[5];
+    ggml_sparse_metal_kargs_sparq a = {
+        c.D, c.Dv, c.n_kv, c.n_tok, H, c.Hkv, c.G, c.ns, std::min(c.r, c.D), c.k_top, (c.flags & GGML_SPARQ_MEAN_V) != 0,
+        (int32_t) m->ne[3], (int32_t) vm->ne[2], (int32_t) vm->ne[3], 1.0f/std::sqrt((float) c.D), 0,
+        q->nb[1], q->nb[2], q->nb[3], k->nb[1], k->nb[2], k->nb[3], kt->nb[1], kt->nb[2], kt->nb[3],
+        v->nb[0], v->nb[1], v->nb[2], v->nb[3], m->nb[1], m->nb[3], vm->nb[1], vm->nb[2], vm->nb[3], unit };
+    char name[64];
+    std::snprintf(name, sizeof(name), "kernel_sparq_attn_%s_%s", ggml_type_name(c.kv), ggml_type_name(c.m));
+    const uint32_t grid[3] = { (uint32_t) c.Hkv, (uint32_t) c.n_tok, (uint32_t) c.ns };
+    const uint32_t ntg[3]  = { (uint32_t) c.ntg, 1, 1 };
+    shim::dispatch(name, grid, ntg, { &a, q->data, k->data, kt->data, v->data, m->data, vm->data, dst.data(), scratch.data() },
+                   { ggml_sparse_metal_sparq_smem(c.G, c.D) });
+    return dst;
+}
+
+static void sparq_fill(ggml_type type, void * p, int64_t i, float v) {
+    if (type == GGML_TYPE_F16) ((ggml_fp16_t *) p)[i] = ggml_fp32_to_fp16(v); else ((float *) p)[i] = v;
+}
+
+static bool test_sparq_case(const sparq_case & c, bool race = false) {
+    const int H = c.Hkv*c.G, n_pad = c.n_tok + rand_int(0, 2);
+    const size_t es = ggml_type_size(c.kv), ms = ggml_type_size(c.m);
+    std::vector<float>   qd((size_t) c.D*c.n_tok*H*c.ns);
+    std::vector<uint8_t> kd((size_t) c.D*c.n_kv*c.Hkv*c.ns*es), ktd(kd.size()), vd((size_t) c.Dv*c.n_kv*c.Hkv*c.ns*es);
+    std::vector<uint8_t> md((size_t) c.n_kv*n_pad*c.ns*ms);
+    std::vector<float>   vmd((size_t) c.Dv*c.Hkv);
+    for (auto & x : qd) x = rand_normal();
+    for (int s = 0; s < c.ns; ++s) for (int kh = 0; kh < c.Hkv; ++kh) for (int j = 0; j < c.n_kv; ++j) for (int d = 0; d < c.D; ++d) {
+        const float x = rand_normal();
+        sparq_fill(c.kv, kd.data(),  (((int64_t) s*c.Hkv + kh)*c.n_kv + j)*c.D + d, x);
+        sparq_fill(c.kv, ktd.data(), (((int64_t) s*c.Hkv + kh)*c.D + d)*c.n_kv + j, x);
+    }
+    for (size_t i = 0; i < vd.size()/es; ++i) sparq_fill(c.kv, vd.data(), i, rand_normal());
+    for (auto & x : vmd) x = rand_normal()*0.1f;
+    // causal-like visibility with holes; some tokens see nothing, some fewer than k (dense)
+    for (int s = 0; s < c.ns; ++s) for (int t = 0; t < n_pad; ++t) {
+        const int len = rand_int(0, 9) == 0 ? rand_int(0, std::min(c.n_kv, c.k_top)) : rand_int(1, c.n_kv);
+        for (int j = 0; j < c.n_kv; ++j) {
+            const bool vis = j < len && rand_int(0, 15) != 0;
+            sparq_fill(c.m, md.data(), ((int64_t) s*n_pad + t)*c.n_kv + j, vis ? 0.0f : -INFINITY);
+        }
+    }
+    ggml_tensor q  = host_tensor(GGML_TYPE_F32, c.D, c.n_tok, H, c.ns, qd.data());
+    ggml_tensor k  = host_tensor(c.kv, c.D, c.n_kv, c.Hkv, c.ns, kd.data());
+    ggml_tensor kt = host_tensor(c.kv, c.n_kv, c.D, c.Hkv, c.ns, ktd.data());
+    ggml_tensor v  = host_tensor(c.kv, c.Dv, c.n_kv, c.Hkv, c.ns, vd.data());
+    ggml_tensor m  = host_tensor(c.m, c.n_kv, n_pad, 1, c.ns, md.data());
+    ggml_tensor vm = host_tensor(GGML_TYPE_F32, c.Dv, c.Hkv, 1, 1, vmd.data());
+    std::vector<float> ref((size_t) c.Dv*H*c.n_tok*c.ns);
+    ggml_tensor d = host_tensor(GGML_TYPE_F32, c.Dv, H, c.n_tok, c.ns, ref.data());
+    const float scale = 1.0f/std::sqrt((float) c.D);
+    d.op_params[1] = c.r; d.op_params[2] = c.k_top; d.op_params[3] = c.flags;
+    std::memcpy(&d.op_params[0], &scale, sizeof(float));
+    ggml_tensor * srcs[6] = { &q, &k, &kt, &v, &m, &vm };
+    for (int i = 0; i < 6; ++i) d.src[i] = srcs[i];
+    ggml_sparse_cpu_sparq_ref(&d);
+
+    if (race) {
+        bool same = true;
+        shim::set_random(false, 0);
+        const auto want = gpu_sparq(c, srcs);
+        for (uint64_t seed = 1; seed <= 2; ++seed) {
+            shim::set_random(true, seed);
+            const auto got = gpu_sparq(c, srcs);
+            same = same && std::memcmp(got.data(), want.data(), got.size()*sizeof(float)) == 0;
+        }
+        shim::set_random(false, 0);
+        CHECK(same, "race check SPARQ: results depend on the scheduling");
+        return same;
+    }
+    const auto got = gpu_sparq(c, srcs);
+    double num = 0.0, den = 0.0;
+    bool finite = true;
+    for (size_t i = 0; i < got.size(); ++i) {
+        finite = finite && std::isfinite(got[i]);
+        num += ((double) got[i] - ref[i])*((double) got[i] - ref[i]);
+        den += (double) ref[i]*ref[i];
+    }
+    const double rel = den > 0 ? std::sqrt(num/den) : std::sqrt(num);
+    CHECK(finite && rel <= 1e-4, "SPARQ kv=%s mask=%s D=%d Dv=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d ntg=%d: rel err %.3e%s",
+          ggml_type_name(c.kv), ggml_type_name(c.m), c.D, c.Dv, c.n_kv, c.n_tok, c.Hkv, c.G, c.ns, c.r, c.k_top, c.flags, c.ntg,
+          rel, finite ? "" : " (not written)");
+    return finite && rel <= 1e-4;
+}
+
+static void test_sparq(bool quick) {
+    const int n_cases = quick ? 12 : 30;
+    for (int i = 0; i < n_cases; ++i) {
+        sparq_case c;
+        c.kv    = rand_int(0, 1) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        c.m     = rand_int(0, 1) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        c.D     = (int[]){ 32, 64, 80, 128 }[rand_int(0, 3)];
+        c.Dv    = rand_int(0, 3) ? c.D : 48;
+        c.n_kv  = rand_int(1, 700);
+        c.n_tok = rand_int(1, 3);
+        c.Hkv   = rand_int(1, 2);
+        c.G     = (int[]){ 1, 2, 4, 8 }[rand_int(0, 3)];
+        c.ns    = rand_int(1, 2);
+        c.r     = rand_int(0, 4) ? rand_int(1, c.D/2) : c.D + 5;
+        c.k_top = rand_int(1, 5) == 1 ? c.n_kv + 3 : rand_int(1, std::max(1, c.n_kv/3));
+        c.flags = rand_int(0, 1) ? GGML_SPARQ_MEAN_V : 0;
+        c.ntg   = (int[]){ 64, 128, 256 }[rand_int(0, 2)];
+        test_sparq_case(c);
+    }
+    test_sparq_case({ GGML_TYPE_F16, GGML_TYPE_F16, 64, 64, 300, 2, 2, 4, 1, 16, 40, GGML_SPARQ_MEAN_V, 128 }, true);
+}
+
+//
 // race check: random lane/threadgroup order and preemption must not change the bits
 //
 
@@ -477,6 +613,9 @@ int main(int argc, char ** argv) {
         test_prefill_case(type, ms[rand_int(0, (int) ms.size() - 1)], rand_int(1, 600), rand_int(9, 40));
         std::printf("%s: %d passed, %d failed\n", type_tag(type), n_pass, n_fail);
     }
+
+    test_sparq(quick);
+    std::printf("sparq: %d passed, %d failed\n", n_pass, n_fail);
 
     test_races();
     std::printf("%d passed, %d failed\n", n_pass, n_fail);
