@@ -370,6 +370,10 @@ static void sparq_fill(ggml_type type, void * p, int64_t i, float v) {
     if (type == GGML_TYPE_F16) ((ggml_fp16_t *) p)[i] = ggml_fp32_to_fp16(v); else ((float *) p)[i] = v;
 }
 
+// small integers for q and K: many exactly equal component keys and scores, to exercise the tie rules
+static bool g_sparq_ties = false;
+static float sparq_rand() { return g_sparq_ties ? (float) rand_int(-2, 2) : rand_normal(); }
+
 static bool test_sparq_case(const sparq_case & c, bool race = false) {
     const int H = c.Hkv*c.G, n_pad = c.n_tok + rand_int(0, 2);
     const size_t es = ggml_type_size(c.kv), ms = ggml_type_size(c.m);
@@ -377,9 +381,9 @@ static bool test_sparq_case(const sparq_case & c, bool race = false) {
     std::vector<uint8_t> kd((size_t) c.D*c.n_kv*c.Hkv*c.ns*es), ktd(kd.size()), vd((size_t) c.Dv*c.n_kv*c.Hkv*c.ns*es);
     std::vector<uint8_t> md((size_t) c.n_kv*n_pad*c.ns*ms);
     std::vector<float>   vmd((size_t) c.Dv*c.Hkv);
-    for (auto & x : qd) x = rand_normal();
+    for (auto & x : qd) x = sparq_rand();
     for (int s = 0; s < c.ns; ++s) for (int kh = 0; kh < c.Hkv; ++kh) for (int j = 0; j < c.n_kv; ++j) for (int d = 0; d < c.D; ++d) {
-        const float x = rand_normal();
+        const float x = sparq_rand();
         sparq_fill(c.kv, kd.data(),  (((int64_t) s*c.Hkv + kh)*c.n_kv + j)*c.D + d, x);
         sparq_fill(c.kv, ktd.data(), (((int64_t) s*c.Hkv + kh)*c.D + d)*c.n_kv + j, x);
     }
@@ -455,6 +459,12 @@ static void test_sparq(bool quick) {
         c.ntg   = (int[]){ 64, 128, 256 }[rand_int(0, 2)];
         test_sparq_case(c);
     }
+    g_sparq_ties = true;
+    for (int i = 0; i < 4; ++i) {
+        test_sparq_case({ GGML_TYPE_F16, GGML_TYPE_F32, 8*rand_int(1, 4), 32, rand_int(20, 300), 1, 1, rand_int(1, 3), 1,
+                          rand_int(1, 8), rand_int(1, 15), 0, 64 });
+    }
+    g_sparq_ties = false;
     test_sparq_case({ GGML_TYPE_F16, GGML_TYPE_F16, 64, 64, 300, 2, 2, 4, 1, 16, 40, GGML_SPARQ_MEAN_V, 128 }, true);
 }
 
