@@ -1,6 +1,6 @@
 // llama-sparse: ggml-metal glue for GGML_OP_SPARSE_IDX and GGML_OP_MUL_MAT_ZZ (compiled into ggml-metal;
 // patch 0010 calls the three entry points of ggml-sparse-metal.h). The kernels are in metal/*.metal,
-// built by ggml-metal as the libraries "sparse_idx" and "mul_mat_zz".
+// built by ggml-metal as the libraries "sparse_idx", "mul_mat_zz" and "sparq_attn".
 //
 // Environment: LLAMA_SPARSE_METAL_IDX=atomic   LIST by atomic offset reservation (segments unordered)
 //              LLAMA_SPARSE_METAL_N1, _NSG     GEMV threadgroups per block-row, simdgroups per threadgroup
@@ -97,9 +97,30 @@ static zz_shape zz_shape_of(const ggml_tensor * op) {
     return s;
 }
 
+static bool zz_sparq_supported(const ggml_tensor * op) {
+    const ggml_tensor * q  = op->src[0];
+    const ggml_tensor * k  = op->src[1];
+    const ggml_tensor * kt = op->src[2];
+    const ggml_tensor * v  = op->src[3];
+    const ggml_tensor * m  = op->src[4];
+    if (q == nullptr || k == nullptr || kt == nullptr || v == nullptr || m == nullptr) {
+        return false;
+    }
+    const int64_t D = q->ne[0], Hkv = k->ne[2];
+    const int64_t G = Hkv > 0 ? q->ne[2]/Hkv : 0;
+    // one K/V element type per kernel; the group's q, the component keys and list fit in 32 KiB
+    return (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && kt->type == k->type && v->type == k->type &&
+           (m->type == GGML_TYPE_F16 || m->type == GGML_TYPE_F32) &&
+           G >= 1 && G <= GGML_SPARSE_METAL_SPARQ_MAX_G && ggml_sparse_metal_sparq_smem(G, D) <= 32*1024 &&
+           k->ne[1] <= INT32_MAX/4 && ggml_is_contiguous(op) && op->type == GGML_TYPE_F32;
+}
+
 bool ggml_metal_sparse_supports_op(const ggml_tensor * op, bool has_simd_reduction, bool has_simdgroup_mm) {
     if (!has_simd_reduction) {
         return false;
+    }
+    if (op->op == GGML_OP_SPARQ_ATTN) {
+        return zz_sparq_supported(op);
     }
     if (op->op == GGML_OP_SPARSE_IDX) {
         const ggml_tensor * x = op->src[0];
@@ -136,6 +157,10 @@ size_t ggml_metal_sparse_extra_size(const ggml_tensor * op) {
             ggml_sparse_metal_idx_shape(op->src[0]->ne[0], (int) op->src[0]->ne[1], 1024, &ntg, &seg, &nseg);
             res = nseg*sizeof(int32_t);
         }
+    } else if (op->op == GGML_OP_SPARQ_ATTN) {
+        const ggml_tensor * q = op->src[0], * k = op->src[1];
+        const int64_t units = k->ne[2]*q->ne[1]*q->ne[3];
+        res = units*ggml_sparse_metal_sparq_scratch_unit(q->ne[2]/k->ne[2], k->ne[1]);
     } else if (op->op == GGML_OP_MUL_MAT_ZZ) {
         const zz_shape s = zz_shape_of(op);
         if (s.nt <= GGML_SPARSE_MAX_BATCH) {
@@ -335,8 +360,69 @@ static void zz_encode_prefill(ggml_metal_library_t lib, ggml_metal_encoder_t enc
     }
 }
 
+static void zz_encode_sparq(ggml_metal_library_t lib, ggml_metal_encoder_t enc, const ggml_tensor * op) {
+    const ggml_tensor * q  = op->src[0];
+    const ggml_tensor * k  = op->src[1];
+    const ggml_tensor * kt = op->src[2];
+    const ggml_tensor * v  = op->src[3];
+    const ggml_tensor * m  = op->src[4];
+    const ggml_tensor * vm = op->src[5];
+
+    const int64_t D = q->ne[0], n_kv = k->ne[1], n_tok = q->ne[1], H = q->ne[2], Hkv = k->ne[2], ns = q->ne[3];
+    const int64_t G = H/Hkv;
+
+    float scale;
+    memcpy(&scale, &op->op_params[0], sizeof(float));
+    const int32_t flags = op->op_params[3];
+
+    char base[64];
+    snprintf(base, sizeof(base), "kernel_sparq_attn_%s_%s", ggml_type_name(k->type), ggml_type_name(m->type));
+    auto pipeline = zz_pipeline(lib, base, -1);
+
+    ggml_sparse_metal_kargs_sparq args = {
+        /*.D        =*/ (int32_t) D,
+        /*.Dv       =*/ (int32_t) v->ne[0],
+        /*.n_kv     =*/ (int32_t) n_kv,
+        /*.n_tok    =*/ (int32_t) n_tok,
+        /*.H        =*/ (int32_t) H,
+        /*.Hkv      =*/ (int32_t) Hkv,
+        /*.G        =*/ (int32_t) G,
+        /*.ns       =*/ (int32_t) ns,
+        /*.r        =*/ (int32_t) (op->op_params[1] < D ? op->op_params[1] : D),
+        /*.k_top    =*/ op->op_params[2],
+        /*.mean_v   =*/ (flags & GGML_SPARQ_MEAN_V) != 0,
+        /*.mask_ne3 =*/ (int32_t) m->ne[3],
+        /*.vm_ne2   =*/ vm ? (int32_t) vm->ne[2] : 1,
+        /*.vm_ne3   =*/ vm ? (int32_t) vm->ne[3] : 1,
+        /*.scale    =*/ scale,
+        /*.pad      =*/ 0,
+        q->nb[1],  q->nb[2],  q->nb[3],
+        k->nb[1],  k->nb[2],  k->nb[3],
+        kt->nb[1], kt->nb[2], kt->nb[3],
+        v->nb[0],  v->nb[1],  v->nb[2], v->nb[3],
+        m->nb[1],  m->nb[3],
+        vm ? vm->nb[1] : 0, vm ? vm->nb[2] : 0, vm ? vm->nb[3] : 0,
+        /*.scratch_unit =*/ ggml_sparse_metal_sparq_scratch_unit(G, n_kv),
+    };
+
+    ggml_metal_encoder_set_pipeline(enc, pipeline);
+    ggml_metal_encoder_set_bytes   (enc, &args, sizeof(args), 0);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(q),  1);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(k),  2);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(kt), 3);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(v),  4);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(m),  5);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(vm ? vm : q), 6);
+    ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(op), 7);
+    ggml_metal_encoder_set_buffer  (enc, zz_scratch_id(op, 0), 8);
+    ggml_metal_encoder_set_threadgroup_memory_size(enc, ggml_sparse_metal_sparq_smem(G, D), 0);
+    ggml_metal_encoder_dispatch_threadgroups(enc, (int) Hkv, (int) n_tok, (int) ns, GGML_SPARSE_METAL_SPARQ_NTG, 1, 1);
+}
+
 int ggml_metal_sparse_encode(ggml_metal_library * lib, ggml_metal_encoder * enc, ggml_tensor * op) {
-    if (op->op == GGML_OP_SPARSE_IDX) {
+    if (op->op == GGML_OP_SPARQ_ATTN) {
+        zz_encode_sparq(lib, enc, op);
+    } else if (op->op == GGML_OP_SPARSE_IDX) {
         zz_encode_idx(lib, enc, op);
     } else {
         GGML_ASSERT(op->op == GGML_OP_MUL_MAT_ZZ);

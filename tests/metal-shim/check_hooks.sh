@@ -13,7 +13,7 @@ mdir="$up/ggml/src/ggml-metal"
 inc=(-I"$root/metal" -I"$root/ggml-sparse" -I"$up/ggml/include" -I"$up/ggml/src" -I"$mdir")
 flags=(-fsyntax-only -Wall -Wno-unused-function -Werror=implicit-function-declaration)
 
-grep -q "ggml_metal_sparse_encode" "$mdir/ggml-metal-ops.cpp" || { echo "check_hooks: patch 0010 is not in $up" >&2; exit 1; }
+grep -q "ggml_metal_sparse_encode" "$mdir/ggml-metal-ops.cpp" && grep -q "case GGML_OP_SPARQ_ATTN:" "$mdir/ggml-metal-ops.cpp" || { echo "check_hooks: patches 0010/0011 are not in $up" >&2; exit 1; }
 
 "$cxx" -std=c++17 "${flags[@]}" -Wextra "${inc[@]}" "$root/metal/ggml-sparse-metal.cpp"
 # upstream relies on <memory> arriving through Apple's headers
