@@ -401,6 +401,11 @@ static bool test_sparq_case(const sparq_case & c, bool race = false) {
     ggml_tensor k  = host_tensor(c.kv, c.D, c.n_kv, c.Hkv, c.ns, kd.data());
     ggml_tensor kt = host_tensor(c.kv, c.n_kv, c.D, c.Hkv, c.ns, ktd.data());
     ggml_tensor v  = host_tensor(c.kv, c.Dv, c.n_kv, c.Hkv, c.ns, vd.data());
+    if (rand_int(0, 2) == 0) {
+        // upstream's transposed V cache: position-contiguous per component
+        v.nb[0] = es*c.n_kv;
+        v.nb[1] = es;
+    }
     ggml_tensor m  = host_tensor(c.m, c.n_kv, n_pad, 1, c.ns, md.data());
     ggml_tensor vm = host_tensor(GGML_TYPE_F32, c.Dv, c.Hkv, 1, 1, vmd.data());
     std::vector<float> ref((size_t) c.Dv*H*c.n_tok*c.ns);
