@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama-sparse: checks of the Metal kernels on Linux (CI): lint metal/*.metal, translate them with the
-# MSL-on-CPU shim, build and run the kernel tests against the CPU ops, and compile the ggml-metal hook
-# code with -fsyntax-only against stubs.
+# MSL-on-CPU shim, build and run the kernel tests against the CPU ops, compile the ggml-metal hook code
+# with -fsyntax-only, and configure ggml-metal's library build (patch 0010) with stand-in frameworks.
 # usage: tests/metal-shim/run.sh [--quick] [--seed S]
 # env: LLAMA_SPARSE_UPSTREAM (patched tree, default: tools/upstream.py fork),
 #      LLAMA_SPARSE_STOCK_BIN (dir of libggml-base.so, default ~/.cache/llama-sparse/stock-build/bin),
@@ -50,6 +50,11 @@ echo "== kernels through the shim"
 "$out/test-metal-kernels" "$@"
 
 if [ -x "$here/check_hooks.sh" ]; then
-    echo "== ggml-metal hook code, -fsyntax-only against stubs"
+    echo "== ggml-metal hook code, -fsyntax-only"
     "$here/check_hooks.sh"
+fi
+
+if [ -x "$here/check_cmake.sh" ]; then
+    echo "== ggml-metal library build rules (patch 0010), configured with stand-in frameworks"
+    "$here/check_cmake.sh"
 fi
