@@ -20,6 +20,10 @@ using namespace metal;
 
 #define SPARQ_MAX_G 16
 
+// visible position: the mask is 0 or -INF. Metal compiles with fast math, which may fold comparisons with
+// infinities away, so the test is against a finite bound
+#define SPARQ_VISIBLE(m) ((m) > -1e30f)
+
 // keep in sync with metal/ggml-sparse-metal.h
 typedef struct {
     int32_t  D;
@@ -173,7 +177,7 @@ kernel void kernel_sparq_attn(
 
     int nv_part = 0;
     for (int j = tiitg; j < n_kv; j += ntg) {
-        nv_part += (float) mrow[j] != -INFINITY ? 1 : 0;
+        nv_part += SPARQ_VISIBLE((float) mrow[j]) ? 1 : 0;
     }
     const int  nv    = sparq_tg_sum_i(nv_part, sparq_ired, sgitg, tiisg, nsg);
     const bool dense = args.k_top >= nv;
@@ -236,7 +240,7 @@ kernel void kernel_sparq_attn(
             for (int g = 0; g < G; ++g) {
                 dot[g] = 0.0f;
             }
-            if (mv != -INFINITY) {
+            if (SPARQ_VISIBLE(mv)) {
                 for (int i = 0; i < n1; ++i) {
                     const int c = i1[i];
                     const float kv = (float) ((device const TKV *) (ktb + c*args.nbt1))[j];
@@ -246,7 +250,7 @@ kernel void kernel_sparq_attn(
                 }
             }
             for (int g = 0; g < G; ++g) {
-                shat[(long) g*n_kv + j] = mv != -INFINITY ? sparq_sc[g]*dot[g] + mv : -INFINITY;
+                shat[(long) g*n_kv + j] = SPARQ_VISIBLE(mv) ? sparq_sc[g]*dot[g] + mv : -INFINITY;
             }
         }
         for (int g = 0; g < G; ++g) {
@@ -280,7 +284,7 @@ kernel void kernel_sparq_attn(
             const uint cand = kth | (1u << bit);
             int cnt = 0;
             for (int j = tiitg; j < n_kv; j += ntg) {
-                cnt += sparq_key(score[j], (float) mrow[j] != -INFINITY) >= cand ? 1 : 0;
+                cnt += sparq_key(score[j], SPARQ_VISIBLE((float) mrow[j])) >= cand ? 1 : 0;
             }
             if (sparq_tg_sum_i(cnt, sparq_ired, sgitg, tiisg, nsg) >= args.k_top) {
                 kth = cand;
@@ -288,7 +292,7 @@ kernel void kernel_sparq_attn(
         }
         int gt = 0;
         for (int j = tiitg; j < n_kv; j += ntg) {
-            gt += sparq_key(score[j], (float) mrow[j] != -INFINITY) > kth ? 1 : 0;
+            gt += sparq_key(score[j], SPARQ_VISIBLE((float) mrow[j])) > kth ? 1 : 0;
         }
         const int need_eq = args.k_top - sparq_tg_sum_i(gt, sparq_ired, sgitg, tiisg, nsg);
 
@@ -296,7 +300,7 @@ kernel void kernel_sparq_attn(
         int n_out = 0, n_eq = 0;
         for (int base = 0; base < n_kv; base += ntg) {
             const int  j   = base + tiitg;
-            const uint key = j < n_kv ? sparq_key(score[j], (float) mrow[j] != -INFINITY) : 0u;
+            const uint key = j < n_kv ? sparq_key(score[j], SPARQ_VISIBLE((float) mrow[j])) : 0u;
             const int  eq  = (j < n_kv && key == kth) ? 1 : 0;
             int eq_total;
             const int eq_rank = n_eq + sparq_tg_scan(eq, &eq_total, sparq_ired, sgitg, tiisg, nsg);
@@ -314,7 +318,7 @@ kernel void kernel_sparq_attn(
         int n_out = 0;
         for (int base = 0; base < n_kv; base += ntg) {
             const int j = base + tiitg;
-            const int take = (j < n_kv && (float) mrow[j] != -INFINITY) ? 1 : 0;
+            const int take = (j < n_kv && SPARQ_VISIBLE((float) mrow[j])) ? 1 : 0;
             int total;
             const int pos = sparq_tg_scan(take, &total, sparq_ired, sgitg, tiisg, nsg);
             if (take) {
@@ -323,7 +327,7 @@ kernel void kernel_sparq_attn(
             n_out += total;
         }
     }
-    threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);
+    threadgroup_barrier(mem_flags::mem_device);
 
     // step 3: exact attention of every head of the group over the selected positions
     const bool blend = !dense && args.mean_v != 0;

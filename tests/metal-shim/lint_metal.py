@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Keep metal/*.metal inside what Apple's Metal compiler accepts (nothing here can run it):
 only #include <metal_stdlib>; no C/C++ standard library (std::, printf, malloc/new, exceptions, ...);
-no recursion; no dynamic allocation; no function pointers or virtual functions; no double; every
+no recursion; no dynamic allocation; no function pointers or virtual functions; no double; threadgroup
+variables only in kernel functions; no comparison with an infinity (fast math may fold it); every
 top-level name prefixed (zz_, sparse_idx_, sparq_, kernel_..., ggml_sparse_metal_...) and absent from
 upstream's kernels/common.h, so the embedded build (which prepends common.h) has no clashes.
 
@@ -26,6 +27,7 @@ FORBIDDEN = [
     (r"\bstatic\s+(?!inline\b|constexpr\b|constant\b)\w+[^;(]*;", "static variable"),
     (r"\bthread_local\b|\b_Thread_local\b", "thread_local"),
     (r"\balloca\b", "alloca"),
+    (r"[=!]=\s*-?INFINITY|-?INFINITY\s*[=!]=", "comparison with an infinity (Metal's fast math may fold it)"),
 ]
 
 PREFIXES = ("zz_", "sparse_idx_", "sparq_", "kernel_", "ggml_sparse_metal_", "FC_ZZ", "FC_zz", "FC_SPARQ", "FC_sparq", "SPARQ_", "ZZ_")
@@ -85,6 +87,12 @@ def lint(path):
         q = match_paren(code, p)
         b0 = code.index("{", q)
         funcs[m.group(1)] = code[b0:match_paren(code, b0)]
+
+    # threadgroup variables may only be declared in kernel functions
+    kernels = set(re.findall(r"\bkernel\s+void\s+(\w+)", code))
+    for f, body in funcs.items():
+        if f not in kernels and re.search(r"(?m)^\s*threadgroup\s+[\w:]+\s+\w+\s*[\[;]", body):
+            errors.append("%s: %s declares a threadgroup variable outside a kernel function" % (path, f))
 
     calls = {f: set(c for c in re.findall(r"\b(\w+)\s*(?:<[^;(){}]*>)?\s*\(", body) if c in funcs) for f, body in funcs.items()}
 
