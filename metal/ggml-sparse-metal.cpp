@@ -89,8 +89,8 @@ static zz_shape zz_shape_of(const ggml_tensor * op) {
     ggml_sparse_metal_zz_shape(s.type, s.n, s.nr, &s.n1, &s.nsg);
     s.n1  = zz_env_int("LLAMA_SPARSE_METAL_N1",  s.n1);
     s.nsg = zz_env_int("LLAMA_SPARSE_METAL_NSG", s.nsg);
-    s.nsg = s.nsg > 8 ? 8 : s.nsg; // 8 simdgroups x 8 tokens x 256 floats = 64 KiB would not fit; 4 keeps <= 32 KiB
-    if (s.nsg*s.nt*s.B*4 > 32*1024) {
+    // threadgroup memory holds nsg*nt*B floats: at most 32 KiB (4 simdgroups for 8 tokens of a 256-block)
+    if (s.nt <= GGML_SPARSE_MAX_BATCH && s.nsg*s.nt*s.B*4 > 32*1024) {
         s.nsg = (int) ((32*1024)/(s.nt*s.B*4));
     }
     s.tile_rows = ggml_sparse_metal_zz_tile_rows(s.type, s.n, s.nr);
@@ -277,6 +277,7 @@ static void zz_encode_gemv(ggml_metal_library_t lib, ggml_metal_encoder_t enc, c
     ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(x), 2);
     ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(idx ? idx : w), 3);
     ggml_metal_encoder_set_buffer  (enc, out, 4);
+    GGML_ASSERT(32*s.nsg <= ggml_metal_pipeline_max_theads_per_threadgroup(pipeline) && "llama-sparse: LLAMA_SPARSE_METAL_NSG too large for this GPU");
     ggml_metal_encoder_set_threadgroup_memory_size(enc, GGML_PAD(s.nsg*s.nt*s.B*sizeof(float), 16), 0);
     ggml_metal_encoder_dispatch_threadgroups(enc, s.n1, (int) s.nr, 1, 32*s.nsg, 1, 1);
 
@@ -416,7 +417,10 @@ static void zz_encode_sparq(ggml_metal_library_t lib, ggml_metal_encoder_t enc, 
     ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(op), 7);
     ggml_metal_encoder_set_buffer  (enc, zz_scratch_id(op, 0), 8);
     ggml_metal_encoder_set_threadgroup_memory_size(enc, ggml_sparse_metal_sparq_smem(G, D), 0);
-    ggml_metal_encoder_dispatch_threadgroups(enc, (int) Hkv, (int) n_tok, (int) ns, GGML_SPARSE_METAL_SPARQ_NTG, 1, 1);
+    // heavy register use can lower a pipeline's thread limit below 256
+    int ntg = ggml_metal_pipeline_max_theads_per_threadgroup(pipeline);
+    ntg = ntg < GGML_SPARSE_METAL_SPARQ_NTG ? ntg & ~31 : GGML_SPARSE_METAL_SPARQ_NTG;
+    ggml_metal_encoder_dispatch_threadgroups(enc, (int) Hkv, (int) n_tok, (int) ns, ntg, 1, 1);
 }
 
 int ggml_metal_sparse_encode(ggml_metal_library * lib, ggml_metal_encoder * enc, ggml_tensor * op) {
