@@ -32,7 +32,7 @@ objs=()
 for src in "$root"/metal/*.metal "$here/selftest.metal"; do
     stem=$(basename "$src" .metal)
     python3 "$here/msl2cpp.py" "$src" "$out/$stem.cpp"
-    "$cxx" -std=c++20 -O2 -g -U_FORTIFY_SOURCE -Wall -Wno-unused-function -Wno-unused-variable -I"$here" -c "$out/$stem.cpp" -o "$out/$stem.o"
+    "$cxx" -std=c++20 -O2 -g -U_FORTIFY_SOURCE -fsigned-char -Wall -Wno-unused-function -Wno-unused-variable -I"$here" -c "$out/$stem.cpp" -o "$out/$stem.o"
     objs+=("$out/$stem.o")
 done
 
