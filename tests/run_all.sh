@@ -23,12 +23,18 @@ export LLAMA_SPARSE_UPSTREAM
 section "CPU kernels against the scalar reference (tests/c)"
 if [ -x tests/c/build_and_run.sh ]; then run tests/c/build_and_run.sh; else echo "FAILED: tests/c/build_and_run.sh missing"; fail=1; fi
 
+section "SparQ attention CPU kernel against its scalar reference (tests/c)"
+if [ -x tests/c/test_sparq.sh ]; then run tests/c/test_sparq.sh; else echo "FAILED: tests/c/test_sparq.sh missing"; fail=1; fi
+
 section "CUDA sources compile (nvcc, sm_90)"
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     if [ -x cuda/check_compile.sh ]; then run cuda/check_compile.sh; else echo "FAILED: cuda/check_compile.sh missing"; fail=1; fi
 else
     echo "FAILED: nvcc not found; CI must compile cuda/*.cu"; fail=1
 fi
+
+section "Metal kernels through the MSL-on-CPU shim, lint, hook compile check (tests/metal-shim)"
+if [ -x tests/metal-shim/run.sh ]; then run tests/metal-shim/run.sh; else echo "FAILED: tests/metal-shim/run.sh missing"; fail=1; fi
 
 section "test-backend-ops from the fork"
 run "$py" -m llama_sparse.tools test-backend-ops -o MUL_MAT_ZZ

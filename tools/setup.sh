@@ -43,6 +43,15 @@ demo)
     llama-sparse demo
     ;;
 test)
+    if ! command -v clang++ >/dev/null; then
+        # the Metal kernel tests (tests/metal-shim) compile MSL as C++ with clang's vector extensions
+        step "installing clang (Metal shim tests)"
+        if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+            { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang; } || echo "apt-get install clang failed" >&2
+        else
+            echo "clang++ missing and cannot apt-get install it here; tests/metal-shim will fail" >&2
+        fi
+    fi
     step "running the tests"
     bash tests/run_all.sh
     ;;
