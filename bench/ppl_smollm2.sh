@@ -98,8 +98,15 @@ cp "$LAST_LOG" "$W/ppl-ub1.txt"
 run "fork ppl emulated, same chunks" "$PY" -m llama_sparse perplexity "$zcal" -f "$WIKI" -c 512 --chunks "$UB1_CHUNKS" -t "$THREADS" -ub 512 --levels "dense,$UB1_LEVEL"
 cp "$LAST_LOG" "$W/ppl-ub512.txt"
 
-# stock rows last: the shared stock build may still be being rebuilt by someone else
-for i in $(seq 60); do [ -x "$STOCK/llama-perplexity" ] && [ -x "$STOCK/llama-quantize" ] && break; sleep 30; done
+# stock rows last. Without a stock build (STOCK_FROM_FORK=1, or none found), the fork's llama-quantize and
+# llama-perplexity stand in: on a file without zigzag tensors every hook passes through to upstream's code.
+if [ "${STOCK_FROM_FORK:-0}" = 1 ] || [ ! -x "$STOCK/llama-perplexity" ] || [ ! -x "$STOCK/llama-quantize" ]; then
+    STOCK=$(dirname "$("$PY" -c 'from llama_sparse.tools import tool_path; print(tool_path("perplexity"))')")
+    out ""
+    out "No stock build at hand: the stock GGUFs are made and run by the fork's llama-quantize / llama-perplexity"
+    out "(\`$STOCK\`), which for files without zigzag tensors run upstream's code unchanged."
+    out ""
+fi
 made "$sq4" || run "stock quantize Q4_K_M" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq4" Q4_K_M "$THREADS"
 made "$sq8" || run "stock quantize Q8_0" "$STOCK/llama-quantize" --allow-requantize "$src" "$sq8" Q8_0 "$THREADS"
 run "stock ppl Q4_K_M" "$STOCK/llama-perplexity" -m "$sq4" -f "$WIKI" -c 512 --chunks "$CHUNKS" -t "$THREADS" -b 512 -ub 512
