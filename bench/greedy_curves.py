@@ -48,6 +48,8 @@ def main() -> None:
         names = [_native.llama_sparse_model_level_name(cap.model, i).decode()
                  for i in range(_native.llama_sparse_model_n_levels(cap.model))]
         idx = {n: i for i, n in enumerate(names)}
+        blas = gr.blas_threads(args.threads)
+        blas.__enter__()
         unified = [n for n in names if not n.startswith("greedy")]
         curve_levels = [n for n in unified if n in ("0.25", "0.50", "0.65")] + (["0.75"] if "0.75" in unified else [])
         curves = {(g, n): np.zeros(n_layer) for g in range(4) for n in curve_levels}
