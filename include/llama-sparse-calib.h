@@ -18,6 +18,18 @@ extern "C" {
 struct ggml_tensor;
 struct llama_sparse_calib;
 
+// what llama_sparse_calib_sample_* can keep per layer: the four matmul inputs (numbered like
+// enum llama_sparse_group) and the residual stream entering each of the block's two RMS norms
+enum llama_sparse_calib_point {
+    LLAMA_SPARSE_CALIB_QKV_INPUT        = 0, // = LLAMA_SPARSE_GROUP_QKV
+    LLAMA_SPARSE_CALIB_O_INPUT          = 1,
+    LLAMA_SPARSE_CALIB_GATE_UP_INPUT    = 2,
+    LLAMA_SPARSE_CALIB_DOWN_INPUT       = 3,
+    LLAMA_SPARSE_CALIB_ATTN_RESIDUAL    = 4, // block input h: qkv input = rms_norm(h) * attn_norm
+    LLAMA_SPARSE_CALIB_FFN_RESIDUAL     = 5, // h + attention output: gate/up input = rms_norm(.) * ffn_norm
+    LLAMA_SPARSE_CALIB_POINT_COUNT      = 6,
+};
+
 // statistics for every zigzag weight of model (which must outlive the object); the squared column
 // norms of the weights are computed here, once. bins_per_octave: resolution of the log-spaced |x|
 // histogram, rounded down to a power of two in [1, 1024] (0 = default 64, about 1.1% per bin).
@@ -60,6 +72,22 @@ LLAMA_API int32_t llama_sparse_calib_sparsity_at(const struct llama_sparse_calib
 // Any pointer may be NULL. Returns the number of bins (copies at most n of each), -1 on bad arguments.
 LLAMA_API int32_t llama_sparse_calib_histogram(const struct llama_sparse_calib * calib, int32_t layer, int32_t group,
                                                double * counts, double * mass, float * lower_edges, int32_t n);
+
+// Row sampling, for greedy allocation (memory: n_slots * n_rows * width floats per sampled (layer, point)).
+// init: keep up to n_slots batches of their first n_rows rows, of the points in the bit mask `points`
+// (bit p = point p); it drops any earlier sample. Residuals are found as the source of the RMS norm that
+// feeds the qkv / gate-up matmul; a block of another shape leaves them empty (width 0). 0 or -1.
+LLAMA_API int32_t llama_sparse_calib_sample_init(struct llama_sparse_calib * calib, int32_t n_slots, int64_t n_rows,
+                                                 uint32_t points);
+// the batches decoded from now on are stored in `slot` (replacing what it held), or nowhere with -1. 0 or -1.
+LLAMA_API int32_t llama_sparse_calib_sample_slot(struct llama_sparse_calib * calib, int32_t slot);
+// floats per row of (layer, point), 0 if nothing was sampled there; rows held by a slot
+LLAMA_API int64_t llama_sparse_calib_sample_width(const struct llama_sparse_calib * calib, int32_t layer, int32_t point);
+LLAMA_API int64_t llama_sparse_calib_sample_rows (const struct llama_sparse_calib * calib, int32_t layer, int32_t point,
+                                                  int32_t slot);
+// copy at most max_rows rows (row-major, width floats each) of a slot to dst; returns the rows copied or -1
+LLAMA_API int64_t llama_sparse_calib_sample_get  (const struct llama_sparse_calib * calib, int32_t layer, int32_t point,
+                                                  int32_t slot, float * dst, int64_t max_rows);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
 // The eval callback reads the input x of one zigzag matmul per (layer, group) and adds every |x_j|
 // to a log-spaced histogram, together with the error mass x_j^2 * c_j, c_j = ||W[:, j]||^2 summed
 // over the group's weights: the squared output change of the group's matmuls if x_j is skipped.
+// Optionally it also keeps a bounded sample of whole activation rows (llama_sparse_calib_sample_*):
+// the matmul inputs and the residual stream around each block, for greedy allocation (calibrate.py).
 #include "llama-sparse-calib.h"
 #include "llama-sparse-impl.h"
 
@@ -34,6 +36,13 @@ struct calib_group {
     uint64_t                 n_rows       = 0;
 };
 
+// sampled rows of one (layer, point): slot s holds rows[s] rows of `width` floats
+struct calib_sample {
+    int64_t                         width = 0;
+    std::vector<std::vector<float>> data;  // [n_slots][max_rows*width], allocated on first store
+    std::vector<int64_t>            rows;  // [n_slots]
+};
+
 thread_local std::string g_calib_last_error;
 
 void set_error(const std::string & msg) {
@@ -55,6 +64,13 @@ struct llama_sparse_calib {
     uint32_t base    = 0;  // lo_bits >> shift
     int32_t  n_main  = 0;  // log-spaced bins; bin 0 is below them, bin n_main + 1 above
     std::vector<calib_group> groups; // [n_layer][LLAMA_SPARSE_GROUP_COUNT]
+
+    // row sampling (off until llama_sparse_calib_sample_init)
+    int32_t                   sample_slots  = 0;
+    int64_t                   sample_rows   = 0;
+    uint32_t                  sample_points = 0;  // bit p: keep point p
+    int32_t                   sample_slot   = -1; // where the batches being decoded go; -1: nowhere
+    std::vector<calib_sample> samples;            // [n_layer][LLAMA_SPARSE_CALIB_POINT_COUNT]
     std::vector<float>       xbuf;   // host copy of x when it lives in device memory
     std::vector<float>       wbuf;   // one dequantized zigzag row
     std::vector<uint8_t>     qbuf;   // one quantized zigzag row, when the weight is in device memory
@@ -90,6 +106,13 @@ struct llama_sparse_calib {
 
     const calib_group * group(int32_t layer, int32_t g) const {
         return const_cast<llama_sparse_calib *>(this)->group(layer, g);
+    }
+
+    calib_sample * sample(int32_t layer, int32_t point) {
+        if (samples.empty() || layer < 0 || layer >= n_layer || point < 0 || point >= LLAMA_SPARSE_CALIB_POINT_COUNT) {
+            return nullptr;
+        }
+        return &samples[(size_t) layer*LLAMA_SPARSE_CALIB_POINT_COUNT + point];
     }
 };
 
@@ -231,6 +254,46 @@ static void fold_rows(llama_sparse_calib * calib, calib_group * g, const float *
     g->n_rows   += (uint64_t) n_rows;
 }
 
+// copy the first rows of x (host or device) into the current slot of (layer, point)
+static void sample_store(llama_sparse_calib * calib, int32_t layer, int32_t point, const ggml_tensor * x) {
+    if (calib->sample_slot < 0 || !(calib->sample_points & (1u << point))) {
+        return;
+    }
+    calib_sample * smp = calib->sample(layer, point);
+    if (smp == nullptr || x->type != GGML_TYPE_F32 || !ggml_is_contiguous(x)) {
+        return;
+    }
+    const int64_t width = x->ne[0];
+    if (smp->width != 0 && smp->width != width) {
+        if (calib->error.empty()) {
+            calib->error = format("llama_sparse_calib: sampled point %d of layer %d changed width (%lld, then %lld)",
+                    point, layer, (long long) smp->width, (long long) width);
+        }
+        return;
+    }
+    smp->width = width;
+    const int64_t rows = std::min<int64_t>(ggml_nrows(x), calib->sample_rows);
+    auto & buf = smp->data[calib->sample_slot];
+    buf.resize((size_t) (calib->sample_rows*width));
+    const size_t bytes = (size_t) (rows*width)*sizeof(float);
+    if (x->buffer == nullptr || ggml_backend_buffer_is_host(x->buffer)) {
+        memcpy(buf.data(), x->data, bytes);
+    } else {
+        ggml_backend_tensor_get(x, buf.data(), 0, bytes);
+    }
+    smp->rows[calib->sample_slot] = rows;
+}
+
+// the residual stream r of a pre-norm block: the matmul input x = MUL(RMS_NORM(r), norm weight).
+// r is still allocated when the matmul runs: the residual add after the block reads it later.
+static const ggml_tensor * residual_of(const ggml_tensor * x) {
+    if (x->op != GGML_OP_MUL || x->src[0] == nullptr || x->src[0]->op != GGML_OP_RMS_NORM) {
+        return nullptr;
+    }
+    const ggml_tensor * r = x->src[0]->src[0];
+    return r != nullptr && r->ne[0] == x->ne[0] && ggml_nrows(r) == ggml_nrows(x) ? r : nullptr;
+}
+
 bool llama_sparse_calib_eval_cb(struct ggml_tensor * t, bool ask, void * user_data) {
     auto * calib = (llama_sparse_calib *) user_data;
     calib_group * g = capture_group(calib, t);
@@ -256,6 +319,18 @@ bool llama_sparse_calib_eval_cb(struct ggml_tensor * t, bool ask, void * user_da
         data = calib->xbuf.data();
     }
     fold_rows(calib, g, data, n_rows);
+
+    if (calib->sample_slot >= 0) {
+        const int32_t layer = ggml_sparse_zigzag_layer(g->capture);
+        const int32_t group = ggml_sparse_zigzag_group(g->capture);
+        sample_store(calib, layer, group, x);
+        const ggml_tensor * r = residual_of(x);
+        if (r != nullptr && group == LLAMA_SPARSE_GROUP_QKV) {
+            sample_store(calib, layer, LLAMA_SPARSE_CALIB_ATTN_RESIDUAL, r);
+        } else if (r != nullptr && group == LLAMA_SPARSE_GROUP_GATE_UP) {
+            sample_store(calib, layer, LLAMA_SPARSE_CALIB_FFN_RESIDUAL, r);
+        }
+    }
     return true;
 }
 
@@ -273,6 +348,9 @@ void llama_sparse_calib_reset(struct llama_sparse_calib * calib) {
         std::fill(g.mass.begin(),   g.mass.end(),   0.0);
         g.n_values = 0;
         g.n_rows   = 0;
+    }
+    for (auto & smp : calib->samples) {
+        std::fill(smp.rows.begin(), smp.rows.end(), 0);
     }
     calib->error.clear();
 }
@@ -413,4 +491,65 @@ int32_t llama_sparse_calib_histogram(const struct llama_sparse_calib * calib, in
         }
     }
     return n_bins;
+}
+
+int32_t llama_sparse_calib_sample_init(struct llama_sparse_calib * calib, int32_t n_slots, int64_t n_rows, uint32_t points) {
+    if (calib == nullptr || n_slots < 0 || n_rows < 0 || (points >> LLAMA_SPARSE_CALIB_POINT_COUNT) != 0) {
+        set_error(format("%s: bad arguments (slots %d, rows %lld, points 0x%x)", __func__, n_slots, (long long) n_rows, points));
+        return -1;
+    }
+    calib->samples.clear();
+    calib->sample_slots  = n_slots;
+    calib->sample_rows   = n_rows;
+    calib->sample_points = points;
+    calib->sample_slot   = -1;
+    if (n_slots > 0 && n_rows > 0 && points != 0) {
+        calib->samples.resize((size_t) calib->n_layer*LLAMA_SPARSE_CALIB_POINT_COUNT);
+        for (auto & smp : calib->samples) {
+            smp.data.resize(n_slots);
+            smp.rows.assign(n_slots, 0);
+        }
+    }
+    return 0;
+}
+
+int32_t llama_sparse_calib_sample_slot(struct llama_sparse_calib * calib, int32_t slot) {
+    if (calib == nullptr || slot < -1 || slot >= calib->sample_slots) {
+        set_error(format("%s: slot %d is outside [-1, %d)", __func__, slot, calib ? calib->sample_slots : 0));
+        return -1;
+    }
+    calib->sample_slot = slot;
+    if (slot >= 0) { // the slot is overwritten: forget what it held
+        for (auto & smp : calib->samples) {
+            smp.rows[slot] = 0;
+        }
+    }
+    return 0;
+}
+
+int64_t llama_sparse_calib_sample_width(const struct llama_sparse_calib * calib, int32_t layer, int32_t point) {
+    const calib_sample * smp = calib ? const_cast<llama_sparse_calib *>(calib)->sample(layer, point) : nullptr;
+    return smp ? smp->width : 0;
+}
+
+int64_t llama_sparse_calib_sample_rows(const struct llama_sparse_calib * calib, int32_t layer, int32_t point, int32_t slot) {
+    const calib_sample * smp = calib ? const_cast<llama_sparse_calib *>(calib)->sample(layer, point) : nullptr;
+    if (smp == nullptr || slot < 0 || slot >= calib->sample_slots) {
+        return 0;
+    }
+    return smp->rows[slot];
+}
+
+int64_t llama_sparse_calib_sample_get(const struct llama_sparse_calib * calib, int32_t layer, int32_t point, int32_t slot,
+                                      float * dst, int64_t max_rows) {
+    const calib_sample * smp = calib ? const_cast<llama_sparse_calib *>(calib)->sample(layer, point) : nullptr;
+    if (smp == nullptr || slot < 0 || slot >= calib->sample_slots || dst == nullptr || max_rows < 0) {
+        set_error(format("%s: no sample for layer %d, point %d, slot %d", __func__, layer, point, slot));
+        return -1;
+    }
+    const int64_t rows = std::min(max_rows, smp->rows[slot]);
+    if (rows > 0) {
+        memcpy(dst, smp->data[slot].data(), (size_t) (rows*smp->width)*sizeof(float));
+    }
+    return rows;
 }

@@ -25,6 +25,16 @@ llama_sparse_calib_n_values     = _fn("llama_sparse_calib_n_values",     [_p, _i
 llama_sparse_calib_threshold    = _fn("llama_sparse_calib_threshold",    [_p, _i32, _i32, ctypes.c_float, _fp, _fp], _i32)
 llama_sparse_calib_sparsity_at  = _fn("llama_sparse_calib_sparsity_at",  [_p, _i32, _i32, ctypes.c_float, _fp, _fp], _i32)
 llama_sparse_calib_histogram    = _fn("llama_sparse_calib_histogram",    [_p, _i32, _i32, _dp, _dp, _fp, _i32], _i32)
+llama_sparse_calib_sample_init  = _fn("llama_sparse_calib_sample_init",  [_p, _i32, ctypes.c_int64, ctypes.c_uint32], _i32)
+llama_sparse_calib_sample_slot  = _fn("llama_sparse_calib_sample_slot",  [_p, _i32], _i32)
+llama_sparse_calib_sample_width = _fn("llama_sparse_calib_sample_width", [_p, _i32, _i32], ctypes.c_int64)
+llama_sparse_calib_sample_rows  = _fn("llama_sparse_calib_sample_rows",  [_p, _i32, _i32, _i32], ctypes.c_int64)
+llama_sparse_calib_sample_get   = _fn("llama_sparse_calib_sample_get",   [_p, _i32, _i32, _i32, _fp, ctypes.c_int64],
+                                      ctypes.c_int64)
+
+# enum llama_sparse_calib_point: the four matmul inputs (group ids), then the residual stream entering
+# the attention norm (the block input) and the ffn norm
+POINT_ATTN_RESIDUAL, POINT_FFN_RESIDUAL, N_POINTS = 4, 5, 6
 
 # the callback as llama_context_params.cb_eval wants it (a C function pointer, no Python in the loop)
 eval_cb = ctypes.cast(_fn("llama_sparse_calib_eval_cb", [_p, ctypes.c_bool, _p], ctypes.c_bool),
@@ -50,3 +60,18 @@ def sparsity_at(calib: int, layer: int, group: int, thresh: float) -> tuple[floa
     if llama_sparse_calib_sparsity_at(calib, layer, group, thresh, ctypes.byref(s), ctypes.byref(e)) != 0:
         raise RuntimeError(last_error())
     return s.value, e.value
+
+
+def sample(calib: int, layer: int, point: int, slot: int):
+    """Rows sampled for (layer, point) in slot, as a float32 array (rows, width); None if none were kept."""
+    import numpy as np
+
+    width = llama_sparse_calib_sample_width(calib, layer, point)
+    rows = llama_sparse_calib_sample_rows(calib, layer, point, slot)
+    if width <= 0 or rows <= 0:
+        return None
+    out = np.empty((rows, width), dtype=np.float32)
+    got = llama_sparse_calib_sample_get(calib, layer, point, slot, out.ctypes.data_as(_fp), rows)
+    if got != rows:
+        raise RuntimeError(last_error())
+    return out

@@ -3,8 +3,9 @@
 The model runs densely on our own engine over calibration text, with an eval callback
 (src/llama-sparse-calib.cpp) that folds the input of every zigzag matmul into per-(layer, group)
 histograms of |x| and of the error mass x_j^2 ||W[:, j]||^2. Thresholds per level are read off those
-histograms: `unified` uses one sparsity everywhere, `greedy` spreads a per-layer budget over the four
-groups by the smallest error-mass increase per byte of weights skipped. The result is a new GGUF with
+histograms: `unified` uses one sparsity everywhere, `greedy` runs TEAL's block-wise greedy search
+(llama_sparse.greedy): per block, the group whose sparsity step adds the least error to the recomputed
+block output is raised, on block inputs sampled by the same callback. The result is a new GGUF with
 every key and tensor of the input and the llama_sparse.levels / level_targets / thresholds.* keys
 (docs/format.md), written to a temp file next to the output and renamed when complete.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
+import math
 import os
 import sys
 import tempfile
@@ -29,8 +31,12 @@ GROUP_NAMES = ("qkv", "o", "gate_up", "down")
 MODES = ("unified", "greedy")
 DEFAULT_LEVELS = (0.25, 0.4, 0.5, 0.65)
 DEFAULT_N_TOKENS = 16384
-GREEDY_STEP = 0.025
+GREEDY_STEP = 0.025        # proxy fallback: per-group sparsity step
 GREEDY_MAX_SPARSITY = 0.99
+GREEDY_INCREMENT = 0.025   # block search: the block's byte-weighted sparsity rises this much per step
+GREEDY_WINDOWS = 4         # calibration windows whose block inputs are kept for the search
+GREEDY_QUERIES = 16        # query positions per window (last quarter) where the block error is measured
+GREEDY_SAMPLE_MIB = 512    # memory cap of the kept rows; fewer windows are kept above it
 
 # neutral prompts for the default calibration text: the model writes its own (chat-style) text
 DEFAULT_PROMPTS = (
@@ -62,6 +68,7 @@ class LevelResult:
     rel_error:        float  # share of the error mass dropped, averaged over (layer, group)
     thresholds:       np.ndarray = field(repr=False)  # [n_layer, 4]
     group_sparsity:   np.ndarray = field(repr=False)  # [n_layer, 4], measured
+    block_error:      float = float("nan")  # mean over blocks of the recomputed block-output error (greedy.py)
 
 
 @dataclass
@@ -74,7 +81,9 @@ class CalibrationSummary:
     levels:           list[LevelResult] = field(default_factory=list)
     seconds_generate: float = 0.0
     seconds_capture:  float = 0.0
+    seconds_greedy:   float = 0.0
     seconds:          float = 0.0
+    greedy_method:    str = ""    # "block search" or why the first-order proxy was used instead
 
     @property
     def level_names(self) -> list[str]:
@@ -82,15 +91,19 @@ class CalibrationSummary:
 
     def report(self) -> str:
         gen = f", generating text {self.seconds_generate:.1f} s" if self.text_source == "generated" else ""
+        greedy = f", greedy {self.seconds_greedy:.1f} s" if self.greedy_method else ""
         lines = [
             f"calibrated {self.source} -> {self.output} in {self.seconds:.1f} s "
-            f"(capture {self.seconds_capture:.1f} s{gen})",
+            f"(capture {self.seconds_capture:.1f} s{greedy}{gen})",
             f"  text:   {self.n_tokens} tokens in {self.n_chunks} chunks ({self.text_source})",
-            f"  levels: {len(self.levels)} written",
         ]
+        if self.greedy_method:
+            lines.append(f"  greedy: {self.greedy_method}")
+        lines.append(f"  levels: {len(self.levels)} written")
         for lv in self.levels:
+            block = "" if math.isnan(lv.block_error) else f", block-output error {lv.block_error:.4f}"
             lines.append(f"    {lv.name:>12}: target {lv.target:.2f}, achieved {lv.achieved:.3f} of weight bytes, "
-                         f"{lv.achieved_columns:.3f} of columns, error mass dropped {lv.rel_error:.4f}")
+                         f"{lv.achieved_columns:.3f} of columns, error mass dropped {lv.rel_error:.4f}{block}")
         return "\n".join(lines)
 
 
@@ -117,7 +130,7 @@ class _Progress:
             pct = 100 * self.done // self.total
             if pct >= self.next_pct:
                 rate = self.done / max(1e-9, time.perf_counter() - self.start)
-                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.0f} {self.unit}/s)")
+                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s)")
                 self.next_pct = (pct // 10 + 1) * 10
 
     def close(self) -> None:
@@ -375,12 +388,37 @@ class _Capture:
             self.close()
             raise
 
-    def decode(self, tokens: list[int]) -> None:
+    def sample(self, slots: int, rows: int, points: Sequence[int]) -> None:
+        """Keep the first `rows` rows of `points` for up to `slots` windows (see decode's slot)."""
+        mask = sum(1 << p for p in points)
+        if self.cn.llama_sparse_calib_sample_init(self.calib, slots, rows, mask) != 0:
+            raise CalibrationError(self.cn.last_error())
+
+    def decode(self, tokens: list[int], slot: int = -1) -> None:
+        """Run one window densely; slot >= 0 keeps its sampled rows there. A sampled window asks for the
+        output of every token, so the last block computes its feed-forward part on every row too."""
         import llama_cpp
 
-        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        if self.cn.llama_sparse_calib_sample_slot(self.calib, slot) != 0:
+            raise CalibrationError(self.cn.last_error())
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
-        rc = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(arr, len(tokens)))
+        if slot < 0:
+            arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+            rc = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(arr, len(tokens)))
+        else:
+            batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+            try:
+                batch.n_tokens = len(tokens)
+                for i, tok in enumerate(tokens):
+                    batch.token[i] = tok
+                    batch.pos[i] = i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = 1
+                rc = llama_cpp.llama_decode(self.ctx, batch)
+            finally:
+                llama_cpp.llama_batch_free(batch)
+            self.cn.llama_sparse_calib_sample_slot(self.calib, -1)
         if rc != 0:
             raise CalibrationError(f"llama_decode failed ({rc}) on a calibration chunk of {len(tokens)} tokens")
         err = self.cn.llama_sparse_calib_error(self.calib)
@@ -402,8 +440,10 @@ class _Capture:
 
 
 def _run_texts(cap: _Capture, text_list: list[str], n_tokens: int, ctx: int, desc: str, progress: bool,
-               log: Callable[[str], None]) -> int:
-    """Decode at most n_tokens of the texts in windows of ctx tokens; returns the number of windows."""
+               log: Callable[[str], None], sample_slots: int = 0, sample_rows: int = 0, seed: int = 0) -> int:
+    """Decode at most n_tokens of the texts in windows of ctx tokens; returns the number of windows.
+    With sample_slots > 0, a uniformly random set of that many windows (reservoir sampling over the windows
+    at least sample_rows long, or the longest ones if none is) keeps its sampled rows."""
     # spread the token budget evenly over the texts; a short text leaves its share to the next
     token_lists, left = [], n_tokens
     for i, text in enumerate(text_list):
@@ -415,10 +455,18 @@ def _run_texts(cap: _Capture, text_list: list[str], n_tokens: int, ctx: int, des
     total = sum(len(c) for c in chunks)
     if total < 16:
         raise CalibrationError(f"the calibration text gives only {total} tokens; pass more text (at least a few thousand tokens)")
+    min_len = min(sample_rows, max(len(c) for c in chunks))
+    rng = np.random.default_rng(seed)
+    seen = 0
     bar = _Progress(total, desc, progress, log)
     try:
         for chunk in chunks:
-            cap.decode(chunk)
+            slot = -1
+            if sample_slots > 0 and len(chunk) >= min_len:
+                slot = seen if seen < sample_slots else int(rng.integers(0, seen + 1))
+                slot = slot if slot < sample_slots else -1
+                seen += 1
+            cap.decode(chunk, slot)
             bar.update(len(chunk))
     finally:
         bar.close()
@@ -458,9 +506,10 @@ def _unified(cn, st: _Stats, target: float) -> np.ndarray:
     return sparsity
 
 
-def _greedy(cn, st: _Stats, target: float, step: float = GREEDY_STEP) -> np.ndarray:
-    """Per layer: raise the sparsity of the group whose dropped error-mass share grows least per byte
-    skipped, in steps, until the byte-weighted sparsity of the layer reaches target."""
+def _greedy_proxy(cn, st: _Stats, target: float, step: float = GREEDY_STEP) -> np.ndarray:
+    """Fallback when the block cannot be recomputed: per layer, raise the sparsity of the group whose
+    dropped error-mass share grows least per byte skipped, in steps, until the byte-weighted sparsity
+    of the layer reaches target. A first-order proxy that ignores how the groups interact."""
     sparsity = np.zeros((st.n_layer, len(GROUP_NAMES)))
     for il in range(st.n_layer):
         groups = [g for g in range(len(GROUP_NAMES)) if st.valid[il, g] and st.bytes[il, g] > 0]
@@ -491,8 +540,132 @@ def _greedy(cn, st: _Stats, target: float, step: float = GREEDY_STEP) -> np.ndar
     return sparsity
 
 
-def _level(cn, st: _Stats, mode: str, target: float) -> LevelResult:
-    sparsity = _unified(cn, st, target) if mode == "unified" else _greedy(cn, st, target)
+@dataclass
+class _Greedy:
+    """Result of the block search: allocations and recomputed block errors."""
+
+    sparsity:     dict[float, np.ndarray]              # target -> [n_layer, 4]
+    block_errors: dict[tuple[str, float], np.ndarray]  # (mode, target) -> [n_layer]
+    check:        np.ndarray                           # [n_layer] numpy-vs-engine error of the attention residual
+    traces:       list = field(default_factory=list)   # greedy.GreedyTrace per layer
+    windows:      int = 0                              # windows sampled (short texts may give fewer than asked)
+    queries:      int = 0                              # query positions per block
+
+
+# the numpy block must reproduce the engine's residual after attention to within this (relative to the
+# attention output): f16 KV cache rounding gives ~1e-3, a wrong RoPE or attention layout ~1
+GREEDY_CHECK_TOLERANCE = 0.05
+
+
+def _sample_points() -> tuple[int, int]:
+    from . import _calib_native as cn
+    return cn.POINT_ATTN_RESIDUAL, cn.POINT_FFN_RESIDUAL
+
+
+def block_samples(cn, calib: int, layer: int, slots: int) -> tuple[list[np.ndarray], list[Optional[np.ndarray]]]:
+    """(block inputs, residuals after attention) of the windows sampled for `layer`."""
+    attn_pt, ffn_pt = _sample_points()
+    hs, rs = [], []
+    for k in range(slots):
+        h = cn.sample(calib, layer, attn_pt, k)
+        if h is None:
+            continue
+        hs.append(h)
+        rs.append(cn.sample(calib, layer, ffn_pt, k))
+    return hs, rs
+
+
+def _check_block(block, rs: list[Optional[np.ndarray]], layer: int) -> float:
+    """Relative error of the numpy residual after attention against the engine's, at the query rows."""
+    from . import greedy as gr
+
+    r_np = block.residual(block.o_input(0.0), 0.0)
+    parts = []
+    for r, q in zip(rs, block.queries):
+        if r is None or r.shape[0] <= q[-1]:
+            return float("nan")  # rows dropped by the engine (an output-only last block): nothing to compare
+        parts.append(r[q])
+    r_eng = np.concatenate(parts)
+    rel = float(np.linalg.norm(r_np - r_eng) / max(1e-30, np.linalg.norm(r_eng - block.h_q)))
+    if not rel <= GREEDY_CHECK_TOLERANCE:
+        raise gr.UnsupportedBlock(f"the numpy block does not reproduce block {layer} of the engine "
+                                  f"(attention output off by {rel:.1%})")
+    return rel
+
+
+def _greedy_search(cn, st: _Stats, reader, rope_type: int, targets: Sequence[float], modes: Sequence[str], *,
+                   slots: int, queries: int, increment: float, progress: bool, log: Callable[[str], None],
+                   threads: int = 1, keep_traces: bool = False) -> _Greedy:
+    """TEAL's block-wise greedy search for every block (llama_sparse.greedy); UnsupportedBlock when the
+    blocks are not the shape it recomputes."""
+    from . import greedy as gr
+    from . import zigzag
+
+    spec = gr.read_spec(reader, rope_type)
+    tensors = {t.name: t for t in reader.tensors}
+    zz = zigzag.read_zigzag_info(reader)
+    res = _Greedy(sparsity={t: np.zeros((st.n_layer, len(GROUP_NAMES))) for t in targets},
+                  block_errors={(m, t): np.zeros(st.n_layer) for m in modes for t in targets},
+                  check=np.full(st.n_layer, np.nan))
+    bar = _Progress(st.n_layer, "greedy block search", progress, log, unit="block")
+    with gr.blas_threads(threads):
+        _greedy_blocks(cn, st, res, spec, tensors, zz, targets, modes, slots, queries, increment, bar, keep_traces)
+    return res
+
+
+def _greedy_blocks(cn, st: _Stats, res: _Greedy, spec, tensors: dict, zz: dict, targets: Sequence[float],
+                   modes: Sequence[str], slots: int, queries: int, increment: float, bar: _Progress,
+                   keep_traces: bool) -> None:
+    from . import greedy as gr
+
+    try:
+        for il in range(st.n_layer):
+            hs, rs = block_samples(cn, st.calib, il, slots)
+            if not hs:
+                raise gr.UnsupportedBlock(f"no block input was sampled for block {il} (no RMS norm feeds its qkv matmul)")
+            block = gr.Block(spec, gr.load_block(tensors, zz, il), hs, queries)
+            res.check[il] = _check_block(block, rs, il)
+            res.windows, res.queries = len(hs), len(block.h_q)
+
+            def threshold_of(g: int, s: float, il: int = il) -> float:
+                return cn.threshold(st.calib, il, g, s)[0] if s > 0 else 0.0
+
+            trace = gr.GreedyTrace() if keep_traces else None
+            alloc = gr.greedy_block(block, st.bytes[il], st.valid[il], threshold_of, targets, increment, trace)
+            if trace is not None:
+                res.traces.append(trace)
+            ref = block.forward([0.0] * len(GROUP_NAMES))
+            for t in targets:
+                res.sparsity[t][il] = alloc[t]
+                for m in modes:
+                    s = alloc[t] if m == "greedy" else np.where(st.valid[il], t, 0.0)
+                    res.block_errors[(m, t)][il] = gr.block_error(block, ref, [threshold_of(g, float(s[g])) for g in range(4)])
+            del block
+            bar.update(1)
+    finally:
+        bar.close()
+
+
+def _sample_slots(reader, windows: int, ctx: int, log: Optional[Callable[[str], None]]) -> int:
+    """Windows to keep for the greedy search, fewer if their rows would pass GREEDY_SAMPLE_MIB."""
+    arch = reader.get_field("general.architecture").contents()
+    n_layer = int(reader.get_field(f"{arch}.block_count").contents())
+    emb = reader.get_field(f"{arch}.embedding_length")
+    n_embd = int(emb.contents()) if emb is not None else 4096
+    per_window = n_layer * ctx * n_embd * 4 * len(_sample_points())
+    fit = max(1, (GREEDY_SAMPLE_MIB << 20) // per_window)
+    if fit < windows and log is not None:
+        log(f"greedy: keeping {fit} windows instead of {windows} ({per_window / 2**20:.0f} MiB each, cap {GREEDY_SAMPLE_MIB} MiB)")
+    return int(min(windows, fit))
+
+
+def _level(cn, st: _Stats, mode: str, target: float, greedy: Optional[_Greedy] = None) -> LevelResult:
+    if mode == "unified":
+        sparsity = _unified(cn, st, target)
+    elif greedy is not None:
+        sparsity = greedy.sparsity[target]
+    else:
+        sparsity = _greedy_proxy(cn, st, target)
     thresholds = np.zeros_like(sparsity, dtype=np.float32)
     measured = np.zeros_like(sparsity)
     errors = []
@@ -513,6 +686,7 @@ def _level(cn, st: _Stats, mode: str, target: float) -> LevelResult:
         achieved_columns=float((measured * c).sum() / max(1.0, c.sum())),
         rel_error=float(np.mean(errors)) if errors else 0.0,
         thresholds=thresholds, group_sparsity=measured,
+        block_error=float(np.mean(greedy.block_errors[(mode, target)])) if greedy is not None else float("nan"),
     )
 
 
@@ -621,6 +795,10 @@ def calibrate(
     in_place: bool = False,
     n_gpu_layers: int = 0,
     log: Optional[Callable[[str], None]] = None,
+    greedy_windows: int = GREEDY_WINDOWS,
+    greedy_queries: int = GREEDY_QUERIES,
+    greedy_increment: float = GREEDY_INCREMENT,
+    greedy_proxy: bool = False,
 ) -> CalibrationSummary:
     """Calibrate TEAL thresholds of the zigzag GGUF `model` and write them with the model to `output`.
 
@@ -629,6 +807,10 @@ def calibrate(
     own text from a few neutral prompts. At most n_tokens tokens are used, in windows of ctx tokens.
     levels / modes: target sparsities, each written as a "unified" level ("0.50") and/or a "greedy"
     one ("greedy-0.50"). Raises CalibrationError (and leaves no file behind) on any failure.
+    greedy_windows / greedy_queries / greedy_increment: the greedy search's sample (calibration windows
+    whose block inputs are kept, query positions per window) and the block sparsity added per step.
+    greedy_proxy: allocate greedy levels with the first-order proxy instead of the block search (the
+    method of earlier versions; for comparisons).
     """
     start = time.perf_counter()
     log = log or _default_log
@@ -645,6 +827,12 @@ def calibrate(
         raise CalibrationError(f"n_tokens must be an int >= 16, got {n_tokens!r}")
     if not isinstance(ctx, int) or isinstance(ctx, bool) or not 32 <= ctx <= 1 << 16:
         raise CalibrationError(f"ctx must be an int in [32, 65536], got {ctx!r}")
+    if not isinstance(greedy_windows, int) or isinstance(greedy_windows, bool) or greedy_windows < 1:
+        raise CalibrationError(f"greedy_windows must be an int >= 1, got {greedy_windows!r}")
+    if not isinstance(greedy_queries, int) or isinstance(greedy_queries, bool) or greedy_queries < 1:
+        raise CalibrationError(f"greedy_queries must be an int >= 1, got {greedy_queries!r}")
+    if not 0.0 < float(greedy_increment) <= 0.25:
+        raise CalibrationError(f"greedy_increment must be in (0, 0.25], got {greedy_increment!r}")
     # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary
     _check_model_path(src)
     _check_output(out, src, in_place)
@@ -667,17 +855,44 @@ def calibrate(
     capture_start = time.perf_counter()
     cap = _Capture(src, ctx, threads, n_gpu_layers)
     try:
-        summary.n_chunks = _run_texts(cap, text_list, n_tokens, ctx, f"calibrating {src.name}", progress, log)
+        slots = 0
+        if "greedy" in modes and not greedy_proxy:
+            slots = _sample_slots(reader, greedy_windows, ctx, log if progress else None)
+            cap.sample(slots, ctx, _sample_points())
+        summary.n_chunks = _run_texts(cap, text_list, n_tokens, ctx, f"calibrating {src.name}", progress, log,
+                                      sample_slots=slots, sample_rows=ctx)
         summary.n_tokens = int(cn.llama_sparse_calib_n_tokens(cap.calib))
         st = _stats(cn, cap.calib)
         if not st.valid.any():
             raise CalibrationError(f"no zigzag matmul of {src} ran during calibration; the model's graph does not use its zigzag weights")
+        summary.seconds_capture = time.perf_counter() - capture_start
+
+        greedy = None
+        if "greedy" in modes and greedy_proxy:
+            summary.greedy_method = "first-order proxy (asked for)"
+        elif "greedy" in modes:
+            import llama_cpp
+
+            from .greedy import UnsupportedBlock
+
+            greedy_start = time.perf_counter()
+            try:
+                greedy = _greedy_search(cn, st, reader, int(llama_cpp.llama_model_rope_type(cap.model)), target_levels,
+                                        modes, slots=slots, queries=greedy_queries, increment=float(greedy_increment),
+                                        progress=progress, log=log, threads=threads)
+                checked = greedy.check[np.isfinite(greedy.check)]
+                summary.greedy_method = (f"block search on {greedy.windows} windows ({greedy.queries} query positions), step "
+                                         f"{greedy_increment:g}; numpy block vs engine max error "
+                                         f"{checked.max() if checked.size else float('nan'):.2e}")
+            except UnsupportedBlock as exc:
+                summary.greedy_method = f"first-order proxy, because {exc}"
+                log(f"warning: greedy levels use the first-order proxy: {exc}")
+            summary.seconds_greedy = time.perf_counter() - greedy_start
         for mode in modes:
             for t in target_levels:
-                summary.levels.append(_level(cn, st, mode, t))
+                summary.levels.append(_level(cn, st, mode, t, greedy))
     finally:
         cap.close()
-    summary.seconds_capture = time.perf_counter() - capture_start
 
     write_levels(reader, src, out, summary.levels)
     summary.seconds = time.perf_counter() - start
@@ -696,12 +911,14 @@ def measure_sparsity(
     n_gpu_layers: int = 0,
     progress: bool = False,
     log: Optional[Callable[[str], None]] = None,
-) -> dict[str, tuple[float, float]]:
+    per_block: bool = False,
+) -> dict:
     """Share of weight bytes and of input columns that each stored level skips on `texts` (e.g. held-out text).
 
     The texts run densely; a decoded token at batch 1 sees these activations exactly (prefill and decode of a
     causal model compute the same), up to the drift that sparsity in earlier layers adds.
-    Returns {level name: (bytes share, columns share)}.
+    Returns {level name: (bytes share, columns share)}, or with per_block=True {level name: [n_layer] array of
+    each block's share of weight bytes skipped} (greedy's per-block target).
     """
     from . import _calib_native as cn
     from . import _native
@@ -724,10 +941,75 @@ def measure_sparsity(
                     if st.valid[il, g]:
                         t = _native.llama_sparse_model_threshold(cap.model, i, il, g)
                         s[il, g] = cn.sparsity_at(cap.calib, il, g, t)[0] if t > 0 else 0.0
-            out[name] = (float((s * w).sum() / max(1.0, w.sum())), float((s * c).sum() / max(1.0, c.sum())))
+            if per_block:
+                out[name] = (s * w).sum(axis=1) / np.maximum(1.0, w.sum(axis=1))
+            else:
+                out[name] = (float((s * w).sum() / max(1.0, w.sum())), float((s * c).sum() / max(1.0, c.sum())))
         return out
     finally:
         cap.close()
+
+
+def block_errors(
+    model: Union[str, "os.PathLike[str]"],
+    texts: Union[TextSource, Sequence[TextSource]],
+    *,
+    n_tokens: int = 2048,
+    ctx: int = 512,
+    windows: int = 2,
+    queries: int = GREEDY_QUERIES,
+    threads: Optional[int] = None,
+    n_gpu_layers: int = 0,
+) -> dict[str, np.ndarray]:
+    """Recomputed block-output error of every stored level on `texts` (e.g. held-out text), per block.
+
+    Block inputs of `windows` windows of the texts are sampled from our engine, and each block is recomputed in
+    numpy (llama_sparse.greedy) densely and with the level's thresholds. Returns {level name: [n_layer] array of
+    ||out - out_dense||^2 / ||out_dense - h||^2 over the query positions}; key "check" holds each block's
+    numpy-vs-engine error of the residual after attention.
+    """
+    import llama_cpp
+
+    from . import _calib_native as cn
+    from . import _native
+    from . import greedy as gr
+    from . import zigzag
+
+    src = Path(model).expanduser()
+    reader = _open_model(src)
+    text_list, _ = _read_texts(texts)
+    cap = _Capture(src, ctx, threads or _default_threads(), n_gpu_layers)
+    try:
+        cap.sample(windows, ctx, _sample_points())
+        _run_texts(cap, text_list, n_tokens, ctx, f"sampling {src.name}", False, _default_log,
+                   sample_slots=windows, sample_rows=ctx)
+        n_layer = cn.llama_sparse_calib_n_layer(cap.calib)
+        spec = gr.read_spec(reader, int(llama_cpp.llama_model_rope_type(cap.model)))
+        tensors = {t.name: t for t in reader.tensors}
+        zz = zigzag.read_zigzag_info(reader)
+        names = [_native.llama_sparse_model_level_name(cap.model, i).decode()
+                 for i in range(_native.llama_sparse_model_n_levels(cap.model))]
+        out = {name: np.zeros(n_layer) for name in names}
+        out["check"] = np.full(n_layer, np.nan)
+        with gr.blas_threads(threads or _default_threads()):
+            _level_block_errors(cn, _native, gr, cap, spec, tensors, zz, names, windows, queries, out)
+        return out
+    finally:
+        cap.close()
+
+
+def _level_block_errors(cn, native, gr, cap: _Capture, spec, tensors: dict, zz: dict, names: list[str], windows: int,
+                        queries: int, out: dict[str, np.ndarray]) -> None:
+    for il in range(len(out["check"])):
+        hs, rs = block_samples(cn, cap.calib, il, windows)
+        if not hs:
+            raise gr.UnsupportedBlock(f"no block input was sampled for block {il}")
+        block = gr.Block(spec, gr.load_block(tensors, zz, il), hs, queries)
+        out["check"][il] = _check_block(block, rs, il)
+        ref = block.forward([0.0] * len(GROUP_NAMES))
+        for i, name in enumerate(names):
+            t = [max(0.0, float(native.llama_sparse_model_threshold(cap.model, i, il, g))) for g in range(len(GROUP_NAMES))]
+            out[name][il] = gr.block_error(block, ref, t)
 
 
 def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -746,6 +1028,10 @@ def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help=f"at most this many calibration tokens (default {DEFAULT_N_TOKENS})")
     parser.add_argument("-c", "--ctx-size", type=int, default=512, help="tokens per calibration window (default 512)")
     parser.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores)")
+    parser.add_argument("--greedy-windows", type=int, default=GREEDY_WINDOWS,
+                        help=f"calibration windows whose block inputs the greedy search uses (default {GREEDY_WINDOWS})")
+    parser.add_argument("--greedy-step", type=float, default=GREEDY_INCREMENT,
+                        help=f"block sparsity added per greedy step (default {GREEDY_INCREMENT})")
     parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary output")
     return parser
@@ -762,6 +1048,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             args.model, output=args.outfile, in_place=args.in_place, texts=args.text, levels=levels,
             modes=MODES if args.mode == "both" else (args.mode,), n_tokens=args.n_tokens, ctx=args.ctx_size,
             threads=args.threads, n_gpu_layers=args.n_gpu_layers, progress=not args.quiet,
+            greedy_windows=args.greedy_windows, greedy_increment=args.greedy_step,
         )
     except CalibrationError as exc:
         print(f"llama-sparse calibrate: error: {exc}", file=sys.stderr)
