@@ -215,8 +215,16 @@ void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         if (nscratch > 0) {
             scratch.alloc(nscratch);
         }
-        sparse_idx_list_launch((const float *) src0->data, n, (int) n_tokens, x_stride, threshold,
-                (int32_t *) dst->data, scratch.get(), stream);
+        // LLAMA_SPARSE_CUDA_LIST_REPEAT=k runs the (idempotent) list k times: the decode time added per
+        // extra run is what index collection costs end to end (a measurement aid, no effect by default)
+        static const int repeat = [] {
+            const char * e = getenv("LLAMA_SPARSE_CUDA_LIST_REPEAT");
+            return e ? std::max(1, atoi(e)) : 1;
+        }();
+        for (int r = 0; r < repeat; ++r) {
+            sparse_idx_list_launch((const float *) src0->data, n, (int) n_tokens, x_stride, threshold,
+                    (int32_t *) dst->data, scratch.get(), stream);
+        }
     } else {
         GGML_ASSERT(mode == GGML_SPARSE_IDX_MASK);
         GGML_ASSERT(dst->type == GGML_TYPE_F32 && dst->ne[0] == n && dst->ne[1] == n_tokens);
