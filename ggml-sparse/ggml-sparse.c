@@ -108,3 +108,184 @@ struct ggml_tensor * ggml_mul_mat_zz(
 
     return result;
 }
+
+//
+// SparQ attention (decode)
+//
+
+static void sparq_check_args(
+        const struct ggml_tensor * q,
+        const struct ggml_tensor * k,
+        const struct ggml_tensor * k_t,
+        const struct ggml_tensor * v,
+        const struct ggml_tensor * mask,
+        const struct ggml_tensor * v_mean,
+        int32_t r, int32_t k_top, int32_t flags) {
+    GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
+    GGML_ASSERT(k->type   == GGML_TYPE_F16 || k->type   == GGML_TYPE_F32);
+    GGML_ASSERT(k_t->type == GGML_TYPE_F16 || k_t->type == GGML_TYPE_F32);
+    GGML_ASSERT(v->type   == GGML_TYPE_F16 || v->type   == GGML_TYPE_F32);
+    GGML_ASSERT(k->nb[0] == ggml_type_size(k->type) && k_t->nb[0] == ggml_type_size(k_t->type));
+
+    const int64_t D    = q->ne[0];
+    const int64_t n_kv = k->ne[1];
+    const int64_t Hkv  = k->ne[2];
+    const int64_t ns   = q->ne[3];
+
+    GGML_ASSERT(k->ne[0] == D && k->ne[3] == ns);
+    GGML_ASSERT(k_t->ne[0] == n_kv && k_t->ne[1] == D && k_t->ne[2] == Hkv && k_t->ne[3] == ns);
+    GGML_ASSERT(v->ne[1] == n_kv && v->ne[2] == Hkv && v->ne[3] == ns);
+    GGML_ASSERT(Hkv > 0 && q->ne[2] % Hkv == 0);
+
+    GGML_ASSERT(mask != NULL);
+    GGML_ASSERT(mask->type == GGML_TYPE_F16 || mask->type == GGML_TYPE_F32);
+    GGML_ASSERT(mask->nb[0] == ggml_type_size(mask->type));
+    GGML_ASSERT(mask->ne[0] == n_kv && mask->ne[1] >= q->ne[1] && mask->ne[2] == 1);
+    GGML_ASSERT(mask->ne[3] == 1 || mask->ne[3] == ns);
+
+    if (flags & GGML_SPARQ_MEAN_V) {
+        GGML_ASSERT(v_mean != NULL);
+    }
+    if (v_mean) {
+        GGML_ASSERT(v_mean->type == GGML_TYPE_F32 && v_mean->nb[0] == sizeof(float));
+        GGML_ASSERT(v_mean->ne[0] == v->ne[0] && v_mean->ne[1] == Hkv);
+        GGML_ASSERT(v_mean->ne[2] == 1 || v_mean->ne[2] == q->ne[1]);
+        GGML_ASSERT(v_mean->ne[3] == 1 || v_mean->ne[3] == ns);
+    }
+    GGML_ASSERT(r >= 1 && k_top >= 1);
+    GGML_ASSERT((flags & ~GGML_SPARQ_MEAN_V) == 0);
+}
+
+struct ggml_tensor * ggml_sparq_attn(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags) {
+    sparq_check_args(q, k, k_t, v, mask, v_mean, r, k_top, flags);
+
+    // permuted like flash_attn_ext: [Dv, H, n_tok, ns]
+    const int64_t ne[4] = { v->ne[0], q->ne[2], q->ne[1], q->ne[3] };
+    struct ggml_tensor * result = ggml_new_tensor(ctx, GGML_TYPE_F32, 4, ne);
+
+    int32_t params[4] = { 0, r, k_top, flags };
+    memcpy(&params[0], &scale, sizeof(float));
+    memcpy(result->op_params, params, sizeof(params));
+
+    result->op     = GGML_OP_SPARQ_ATTN;
+    result->src[0] = q;
+    result->src[1] = k;
+    result->src[2] = k_t;
+    result->src[3] = v;
+    result->src[4] = mask;
+    result->src[5] = v_mean;
+
+    return result;
+}
+
+// one query token of the composite: q_t [D, G, Hkv, ns] contiguous, mask_t F32 [S, 1, 1, ns|1],
+// v_mean_t [Dv, 1, Hkv, ns|1] or NULL; returns [Dv, G, Hkv, ns]
+static struct ggml_tensor * sparq_ref_token(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q_t,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask_t,
+        struct ggml_tensor  * v_mean_t,
+        float scale, int32_t r, int32_t k_top, int32_t flags) {
+    const int64_t D = q_t->ne[0], G = q_t->ne[1], Hkv = q_t->ne[2], ns = q_t->ne[3], S = k->ne[1];
+
+    // step 1: components i1 [r, Hkv, ns] by |q| summed over the group
+    struct ggml_tensor * q_g  = ggml_cont(ctx, ggml_transpose(ctx, q_t));                         // [G, D, Hkv, ns]
+    struct ggml_tensor * absq = ggml_sum_rows(ctx, ggml_abs(ctx, q_g));                            // [1, D, Hkv, ns]
+    struct ggml_tensor * i1   = ggml_top_k(ctx, ggml_reshape_3d(ctx, absq, D, Hkv, ns), r);        // [r, Hkv, ns]
+
+    struct ggml_tensor * q_hat = ggml_get_rows(ctx, q_g, i1);                                      // [G, r, Hkv, ns]
+    q_hat = ggml_cont(ctx, ggml_transpose(ctx, q_hat));                                            // [r, G, Hkv, ns]
+    struct ggml_tensor * k_hat = ggml_get_rows(ctx, k_t, i1);                                      // [S, r, Hkv, ns]
+    k_hat = ggml_cont(ctx, ggml_transpose(ctx, k_hat));                                            // [r, S, Hkv, ns]
+
+    // inverse temperature relative to scale: 1/sqrt(rho) = sqrt(||q||_1 / ||q[i1]||_1)
+    struct ggml_tensor * l1   = ggml_sum_rows(ctx, ggml_abs(ctx, q_t));                            // [1, G, Hkv, ns]
+    struct ggml_tensor * l1r  = ggml_sum_rows(ctx, ggml_abs(ctx, q_hat));
+    struct ggml_tensor * itmp = ggml_sqrt(ctx, ggml_div(ctx, l1, l1r));
+
+    struct ggml_tensor * s_hat = ggml_mul_mat(ctx, k_hat, q_hat);                                  // [S, G, Hkv, ns]
+    s_hat = ggml_scale(ctx, ggml_mul(ctx, s_hat, itmp), scale);
+    s_hat = ggml_soft_max(ctx, ggml_add(ctx, s_hat, mask_t));
+
+    // step 2: positions i2 [k, Hkv, ns] by the group-summed approximate scores
+    struct ggml_tensor * s_hat_g = ggml_cont(ctx, ggml_transpose(ctx, s_hat));                     // [G, S, Hkv, ns]
+    struct ggml_tensor * s_sum   = ggml_sum_rows(ctx, s_hat_g);                                    // [1, S, Hkv, ns]
+    const int32_t k_eff = k_top < S ? k_top : (int32_t) S;
+    struct ggml_tensor * i2 = ggml_top_k(ctx, ggml_reshape_3d(ctx, s_sum, S, Hkv, ns), k_eff);    // [k, Hkv, ns]
+
+    struct ggml_tensor * k_sel = ggml_get_rows(ctx, k, i2);                                        // [D,  k, Hkv, ns]
+    struct ggml_tensor * v_sel = ggml_get_rows(ctx, v, i2);                                        // [Dv, k, Hkv, ns]
+    struct ggml_tensor * m_rep = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, mask_t, 1, S, 1, mask_t->ne[3]), 1, S, Hkv, ns);
+    struct ggml_tensor * m_sel = ggml_get_rows(ctx, m_rep, i2);                                    // [1, k, Hkv, ns]
+
+    struct ggml_tensor * kq = ggml_mul_mat(ctx, k_sel, q_t);                                       // [k, G, Hkv, ns]
+    kq = ggml_add(ctx, ggml_scale(ctx, kq, scale), ggml_reshape_4d(ctx, m_sel, k_eff, 1, Hkv, ns));
+    kq = ggml_soft_max(ctx, kq);
+    struct ggml_tensor * y = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, v_sel)), kq);    // [Dv, G, Hkv, ns]
+
+    if (!(flags & GGML_SPARQ_MEAN_V) || k_top >= S) {
+        return y;
+    }
+    // step 3: alpha [1, G, Hkv, ns], the approximate score mass of the chosen positions
+    struct ggml_tensor * a_sel = ggml_get_rows(ctx, s_hat_g, i2);                                  // [G, k, Hkv, ns]
+    struct ggml_tensor * alpha = ggml_sum_rows(ctx, ggml_cont(ctx, ggml_transpose(ctx, a_sel)));   // [1, G, Hkv, ns]
+    struct ggml_tensor * vm    = ggml_repeat_4d(ctx, v_mean_t, y->ne[0], G, Hkv, ns);
+    return ggml_add(ctx, ggml_mul(ctx, y, alpha), ggml_mul(ctx, vm, ggml_scale_bias(ctx, alpha, -1.0f, 1.0f)));
+}
+
+struct ggml_tensor * ggml_sparq_attn_ref(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags) {
+    sparq_check_args(q, k, k_t, v, mask, v_mean, r, k_top, flags);
+    GGML_ASSERT(v->nb[0] == ggml_type_size(v->type)); // get_rows gathers V rows
+
+    const int64_t D = q->ne[0], T = q->ne[1], H = q->ne[2], ns = q->ne[3];
+    const int64_t Hkv = k->ne[2], G = H/Hkv, Dv = v->ne[0], S = k->ne[1];
+    if (r > D) {
+        r = (int32_t) D;
+    }
+
+    struct ggml_tensor * out = NULL;
+    for (int64_t t = 0; t < T; ++t) {
+        struct ggml_tensor * q_t = ggml_view_4d(ctx, q, D, 1, H, ns, q->nb[1], q->nb[2], q->nb[3], t*q->nb[1]);
+        q_t = ggml_reshape_4d(ctx, ggml_cont(ctx, q_t), D, G, Hkv, ns);
+
+        struct ggml_tensor * mask_t = ggml_view_4d(ctx, mask, S, 1, 1, mask->ne[3], mask->nb[1], mask->nb[2], mask->nb[3], t*mask->nb[1]);
+        mask_t = ggml_cast(ctx, mask_t, GGML_TYPE_F32);
+
+        struct ggml_tensor * vm_t = NULL;
+        if (flags & GGML_SPARQ_MEAN_V) {
+            const int64_t tt = v_mean->ne[2] == 1 ? 0 : t;
+            // [Dv, 1, Hkv, ns|1]: heads step by nb[1]
+            vm_t = ggml_view_4d(ctx, v_mean, Dv, 1, Hkv, v_mean->ne[3], v_mean->nb[1]*Hkv, v_mean->nb[1], v_mean->nb[3], tt*v_mean->nb[2]);
+            vm_t = ggml_cont(ctx, vm_t);
+        }
+        struct ggml_tensor * o = sparq_ref_token(ctx, q_t, k, k_t, v, mask_t, vm_t, scale, r, k_top, flags);
+        o = ggml_reshape_4d(ctx, o, Dv, H, 1, ns);
+        out = out == NULL ? o : ggml_concat(ctx, out, o, 2);
+    }
+    return out;
+}

@@ -69,6 +69,79 @@ GGML_API struct ggml_tensor * ggml_mul_mat_zz(
         struct ggml_tensor  * x,
         struct ggml_tensor  * idx);
 
+//
+// SparQ attention (Ribar et al. 2023, "SparQ Attention: Bandwidth-Efficient LLM Inference"), decode op.
+// Algorithm and KV-cache integration: docs/sparq.md. Op id GGML_OP_SPARQ_ATTN (patch 0001).
+//
+// Shapes follow ggml_flash_attn_ext. D = head size of q/K, Dv = head size of V, n_tok = query tokens,
+// n_kv = cached positions (cells), H = q heads, Hkv = KV heads, G = H/Hkv (GQA group), ns = streams.
+//
+//   q      src[0] F32      [D,   n_tok, H,   ns]  any strides, nb[0] = 4 (a permuted view is fine)
+//   k      src[1] F16|F32  [D,   n_kv,  Hkv, ns]  K rows; any strides, nb[0] = type size
+//   k_t    src[2] F16|F32  [n_kv, D,    Hkv, ns]  the same K transposed: position-contiguous per component
+//                                                  (nb[0] = type size), any nb[1..3]; must equal k elementwise
+//   v      src[3] F16|F32  [Dv,  n_kv,  Hkv, ns]  V, any strides: nb[0] = type size for the row cache (flash
+//                                                  attention on), nb[1] = type size for upstream's transposed V cache
+//   mask   src[4] F16|F32  [n_kv, n_pad, 1, ns|1] additive, n_pad >= n_tok, contiguous rows (nb[0] = type size);
+//                                                  upstream's kq_mask: 0 = visible, -INF = not; required
+//   v_mean src[5] F32      [Dv,  Hkv, n_tok|1, ns|1] mean of V over the positions the token sees (broadcast
+//                                                  over dims 2/3 when 1); NULL allowed unless GGML_SPARQ_MEAN_V
+//   dst           F32      [Dv,  H,   n_tok, ns]  contiguous (permuted like flash_attn_ext's result)
+//
+// q head h reads KV head h / G (ggml's broadcast rule). Query token t of stream s sees the positions j with
+// mask[j, t, 0, s] > -INF; several sequences in one stream (unified KV cache) are separated by the mask alone.
+//
+// op_params (int32 slots): [0] scale (float bits; the model's kq_scale, 1/sqrt(D) for plain attention)
+//                          [1] r  >= 1 (components of q kept in step 1; r >= D keeps all)
+//                          [2] k  >= 1 (positions kept in step 2)
+//                          [3] flags (enum ggml_sparq_flags)
+//
+// Per KV head kh, token t, stream s, with the G q heads h of the group and V the visible positions:
+//   1. i1 = top-r components of sum_h |q_h| (ties: lower index first). For each h:
+//        rho_h   = ||q_h[i1]||_1 / ||q_h||_1                  (1 when either norm is 0)
+//        shat_h  = softmax_j(scale / sqrt(rho_h) * q_h[i1] . k_t[j, i1] + mask[j])   (j in V)
+//      The temperature is the paper's sqrt(D * rho_h) when scale = 1/sqrt(D). Only the r rows of k_t are read.
+//   2. i2 = top-k positions of sum_h shat_h[j] (ties: lower position first). For each h, exact attention
+//        y_h = sum_{j in i2} softmax_j(scale * q_h . k[j] + mask[j]) v[j]
+//   3. alpha_h = sum_{j in i2} shat_h[j]. With GGML_SPARQ_MEAN_V: out_h = alpha_h y_h + (1 - alpha_h) v_mean[kh],
+//      otherwise out_h = y_h (the paper omits the blend for GQA models).
+//   k >= |V| (per token): exact dense attention over V, no blend (equals flash_attn_ext up to rounding).
+//   |V| = 0: out = 0.
+// No ALiBi, softcap, sinks or KQ bias: graphs with those keep the dense path.
+enum ggml_sparq_flags {
+    GGML_SPARQ_MEAN_V = 1, // step 3: blend with v_mean by the approximate score mass alpha
+};
+
+GGML_API struct ggml_tensor * ggml_sparq_attn(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags);
+
+// the same computation composed of stock ggml ops (mul_mat, get_rows, soft_max, top_k, ...), so it runs on
+// any backend; same arguments and result shape. Differences from the op: ties may resolve differently, and
+// k >= |V| (but < n_kv) picks masked positions with zero weight instead of switching to dense (same value:
+// alpha = 1); v must have nb[0] = type size. Used as a cross-check (tests) and as the design's proof on backends without the fused op.
+GGML_API struct ggml_tensor * ggml_sparq_attn_ref(
+        struct ggml_context * ctx,
+        struct ggml_tensor  * q,
+        struct ggml_tensor  * k,
+        struct ggml_tensor  * k_t,
+        struct ggml_tensor  * v,
+        struct ggml_tensor  * mask,
+        struct ggml_tensor  * v_mean,
+        float                 scale,
+        int32_t               r,
+        int32_t               k_top,
+        int32_t               flags);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,29 @@ LLAMA_API void                      llama_sparse_reset_stats(struct llama_contex
 // message of the last failed llama_sparse_* call on this thread
 LLAMA_API const char * llama_sparse_last_error(void);
 
+//
+// SparQ attention (docs/sparq.md): at decode (one query token per sequence) each KV head reads r components
+// of every cached key, then full K and V rows of the k best positions only. Prefill stays dense, and so
+// does a step with k >= the cached positions. Needs an f16/f32 KV cache that is not sliding-window or
+// recurrent. The first enable allocates a transposed copy of K and per-sequence V sums beside the cache
+// (kept current from then on, and rebuilt after a pause); never enabling costs nothing.
+// The fork's tools honour LLAMA_SPARQ="r=32,k=128[,mean_v=1]" at context creation.
+//
+
+// r, k >= 1 turn SparQ on (r > head size keeps every component); r = k = 0 turns it off; mean_v blends the
+// output with the mean of V by the estimated attention mass (the paper does it for MHA models only).
+// Takes effect at the next decode. Returns 0, or -1 (see llama_sparse_sparq_last_error).
+LLAMA_API int32_t llama_sparse_set_sparq(struct llama_context * ctx, int32_t r, int32_t k, bool mean_v);
+
+// the same from a string: "r=32,k=128[,mean_v=1]", or "off" / "0" / ""
+LLAMA_API int32_t llama_sparse_set_sparq_str(struct llama_context * ctx, const char * spec);
+
+// true if SparQ is on; the knobs are written where the pointers are not NULL (0 when off)
+LLAMA_API bool    llama_sparse_get_sparq(const struct llama_context * ctx, int32_t * r, int32_t * k, bool * mean_v);
+
+// message of the last failed SparQ call on this thread
+LLAMA_API const char * llama_sparse_sparq_last_error(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,9 @@ export LLAMA_SPARSE_UPSTREAM
 section "CPU kernels against the scalar reference (tests/c)"
 if [ -x tests/c/build_and_run.sh ]; then run tests/c/build_and_run.sh; else echo "FAILED: tests/c/build_and_run.sh missing"; fail=1; fi
 
+section "SparQ attention CPU kernel against its scalar reference (tests/c)"
+if [ -x tests/c/test_sparq.sh ]; then run tests/c/test_sparq.sh; else echo "FAILED: tests/c/test_sparq.sh missing"; fail=1; fi
+
 section "CUDA sources compile (nvcc, sm_90)"
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     if [ -x cuda/check_compile.sh ]; then run cuda/check_compile.sh; else echo "FAILED: cuda/check_compile.sh missing"; fail=1; fi

@@ -42,10 +42,18 @@ llama_sparse_set_emulate        = _fn("llama_sparse_set_emulate",        [_p, ct
 llama_sparse_get_stats          = _fn("llama_sparse_get_stats",          [_p], llama_sparse_stats)
 llama_sparse_reset_stats        = _fn("llama_sparse_reset_stats",        [_p], None)
 llama_sparse_last_error         = _fn("llama_sparse_last_error",         [], ctypes.c_char_p)
+llama_sparse_set_sparq          = _fn("llama_sparse_set_sparq",          [_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool], ctypes.c_int32)
+llama_sparse_get_sparq          = _fn("llama_sparse_get_sparq",          [_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_bool)], ctypes.c_bool)
+llama_sparse_sparq_last_error   = _fn("llama_sparse_sparq_last_error",   [], ctypes.c_char_p)
 
 
 def last_error() -> str:
     msg = llama_sparse_last_error()
+    return msg.decode() if msg else "unknown error"
+
+
+def sparq_last_error() -> str:
+    msg = llama_sparse_sparq_last_error()
     return msg.decode() if msg else "unknown error"
 
 

@@ -47,15 +47,30 @@ def default_model(install: bool = True) -> Path:
     return path
 
 
+def _sparq_arg(text: str):
+    """argparse type for --sparq: "r=32,k=128[,mean_v=1]" or "off"."""
+    from .llama import SparQ
+    try:
+        return SparQ.parse(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sparq_name(sparq) -> str:
+    return f"sparq r={sparq.r},k={sparq.k}{',mean_v' if sparq.mean_v else ''}" if sparq else "sparq off"
+
+
 def _load(args: argparse.Namespace, **extra):
     from .llama import Llama
-    return Llama(args.model, sparsity=args.sparsity, n_ctx=args.ctx_size, n_threads=args.threads,
-                 n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
+    return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
+                 n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="GGUF model (zigzag for sparsity)")
     p.add_argument("--sparsity", default=None, help="level: 0.5, greedy-0.5, dense (default: dense)")
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1]",
+                   help="SparQ attention at decode (default off), e.g. r=32,k=128")
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
@@ -86,7 +101,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.write(chunk["choices"][0]["text"])
         sys.stdout.flush()
     perf = llm.perf()
-    print(f"\n[{perf['gen_tokens']} tokens, {perf['gen_tps']:.1f} tok/s, sparsity {llm.sparsity}]", file=sys.stderr)
+    print(f"\n[{perf['gen_tokens']} tokens, {perf['gen_tps']:.1f} tok/s, sparsity {llm.sparsity}, "
+          f"{_sparq_name(llm.sparq)}]", file=sys.stderr)
     return 0
 
 
@@ -98,7 +114,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         messages.append({"role": "system", "content": args.system})
     if tty:
         print(f"llama-sparse chat: {args.model.name}, sparsity {llm.sparsity} "
-              f"(levels: {', '.join(llm.sparsity_levels) or 'none'}). /sparsity LEVEL, /reset, /quit")
+              f"(levels: {', '.join(llm.sparsity_levels) or 'none'}), {_sparq_name(llm.sparq)}. "
+              f"/sparsity LEVEL, /sparq r=R,k=K|off, /reset, /quit")
     while True:
         if tty:
             try:
@@ -124,6 +141,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
             try:
                 llm.set_sparsity(parts[1] if len(parts) > 1 else None)
                 print(f"[sparsity {llm.sparsity}]")
+            except (ValueError, TypeError) as e:
+                print(f"[error: {e}]")
+            continue
+        if line.startswith("/sparq"):
+            parts = line.split(maxsplit=1)
+            try:
+                llm.set_sparq(parts[1] if len(parts) > 1 else None)
+                print(f"[{_sparq_name(llm.sparq)}]")
             except (ValueError, TypeError) as e:
                 print(f"[error: {e}]")
             continue
@@ -163,24 +188,40 @@ def _pick_levels(model: Path, wanted: Optional[str]) -> list[Optional[str]]:
     return levels
 
 
-def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = False) -> subprocess.CompletedProcess:
+def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = False,
+              sparq=None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("LLAMA_SPARSE", None)
     env.pop("LLAMA_SPARSE_EMULATE", None)
+    env.pop("LLAMA_SPARQ", None)
     if level:
         env["LLAMA_SPARSE"] = level
     if emulate:
         env["LLAMA_SPARSE_EMULATE"] = "1"
+    if sparq is not None:
+        env["LLAMA_SPARQ"] = sparq.spec
     r = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
     if r.returncode != 0:
-        raise RuntimeError(f"{exe.name} {' '.join(args)} (LLAMA_SPARSE={level}) failed:\n{r.stderr[-2000:]}")
+        raise RuntimeError(f"{exe.name} {' '.join(args)} (LLAMA_SPARSE={level}, LLAMA_SPARQ={env.get('LLAMA_SPARQ')}) "
+                           f"failed:\n{r.stderr[-2000:]}")
     return r
 
 
-def _bench_row(exe: Path, model: Path, args: argparse.Namespace, level: Optional[str]) -> dict:
+def _rows(model: Path, levels: Optional[str], sparq) -> list[tuple[Optional[str], object]]:
+    """(level, sparq) pairs to measure: each level dense-attention, then with SparQ when asked."""
+    out = []
+    for level in _pick_levels(model, levels):
+        out.append((level, None))
+        if sparq is not None:
+            out.append((level, sparq))
+    return out
+
+
+def _bench_row(exe: Path, model: Path, args: argparse.Namespace, level: Optional[str], sparq=None) -> dict:
     import json
     r = _run_tool(exe, ["-m", str(model), "-p", str(args.n_prompt), "-n", str(args.n_gen), "-t", str(args.threads),
-                        "-r", str(args.repetitions), "-ngl", str(args.n_gpu_layers), "-o", "json"], level)
+                        "-r", str(args.repetitions), "-ngl", str(args.n_gpu_layers), "-d", str(args.depth),
+                        "-o", "json"], level, sparq=sparq)
     rows = json.loads(r.stdout)
     out = {"pp": 0.0, "tg": 0.0}
     for row in rows:
@@ -199,16 +240,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print("note: no stock build found (tools/build_stock.sh); skipping the stock row", file=sys.stderr)
         else:
             table.append(("stock " + args.stock_model.name, _bench_row(stock / "llama-bench", args.stock_model, args, None)))
-    for level in _pick_levels(args.model, args.levels):
-        table.append((f"fork {level or 'dense'}", _bench_row(fork, args.model, args, level)))
+    for level, sparq in _rows(args.model, args.levels, args.sparq):
+        name = f"fork {level or 'dense'}" + (f" + {_sparq_name(sparq)}" if sparq else "")
+        table.append((name, _bench_row(fork, args.model, args, level, sparq)))
         print(f"  measured {table[-1][0]}", file=sys.stderr, flush=True)
     base = next((r for name, r in table if name.startswith("stock")), None)
     dense = next(r for name, r in table if name == "fork dense") if any(n == "fork dense" for n, _ in table) else None
-    print(f"\n{'row':32s} {'prefill t/s':>12s} {'decode t/s':>11s} {'vs dense':>9s} {'vs stock':>9s}")
+    print(f"\n{'row':44s} {'prefill t/s':>12s} {'decode t/s':>11s} {'vs dense':>9s} {'vs stock':>9s}"
+          + (f"  (decode at depth {args.depth})" if args.depth else ""))
     for name, r in table:
         vd = f"{r['tg'] / dense['tg']:.2f}x" if dense and dense["tg"] else "-"
         vs = f"{r['tg'] / base['tg']:.2f}x" if base and base["tg"] else "-"
-        print(f"{name:32s} {r['pp']:12.1f} {r['tg']:11.1f} {vd:>9s} {vs:>9s}")
+        print(f"{name:44s} {r['pp']:12.1f} {r['tg']:11.1f} {vd:>9s} {vs:>9s}")
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")
@@ -230,14 +273,17 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     exe = tool_path("perplexity")
     if not args.text.is_file():
         raise FileNotFoundError(f"text file not found: {args.text}")
-    print(f"{'level':16s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
+    if args.sparq is not None and args.ubatch != 1:
+        raise ValueError("SparQ attention acts at decode only (one token per step): run perplexity with -ub 1")
+    print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
-    for level in _pick_levels(args.model, args.levels):
+    for level, sparq in _rows(args.model, args.levels, args.sparq):
         r = _run_tool(exe, ["-m", str(args.model), "-f", str(args.text), "-c", str(args.ctx_size),
                             "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
-                            "-b", str(max(args.ubatch, args.ctx_size))], level, emulate=args.ubatch > 8)
+                            "-b", str(max(args.ubatch, args.ctx_size))], level, emulate=args.ubatch > 8, sparq=sparq)
         m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
-        print(f"{level or 'dense':16s} {float(m.group(1)) if m else float('nan'):11.4f}", flush=True)
+        name = (level or "dense") + (f" + {_sparq_name(sparq)}" if sparq else "")
+        print(f"{name:36s} {float(m.group(1)) if m else float('nan'):11.4f}", flush=True)
     return 0
 
 
@@ -245,6 +291,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the sparsity level applies to every context the server creates (read by the library at context creation)
     if args.sparsity:
         os.environ["LLAMA_SPARSE"] = args.sparsity
+    if args.sparq is not None:
+        os.environ["LLAMA_SPARQ"] = args.sparq.spec  # read when each context's KV cache is made
     import llama_sparse  # noqa: F401  (the server's llama_cpp must run on the fork)
     try:
         import uvicorn
@@ -337,6 +385,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (llama-cpp-python's) with sparsity")
     p.add_argument("model", type=Path)
     p.add_argument("--sparsity", default=None, help="level for every request (default dense)")
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1]",
+                   help="SparQ attention at decode for every request (default off)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
@@ -353,6 +403,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("-p", "--n-prompt", type=int, default=128)
     p.add_argument("-n", "--n-gen", type=int, default=64)
     p.add_argument("-r", "--repetitions", type=int, default=3)
+    p.add_argument("-d", "--depth", type=int, default=0, help="decode after this many context tokens (llama-bench -d)")
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1]",
+                   help="also measure each row with SparQ attention")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     p.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
@@ -366,6 +419,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("-ub", "--ubatch", type=int, default=512,
                    help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation)")
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1]",
+                   help="also measure each level with SparQ attention (needs -ub 1)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.set_defaults(func=cmd_perplexity)
 

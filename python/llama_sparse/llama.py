@@ -16,18 +16,59 @@ SparsityLevel = Union[None, float, str]
 
 @dataclasses.dataclass(frozen=True)
 class SparQ:
-    """SparQ attention settings: top-r query components, top-k positions, mean-V blending."""
+    """SparQ attention settings (docs/sparq.md), used at decode only.
+
+    r: query components read per key (of the head size; more than the head size reads them all);
+    k: cached positions attended to exactly; mean_v: blend the output with the mean of V by the estimated
+    attention mass of those k positions (the paper does this for MHA models and skips it for GQA ones).
+    A decode step with k >= the cached positions is exact dense attention.
+    """
     r: int = 32
     k: int = 128
-    mean_v: bool = True
+    mean_v: bool = False
 
     def __post_init__(self) -> None:
         for name in ("r", "k"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"SparQ.{name} must be a positive int, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"SparQ.{name} must be an int, got {v!r}")
+            if v <= 0:
+                raise ValueError(f"SparQ.{name} must be >= 1, got {v}")
         if not isinstance(self.mean_v, bool):
             raise TypeError(f"SparQ.mean_v must be a bool, got {self.mean_v!r}")
+
+    @property
+    def spec(self) -> str:
+        """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0"."""
+        return f"r={self.r},k={self.k},mean_v={int(self.mean_v)}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Optional["SparQ"]:
+        """"r=32,k=128[,mean_v=1]" -> SparQ; "off", "0", "none" or "" -> None."""
+        if not isinstance(spec, str):
+            raise TypeError(f"a SparQ setting is a string like 'r=32,k=128', not {type(spec).__name__}")
+        text = spec.strip()
+        if text.lower() in ("", "0", "off", "none"):
+            return None
+        fields: dict[str, Any] = {}
+        for item in text.split(","):
+            key, sep, val = item.partition("=")
+            key = key.strip()
+            if not sep or key not in ("r", "k", "mean_v"):
+                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1]")
+            try:
+                num = int(val)
+            except ValueError:
+                raise ValueError(f"bad SparQ setting {spec!r}: {key} needs an integer, got {val.strip()!r}") from None
+            if key == "mean_v":
+                if num not in (0, 1):
+                    raise ValueError(f"bad SparQ setting {spec!r}: mean_v is 0 or 1")
+                fields[key] = bool(num)
+            else:
+                fields[key] = num
+        if "r" not in fields or "k" not in fields:
+            raise ValueError(f"bad SparQ setting {spec!r}: both r and k are needed, e.g. r=32,k=128")
+        return cls(**fields)
 
 
 def level_name(level: SparsityLevel) -> Optional[str]:
@@ -57,15 +98,18 @@ class Llama(llama_cpp.Llama):
     """
 
     def __init__(self, model_path: Union[str, os.PathLike], *, sparsity: SparsityLevel = None,
-                 sparq: Optional[SparQ] = None, **kwargs: Any) -> None:
+                 sparq: Union[None, SparQ, str] = None, **kwargs: Any) -> None:
         if not isinstance(model_path, (str, os.PathLike)):
             raise TypeError(f"model_path must be a path, not {type(model_path).__name__}")
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"model file not found: {path}")
         name = level_name(sparsity)  # validate before the (slow) load
+        if isinstance(sparq, str):
+            sparq = SparQ.parse(sparq)
         if sparq is not None and not isinstance(sparq, SparQ):
-            raise TypeError(f"sparq must be a llama_sparse.SparQ or None, not {type(sparq).__name__}")
+            raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
+                            f"not {type(sparq).__name__}")
         super().__init__(model_path=str(path), **kwargs)
         self.set_sparsity(name)
         self.set_sparq(sparq)
@@ -111,12 +155,17 @@ class Llama(llama_cpp.Llama):
     def sparq(self) -> Optional[SparQ]:
         return self._sparq
 
-    def set_sparq(self, sparq: Optional[SparQ]) -> None:
-        if sparq is not None:
-            if not isinstance(sparq, SparQ):
-                raise TypeError(f"sparq must be a llama_sparse.SparQ or None, not {type(sparq).__name__}")
-            raise NotImplementedError("SparQ attention is not in this build yet (issue 7); use sparq=None")
-        self._sparq = None
+    def set_sparq(self, sparq: Union[None, SparQ, str]) -> None:
+        """Turn SparQ attention on (a SparQ or "r=32,k=128[,mean_v=1]") or off (None); applies from the next token."""
+        if isinstance(sparq, str):
+            sparq = SparQ.parse(sparq)
+        if sparq is not None and not isinstance(sparq, SparQ):
+            raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
+                            f"not {type(sparq).__name__}")
+        r, k, mean_v = (sparq.r, sparq.k, sparq.mean_v) if sparq else (0, 0, False)
+        if _native.llama_sparse_set_sparq(self._ctx.ctx, r, k, mean_v) != 0:
+            raise ValueError(f"{self.model_path}: {_native.sparq_last_error()}")
+        self._sparq = sparq
 
     # --- counters -------------------------------------------------------------------------
 

@@ -1,0 +1,616 @@
+// llama-sparse: SparQ attention glue: the transposed K copy and per-sequence V sums kept beside the KV cache,
+// the graph nodes that maintain them, the decode attention through GGML_OP_SPARQ_ATTN, and the C API knobs.
+//
+// State (per llama_kv_cache, allocated when SparQ is first enabled, same buffer type as each layer's K):
+//   k_t[il]   [kv_size, n_embd_k_gqa, n_stream], K's type: cell-contiguous per K component
+//   v_sum[il] [n_embd_v_gqa, n_seq_max] F32: sum of V over the cells of each sequence
+// Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq)). Whatever else
+// changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
+// the next graph's input step rebuilds them on the host from the K/V cache, before the graph runs.
+#include "llama-sparq.h"
+#include "llama-sparse.h"
+
+#include "llama-context.h"
+#include "llama-graph.h"
+#include "llama-impl.h"
+#include "llama-kv-cache.h"
+#include "llama-model.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-sparse.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct llama_sparq_kv {
+    int32_t r      = 0; // 0: off
+    int32_t k      = 0;
+    bool    mean_v = false;
+
+    bool allocated = false;
+    bool stale_k   = true;
+    bool stale_v   = true;
+
+    std::vector<ggml_tensor *> k_t;   // per KV-cache layer
+    std::vector<ggml_tensor *> v_sum;
+    std::vector<std::pair<ggml_context_ptr, ggml_backend_buffer_ptr>> ctxs_bufs;
+
+    bool on() const { return r > 0 && k > 0; }
+};
+
+struct llama_sparq_access {
+    static llama_kv_cache * kv(const llama_kv_cache_context * mctx) { return mctx->kv; }
+    static const llama_kv_cache::slot_info & sinfo(const llama_kv_cache_context * mctx) { return mctx->sinfos[mctx->i_cur]; }
+    static std::shared_ptr<llama_sparq_kv> & state(llama_kv_cache & kv) { return kv.sparq; }
+    static const llama_hparams & hparams(const llama_kv_cache & kv) { return kv.hparams; }
+    static uint32_t n_stream (const llama_kv_cache & kv) { return kv.n_stream; }
+    static uint32_t n_seq_max(const llama_kv_cache & kv) { return kv.n_seq_max; }
+    static bool     v_trans  (const llama_kv_cache & kv) { return kv.v_trans; }
+    static bool     shared   (const llama_kv_cache & kv) { return kv.other != nullptr; }
+    static size_t   n_layers (const llama_kv_cache & kv) { return kv.layers.size(); }
+    static int32_t  ikv(const llama_kv_cache & kv, int32_t il) {
+        auto it = kv.map_layer_ids.find(il);
+        return it == kv.map_layer_ids.end() ? -1 : it->second;
+    }
+    static uint32_t layer_il(const llama_kv_cache & kv, size_t i) { return kv.layers[i].il; }
+    static ggml_tensor * layer_k(const llama_kv_cache & kv, size_t i) { return kv.layers[i].k; }
+    static ggml_tensor * layer_v(const llama_kv_cache & kv, size_t i) { return kv.layers[i].v; }
+    static const llama_kv_cells & cells(const llama_kv_cache & kv, uint32_t strm) { return kv.v_cells[strm]; }
+    static uint32_t stream_of(const llama_kv_cache & kv, llama_seq_id s) { return kv.seq_to_stream[s]; }
+};
+
+using acc = llama_sparq_access;
+
+namespace {
+
+thread_local std::string g_sparq_error;
+
+int32_t sparq_error(const std::string & msg) {
+    g_sparq_error = msg;
+    return -1;
+}
+
+// why SparQ cannot run on this cache, or "" if it can
+std::string sparq_unsupported(llama_kv_cache & kv) {
+    if (acc::shared(kv)) {
+        return "the KV cache shares its cells with another cache";
+    }
+    const auto & hp = acc::hparams(kv);
+    int64_t n_embd_k = -1;
+    for (size_t i = 0; i < acc::n_layers(kv); ++i) {
+        const ggml_tensor * k = acc::layer_k(kv, i);
+        const ggml_tensor * v = acc::layer_v(kv, i);
+        if (k == nullptr || v == nullptr) {
+            return "a layer has no K or V cache";
+        }
+        if ((k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || (v->type != GGML_TYPE_F16 && v->type != GGML_TYPE_F32)) {
+            return std::string("the K/V cache type is ") + ggml_type_name(k->type) + "/" + ggml_type_name(v->type) +
+                   "; SparQ needs f16 or f32 (drop --cache-type-k/-v)";
+        }
+        const uint32_t il = acc::layer_il(kv, i);
+        if (n_embd_k >= 0 && n_embd_k != (int64_t) hp.n_embd_k_gqa(il)) {
+            return "layers differ in K width";
+        }
+        n_embd_k = hp.n_embd_k_gqa(il);
+    }
+    return "";
+}
+
+void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
+    const auto & hp = acc::hparams(kv);
+    const int64_t kv_size = kv.get_size();
+    const int64_t n_stream = acc::n_stream(kv);
+    const size_t n_layers = acc::n_layers(kv);
+
+    std::map<ggml_backend_buffer_type_t, ggml_context *> ctx_map;
+    auto ctx_for = [&](ggml_backend_buffer_type_t buft) {
+        auto it = ctx_map.find(buft);
+        if (it != ctx_map.end()) {
+            return it->second;
+        }
+        ggml_init_params params = { 2*n_layers*ggml_tensor_overhead(), nullptr, true };
+        ggml_context * ctx = ggml_init(params);
+        GGML_ASSERT(ctx);
+        ctx_map[buft] = ctx;
+        st.ctxs_bufs.emplace_back(ggml_context_ptr(ctx), nullptr);
+        return ctx;
+    };
+
+    st.k_t.assign(n_layers, nullptr);
+    st.v_sum.assign(n_layers, nullptr);
+    for (size_t i = 0; i < n_layers; ++i) {
+        ggml_tensor * k = acc::layer_k(kv, i);
+        ggml_context * ctx = ctx_for(ggml_backend_buffer_get_type(k->buffer));
+        const uint32_t il = acc::layer_il(kv, i);
+        st.k_t[i]   = ggml_new_tensor_3d(ctx, k->type, kv_size, hp.n_embd_k_gqa(il), n_stream);
+        st.v_sum[i] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.n_embd_v_gqa(il), acc::n_seq_max(kv));
+        ggml_format_name(st.k_t[i],   "sparq_k_t_l%u", il);
+        ggml_format_name(st.v_sum[i], "sparq_v_sum_l%u", il);
+    }
+    for (auto & [buft, ctx] : ctx_map) {
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+        if (buf == nullptr) {
+            throw std::runtime_error("SparQ: failed to allocate the transposed K copy");
+        }
+        ggml_backend_buffer_clear(buf, 0);
+        for (auto & cb : st.ctxs_bufs) {
+            if (cb.first.get() == ctx) {
+                cb.second.reset(buf);
+            }
+        }
+        LLAMA_LOG_INFO("%s: SparQ K copy + V sums: %.2f MiB on %s\n", __func__,
+                       ggml_backend_buffer_get_size(buf)/1024.0/1024.0, ggml_backend_buft_name(buft));
+    }
+    st.allocated = true;
+    st.stale_k = st.stale_v = true;
+}
+
+// rebuild k_t from the K cache (host round trip)
+void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st) {
+    const int64_t kv_size = kv.get_size();
+    std::vector<uint8_t> src, dst;
+    for (size_t i = 0; i < acc::n_layers(kv); ++i) {
+        ggml_tensor * k  = acc::layer_k(kv, i);
+        ggml_tensor * kt = st.k_t[i];
+        const size_t ts = ggml_type_size(k->type);
+        const int64_t n_embd = k->ne[0], n_stream = k->ne[2];
+        src.resize(ggml_nbytes(k));
+        dst.resize(ggml_nbytes(kt));
+        ggml_backend_tensor_get(k, src.data(), 0, src.size());
+        for (int64_t s = 0; s < n_stream; ++s) {
+            for (int64_t j = 0; j < kv_size; ++j) {
+                const uint8_t * row = src.data() + (s*kv_size + j)*n_embd*ts;
+                for (int64_t e = 0; e < n_embd; ++e) {
+                    memcpy(dst.data() + ((s*n_embd + e)*kv_size + j)*ts, row + e*ts, ts);
+                }
+            }
+        }
+        ggml_backend_tensor_set(kt, dst.data(), 0, dst.size());
+    }
+    st.stale_k = false;
+}
+
+// rebuild the V sums from the V cache, leaving out the cells the running ubatch is about to write
+void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector<uint8_t> & skip) {
+    const int64_t kv_size = kv.get_size();
+    const int64_t n_seq = acc::n_seq_max(kv);
+    const bool v_trans = acc::v_trans(kv);
+    std::vector<uint8_t> raw;
+    std::vector<float> row, sums;
+    for (size_t i = 0; i < acc::n_layers(kv); ++i) {
+        ggml_tensor * v = acc::layer_v(kv, i);
+        const size_t ts = ggml_type_size(v->type);
+        const int64_t stride = v->ne[0]; // row width, may exceed n_embd_v_gqa
+        const int64_t n_embd = st.v_sum[i]->ne[0];
+        raw.resize(ggml_nbytes(v));
+        ggml_backend_tensor_get(v, raw.data(), 0, raw.size());
+        sums.assign(n_embd*n_seq, 0.0f);
+        row.resize(n_embd);
+        for (uint32_t s = 0; s < acc::n_stream(kv); ++s) {
+            const auto & cells = acc::cells(kv, s);
+            for (uint32_t j = 0; j < cells.size(); ++j) {
+                if (cells.is_empty(j) || skip[s*kv_size + j]) {
+                    continue;
+                }
+                for (int64_t e = 0; e < n_embd; ++e) {
+                    const int64_t off = v_trans ? (s*stride + e)*kv_size + j : (s*kv_size + j)*stride + e;
+                    const uint8_t * p = raw.data() + off*ts;
+                    row[e] = v->type == GGML_TYPE_F16 ? ggml_fp16_to_fp32(*(const ggml_fp16_t *) p) : *(const float *) p;
+                }
+                for (llama_seq_id q = 0; q < n_seq; ++q) {
+                    if (cells.seq_has(j, q)) {
+                        float * d = sums.data() + q*n_embd;
+                        for (int64_t e = 0; e < n_embd; ++e) {
+                            d[e] += row[e];
+                        }
+                    }
+                }
+            }
+        }
+        ggml_backend_tensor_set(st.v_sum[i], sums.data(), 0, sums.size()*sizeof(float));
+    }
+    st.stale_v = false;
+}
+
+// parse "r=32,k=128[,mean_v=1]" (also "off"); returns "" or an error
+std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v) {
+    r = 0; k = 0; mean_v = false;
+    if (spec.empty() || spec == "0" || spec == "off") {
+        return "";
+    }
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+        const size_t end = std::min(spec.find(',', pos), spec.size());
+        const std::string item = spec.substr(pos, end - pos);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos) {
+            return "expected key=value, got '" + item + "'";
+        }
+        const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+        char * stop = nullptr;
+        const long x = strtol(val.c_str(), &stop, 10);
+        if (val.empty() || *stop != '\0') {
+            return "'" + key + "' needs an integer, got '" + val + "'";
+        }
+        if (key == "r") {
+            r = (int32_t) x;
+        } else if (key == "k") {
+            k = (int32_t) x;
+        } else if (key == "mean_v") {
+            if (x != 0 && x != 1) {
+                return "mean_v is 0 or 1";
+            }
+            mean_v = x != 0;
+        } else {
+            return "unknown key '" + key + "' (use r, k, mean_v)";
+        }
+        pos = end + 1;
+    }
+    if (r < 1 || k < 1) {
+        return "r and k must both be given and >= 1";
+    }
+    return "";
+}
+
+// set the knobs of a cache; allocates the state on first use
+int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v) {
+    if (r < 0 || k < 0 || (r == 0) != (k == 0)) {
+        return sparq_error("SparQ: r and k must both be >= 1 (or both 0 to turn SparQ off); got r=" +
+                           std::to_string(r) + ", k=" + std::to_string(k));
+    }
+    auto & sp = acc::state(kv);
+    if (r == 0) {
+        if (sp && sp->on()) {
+            // appends stop while off: the copies are rebuilt when SparQ comes back
+            sp->r = sp->k = 0;
+            sp->stale_k = sp->stale_v = true;
+        }
+        return 0;
+    }
+    const std::string why = sparq_unsupported(kv);
+    if (!why.empty()) {
+        return sparq_error("SparQ cannot run on this context: " + why);
+    }
+    if (!sp) {
+        sp = std::make_shared<llama_sparq_kv>();
+    }
+    if (!sp->allocated) {
+        try {
+            sparq_allocate(kv, *sp);
+        } catch (const std::exception & e) {
+            sp.reset();
+            return sparq_error(e.what());
+        }
+    }
+    sp->r      = r;
+    sp->k      = k;
+    sp->mean_v = mean_v;
+    return 0;
+}
+
+llama_kv_cache * context_kv(llama_context * ctx) {
+    if (ctx == nullptr) {
+        return nullptr;
+    }
+    return dynamic_cast<llama_kv_cache *>(llama_get_memory(ctx));
+}
+
+} // namespace
+
+//
+// per-graph input: element indices for the k_t append, one-hot sequences for the V sums, each token's
+// sequence and 1/count for the V mean
+//
+
+class llm_graph_input_sparq : public llm_graph_input_i {
+public:
+    llm_graph_input_sparq(llama_kv_cache * kv, ggml_backend_sched_t sched, ggml_tensor * k_idxs)
+        : kv(kv), sched(sched), k_idxs(k_idxs) {}
+
+    void set_input(const llama_ubatch * ubatch) override;
+
+    llama_kv_cache       * kv;
+    ggml_backend_sched_t   sched;
+    ggml_tensor          * k_idxs;            // upstream's rows of this ubatch (stream*kv_size + cell), host
+
+    ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]
+    ggml_tensor * onehot    = nullptr;        // F32 [n_tokens, n_seq_max]
+    ggml_tensor * tok_seq   = nullptr;        // I32 [n_tokens]
+    ggml_tensor * inv_count = nullptr;        // F32 [1, n_tokens]
+    int64_t       n_embd_k  = 0;
+    bool          decode    = false;          // one token per sequence: the op may run
+
+    std::map<int, ggml_tensor *> kt_cur;      // model layer -> k_t after this ubatch's append
+    std::map<int, ggml_tensor *> vsum_cur;    // model layer -> v_sum after this ubatch's update
+};
+
+void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
+    auto & st = *acc::state(*kv);
+    const int64_t kv_size = kv->get_size();
+    const int64_t n_tokens = ubatch->n_tokens;
+    const int64_t n_seq = acc::n_seq_max(*kv);
+    GGML_ASSERT(ggml_backend_buffer_is_host(k_idxs->buffer) && k_idxs->ne[0] == n_tokens);
+    const int64_t * rows = (const int64_t *) k_idxs->data;
+
+    if (st.stale_k || st.stale_v) {
+        ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
+        if (st.stale_k) {
+            sparq_rebuild_k(*kv, st);
+        }
+        if (st.stale_v) {
+            std::vector<uint8_t> skip(kv_size*acc::n_stream(*kv), 0);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                skip[rows[t]] = 1;
+            }
+            sparq_rebuild_v(*kv, st, skip);
+        }
+    }
+
+    int64_t * idx = (int64_t *) kt_idxs->data;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const int64_t strm = rows[t]/kv_size, cell = rows[t] % kv_size;
+        for (int64_t e = 0; e < n_embd_k; ++e) {
+            idx[t*n_embd_k + e] = (strm*n_embd_k + e)*kv_size + cell;
+        }
+    }
+    float * oh = (float *) onehot->data;
+    memset(oh, 0, ggml_nbytes(onehot));
+    int32_t * ts = (int32_t *) tok_seq->data;
+    float * ic = (float *) inv_count->data;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int32_t s = 0; s < ubatch->n_seq_id[t]; ++s) {
+            const llama_seq_id q = ubatch->seq_id[t][s];
+            GGML_ASSERT(q >= 0 && q < n_seq);
+            oh[q*n_tokens + t] = 1.0f;
+        }
+        const llama_seq_id q = ubatch->seq_id[t][0];
+        ts[t] = q;
+        // the cells of q, the ubatch's own included (they are already placed)
+        const auto & cells = acc::cells(*kv, acc::stream_of(*kv, q));
+        int64_t count = 0;
+        for (uint32_t j = 0; j < cells.size(); ++j) {
+            count += !cells.is_empty(j) && cells.seq_has(j, q);
+        }
+        ic[t] = count > 0 ? 1.0f/count : 0.0f;
+    }
+}
+
+//
+// KV cache hooks
+//
+
+void llama_sparq_kv_init(llama_kv_cache & kv) {
+    const char * env = getenv("LLAMA_SPARQ");
+    if (env == nullptr || *env == '\0') {
+        return;
+    }
+    int32_t r, k;
+    bool mean_v;
+    const std::string err = sparq_parse(env, r, k, mean_v);
+    if (!err.empty()) {
+        throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + err);
+    }
+    if (r == 0) {
+        return;
+    }
+    if (sparq_set(kv, r, k, mean_v) != 0) {
+        throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
+    }
+    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d (LLAMA_SPARQ)\n", __func__, r, k, (int) mean_v);
+}
+
+void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_pos p0, llama_pos p1) {
+    auto & sp = acc::state(kv);
+    if (!sp || !sp->on() || sp->stale_v) {
+        return;
+    }
+    if (p0 < 0) {
+        p0 = 0;
+    }
+    if (p1 < 0) {
+        p1 = std::numeric_limits<llama_pos>::max();
+    }
+    // llama-cpp-python trims past the end before every eval: only a call that removes a cell costs a rebuild
+    for (uint32_t s = 0; s < acc::n_stream(kv); ++s) {
+        if (seq_id >= 0 && acc::stream_of(kv, seq_id) != s) {
+            continue;
+        }
+        const auto & cells = acc::cells(kv, s);
+        for (uint32_t j = 0; j < cells.size(); ++j) {
+            if (!cells.is_empty(j) && cells.pos_in(j, p0, p1) && (seq_id < 0 || cells.seq_has(j, seq_id))) {
+                sp->stale_v = true;
+                return;
+            }
+        }
+    }
+}
+
+void llama_sparq_kv_stale(llama_kv_cache & kv, bool k_changed, bool v_changed) {
+    auto & sp = acc::state(kv);
+    if (sp) {
+        sp->stale_k |= k_changed;
+        sp->stale_v |= v_changed;
+    }
+}
+
+void llama_sparq_kv_on_apply(llama_kv_cache & kv, const llama_kv_cache::slot_info & sinfo) {
+    auto & sp = acc::state(kv);
+    if (!sp || !sp->on() || sp->stale_v) {
+        return;
+    }
+    for (size_t s = 0; s < sinfo.n_stream(); ++s) {
+        const auto & cells = acc::cells(kv, sinfo.strm[s]);
+        for (uint32_t j : sinfo.idxs[s]) {
+            if (!cells.is_empty(j)) {
+                sp->stale_v = true;
+                return;
+            }
+        }
+    }
+}
+
+//
+// graph hooks
+//
+
+void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_context * mctx,
+                             ggml_tensor * k_cur, ggml_tensor * v_cur, ggml_tensor * k_idxs, int il) {
+    llama_kv_cache * kv = acc::kv(mctx);
+    auto & sp = acc::state(*kv);
+    if (!sp || !sp->on()) {
+        return;
+    }
+    const int32_t ikv = acc::ikv(*kv, il);
+    if (ikv < 0) {
+        return;
+    }
+    ggml_context * ctx0 = g.ctx0;
+    const int64_t n_tokens = k_cur->ne[2];
+
+    if (g.inp_sparq == nullptr) {
+        auto inp = std::make_unique<llm_graph_input_sparq>(kv, g.sched, k_idxs);
+        inp->n_embd_k  = sp->k_t[ikv]->ne[1];
+        inp->kt_idxs   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I64, inp->n_embd_k*n_tokens);
+        inp->onehot    = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, n_tokens, acc::n_seq_max(*kv));
+        inp->tok_seq   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_tokens);
+        inp->inv_count = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, n_tokens);
+        ggml_set_input(inp->kt_idxs);
+        ggml_set_input(inp->onehot);
+        ggml_set_input(inp->tok_seq);
+        ggml_set_input(inp->inv_count);
+        ggml_set_name(inp->kt_idxs, "sparq_kt_idxs");
+
+        // decode: every token is the only one of its (single) sequence in the ubatch. The graphs reserved at
+        // context creation carry no sequence ids (n_seq_id 0): one token per sequence counts as decode there.
+        const auto & ub = g.ubatch;
+        bool decode = ub.n_tokens > 0;
+        std::vector<bool> seen(acc::n_seq_max(*kv), false);
+        for (uint32_t t = 0; t < ub.n_tokens && decode; ++t) {
+            if (ub.n_seq_id[t] == 0) {
+                decode = ub.n_seq_tokens == 1;
+                continue;
+            }
+            const llama_seq_id q = ub.seq_id[t][0];
+            decode = ub.n_seq_id[t] == 1 && q >= 0 && (size_t) q < seen.size() && !seen[q];
+            if (decode) {
+                seen[q] = true;
+            }
+        }
+        inp->decode = decode;
+        g.inp_sparq = inp.get();
+        g.res->add_input(std::move(inp));
+    }
+    llm_graph_input_sparq * inp = g.inp_sparq;
+
+    // k_t: one 1-element row per (token, component)
+    ggml_tensor * k_t = sp->k_t[ikv];
+    ggml_tensor * k_flat = ggml_is_contiguous(k_cur) ? k_cur : ggml_cont(ctx0, k_cur);
+    k_flat = ggml_reshape_2d(ctx0, k_flat, 1, ggml_nelements(k_flat));
+    GGML_ASSERT(ggml_nelements(k_flat) == inp->n_embd_k*n_tokens);
+    ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 1, ggml_nelements(k_t)), k_flat, inp->kt_idxs);
+    ggml_build_forward_expand(g.gf, kt_res);
+    inp->kt_cur[il] = kt_res;
+
+    // V sums: v_sum += V_cur^T onehot
+    ggml_tensor * v_sum = sp->v_sum[ikv];
+    ggml_tensor * v2 = ggml_is_contiguous(v_cur) ? v_cur : ggml_cont(ctx0, v_cur);
+    v2 = ggml_reshape_2d(ctx0, v2, v_sum->ne[0], n_tokens);
+    ggml_tensor * delta = ggml_mul_mat(ctx0, ggml_cont(ctx0, ggml_transpose(ctx0, v2)), inp->onehot);
+    ggml_tensor * vs_res = ggml_cpy(ctx0, ggml_add(ctx0, v_sum, delta), v_sum);
+    ggml_build_forward_expand(g.gf, vs_res);
+    inp->vsum_cur[il] = vs_res;
+}
+
+ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv_cache_context * mctx,
+                                     ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * kq_b,
+                                     ggml_tensor * kq_mask, ggml_tensor * sinks, ggml_tensor * v_mla,
+                                     float kq_scale, int il) {
+    llm_graph_input_sparq * inp = g.inp_sparq;
+    if (inp == nullptr || !inp->decode || inp->kt_cur.count(il) == 0) {
+        return nullptr;
+    }
+    llama_kv_cache * kv = acc::kv(mctx);
+    const auto & st = *acc::state(*kv);
+    const auto & hp = g.hparams;
+    if (!st.on() || kq_b || sinks || v_mla || hp.attn_soft_cap || hp.f_max_alibi_bias > 0.0f || g.arch == LLM_ARCH_GROK) {
+        return nullptr;
+    }
+    // k views from get_k/get_v: [D, Hkv, n_kv, ns] (V transposed: [n_kv, Hkv, Dv, ns])
+    const int64_t n_kv = k->ne[2];
+    if (st.k >= n_kv) {
+        return nullptr; // every position would be read: dense attention is exact and faster
+    }
+    ggml_context * ctx0 = g.ctx0;
+    const int64_t D = k->ne[0], Hkv = k->ne[1], ns = k->ne[3];
+    const int64_t n_tokens = q->ne[2], H = q->ne[1];
+    const int64_t kv_size = kv->get_size();
+    const int64_t n_embd_k = inp->n_embd_k;
+    const bool v_trans = acc::v_trans(*kv);
+    const int64_t Dv = v_trans ? v->ne[2] : v->ne[0];
+    const size_t kt_ts = ggml_type_size(inp->kt_cur[il]->type);
+    const int64_t s0 = (int64_t) (k->view_offs/ggml_row_size(k->type, k->ne[0]*Hkv*kv_size)); // first stream
+
+    ggml_tensor * q4 = ggml_view_4d(ctx0, q, D, H, n_tokens/ns, ns, q->nb[1], q->nb[2], q->nb[2]*(n_tokens/ns), 0);
+    q4 = ggml_permute(ctx0, q4, 0, 2, 1, 3);                     // [D, n_tok, H, ns]
+    ggml_tensor * k4 = ggml_permute(ctx0, k, 0, 2, 1, 3);        // [D, n_kv, Hkv, ns]
+    ggml_tensor * v4 = ggml_permute(ctx0, v, 0, 2, 1, 3);
+    if (v_trans) {
+        v4 = ggml_transpose(ctx0, v4);                            // [n_kv, Dv, Hkv, ns] -> [Dv, n_kv, Hkv, ns]
+    }
+    ggml_tensor * kt4 = ggml_view_4d(ctx0, inp->kt_cur[il], n_kv, D, Hkv, ns,
+                                     kt_ts*kv_size, kt_ts*kv_size*D, kt_ts*kv_size*n_embd_k, kt_ts*kv_size*n_embd_k*s0);
+
+    ggml_tensor * v_mean = nullptr;
+    if (st.mean_v) {
+        v_mean = ggml_get_rows(ctx0, inp->vsum_cur[il], inp->tok_seq);      // [n_embd_v, n_tokens]
+        v_mean = ggml_mul(ctx0, v_mean, inp->inv_count);
+        v_mean = ggml_reshape_4d(ctx0, v_mean, Dv, Hkv, n_tokens/ns, ns);
+    }
+    ggml_tensor * cur = ggml_sparq_attn(ctx0, q4, k4, kt4, v4, kq_mask, v_mean, kq_scale, st.r, st.k,
+                                        st.mean_v ? GGML_SPARQ_MEAN_V : 0);
+    g.cb(cur, "sparq_attn", il);
+    return ggml_reshape_2d(ctx0, cur, Dv*H, n_tokens);
+}
+
+//
+// C API
+//
+
+int32_t llama_sparse_set_sparq(llama_context * ctx, int32_t r, int32_t k, bool mean_v) {
+    llama_kv_cache * kv = context_kv(ctx);
+    if (kv == nullptr) {
+        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq: no context" :
+                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+    }
+    return sparq_set(*kv, r, k, mean_v);
+}
+
+bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k, bool * mean_v) {
+    llama_kv_cache * kv = context_kv(const_cast<llama_context *>(ctx));
+    const auto * st = kv ? acc::state(*kv).get() : nullptr;
+    const bool on = st && st->on();
+    if (r)      { *r      = on ? st->r : 0; }
+    if (k)      { *k      = on ? st->k : 0; }
+    if (mean_v) { *mean_v = on && st->mean_v; }
+    return on;
+}
+
+int32_t llama_sparse_set_sparq_str(llama_context * ctx, const char * spec) {
+    int32_t r, k;
+    bool mean_v;
+    const std::string err = sparq_parse(spec ? spec : "", r, k, mean_v);
+    if (!err.empty()) {
+        return sparq_error(std::string("SparQ setting '") + (spec ? spec : "") + "': " + err);
+    }
+    return llama_sparse_set_sparq(ctx, r, k, mean_v);
+}
+
+const char * llama_sparse_sparq_last_error(void) {
+    return g_sparq_error.c_str();
+}

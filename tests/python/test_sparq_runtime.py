@@ -1,0 +1,208 @@
+"""SparQ attention end to end on SmolLM2 (GQA 9/3, head size 64): knobs, errors, and the KV-cache copies.
+
+Decode runs one token per step (llm.eval([t])), so SparQ is active; the prompt is prefilled densely.
+The transposed K copy and the V sums are checked through their effect: a copy rebuilt on the host after an
+enable, a removal or a state load must give the same logits as the copy kept up to date in the graph.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_runtime import _text_tokens
+
+N_CTX = 512
+
+
+def _llm(model: Path, **kw):
+    import llama_sparse
+    return llama_sparse.Llama(model, n_ctx=N_CTX, n_batch=256, n_threads=2, verbose=False, **kw)
+
+
+def _decode(llm, prompt: list[int], gen: list[int], fresh: bool = True) -> np.ndarray:
+    """Prefill prompt (dense), then decode gen one token at a time; logits of each decode step."""
+    if fresh:
+        llm.reset()
+        llm.eval(prompt)
+    out = []
+    for t in gen:
+        llm.eval([t])
+        out.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
+    return np.stack(out)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def tokens(smollm2_gguf: Path) -> list[int]:
+    llm = _llm(smollm2_gguf)
+    toks = _text_tokens(llm, 200)
+    assert len(toks) >= 180
+    return toks
+
+
+def test_sparq_settings_validate():
+    from llama_sparse import SparQ
+    assert SparQ.parse("r=16,k=64") == SparQ(r=16, k=64, mean_v=False)
+    assert SparQ.parse(" r=8 , k=32 , mean_v=1 ") == SparQ(r=8, k=32, mean_v=True)
+    assert SparQ.parse("off") is None and SparQ.parse("") is None
+    assert SparQ(r=4, k=9).spec == "r=4,k=9,mean_v=0"
+    for bad, err in [("r=16", ValueError), ("k=3", ValueError), ("r=x,k=3", ValueError), ("r=1,k=2,q=3", ValueError),
+                     ("r=0,k=5", ValueError), ("r=5,k=-1", ValueError), ("r=1,k=1,mean_v=2", ValueError)]:
+        with pytest.raises(err):
+            SparQ.parse(bad)
+    with pytest.raises(TypeError):
+        SparQ(r=1.5, k=3)
+    with pytest.raises(TypeError):
+        SparQ(r=2, k=3, mean_v=1)
+    with pytest.raises(ValueError):
+        SparQ(r=2, k=0)
+
+
+def test_knobs_and_errors(smollm2_gguf: Path):
+    from llama_sparse import SparQ, _native
+    import ctypes
+    llm = _llm(smollm2_gguf, sparq=SparQ(r=16, k=32))
+    assert llm.sparq == SparQ(r=16, k=32)
+    r, k, mv = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_bool()
+    assert _native.llama_sparse_get_sparq(llm._ctx.ctx, ctypes.byref(r), ctypes.byref(k), ctypes.byref(mv))
+    assert (r.value, k.value, mv.value) == (16, 32, False)
+    llm.set_sparq("r=8,k=64,mean_v=1")
+    assert llm.sparq == SparQ(r=8, k=64, mean_v=True)
+    llm.set_sparq(None)
+    assert llm.sparq is None
+    assert not _native.llama_sparse_get_sparq(llm._ctx.ctx, None, None, None)
+    with pytest.raises(TypeError):
+        llm.set_sparq(32)
+    with pytest.raises(ValueError, match="r=INT"):
+        llm.set_sparq("r:3")
+    # the C API refuses half settings with a message
+    assert _native.llama_sparse_set_sparq(llm._ctx.ctx, 4, 0, False) == -1
+    assert "both" in _native.sparq_last_error()
+    # a quantized KV cache cannot hold the transposed copy: a clear error, no crash
+    with pytest.raises(ValueError, match="f16 or f32"):
+        _llm(smollm2_gguf, sparq=SparQ(r=16, k=32), type_k=8, flash_attn=True)  # 8 = GGML_TYPE_Q8_0
+
+
+def test_k_beyond_context_is_dense(smollm2_gguf: Path, tokens: list[int]):
+    llm = _llm(smollm2_gguf)
+    prompt, gen = tokens[:100], tokens[100:110]
+    dense = _decode(llm, prompt, gen)
+    # k above every cached position: the graph keeps upstream's attention
+    llm.set_sparq("r=8,k=100000")
+    assert np.array_equal(_decode(llm, prompt, gen), dense)
+    # k above the visible positions but below the cache view (padded to 256 cells): the op's exact path
+    llm.set_sparq("r=8,k=200")
+    got = _decode(llm, prompt, gen)
+    assert _rel(got, dense) < 2e-3, _rel(got, dense)
+
+
+def test_sparse_decode_changes_logits_by_compression(smollm2_gguf: Path, tokens: list[int]):
+    llm = _llm(smollm2_gguf)
+    prompt, gen = tokens[:160], tokens[160:170]
+    dense = _decode(llm, prompt, gen)
+    errs = {}
+    for spec in ("r=64,k=150", "r=32,k=64", "r=8,k=16"):
+        llm.set_sparq(spec)
+        errs[spec] = _rel(_decode(llm, prompt, gen), dense)
+    llm.set_sparq("r=8,k=16,mean_v=1")
+    mean_v = _rel(_decode(llm, prompt, gen), dense)
+    llm.set_sparq(None)
+    assert np.array_equal(_decode(llm, prompt, gen), dense)
+    # r = head size and k close to the context: almost dense; stronger compression moves further away
+    assert 0 < errs["r=64,k=150"] < errs["r=8,k=16"], errs
+    assert errs["r=64,k=150"] < 0.05, errs
+    assert mean_v != errs["r=8,k=16"]
+
+
+def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: list[int]):
+    prompt, gen = tokens[:150], tokens[150:162]
+    spec = "r=16,k=24,mean_v=1"
+    # SparQ on from the start: the copies are appended in the graph (prefill and decode)
+    on = _llm(smollm2_gguf, sparq=spec)
+    ref = _decode(on, prompt, gen)
+    # enabled after the prefill: both copies are rebuilt from the cache on the host
+    late = _llm(smollm2_gguf)
+    late.reset()
+    late.eval(prompt)
+    late.set_sparq(spec)
+    assert _rel(_decode(late, prompt, gen, fresh=False), ref) < 1e-5
+    # a removal in the middle of decoding (V sums rebuilt), then the same tokens again
+    on.reset()
+    on.eval(prompt)
+    _decode(on, prompt, gen[:6], fresh=False)
+    on.n_tokens -= 4  # llama-cpp-python removes positions >= n_tokens before the next eval
+    got = _decode(on, prompt, gen[2:], fresh=False)
+    assert _rel(got, ref[2:]) < 1e-5
+    # off for a while (no appends), then on again: rebuilt
+    on.reset()
+    on.eval(prompt[:100])
+    on.set_sparq(None)
+    on.eval(prompt[100:])
+    on.set_sparq(spec)
+    assert _rel(_decode(on, prompt, gen, fresh=False), ref) < 1e-5
+
+
+def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
+    prompt, gen = tokens[:150], tokens[150:160]
+    a = _llm(smollm2_gguf, sparq="r=16,k=24")
+    ref = _decode(a, prompt, gen)
+    a.reset()
+    a.eval(prompt)
+    state = a.save_state()
+    b = _llm(smollm2_gguf, sparq="r=16,k=24")
+    b.load_state(state)
+    assert _rel(_decode(b, prompt, gen, fresh=False), ref) < 1e-5
+
+
+def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int]):
+    """Drop the first 40 positions and shift the rest down (a context shift): K is re-roped, and the transposed
+    copy must follow; compare with a fresh context that saw the kept tokens at the shifted positions."""
+    import llama_cpp
+    prompt, gen = tokens[:160], tokens[160:168]
+    spec = "r=64,k=60"  # r = head size: the selection depends on the keys only, not on the r-approximation
+    a = _llm(smollm2_gguf, sparq=spec)
+    a.reset()
+    a.eval(prompt)
+    mem = llama_cpp.llama_get_memory(a._ctx.ctx)
+    llama_cpp.llama_memory_seq_rm(mem, 0, 0, 40)
+    llama_cpp.llama_memory_seq_add(mem, 0, 40, -1, -40)
+    a.input_ids[: len(prompt) - 40] = a.input_ids[40: len(prompt)]
+    a.n_tokens = len(prompt) - 40
+    got = _decode(a, prompt, gen, fresh=False)
+    b = _llm(smollm2_gguf, sparq=spec)
+    want = _decode(b, prompt[40:], gen)
+    assert _rel(got, want) < 2e-2, _rel(got, want)  # re-roped f16 keys differ from fresh ones by rounding
+
+
+def test_env_var_for_tools(smollm2_gguf: Path):
+    """LLAMA_SPARQ reaches contexts made by the fork's C tools; a bad value stops them with the reason."""
+    from llama_sparse.tools import tool_path
+    import os
+    exe = tool_path("completion")
+    env = dict(os.environ, LLAMA_SPARQ="r=8,k=16")
+    r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Once upon a time", "-n", "8", "-no-cnv",
+                        "-c", "256", "-t", "2", "--temp", "0"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "SparQ attention on: r = 8, k = 16" in r.stderr
+    env["LLAMA_SPARQ"] = "r=8,k=zero"
+    r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Hi", "-n", "2", "-no-cnv", "-c", "256"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "LLAMA_SPARQ" in r.stderr and "integer" in r.stderr, r.stderr[-2000:]
+
+
+def test_cli_sparq_flag(smollm2_gguf: Path):
+    base = [sys.executable, "-m", "llama_sparse"]
+    r = subprocess.run(base + ["generate", str(smollm2_gguf), "-p", "The capital of France is", "-n", "6",
+                               "-c", "256", "-t", "2", "--sparq", "r=16,k=32"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "sparq r=16,k=32" in r.stderr
+    r = subprocess.run(base + ["generate", str(smollm2_gguf), "-p", "x", "--sparq", "r=16"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "both r and k" in r.stderr
