@@ -33,8 +33,8 @@ if ! grep -q GGML_OP_SPARQ_ATTN "$ggml_include/ggml.h"; then
     cp "$ggml_include"/*.h "$tmp/include/"
     grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h" && ops='\1GGML_OP_SPARQ_ATTN,' ||
         ops='\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\1GGML_OP_SPARQ_ATTN,'
-    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/\" "$tmp/include/ggml.h"
-    grep -q GGML_OP_SPARSE_IDX "$tmp/include/ggml.h" || { echo "check_compile: could not add the sparse ops to ggml.h" >&2; exit 2; }
+    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/" "$tmp/include/ggml.h"
+    grep -q GGML_OP_SPARQ_ATTN "$tmp/include/ggml.h" || { echo "check_compile: could not add the sparse ops to ggml.h" >&2; exit 2; }
     ggml_include="$tmp/include"
     echo "check_compile: ggml.h without the sparse ops; using a copy with them added"
 fi

@@ -1053,7 +1053,8 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         if (smem_max[device] == 0) {
             int optin;
             CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-            smem_max[device] = mode == ZZ_GEMV_FUSED ? optin : std::min(optin, ZZ_GEMV_MAX_WARPS*wsm + T*zt::B*(int) sizeof(float));
+            // (FUSED: leave room for the kernel's static shared memory)
+            smem_max[device] = mode == ZZ_GEMV_FUSED ? optin - 1024 : std::min(optin, ZZ_GEMV_MAX_WARPS*wsm + T*zt::B*(int) sizeof(float));
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max[device]));
         }
         GGML_ASSERT(smem <= (size_t) smem_max[device] && "zigzag GEMV: n2 too large for this device's shared memory");

@@ -31,7 +31,7 @@ if ! grep -q GGML_OP_SPARQ_ATTN "$ggml_include/ggml.h"; then
     cp "$ggml_include"/*.h "$gen/"
     grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h" && ops='\1GGML_OP_SPARQ_ATTN,' ||
         ops='\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\1GGML_OP_SPARQ_ATTN,'
-    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/\" "$gen/ggml.h"
+    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/" "$gen/ggml.h"
     ggml_include="$gen"
 fi
 

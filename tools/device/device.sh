@@ -12,9 +12,15 @@
 #         seconds for it and copies the logs to $OUT: for chains longer than one device command
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
-#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX on CUDA against the CPU
+#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU
 #   perf       test-backend-ops perf for the zigzag and stock Q4_K matmuls
-#   zztest     cuda/tests: build test_zz_cuda against the fork build, run `test` (poisoned outputs)
+#   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
+#   model-bg, model-wait   the model step in the background / join it
+#   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test`
+#   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq)
+#   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
+#   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
+#   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
 #   convert    llama-sparse convert -> zigzag q4_k
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
@@ -82,12 +88,26 @@ remote() {
         local t0=$(date +%s)
         echo "== step $step"
         case "$step" in
+        build-base)
+            # configure, and libggml-base first: the model step needs only it and can run beside the rest
+            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+                -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
+            cmake --build /tmp/b-fork -j "$jobs" --target ggml-base > "$out/build-base.log" 2>&1 ||
+                { tail -40 "$out/build-base.log"; exit 1; }
+            ;;
         build)
             cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
             cmake --build /tmp/b-fork -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-fork.log" 2>&1 ||
                 { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
             tail -2 "$out/build-fork.log"
+            ;;
+        model-bg)
+            python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" > "$out/model.log" 2>&1 & model_pid=$!
+            ;;
+        model-wait)
+            wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
+            tr '\r' '\n' < "$out/model.log" | tail -2
             ;;
         stock|stock-bg)
             # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
@@ -107,15 +127,43 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/test-backend-ops-zz.log" | tail -15
-            /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARSE_IDX 2>&1 | tail -5
+            for o in MUL_MAT_ZZ SPARSE_IDX SPARQ_ATTN; do
+                echo "-- test-backend-ops -b CUDA0 -o $o"
+                timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o $o > "$out/test-backend-ops-$o.log" 2>&1
+                echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
+                grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
+            done
+            ;;
+        sparq-perf)
+            # SparQ (r 32, k 128) against stock flash-attention decode, Llama-3-8B attention shapes, S 4k/16k/32k
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 | tee "$out/perf-sparq.log" | grep -E "us/run"
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
+                tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+            ;;
+        mm-perf)
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "us/run" | sed 's/  */ /g' | cut -c1-120
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32" 2>&1 | tee "$out/perf-mm.log" | grep -E "n=1,.*us/run" | sed 's/  */ /g' | cut -c1-120
+            ;;
+        bench)
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            timeout 420 /tmp/zz-test/t bench --batch 1 \
+                --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
+                --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log" | tail -80
+            ;;
+        sparq-e2e)
+            # decode at depth 16k / 32k, flash attention on, dense vs SparQ r 32 k 128 (the 7B-shaped model: MHA)
+            for d in 16384 32768; do
+                /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 | tee "$out/sparq-e2e-dense-$d.log" | grep -E "tg32"
+                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 |
+                    tee "$out/sparq-e2e-sparq-$d.log" | grep -E "tg32|error"
+            done
             ;;
         perf)
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "MUL_MAT|us/run" | head -60
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32,m=4096,n=1" 2>&1 | tail -8
             ;;
         zztest)
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+            WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
                 { tail -40 "$out/build-zztest.log"; exit 1; }
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -8
@@ -160,11 +208,16 @@ EOF
                     LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
                 fi 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
             done
-            for lv in 0.50; do
-                echo "-- index-collection share at $lv: tg128 with the list op run 1x and 3x"
-                for k in 1 3; do
-                    LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_LIST_REPEAT=$k /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/repeat=$k /"
-                done
+            echo "-- the same with the LIST op + GEMV (LLAMA_SPARSE_CUDA_FUSE=0), and the down projection fused too"
+            for lv in 0.25 0.50 0.65; do
+                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                    tee "$out/e2e-fork-$lv-nofuse.log" | grep -E "tg128" | sed "s/^/fuse=0 $lv /"
+            done
+            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                tee "$out/e2e-fork-0.50-fuseall.log" | grep -E "tg128" | sed "s/^/fuse-all 0.50 /"
+            echo "-- index-collection share at 0.50, separate LIST op: tg128 with the list run 1x and 3x"
+            for k in 1 3; do
+                LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=0 LLAMA_SPARSE_CUDA_LIST_REPEAT=$k /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/repeat=$k /"
             done
             ;;
         cmd:*)
