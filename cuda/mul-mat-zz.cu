@@ -609,7 +609,7 @@ template <int T>
 static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, const int n, const float thr,
         uint32_t * s_words, int * s_offs, int * s_seg, const int n1, const int bx) {
     __shared__ int s_part[WARP_SIZE];
-    constexpr int U = 4; // words in flight per warp
+    constexpr int U = T == 1 ? 16 : T == 2 ? 8 : 4; // words in flight per warp: one round of L2 latency at batch 1
     const int lane   = threadIdx.x % WARP_SIZE;
     const int warp   = threadIdx.x / WARP_SIZE;
     const int nwarps = blockDim.x / WARP_SIZE;

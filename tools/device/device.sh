@@ -21,6 +21,7 @@
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
+#   sparq-ncu  ncu device time of the two SparQ kernels; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
 #   convert    llama-sparse convert -> zigzag q4_k
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
@@ -149,6 +150,17 @@ remote() {
             timeout 420 /tmp/zz-test/t bench --batch 1 \
                 --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
                 --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log" | tail -80
+            ;;
+        sparq-ncu)
+            # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
+            ncu --kernel-name regex:sparq --launch-count 6 --metrics gpu__time_duration.sum \
+                /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN > "$out/ncu-sparq.log" 2>&1 || true
+            grep -E "sparq_|gpu__time_duration" "$out/ncu-sparq.log" | head -24
+            ;;
+        sparq-diag)
+            ( LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 8 -d 4096 -r 1 -o md ) \
+                > "$out/sparq-diag.log" 2>&1; echo "llama-bench with LLAMA_SPARQ at depth 4096: rc $?"
+            grep -v "^ggml_backend_cuda_graph" "$out/sparq-diag.log" | tail -8
             ;;
         sparq-e2e)
             # decode at depth 16k / 32k, flash attention on, dense vs SparQ r 32 k 128 (the 7B-shaped model: MHA)
