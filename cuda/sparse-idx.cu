@@ -192,9 +192,11 @@ void sparse_idx_mask_launch(const float * x, const int64_t n, const int64_t n_ro
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 bool sparse_idx_cuda_fuse_enabled() {
+    // off by default: on the H100 every block re-reading x cost more than the LIST launch it saves
+    // (7B decode at 0.50: 245.7 t/s fused vs 251.9 t/s with the LIST op, bench/results/cuda_e2e_h100_2026-11-22.md)
     static const bool on = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE");
-        return e == nullptr || atoi(e) != 0;
+        return e != nullptr && atoi(e) != 0;
     }();
     return on;
 }

@@ -220,12 +220,12 @@ EOF
                     LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
                 fi 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
             done
-            echo "-- the same with the LIST op + GEMV (LLAMA_SPARSE_CUDA_FUSE=0), and the down projection fused too"
+            echo "-- the same with the index collection fused into the GEMV (LLAMA_SPARSE_CUDA_FUSE=1), and the down projection fused too"
             for lv in 0.25 0.50 0.65; do
-                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
-                    tee "$out/e2e-fork-$lv-nofuse.log" | grep -E "tg128" | sed "s/^/fuse=0 $lv /"
+                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=1 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                    tee "$out/e2e-fork-$lv-fused.log" | grep -E "tg128" | sed "s/^/fuse=1 $lv /"
             done
-            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=1 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                 tee "$out/e2e-fork-0.50-fuseall.log" | grep -E "tg128" | sed "s/^/fuse-all 0.50 /"
             echo "-- index-collection share at 0.50, separate LIST op: tg128 with the list run 1x and 3x"
             for k in 1 3; do
