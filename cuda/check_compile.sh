@@ -4,7 +4,7 @@
 # Needs nvcc and the llama.cpp sources the fork builds against:
 #   LLAMA_SPARSE_UPSTREAM  llama.cpp tree (default ~/.cache/llama-sparse/upstream)
 #   GGML_INCLUDE           ggml/include to use (default: the tree's; if its ggml.h lacks the sparse ops,
-#                          a copy with GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ added before GGML_OP_COUNT)
+#                          a copy with GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ / GGML_OP_SPARQ_ATTN added before GGML_OP_COUNT)
 #   CUDA_ARCH              default 90
 # Without cuBLAS headers (CPU-only CI images) cuda/compat/cublas_v2.h stands in; nothing is linked.
 set -euo pipefail
@@ -28,11 +28,13 @@ tmp="$(mktemp -d /tmp/llama-sparse-cuda-check.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 
 ggml_include="${GGML_INCLUDE:-$upstream/ggml/include}"
-if ! grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h"; then
+if ! grep -q GGML_OP_SPARQ_ATTN "$ggml_include/ggml.h"; then
     mkdir -p "$tmp/include"
     cp "$ggml_include"/*.h "$tmp/include/"
-    sed -i 's/^\(\s*\)GGML_OP_COUNT,/\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\n\1GGML_OP_COUNT,/' "$tmp/include/ggml.h"
-    grep -q GGML_OP_SPARSE_IDX "$tmp/include/ggml.h" || { echo "check_compile: could not add the sparse ops to ggml.h" >&2; exit 2; }
+    grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h" && ops='\1GGML_OP_SPARQ_ATTN,' ||
+        ops='\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\1GGML_OP_SPARQ_ATTN,'
+    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/" "$tmp/include/ggml.h"
+    grep -q GGML_OP_SPARQ_ATTN "$tmp/include/ggml.h" || { echo "check_compile: could not add the sparse ops to ggml.h" >&2; exit 2; }
     ggml_include="$tmp/include"
     echo "check_compile: ggml.h without the sparse ops; using a copy with them added"
 fi

@@ -32,6 +32,8 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
             }
             return op->type == GGML_TYPE_F32;
         }
+        case GGML_OP_SPARQ_ATTN:
+            return ggml_cuda_sparq_attn_supported(op);
         default:
             return false;
     }
@@ -44,6 +46,9 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
             return true;
         case GGML_OP_MUL_MAT_ZZ:
             ggml_cuda_op_mul_mat_zz(ctx, dst);
+            return true;
+        case GGML_OP_SPARQ_ATTN:
+            ggml_cuda_op_sparq_attn(ctx, dst);
             return true;
         default:
             return false;

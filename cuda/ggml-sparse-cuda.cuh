@@ -3,15 +3,18 @@
 // ggml-cuda.cu, ggml_cuda_compute_forward:
 //     case GGML_OP_SPARSE_IDX: ggml_cuda_op_sparse_idx(ctx, dst);  break;
 //     case GGML_OP_MUL_MAT_ZZ: ggml_cuda_op_mul_mat_zz(ctx, dst);  break;
+//     case GGML_OP_SPARQ_ATTN: ggml_cuda_op_sparq_attn(ctx, dst);  break;
 // ggml-cuda.cu, ggml_backend_cuda_device_supports_op:
 //     case GGML_OP_SPARSE_IDX:
-//     case GGML_OP_MUL_MAT_ZZ: return ggml_cuda_sparse_supports_op(op);
-// Sources: cuda/sparse-idx.cu, cuda/mul-mat-zz.cu, cuda/ggml-sparse-cuda.cu; include dirs: cuda/, ggml-sparse/.
+//     case GGML_OP_MUL_MAT_ZZ:
+//     case GGML_OP_SPARQ_ATTN: return ggml_cuda_sparse_supports_op(op);
+// Sources: cuda/*.cu; include dirs: cuda/, ggml-sparse/.
 #pragma once
 
 #include "ggml-cuda/common.cuh"
 #include "sparse-idx.cuh"
 #include "mul-mat-zz.cuh"
+#include "sparq-attn.cuh"
 
 // whether the CUDA backend runs this GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ node
 bool ggml_cuda_sparse_supports_op(const ggml_tensor * op);

@@ -13,6 +13,7 @@
 // cudaMemsetAsync in the same stream, or (c) a thread block cluster (sm_90) reading its peers' shared
 // memory. All three are CUDA-graph safe: no host reads, no host synchronization.
 #include "mul-mat-zz.cuh"
+#include "sparse-idx.cuh"
 
 #include <cooperative_groups.h>
 
@@ -514,7 +515,7 @@ static __device__ __forceinline__ void zz_fetch_cols(const int32_t * idx, const 
 #pragma unroll
     for (int i = 0; i < NPL; ++i) {
         const int pi = p + WARP_SIZE*i;
-        col[i] = pi < p_end ? (mode == ZZ_GEMV_IDX ? idx[pi] : pi) : -1;
+        col[i] = pi < p_end ? (mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED ? idx[pi] : pi) : -1;
     }
 }
 
@@ -601,10 +602,96 @@ static __device__ __forceinline__ void zz_issue(char * s_w, const int * s_col, c
     zz_cp_async_commit();
 }
 
+// FUSED: the block's own share of the active-column list. A ballot word per 32 columns (|x| >= thr for any
+// token, as the LIST op), their exclusive popcount scan, then the columns of rank [r0, r1) (block bx's even
+// share of the count) into s_seg, ascending. Every block reads all of x (from L2); returns r1 - r0.
+template <int T>
+static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, const int n, const float thr,
+        uint32_t * s_words, int * s_offs, int * s_seg, const int n1, const int bx) {
+    __shared__ int s_part[WARP_SIZE];
+    constexpr int U = T == 1 ? 16 : T == 2 ? 8 : 4; // words in flight per warp: one round of L2 latency at batch 1
+    const int lane   = threadIdx.x % WARP_SIZE;
+    const int warp   = threadIdx.x / WARP_SIZE;
+    const int nwarps = blockDim.x / WARP_SIZE;
+    const int nwords = (n + WARP_SIZE - 1)/WARP_SIZE;
+
+    for (int w0 = warp; w0 < nwords; w0 += U*nwarps) {
+        float v[U][T];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int j = (w0 + u*nwarps)*WARP_SIZE + lane;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                v[u][t] = j < n ? x[t*x_stride + j] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int w = w0 + u*nwarps;
+            const int j = w*WARP_SIZE + lane;
+            bool act = false;
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                act = act || fabsf(v[u][t]) >= thr;
+            }
+            const uint32_t b = __ballot_sync(ZZ_FULL_MASK, act && j < n);
+            if (lane == 0 && w < nwords) {
+                s_words[w] = b;
+            }
+        }
+    }
+    __syncthreads();
+
+    // exclusive scan of the word popcounts: thread i owns words [i*per, (i+1)*per)
+    const int per = (nwords + blockDim.x - 1)/blockDim.x;
+    int local = 0;
+    for (int k = 0; k < per; ++k) {
+        const int w = threadIdx.x*per + k;
+        local += w < nwords ? __popc(s_words[w]) : 0;
+    }
+    const int incl = warp_prefix_inclusive_sum<int>(local);
+    if (lane == WARP_SIZE - 1) {
+        s_part[warp] = incl;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int v = lane < nwarps ? s_part[lane] : 0;
+        s_part[lane] = warp_prefix_inclusive_sum<int>(v);
+    }
+    __syncthreads();
+    int run = incl - local + (warp > 0 ? s_part[warp - 1] : 0);
+    for (int k = 0; k < per; ++k) {
+        const int w = threadIdx.x*per + k;
+        if (w < nwords) {
+            s_offs[w] = run;
+            run += __popc(s_words[w]);
+        }
+    }
+    const int count = s_part[nwarps - 1];
+    const int r0    = (int) (((int64_t) count*bx)/n1);
+    const int r1    = (int) (((int64_t) count*(bx + 1))/n1);
+    __syncthreads();
+
+    const uint32_t lt = (1u << lane) - 1;
+    for (int w = warp; w < nwords; w += nwarps) {
+        const int      off = s_offs[w];
+        const uint32_t b   = s_words[w];
+        if (off >= r1 || off + __popc(b) <= r0) {
+            continue;
+        }
+        const int r = off + __popc(b & lt);
+        if (((b >> lane) & 1) && r >= r0 && r < r1) {
+            s_seg[r - r0] = w*WARP_SIZE + lane;
+        }
+    }
+    __syncthreads();
+    return r1 - r0;
+}
+
 template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
-        const int64_t y_stride, const int tokens_per_pass, const int red_mode) {
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off) {
     typedef zz_type<type> zt;
     constexpr int B     = zt::B;
     constexpr int bs    = zt::bs;
@@ -639,12 +726,27 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     const char * w_row    = w + (int64_t) row*n*bs;
     const int    last_col = row == (int) gridDim.y - 1 ? n - 1 : -1;
 
-    if (mode == ZZ_GEMV_IDX) {
-        ggml_cuda_pdl_sync(); // idx comes from an earlier kernel
+    int count;
+    int nw;
+    int wid;
+    if (mode == ZZ_GEMV_FUSED) {
+        ggml_cuda_pdl_sync(); // x comes from an earlier kernel
+        const int  nwords  = (n + WARP_SIZE - 1)/WARP_SIZE;
+        uint32_t * s_words = (uint32_t *) (zz_smem + fused_off);
+        int      * s_offs  = (int *) (s_words + nwords);
+        int      * s_seg   = s_offs + nwords;
+        count = zz_fused_segment<T>(x, x_stride, n, thr, s_words, s_offs, s_seg, gridDim.x, blockIdx.x);
+        idx   = s_seg; // the block's share; its warps split it
+        nw    = n2;
+        wid   = warp;
+    } else {
+        if (mode == ZZ_GEMV_IDX) {
+            ggml_cuda_pdl_sync(); // idx comes from an earlier kernel
+        }
+        count = mode == ZZ_GEMV_IDX ? idx[n] : n;
+        nw    = gridDim.x*n2;
+        wid   = blockIdx.x*n2 + warp;
     }
-    const int count   = mode == ZZ_GEMV_IDX ? idx[n] : n;
-    const int nw      = gridDim.x*n2;
-    const int wid     = blockIdx.x*n2 + warp;
     const int p_begin = (int) (((int64_t) count*wid)/nw);
     const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
 
@@ -689,7 +791,7 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 
     ggml_cuda_pdl_sync();
 
-    if (mode == ZZ_GEMV_IDX && p_begin < p_end) {
+    if ((mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED) && p_begin < p_end) {
         zz_fetch_cols<mode, NPL>(idx, p_begin + lane, p_end, pcol);
         zz_stage_cols<NPL>(pcol, s_col, lane);
         nv_cur = min(CH, p_end - p_begin);
@@ -904,10 +1006,16 @@ static zz_device_props & zz_get_device_props(const int device) {
     return p;
 }
 
+// bytes of shared memory the FUSED mode adds: ballot words, their offsets, the block's share of the list
+static size_t zz_fused_smem(const int64_t n, const int n1) {
+    const int64_t nwords = (n + WARP_SIZE - 1)/WARP_SIZE;
+    return (size_t) (2*nwords + n/n1 + 2)*sizeof(int);
+}
+
 template <ggml_type type, int T, int mode>
 static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
-        cudaStream_t stream) {
+        const float thr, cudaStream_t stream) {
     typedef zz_type<type> zt;
     constexpr int wsm = zz_warp_smem<type, T>();
 
@@ -919,9 +1027,10 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
     if (cfg.n1 > 1) {
         red_mode = cfg.cluster && cluster_ok && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
     }
-    const int    tp   = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
-    const size_t smem = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
-                        (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
+    const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
+    const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
+                             (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
+    const size_t smem      = smem_base + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
 
     if (red_mode == ZZ_RED_ATOMIC) {
         // graph safe: a memset node in the same stream
@@ -944,7 +1053,8 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         if (smem_max[device] == 0) {
             int optin;
             CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-            smem_max[device] = std::min(optin, ZZ_GEMV_MAX_WARPS*wsm + T*zt::B*(int) sizeof(float));
+            // (FUSED: leave room for the kernel's static shared memory)
+            smem_max[device] = mode == ZZ_GEMV_FUSED ? optin - 1024 : std::min(optin, ZZ_GEMV_MAX_WARPS*wsm + T*zt::B*(int) sizeof(float));
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max[device]));
         }
         GGML_ASSERT(smem <= (size_t) smem_max[device] && "zigzag GEMV: n2 too large for this device's shared memory");
@@ -964,29 +1074,32 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         lc.stream           = stream;
         lc.attrs            = attr;
         lc.numAttrs         = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode));
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base));
         return;
     }
 #endif // ZZ_CLUSTER_AVAILABLE
 
     const ggml_cuda_kernel_launch_params params(grid, block, smem, stream);
-    ggml_cuda_kernel_launch(kernel, params, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode);
+    ggml_cuda_kernel_launch(kernel, params, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base);
 }
 
 template <ggml_type type, int T>
 static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const int cluster_ok, cudaStream_t stream) {
+        const zz_gemv_config cfg, const int cluster_ok, const float thr, cudaStream_t stream) {
     switch (mode) {
         case ZZ_GEMV_DENSE:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
             break;
         case ZZ_GEMV_IDX:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+            break;
+        case ZZ_GEMV_FUSED:
+            zz_gemv_launch_t<type, T, ZZ_GEMV_FUSED>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
             break;
         case ZZ_GEMV_SKIP:
 #ifdef GGML_SPARSE_CUDA_ABLATION
-            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
             break;
 #else
             GGML_ABORT("ZZ_GEMV_SKIP needs GGML_SPARSE_CUDA_ABLATION");
@@ -997,23 +1110,23 @@ static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const i
 template <ggml_type type>
 static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const int cluster_ok, cudaStream_t stream) {
+        const zz_gemv_config cfg, const int cluster_ok, const float thr, cudaStream_t stream) {
     switch (T) {
-        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
     }
 }
 
-void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+static void zz_gemv_launch_thr(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, const float thr, cudaStream_t stream) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
     GGML_ASSERT(n > 0 && n < INT32_MAX && m % ggml_blck_size(type) == 0);
@@ -1026,12 +1139,30 @@ void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, co
 
     const char * wc = (const char *) w;
     switch (type) {
-        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
-        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream); break;
+        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: unsupported type %s", ggml_type_name(type));
     }
+}
+
+void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
+    GGML_ASSERT(mode != ZZ_GEMV_FUSED && "zigzag GEMV: FUSED goes through zz_gemv_launch_fused");
+    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, idx, mode, y, y_stride, cfg, 0.0f, stream);
+}
+
+bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+        const float * x, const int64_t x_stride, const int n_tokens, const float thr,
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
+    // the fused area next to the largest pipeline + reduction buffers (8 warps, batch 8) stays < 227 KiB
+    if (zz_fused_smem(n, cfg.n1) > 64*1024) {
+        return false;
+    }
+    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, thr, stream);
+    return true;
 }
 
 void zz_gemv_launch(const ggml_type type, const void * w, const int64_t n, const int64_t m,
@@ -1654,6 +1785,27 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
         const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
+        if (sparse_idx_cuda_lazy(src2)) {
+            // the LIST op wrote nothing: find the columns inside the GEMV when every block re-reading x from L2
+            // stays cheap (LLAMA_SPARSE_CUDA_FUSE_L2_KB, default 8 MiB over the grid), else build the list here
+            static const int64_t l2_budget = [] {
+                const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE_L2_KB");
+                return (int64_t) (e ? atoll(e) : 8192)*1024;
+            }();
+            float thr;
+            memcpy(&thr, &src2->op_params[0], sizeof(float));
+            const int64_t reread = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
+            if (reread <= l2_budget && zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens,
+                        thr, y, y_stride, cfg, stream)) {
+                return;
+            }
+            ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());
+            const int64_t nscratch = sparse_idx_list_scratch_size(n, (int) n_tokens);
+            if (nscratch > 0) {
+                scratch.alloc(nscratch);
+            }
+            sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream);
+        }
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
                 ZZ_GEMV_IDX, y, y_stride, cfg, stream);
         return;

@@ -16,6 +16,8 @@ enum zz_gemv_mode {
     ZZ_GEMV_DENSE = 0, // every column
     ZZ_GEMV_IDX   = 1, // the columns listed in idx (I32 [n + 1], count in idx[n]), split evenly over the workers
     ZZ_GEMV_SKIP  = 2, // ablation: every column visited, columns with x == 0 for all tokens skipped in place
+    ZZ_GEMV_FUSED = 3, // no list: each block finds the columns with |x| >= thr for any token itself (a ballot
+                       // word per 32 columns, a popcount scan) and keeps its even share of them in shared memory
 };
 
 // how one block-row of B outputs is spread over the GPU
@@ -35,6 +37,13 @@ zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t
 // Strides in elements. idx is required for ZZ_GEMV_IDX and ignored otherwise. No host synchronization.
 void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode,
+        float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream);
+
+// FUSED mode (index collection inside the GEMV): active columns are those with |x| >= thr for any token, as
+// in the LIST op. Returns false (nothing launched) when the block's share of the list does not fit in shared
+// memory (n/n1 above ~16k columns); the caller then runs the LIST op and ZZ_GEMV_IDX.
+bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
+        const float * x, int64_t x_stride, int n_tokens, float thr,
         float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream);
 
 // the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y

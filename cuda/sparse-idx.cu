@@ -191,6 +191,21 @@ void sparse_idx_mask_launch(const float * x, const int64_t n, const int64_t n_ro
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
+bool sparse_idx_cuda_fuse_enabled() {
+    // off by default: on the H100 every block re-reading x cost more than the LIST launch it saves
+    // (7B decode at 0.50: 245.7 t/s fused vs 251.9 t/s with the LIST op, bench/results/cuda_e2e_h100_2026-11-22.md)
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE");
+        return e != nullptr && atoi(e) != 0;
+    }();
+    return on;
+}
+
+bool sparse_idx_cuda_lazy(const ggml_tensor * idx) {
+    return idx->op == GGML_OP_SPARSE_IDX && idx->op_params[1] == GGML_SPARSE_IDX_LIST &&
+           idx->op_params[GGML_SPARSE_IDX_PARAM_LAZY] != 0 && sparse_idx_cuda_fuse_enabled();
+}
+
 void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];
 
@@ -210,13 +225,24 @@ void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     if (mode == GGML_SPARSE_IDX_LIST) {
         GGML_ASSERT(dst->type == GGML_TYPE_I32 && dst->ne[0] == n + 1);
         GGML_ASSERT(n_tokens >= 1 && n_tokens <= GGML_SPARSE_MAX_BATCH);
+        if (sparse_idx_cuda_lazy(dst)) {
+            return; // the consuming MUL_MAT_ZZ ops find the columns themselves (or rebuild the list)
+        }
         ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());
         const int64_t nscratch = sparse_idx_list_scratch_size(n, (int) n_tokens);
         if (nscratch > 0) {
             scratch.alloc(nscratch);
         }
-        sparse_idx_list_launch((const float *) src0->data, n, (int) n_tokens, x_stride, threshold,
-                (int32_t *) dst->data, scratch.get(), stream);
+        // LLAMA_SPARSE_CUDA_LIST_REPEAT=k runs the (idempotent) list k times: the decode time added per
+        // extra run is what index collection costs end to end (a measurement aid, no effect by default)
+        static const int repeat = [] {
+            const char * e = getenv("LLAMA_SPARSE_CUDA_LIST_REPEAT");
+            return e ? std::max(1, atoi(e)) : 1;
+        }();
+        for (int r = 0; r < repeat; ++r) {
+            sparse_idx_list_launch((const float *) src0->data, n, (int) n_tokens, x_stride, threshold,
+                    (int32_t *) dst->data, scratch.get(), stream);
+        }
     } else {
         GGML_ASSERT(mode == GGML_SPARSE_IDX_MASK);
         GGML_ASSERT(dst->type == GGML_TYPE_F32 && dst->ne[0] == n && dst->ne[1] == n_tokens);

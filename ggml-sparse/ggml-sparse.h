@@ -44,6 +44,11 @@ struct ggml_sparse_stats {
     uint64_t n_active;
 };
 
+// op_params[4] of a LIST-mode idx op: nonzero = every consumer is a MUL_MAT_ZZ whose weight sits in device
+// memory, so a backend that finds the active columns inside its matmul (CUDA) may skip this op; such a
+// backend's matmul must then rebuild the list itself whenever it does not fuse. CPU ignores it.
+#define GGML_SPARSE_IDX_PARAM_LAZY 4
+
 // attach counters to a LIST-mode idx op (op_params[2..3] hold the pointer)
 GGML_API void                       ggml_sparse_idx_set_stats(struct ggml_tensor * idx, struct ggml_sparse_stats * stats);
 GGML_API struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx);

@@ -445,6 +445,10 @@ ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w
                 op = ggml_sparse_idx(ctx0, x, threshold, mode);
                 if (mode == GGML_SPARSE_IDX_LIST) {
                     ggml_sparse_idx_set_stats(op, &sctx->stats);
+                    // weights in device memory: the GPU matmuls may find the columns themselves
+                    if (w->buffer != nullptr && !ggml_backend_buffer_is_host(w->buffer)) {
+                        op->op_params[GGML_SPARSE_IDX_PARAM_LAZY] = 1;
+                    }
                 }
                 ggml_format_name(op, "sparse_%s-%d-%d", decode ? "idx" : "mask", layer, group);
                 cache[key] = op;

@@ -25,11 +25,13 @@ out="${1:-$root/build-cuda-test/test_zz_cuda}"
 mkdir -p "$(dirname "$out")"
 
 ggml_include="${GGML_INCLUDE:-$upstream/ggml/include}"
-if ! grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h"; then
+if ! grep -q GGML_OP_SPARQ_ATTN "$ggml_include/ggml.h"; then
     gen="$(dirname "$out")/ggml-include"
     mkdir -p "$gen"
     cp "$ggml_include"/*.h "$gen/"
-    sed -i 's/^\(\s*\)GGML_OP_COUNT,/\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\n\1GGML_OP_COUNT,/' "$gen/ggml.h"
+    grep -q GGML_OP_SPARSE_IDX "$ggml_include/ggml.h" && ops='\1GGML_OP_SPARQ_ATTN,' ||
+        ops='\1GGML_OP_SPARSE_IDX,\n\1GGML_OP_MUL_MAT_ZZ,\n\1GGML_OP_SPARQ_ATTN,'
+    sed -i "s/^\(\s*\)GGML_OP_COUNT,/$ops\n\n\1GGML_OP_COUNT,/" "$gen/ggml.h"
     ggml_include="$gen"
 fi
 

@@ -520,6 +520,19 @@ static int test_gemv(test_rng & rng, const int cases) {
             }
             worst = std::max(worst, rel);
 
+            // sparse with the index collection inside the GEMV (no list)
+            y_d.poison();
+            if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, stream)) {
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                y_d.download(y.data(), y.size());
+                s = std::string(what) + " fused";
+                runs++;
+                if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, gemv_tol(type), &rel)) {
+                    failures++;
+                }
+                worst = std::max(worst, rel);
+            }
+
             // ablation: every column visited, zeros skipped in place
             y_d.poison();
             zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
@@ -876,12 +889,12 @@ static int run_bench(const bench_opts & o) {
             prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
-    printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s | %7s %6s | %s\n", "type", "m", "n", "T", "sp%",
-            "dense", "idx", "idx+list", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl");
+    printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s %8s | %7s %6s | %s\n", "type", "m", "n", "T", "sp%",
+            "dense", "idx", "idx+list", "fused", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl");
 
     FILE * csv = o.csv.empty() ? nullptr : fopen(o.csv.c_str(), "w");
     if (csv) {
-        fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster\n");
+        fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,fused_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster\n");
     }
 
     const double sparsities[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
@@ -943,6 +956,12 @@ static int run_bench(const bench_opts & o) {
                         sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, s);
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
                     }, reps, stream);
+                    double fused_us = -1.0;
+                    if (zz_gemv_launch_fused(type, ws[0], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, stream)) {
+                        fused_us = time_graph_us([&](cudaStream_t s, int i) {
+                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, s);
+                        }, reps, stream);
+                    }
                     const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, m, cfg, s);
                     }, reps, stream);
@@ -958,17 +977,17 @@ static int run_bench(const bench_opts & o) {
 #endif
                     const double frac    = (double) count/n;
                     const double idx_gbs = (frac*wbytes + T*n*4.0)/(idx_us*1e3);
-                    printf("%-5s %5lld %5lld %2d %4.0f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %7.0f %5.0f%% | %2d %2d %d",
+                    printf("%-5s %5lld %5lld %2d %4.0f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %7.0f %5.0f%% | %2d %2d %d",
                             ggml_type_name(type), (long long) m, (long long) n, T, 100.0*sp, dense_us, idx_us, idx_list_us,
-                            skip_us, naive_us, list_us, idx_gbs, 100.0*idx_gbs/copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                            fused_us, skip_us, naive_us, list_us, idx_gbs, 100.0*idx_gbs/copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
                     if (stock_us > 0.0) {
                         printf(" | stock %.2f", stock_us);
                     }
                     printf("\n");
                     if (csv) {
-                        fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d\n",
+                        fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d\n",
                                 ggml_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
-                                skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                                fused_us, skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
                     }
                 }
             }

@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Build, test and bench the CUDA fork on a GPU machine with no network.
 #
-# Here:   tools/device/device.sh pack          packs .device/src.tar.xz (< 64 MiB): the patched upstream
-#                                               tree, pruned, plus our sources; carry .device to the device
-# There:  bash tools/device/device.sh remote STEP...   (from the repo root of the carried working tree)
+# Here:   tools/device/device.sh pack [DIR]    packs DIR (default .device) (< 64 MiB): src.tar.xz (the patched
+#                                               upstream tree, pruned), repo.tar.gz (this checkout's tracked
+#                                               files as they are now), py.tar.gz (pure-Python gguf, llama_cpp,
+#                                               diskcache from PY_SITE, default .venv's site-packages) and an
+#                                               Austen slice; carry DIR to the device
+# There:  tar -C /tmp/ls-repo -xzf DIR/repo.tar.gz; LS_DEVICE_DIR=DIR bash /tmp/ls-repo/tools/device/device.sh remote STEP...
+#         (or from the repo root of a carried checkout of this branch, LS_DEVICE_DIR defaulting to .device)
+#         remote-bg STEP... starts the same in its own session (logs in /tmp/ls-out), poll [S] waits up to S
+#         seconds for it and copies the logs to $OUT: for chains longer than one device command
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
-#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX on CUDA against the CPU
+#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU
 #   perf       test-backend-ops perf for the zigzag and stock Q4_K matmuls
+#   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
+#   model-bg, model-wait   the model step in the background / join it
+#   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test`
+#   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq)
+#   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
+#   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
+#   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
+#   sparq-ncu  ncu device time of the two SparQ kernels; sparq-diag: one SparQ llama-bench run with its exit code
+#   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
+#   convert    llama-sparse convert -> zigzag q4_k
+#   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
+#              token ids (the random model's dummy vocab cannot tokenize text)
+#   e2e        llama-bench stock Q4_K vs fork dense and every level, then the index-collection share
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them).
 set -euo pipefail
@@ -15,29 +34,68 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:-}; shift || true
 
 pack() {
-    local fork out=$repo/.device
+    local fork out=${1:-$repo/.device} site
     fork=$(python3 "$repo/tools/upstream.py" fork)
     mkdir -p "$out"
-    grep -qx '/.device/' "$repo/.git/info/exclude" 2>/dev/null || echo '/.device/' >> "$repo/.git/info/exclude"
+    if [ "$out" = "$repo/.device" ]; then
+        grep -qx '/.device/' "$repo/.git/info/exclude" 2>/dev/null || echo '/.device/' >> "$repo/.git/info/exclude"
+    fi
     # tests/ of upstream stays: test-backend-ops lives there; the rest is pruned by tools/upstream.py
     tar -C "$(dirname "$fork")" -cf - --exclude='*.gguf' --exclude='gguf-py' --exclude='conversion' \
         --exclude='*.py' --transform "s,^$(basename "$fork"),fork," "$(basename "$fork")" | xz -T2 -6 > "$out/src.tar.xz"
+    # this checkout as it is now (tracked files; uncommitted edits included)
+    git -C "$repo" ls-files -z | tar -C "$repo" --null -T - -czf "$out/repo.tar.gz"
+    site=${PY_SITE:-$(ls -d "$repo"/.venv/lib/python3*/site-packages 2>/dev/null | head -1)}
+    if [ -n "$site" ] && [ -d "$site/gguf" ]; then
+        tar -C "$site" --exclude='__pycache__' --exclude='llama_cpp/lib' --exclude='*.so' -czf "$out/py.tar.gz" gguf llama_cpp diskcache
+    else
+        echo "pack: no site-packages with gguf (set PY_SITE); the model steps will need them" >&2
+    fi
+    head -c 400000 /work/shared/data/austen/persuasion.txt > "$out/austen.txt" 2>/dev/null || true
     ls -la "$out"
 }
 
+build_stock() {
+    if [ ! -d $stock ]; then
+        cp -a $fork $stock
+        for p in $(ls -r "$repo"/patches/*.patch); do patch -p1 -R -s -d $stock -i "$p"; done
+    fi
+    cmake -S $stock -B /tmp/b-stock -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON > "$out/cmake-stock.log"
+    cmake --build /tmp/b-stock -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-stock.log" 2>&1 ||
+        { grep -E -B3 -A12 "error|Error" "$out/build-stock.log" | head -80; exit 1; }
+    tail -2 "$out/build-stock.log"
+}
+
 remote() {
-    local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock
-    mkdir -p "$out"
+    local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
+    local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
+    mkdir -p "$out" "$work"
     jobs=$(nproc)
     exec > >(tee -a "$out/device.log") 2>&1
     echo "== $(date -u) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
     if [ ! -d $fork ]; then
-        mkdir -p /tmp/unpack && tar -C /tmp/unpack -xJf "$repo/.device/src.tar.xz" && mv /tmp/unpack/fork $fork
+        mkdir -p /tmp/unpack && tar -C /tmp/unpack -xJf "$dev/src.tar.xz" && mv /tmp/unpack/fork $fork
     fi
+    if [ ! -d $py ] && [ -f "$dev/py.tar.gz" ]; then
+        mkdir -p $py && tar -C $py -xzf "$dev/py.tar.gz"
+    fi
+    # the package from this checkout, the libraries from the fork build
+    export PYTHONPATH=$repo/python:$py${PYTHONPATH:+:$PYTHONPATH} LLAMA_SPARSE_LIB_DIR=/tmp/b-fork/bin \
+           LLAMA_CPP_LIB_PATH=/tmp/b-fork/bin PYTHONUNBUFFERED=1
+    local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
         case "$step" in
+        build-base)
+            # configure, and libggml-base first: the model step needs only it and can run beside the rest
+            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+                -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
+            cmake --build /tmp/b-fork -j "$jobs" --target ggml-base > "$out/build-base.log" 2>&1 ||
+                { tail -40 "$out/build-base.log"; exit 1; }
+            ;;
         build)
             cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
@@ -45,25 +103,134 @@ remote() {
                 { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
             tail -2 "$out/build-fork.log"
             ;;
-        stock)
-            if [ ! -d $stock ]; then
-                cp -a $fork $stock
-                for p in $(ls -r "$repo"/patches/*.patch); do patch -p1 -R -s -d $stock -i "$p"; done
+        model-bg)
+            python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" > "$out/model.log" 2>&1 & model_pid=$!
+            ;;
+        model-wait)
+            wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
+            tr '\r' '\n' < "$out/model.log" | tail -2
+            ;;
+        stock|stock-bg)
+            # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
+            if [ "$step" = stock-bg ]; then
+                build_stock > "$out/stock-bg.log" 2>&1 & stock_pid=$!
+            else
+                build_stock
             fi
-            cmake -S $stock -B /tmp/b-stock -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-                -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
-                -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON > "$out/cmake-stock.log"
-            cmake --build /tmp/b-stock -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-stock.log" 2>&1 ||
-                { grep -E -B3 -A12 "error|Error" "$out/build-stock.log" | head -80; exit 1; }
-            tail -2 "$out/build-stock.log"
+            ;;
+        stock-wait)
+            if [ -n "${stock_pid:-}" ]; then
+                wait "$stock_pid" || { tail -40 "$out/stock-bg.log"; exit 1; }
+            else   # started by an earlier remote run: wait for its build to end, then make sure it is complete
+                while pgrep -f "cmake --build /tmp/b-stock" > /dev/null; do sleep 5; done
+                build_stock
+            fi
+            tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/test-backend-ops-zz.log" | tail -15
-            /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARSE_IDX 2>&1 | tail -5
+            for o in MUL_MAT_ZZ SPARSE_IDX SPARQ_ATTN; do
+                echo "-- test-backend-ops -b CUDA0 -o $o"
+                timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o $o > "$out/test-backend-ops-$o.log" 2>&1
+                echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
+                grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
+            done
+            ;;
+        sparq-perf)
+            # SparQ (r 32, k 128) against stock flash-attention decode, Llama-3-8B attention shapes, S 4k/16k/32k
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 | tee "$out/perf-sparq.log" | grep -E "us/run"
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
+                tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+            ;;
+        mm-perf)
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "us/run" | sed 's/  */ /g' | cut -c1-120
+            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32" 2>&1 | tee "$out/perf-mm.log" | grep -E "n=1,.*us/run" | sed 's/  */ /g' | cut -c1-120
+            ;;
+        bench)
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            timeout 420 /tmp/zz-test/t bench --batch 1 \
+                --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
+                --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log" | tail -80
+            ;;
+        sparq-ncu)
+            # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
+            ncu --kernel-name regex:sparq --launch-count 6 --metrics gpu__time_duration.sum \
+                /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN > "$out/ncu-sparq.log" 2>&1 || true
+            grep -E "sparq_|gpu__time_duration" "$out/ncu-sparq.log" | head -24
+            ;;
+        sparq-diag)
+            ( LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 8 -d 4096 -r 1 -o md ) \
+                > "$out/sparq-diag.log" 2>&1; echo "llama-bench with LLAMA_SPARQ at depth 4096: rc $?"
+            grep -v "^ggml_backend_cuda_graph" "$out/sparq-diag.log" | tail -8
+            ;;
+        sparq-e2e)
+            # decode at depth 16k / 32k, flash attention on, dense vs SparQ r 32 k 128 (the 7B-shaped model: MHA)
+            for d in 16384 32768; do
+                /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 | tee "$out/sparq-e2e-dense-$d.log" | grep -E "tg32"
+                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 |
+                    tee "$out/sparq-e2e-sparq-$d.log" | grep -E "tg32|error"
+            done
             ;;
         perf)
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "MUL_MAT|us/run" | head -60
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32,m=4096,n=1" 2>&1 | tail -8
+            ;;
+        zztest)
+            WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+                bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
+                { tail -40 "$out/build-zztest.log"; exit 1; }
+            /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -8
+            ;;
+        model)
+            python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" 2>&1 | tr '\r' '\n' | tail -3
+            ;;
+        convert)
+            python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs" 2>&1 | tr '\r' '\n' | tail -12
+            ;;
+        calib)
+            # the random model's vocab is a dummy (<tN>, no byte tokens: llama.cpp's tokenizer throws on text),
+            # so the calibration windows are seeded-random token ids instead of tokenized Austen text
+            # (from a file: the same script fed on stdin segfaulted at model load on the device)
+            cat > "$work/calib.py" <<'EOF'
+import sys
+import numpy as np
+import llama_sparse.calibrate as c
+rng = np.random.default_rng(0)
+c._tokenize = lambda vocab, text, add_bos, n: [int(t) for t in rng.integers(3, 32000, size=n)]
+s = c.calibrate(sys.argv[1], output=sys.argv[2], texts=["random token ids"], levels=[0.25, 0.4, 0.5, 0.65],
+                modes=["unified"], n_tokens=1024, ctx=512, threads=int(sys.argv[3]), n_gpu_layers=int(sys.argv[4]), progress=False)
+print(s.report())
+EOF
+            python3 "$work/calib.py" "$z7b" "$zc7b" "$jobs" "${LS_CALIB_NGL:-99}" > "$out/calib.log" 2>&1 ||
+                { tail -30 "$out/calib.log"; echo "calib failed"; }
+            tail -14 "$out/calib.log"
+            ;;
+        e2e)
+            local lb=(-ngl 99 -p 512 -n 128 -r 5 -o md) lv
+            echo "-- stock build, standard Q4_K"
+            /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-stock.log" | grep -E "^\|"
+            echo "-- fork build, standard Q4_K (same file as stock)"
+            /tmp/b-fork/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-fork-std.log" | grep -E "^\|"
+            [ -f "$zc7b" ] || { echo "no calibrated model: fork dense only"; zc7b=$z7b; }
+            for lv in dense 0.25 0.40 0.50 0.65; do
+                [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
+                echo "-- fork build, zigzag q4_k, level $lv"
+                if [ $lv = dense ]; then
+                    env -u LLAMA_SPARSE /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
+                else
+                    LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
+                fi 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
+            done
+            echo "-- the same with the index collection fused into the GEMV (LLAMA_SPARSE_CUDA_FUSE=1), and the down projection fused too"
+            for lv in 0.25 0.50 0.65; do
+                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=1 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                    tee "$out/e2e-fork-$lv-fused.log" | grep -E "tg128" | sed "s/^/fuse=1 $lv /"
+            done
+            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=1 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                tee "$out/e2e-fork-0.50-fuseall.log" | grep -E "tg128" | sed "s/^/fuse-all 0.50 /"
+            echo "-- index-collection share at 0.50, separate LIST op: tg128 with the list run 1x and 3x"
+            for k in 1 3; do
+                LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=0 LLAMA_SPARSE_CUDA_LIST_REPEAT=$k /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/repeat=$k /"
+            done
             ;;
         cmd:*)
             local c=${step#cmd:}
@@ -76,8 +243,29 @@ remote() {
     done
 }
 
+remote_bg() {
+    mkdir -p /tmp/ls-out
+    rm -f /tmp/ls-out/done
+    setsid nohup bash -c "OUT=/tmp/ls-out bash '$repo/tools/device/device.sh' remote $*; echo \$? > /tmp/ls-out/done" \
+        > /tmp/ls-out/bg.log 2>&1 < /dev/null &
+    echo "started in the background: $*"
+}
+
+poll() {   # wait up to $1 s for remote-bg, then copy its logs to $OUT
+    local t=${1:-540} s=$SECONDS
+    while [ ! -f /tmp/ls-out/done ] && [ $(( SECONDS - s )) -lt "$t" ]; do sleep 5; done
+    if [ -n "${OUT:-}" ]; then
+        tar -C /tmp/ls-out -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
+        cp /tmp/ls-out/device.log "$OUT/" 2>/dev/null || true
+    fi
+    tail -c 9000 /tmp/ls-out/device.log 2>/dev/null
+    if [ -f /tmp/ls-out/done ]; then echo "== background finished, rc $(cat /tmp/ls-out/done)"; else echo "== still running"; fi
+}
+
 case "$mode" in
-    pack) pack ;;
+    pack) pack "$@" ;;
     remote) remote "$@" ;;
+    remote-bg) remote_bg "$@" ;;
+    poll) poll "$@" ;;
     *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
