@@ -521,6 +521,11 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     ggml_tensor * v_sum = sp->v_sum[ikv];
     ggml_tensor * v2 = ggml_is_contiguous(v_cur) ? v_cur : ggml_cont(ctx0, v_cur);
     v2 = ggml_reshape_2d(ctx0, v2, v_sum->ne[0], n_tokens);
+    ggml_tensor * v_cache = acc::layer_v(*kv, ikv);
+    if (v_cache->type != GGML_TYPE_F32) {
+        // sum what the cache holds, so a host rebuild from the cache gives the same sums
+        v2 = ggml_cast(ctx0, ggml_cast(ctx0, v2, v_cache->type), GGML_TYPE_F32);
+    }
     ggml_tensor * delta = ggml_mul_mat(ctx0, ggml_cont(ctx0, ggml_transpose(ctx0, v2)), inp->onehot);
     ggml_tensor * vs_res = ggml_cpy(ctx0, ggml_add(ctx0, v_sum, delta), v_sum);
     ggml_build_forward_expand(g.gf, vs_res);
