@@ -20,6 +20,7 @@
 #include "ggml-cpp.h"
 #include "ggml-sparse.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -70,6 +71,9 @@ using acc = llama_sparq_access;
 namespace {
 
 thread_local std::string g_sparq_error;
+
+// bumped whenever SparQ is turned on/off or retuned anywhere: graphs built before must not be reused
+std::atomic<uint64_t> g_sparq_generation{1};
 
 int32_t sparq_error(const std::string & msg) {
     g_sparq_error = msg;
@@ -265,6 +269,7 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v) {
                            std::to_string(r) + ", k=" + std::to_string(k));
     }
     auto & sp = acc::state(kv);
+    g_sparq_generation++;
     if (r == 0) {
         if (sp && sp->on()) {
             // appends stop while off: the copies are rebuilt when SparQ comes back
@@ -311,13 +316,21 @@ llama_kv_cache * context_kv(llama_context * ctx) {
 class llm_graph_input_sparq : public llm_graph_input_i {
 public:
     llm_graph_input_sparq(llama_kv_cache * kv, ggml_backend_sched_t sched, ggml_tensor * k_idxs)
-        : kv(kv), sched(sched), k_idxs(k_idxs) {}
+        : kv(kv), sched(sched), k_idxs(k_idxs), generation(g_sparq_generation.load()) {}
 
     void set_input(const llama_ubatch * ubatch) override;
+
+    // a graph built with SparQ off carries a tensor-less marker (kv == nullptr) and stays reusable until a
+    // SparQ setting changes; one with SparQ on is rebuilt every time (its copies may need a rebuild)
+    bool can_reuse(const llm_graph_params & params) override {
+        GGML_UNUSED(params);
+        return kv == nullptr && generation == g_sparq_generation.load();
+    }
 
     llama_kv_cache       * kv;
     ggml_backend_sched_t   sched;
     ggml_tensor          * k_idxs;            // upstream's rows of this ubatch (stream*kv_size + cell), host
+    uint64_t               generation;
 
     ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]
     ggml_tensor * onehot    = nullptr;        // F32 [n_tokens, n_seq_max]
@@ -331,6 +344,9 @@ public:
 };
 
 void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
+    if (kv == nullptr) {
+        return; // marker
+    }
     auto & st = *acc::state(*kv);
     const int64_t kv_size = kv->get_size();
     const int64_t n_tokens = ubatch->n_tokens;
@@ -352,6 +368,7 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
+    GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer) && ggml_backend_buffer_is_host(onehot->buffer));
     int64_t * idx = (int64_t *) kt_idxs->data;
     for (int64_t t = 0; t < n_tokens; ++t) {
         const int64_t strm = rows[t]/kv_size, cell = rows[t] % kv_size;
@@ -361,14 +378,21 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     }
     float * oh = (float *) onehot->data;
     memset(oh, 0, ggml_nbytes(onehot));
-    int32_t * ts = (int32_t *) tok_seq->data;
-    float * ic = (float *) inv_count->data;
     for (int64_t t = 0; t < n_tokens; ++t) {
         for (int32_t s = 0; s < ubatch->n_seq_id[t]; ++s) {
             const llama_seq_id q = ubatch->seq_id[t][s];
             GGML_ASSERT(q >= 0 && q < n_seq);
             oh[q*n_tokens + t] = 1.0f;
         }
+    }
+    // the V-mean inputs are in the graph only when the op blends with the mean
+    if (tok_seq->buffer == nullptr || inv_count->buffer == nullptr) {
+        return;
+    }
+    GGML_ASSERT(ggml_backend_buffer_is_host(tok_seq->buffer) && ggml_backend_buffer_is_host(inv_count->buffer));
+    int32_t * ts = (int32_t *) tok_seq->data;
+    float * ic = (float *) inv_count->data;
+    for (int64_t t = 0; t < n_tokens; ++t) {
         const llama_seq_id q = ubatch->seq_id[t][0];
         ts[t] = q;
         // the cells of q, the ubatch's own included (they are already placed)
@@ -464,7 +488,15 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     llama_kv_cache * kv = acc::kv(mctx);
     auto & sp = acc::state(*kv);
     if (!sp || !sp->on()) {
+        if (g.inp_sparq == nullptr) {
+            auto marker = std::make_unique<llm_graph_input_sparq>(nullptr, nullptr, nullptr);
+            g.inp_sparq = marker.get();
+            g.res->add_input(std::move(marker));
+        }
         return;
+    }
+    if (g.inp_sparq != nullptr && g.inp_sparq->kv == nullptr) {
+        return; // SparQ came on in the middle of this graph's build: not possible, but stay consistent
     }
     const int32_t ikv = acc::ikv(*kv, il);
     if (ikv < 0) {
@@ -521,6 +553,11 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     ggml_tensor * v_sum = sp->v_sum[ikv];
     ggml_tensor * v2 = ggml_is_contiguous(v_cur) ? v_cur : ggml_cont(ctx0, v_cur);
     v2 = ggml_reshape_2d(ctx0, v2, v_sum->ne[0], n_tokens);
+    ggml_tensor * v_cache = acc::layer_v(*kv, ikv);
+    if (v_cache->type != GGML_TYPE_F32) {
+        // sum what the cache holds, so a host rebuild from the cache gives the same sums
+        v2 = ggml_cast(ctx0, ggml_cast(ctx0, v2, v_cache->type), GGML_TYPE_F32);
+    }
     ggml_tensor * delta = ggml_mul_mat(ctx0, ggml_cont(ctx0, ggml_transpose(ctx0, v2)), inp->onehot);
     ggml_tensor * vs_res = ggml_cpy(ctx0, ggml_add(ctx0, v_sum, delta), v_sum);
     ggml_build_forward_expand(g.gf, vs_res);
@@ -532,7 +569,7 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
                                      ggml_tensor * kq_mask, ggml_tensor * sinks, ggml_tensor * v_mla,
                                      float kq_scale, int il) {
     llm_graph_input_sparq * inp = g.inp_sparq;
-    if (inp == nullptr || !inp->decode || inp->kt_cur.count(il) == 0) {
+    if (inp == nullptr || inp->kv == nullptr || !inp->decode || inp->kt_cur.count(il) == 0) {
         return nullptr;
     }
     llama_kv_cache * kv = acc::kv(mctx);

@@ -20,11 +20,11 @@ N_CTX = 512
 
 def _llm(model: Path, **kw):
     import llama_sparse
-    return llama_sparse.Llama(model, n_ctx=N_CTX, n_batch=256, n_threads=2, verbose=False, **kw)
+    return llama_sparse.Llama(model, n_ctx=N_CTX, n_batch=256, n_threads=2, logits_all=True, verbose=False, **kw)
 
 
 def _decode(llm, prompt: list[int], gen: list[int], fresh: bool = True) -> np.ndarray:
-    """Prefill prompt (dense), then decode gen one token at a time; logits of each decode step."""
+    """Prefill prompt (dense), then decode gen one token at a time; log-probabilities of each decode step."""
     if fresh:
         llm.reset()
         llm.eval(prompt)
@@ -32,11 +32,18 @@ def _decode(llm, prompt: list[int], gen: list[int], fresh: bool = True) -> np.nd
     for t in gen:
         llm.eval([t])
         out.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
-    return np.stack(out)
+    s = np.stack(out)
+    s -= s.max(axis=1, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=1, keepdims=True))
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+def _kl(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """Mean KL(ref || got) per step, and the share of steps with the same top token.
+
+    SmolLM2's decode logits are sensitive: dense flash and non-flash attention differ by KL ~5e-3 on this
+    text. Different-but-exact computations are held to that scale; the same computation to ~0."""
+    kl = float((np.exp(ref) * (ref - got)).sum(axis=1).mean())
+    return kl, float((ref.argmax(axis=1) == got.argmax(axis=1)).mean())
 
 
 @pytest.fixture(scope="module")
@@ -99,30 +106,29 @@ def test_k_beyond_context_is_dense(smollm2_gguf: Path, tokens: list[int]):
     assert np.array_equal(_decode(llm, prompt, gen), dense)
     # k above the visible positions but below the cache view (padded to 256 cells): the op's exact path
     llm.set_sparq("r=8,k=200")
-    got = _decode(llm, prompt, gen)
-    assert _rel(got, dense) < 2e-3, _rel(got, dense)
+    kl, top1 = _kl(dense, _decode(llm, prompt, gen))
+    assert kl < 0.02 and top1 >= 0.8, (kl, top1)
 
 
 def test_sparse_decode_changes_logits_by_compression(smollm2_gguf: Path, tokens: list[int]):
     llm = _llm(smollm2_gguf)
-    prompt, gen = tokens[:160], tokens[160:170]
+    prompt, gen = tokens[:160], tokens[160:168]
     dense = _decode(llm, prompt, gen)
     errs = {}
-    for spec in ("r=64,k=150", "r=32,k=64", "r=8,k=16"):
+    for spec in ("r=64,k=150", "r=8,k=16"):
         llm.set_sparq(spec)
-        errs[spec] = _rel(_decode(llm, prompt, gen), dense)
+        errs[spec] = _kl(dense, _decode(llm, prompt, gen))[0]
     llm.set_sparq("r=8,k=16,mean_v=1")
-    mean_v = _rel(_decode(llm, prompt, gen), dense)
+    mean_v = _kl(dense, _decode(llm, prompt, gen))[0]
     llm.set_sparq(None)
     assert np.array_equal(_decode(llm, prompt, gen), dense)
-    # r = head size and k close to the context: almost dense; stronger compression moves further away
-    assert 0 < errs["r=64,k=150"] < errs["r=8,k=16"], errs
-    assert errs["r=64,k=150"] < 0.05, errs
+    # r = head size and k close to the context: about dense; strong compression moves far away
+    assert 0 < errs["r=64,k=150"] < 0.03 < 0.1 < errs["r=8,k=16"], errs
     assert mean_v != errs["r=8,k=16"]
 
 
 def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: list[int]):
-    prompt, gen = tokens[:150], tokens[150:162]
+    prompt, gen = tokens[:150], tokens[150:158]
     spec = "r=16,k=24,mean_v=1"
     # SparQ on from the start: the copies are appended in the graph (prefill and decode)
     on = _llm(smollm2_gguf, sparq=spec)
@@ -132,21 +138,22 @@ def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: 
     late.reset()
     late.eval(prompt)
     late.set_sparq(spec)
-    assert _rel(_decode(late, prompt, gen, fresh=False), ref) < 1e-5
+    assert _kl(ref, _decode(late, prompt, gen, fresh=False)) == (0.0, 1.0)  # bit-identical copies
     # a removal in the middle of decoding (V sums rebuilt), then the same tokens again
     on.reset()
     on.eval(prompt)
     _decode(on, prompt, gen[:6], fresh=False)
     on.n_tokens -= 4  # llama-cpp-python removes positions >= n_tokens before the next eval
-    got = _decode(on, prompt, gen[2:], fresh=False)
-    assert _rel(got, ref[2:]) < 1e-5
+    kl, top1 = _kl(ref[2:], _decode(on, prompt, gen[2:], fresh=False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
     # off for a while (no appends), then on again: rebuilt
     on.reset()
     on.eval(prompt[:100])
     on.set_sparq(None)
     on.eval(prompt[100:])
     on.set_sparq(spec)
-    assert _rel(_decode(on, prompt, gen, fresh=False), ref) < 1e-5
+    kl, top1 = _kl(ref, _decode(on, prompt, gen, fresh=False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
 def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
@@ -158,27 +165,41 @@ def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
     state = a.save_state()
     b = _llm(smollm2_gguf, sparq="r=16,k=24")
     b.load_state(state)
-    assert _rel(_decode(b, prompt, gen, fresh=False), ref) < 1e-5
+    kl, top1 = _kl(ref, _decode(b, prompt, gen, fresh=False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
 def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int]):
-    """Drop the first 40 positions and shift the rest down (a context shift): K is re-roped, and the transposed
-    copy must follow; compare with a fresh context that saw the kept tokens at the shifted positions."""
+    """Drop the first 40 positions and shift the rest down (a context shift): K is re-roped in the cache and
+    the transposed copy must follow. Context a has SparQ on across the shift; context b turns it on only
+    after the shift (its copy is built from the shifted K). A copy left behind would change a's selection."""
     import llama_cpp
     prompt, gen = tokens[:160], tokens[160:168]
-    spec = "r=64,k=60"  # r = head size: the selection depends on the keys only, not on the r-approximation
-    a = _llm(smollm2_gguf, sparq=spec)
-    a.reset()
-    a.eval(prompt)
-    mem = llama_cpp.llama_get_memory(a._ctx.ctx)
-    llama_cpp.llama_memory_seq_rm(mem, 0, 0, 40)
-    llama_cpp.llama_memory_seq_add(mem, 0, 40, -1, -40)
-    a.input_ids[: len(prompt) - 40] = a.input_ids[40: len(prompt)]
-    a.n_tokens = len(prompt) - 40
-    got = _decode(a, prompt, gen, fresh=False)
-    b = _llm(smollm2_gguf, sparq=spec)
-    want = _decode(b, prompt[40:], gen)
-    assert _rel(got, want) < 2e-2, _rel(got, want)  # re-roped f16 keys differ from fresh ones by rounding
+    spec = "r=16,k=24"
+
+    def shifted(llm):
+        llm.reset()
+        llm.eval(prompt)
+        mem = llama_cpp.llama_get_memory(llm._ctx.ctx)
+        llama_cpp.llama_memory_seq_rm(mem, 0, 0, 40)
+        llama_cpp.llama_memory_seq_add(mem, 0, 40, -1, -40)
+        llm.input_ids[: len(prompt) - 40] = llm.input_ids[40: len(prompt)]
+        llm.n_tokens = len(prompt) - 40
+
+    # a: SparQ on (copies kept) across the shift; the step that applies the shift attends densely (k beyond
+    # the cache), so a and b store the same K/V for it
+    a = _llm(smollm2_gguf, sparq="r=16,k=100000")
+    shifted(a)
+    a.eval(gen[:1])
+    a.set_sparq(spec)
+    got = _decode(a, prompt, gen[1:], fresh=False)
+    b = _llm(smollm2_gguf)
+    shifted(b)
+    b.eval(gen[:1])
+    b.set_sparq(spec)
+    want = _decode(b, prompt, gen[1:], fresh=False)
+    kl, top1 = _kl(want, got)
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
 def test_env_var_for_tools(smollm2_gguf: Path):
