@@ -20,7 +20,8 @@
 #
 # env: WORK=/tmp/cpu_e2e THREADS=2 CHUNKS=40 UB1_CHUNKS=4 UB1_LEVEL=greedy-0.50 ROUNDS=3 ROUNDS_7B=2
 #      N_CALIB_7B=512 QUIET_BUSY=25 QUIET_MAX_WAIT=900 FORCE=0 (1: redo files that exist) KEEP_7B=0
-#      LLAMA_SPARSE_STOCK_BIN=<stock bin/>
+#      LLAMA_SPARSE_STOCK_BIN=<stock bin/> PPL=1 (0: smol part without perplexity) TAG= (suffix of the
+#      result file names, e.g. TAG=-decode)
 # The machine may be shared: before every timed measurement the script waits (up to QUIET_MAX_WAIT s)
 # until other processes use less than QUIET_BUSY % of the CPUs, and records what it saw. Speed rows
 # are reported as the best and the median over the rounds (stock and fork measured in every round).
@@ -43,6 +44,8 @@ QUIET_MAX_WAIT=${QUIET_MAX_WAIT:-900}
 FORCE=${FORCE:-0}
 KEEP_7B=${KEEP_7B:-0}
 RESULTS=${RESULTS:-$root/bench/results}
+PPL=${PPL:-1}
+TAG=${TAG:-}
 AUSTEN=/work/shared/data/austen
 WIKI=/work/shared/data/wikitext-2-raw/wiki.test.raw
 LEVELS=0.25,0.4,0.5,0.65
@@ -172,7 +175,7 @@ ppl_of() { grep -o 'Final estimate: PPL = [0-9.]*' "$1" | awk '{print $NF}'; }
 # ---------------------------------------------------------------------------------------------------
 part_smol() {
     REPORT=/dev/null
-    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-smollm2-$DAY.md; : > "$REPORT"; }
+    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-smollm2-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
     header "SmolLM2-135M-Instruct on CPU: stock llama.cpp vs llama-sparse (decode, prefill, perplexity)" smol
     local src
@@ -213,6 +216,35 @@ part_smol() {
     out "Raw tables of round 1:"
     block "${q4files[0]}"
     block "${q8files[0]}"
+
+    if [ "$PPL" = 0 ]; then
+        "$PY" - "${#q4files[@]}" "${q4files[@]}" "${q8files[@]}" <<'EOF' | tee -a "$REPORT"
+import re, sys
+n4 = int(sys.argv[1]); q4files, q8files = sys.argv[2:2 + n4], sys.argv[2 + n4:]
+def rows(f):
+    d, on = {}, False
+    for line in open(f):
+        if line.startswith("row "): on = True; continue
+        m = re.match(r"(.{32}) +([0-9.]+) +([0-9.]+)", line.rstrip("\n")) if on else None
+        if m: d[m.group(1).strip()] = float(m.group(3))
+    return d
+print("\n## Targets (decode only; PPL=0 run, no perplexity)\n")
+print("| target | measured | verdict |\n|---|---|---|")
+for files, what in ((q4files, "Q4_K(_M)"), (q8files, "Q8_0")):
+    rs = [rows(f) for f in files]
+    stock = next(k for k in rs[0] if k.startswith("stock"))
+    best = {k: max(r[k] for r in rs if k in r) for k in rs[0]}
+    x = best["fork dense"] / best[stock]
+    print(f"| dense zigzag decode >= 0.95x stock {what} | {x:.2f}x (best of rounds) | {'**met**' if x >= 0.95 else f'**missed** by {0.95 - x:.2f}x'} |")
+    for lv in ("0.50", "greedy-0.50"):
+        if f"fork {lv}" in best:
+            x = best[f"fork {lv}"] / best[stock]
+            print(f"| {lv} decode >= 1.5x stock {what} | {x:.2f}x | {'**met**' if x >= 1.5 else f'**missed** by {1.5 - x:.2f}x'} |")
+EOF
+        out ""
+        out "Fork build at the end of the part: $(fork_fp). Part wall time: $((SECONDS - t_part)) s."
+        return 0
+    fi
 
     out ""
     out "## Perplexity (WikiText-2 test, c=512, first $CHUNKS chunks for every row)"
@@ -318,7 +350,7 @@ EOF
 # ---------------------------------------------------------------------------------------------------
 part_7b() {
     REPORT=/dev/null
-    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY.md; : > "$REPORT"; }
+    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
     header "Random-weight Llama-2-7B-shaped Q4_K on CPU: stock llama.cpp vs llama-sparse decode" 7b
     local W=$WORK r=$WORK/r7b.q4_k.gguf z=$WORK/r7b.zz.q4_k.gguf zc=$WORK/r7b.zz.q4_k.cal.gguf

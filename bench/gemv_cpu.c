@@ -2,7 +2,9 @@
 // x quantized to Q8_K inside) against zigzag MUL_MAT_ZZ dense and with an active-column index at
 // several sparsities, batch 1. Weight bytes are random valid Q4_K blocks (content does not change
 // the timing). Prints a markdown table.
-// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold]
+// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1]
+// -q: weight type of both sides (stock mul_mat of that type against zigzag of that type);
+// -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
@@ -54,9 +56,11 @@ static double median(double * v, int n) {
     return use_min ? v[0] : v[n/2];
 }
 
-// random Q4_K blocks with sane fp16 scales
+static enum ggml_type wtype = GGML_TYPE_Q4_K;
+
+// random blocks of wtype with sane fp16 scales (d first, then dmin for Q4_K; Q8_0/Q4_0 have d first)
 static void fill_q4_K(void * data, int64_t n_blocks) {
-    const size_t bs = ggml_type_size(GGML_TYPE_Q4_K);
+    const size_t bs = ggml_type_size(wtype);
     uint8_t * p = data;
     for (int64_t b = 0; b < n_blocks; ++b) {
         for (size_t i = 0; i < bs; i += 8) {
@@ -66,7 +70,9 @@ static void fill_q4_K(void * data, int64_t n_blocks) {
         const ggml_fp16_t d    = ggml_fp32_to_fp16(0.001f + 0.001f*(float) (rng_u64() % 1000)/1000.0f);
         const ggml_fp16_t dmin = ggml_fp32_to_fp16(0.0005f);
         memcpy(p + b*bs + 0, &d,    2);
-        memcpy(p + b*bs + 2, &dmin, 2);
+        if (wtype == GGML_TYPE_Q4_K) {
+            memcpy(p + b*bs + 2, &dmin, 2);
+        }
     }
 }
 
@@ -74,11 +80,13 @@ static void fill_q4_K(void * data, int64_t n_blocks) {
 // streams them from memory as decoding a real model does; hot: one copy, cache-resident if it fits
 static int n_copies_for(size_t bytes, bool cold) {
     const size_t total = (size_t) 256*1024*1024;
-    return cold ? (int) ((total + bytes - 1)/bytes) : 1;
+    const int n = cold ? (int) ((total + bytes - 1)/bytes) : 1;
+    return n < 64 ? n : 64; // small (SmolLM2) shapes: 64 copies, mostly beyond the caches
+
 }
 
 static double bench_stock(int64_t m, int64_t n, int n_threads, int reps, int copies) {
-    const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, n)*m;
+    const size_t wbytes = ggml_row_size(wtype, n)*m;
     struct ggml_init_params ip = { (wbytes + 1024)*copies + 64*n + 64*m + 16*1024*1024, NULL, false };
     struct ggml_context * ctx = ggml_init(ip);
     struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 1);
@@ -88,8 +96,8 @@ static double bench_stock(int64_t m, int64_t n, int n_threads, int reps, int cop
     struct ggml_cgraph * gf[64];
     size_t work_size = 0;
     for (int c = 0; c < copies; ++c) {
-        struct ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_K, n, m);
-        fill_q4_K(w->data, m*n/256);
+        struct ggml_tensor * w = ggml_new_tensor_2d(ctx, wtype, n, m);
+        fill_q4_K(w->data, m*n/ggml_blck_size(wtype));
         gf[c] = ggml_new_graph(ctx);
         ggml_build_forward_expand(gf[c], ggml_mul_mat(ctx, w, x));
         const struct ggml_cplan p = ggml_graph_plan(gf[c], n_threads, NULL);
@@ -210,24 +218,29 @@ int main(int argc, char ** argv) {
     int n_threads = 2;
     int reps      = 200;
     bool cold     = false;
+    int shape_set = 0; // 0: Llama-2-7B shapes, 1: SmolLM2-135M shapes
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-s") == 0) use_min   = strcmp(argv[i + 1], "median") != 0;
         if (strcmp(argv[i], "-m") == 0) cold      = strcmp(argv[i + 1], "cold") == 0;
+        if (strcmp(argv[i], "-q") == 0) wtype     = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
+        if (strcmp(argv[i], "-S") == 0) shape_set = atoi(argv[i + 1]);
     }
     reps = reps > MAX_REPS ? MAX_REPS : reps;
     ggml_cpu_init();
 
-    const int64_t shapes[3][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    const int64_t shapes_7b[3][2]   = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    const int64_t shapes_smol[3][2] = { { 576, 576 }, { 1536, 576 }, { 576, 1536 } };
+    const int64_t (*shapes)[2] = shape_set == 1 ? shapes_smol : shapes_7b;
     const double  sps[]        = { 0.25, 0.40, 0.50, 0.65, 0.80 };
     const int     nsp          = sizeof(sps)/sizeof(sps[0]);
 
     struct zz_test_pool pool;
     zz_test_pool_init(&pool, n_threads);
 
-    printf("threads %d, batch 1, Q4_K, %s of %d runs, weights %s, times in us; ratio = stock time / zigzag time\n\n",
-           n_threads, use_min ? "fastest" : "median", reps,
+    printf("threads %d, batch 1, %s, %s of %d runs, weights %s, times in us; ratio = stock time / zigzag time\n\n",
+           n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
            cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     printf("| m x n | stock | zz dense | ratio |");
     for (int s = 0; s < nsp; ++s) {
@@ -239,11 +252,13 @@ int main(int argc, char ** argv) {
     }
     printf("---|\n");
 
-    for (int si = 0; si < 3; ++si) {
+    const int n_shapes = shape_set == 2 ? 1 : 3; // -S 2: 4096x4096 only (profiling)
+    for (int si = 0; si < n_shapes; ++si) {
         const int64_t m = shapes[si][0];
         const int64_t n = shapes[si][1];
 
-        const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, 256*n)*(m/256);
+        const int64_t bk = ggml_blck_size(wtype);
+        const size_t wbytes = ggml_row_size(wtype, bk*n)*(m/bk);
         const int    copies = n_copies_for(wbytes, cold);
         GGML_ASSERT(copies <= 64);
 
@@ -258,12 +273,12 @@ int main(int argc, char ** argv) {
         b.x      = malloc(sizeof(float)*n);
         b.y      = malloc(sizeof(float)*m);
         b.idx    = malloc(sizeof(int32_t)*(n + 1));
-        fill_q4_K(b.w, m*n/256*copies);
+        fill_q4_K(b.w, m*n/bk*copies);
         for (int64_t j = 0; j < n; ++j) {
             b.x[j] = rng_normal();
         }
         for (int c = 0; c < copies; ++c) {
-            b.wcopy[c] = mk(GGML_TYPE_Q4_K, 256*n, m/256, ggml_row_size(GGML_TYPE_Q4_K, 256*n), (char *) b.w + c*wbytes);
+            b.wcopy[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w + c*wbytes);
         }
         b.wt = b.wcopy[0];
         b.xt = mk(GGML_TYPE_F32, n, 1, sizeof(float)*n, b.x);
