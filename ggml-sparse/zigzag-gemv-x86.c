@@ -566,6 +566,15 @@ ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * 
     *d_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
 }
 
+// block-rows whose coefficients are prepared together (stack: ZZ_MAX_T*ZZ_ROWS_BATCH*32 bytes)
+#ifndef ZZ_Q8_SX
+#define ZZ_Q8_SX 1
+#endif
+
+#ifndef ZZ_ROWS_BATCH
+#define ZZ_ROWS_BATCH 32
+#endif
+
 ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, int64_t r0, int64_t r1,
                               const int32_t * cols, int64_t k0, int64_t k1,
                               const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
@@ -610,63 +619,88 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             x_hi[t] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_hi, 4), _mm256_castsi256_ps(v_hi));
         }
 
-        for (int64_t r = r0; r < r1; ++r) {
-            const char * wr = w + r*wnb1;
-            if (r + 1 < r1) {
-                // the next row's blocks of this chunk: scattered 34/18-byte reads the hardware does not predict
-                for (int c = 0; c < nc; c += 2) {
-                    _mm_prefetch(wr + wnb1 + off[c], _MM_HINT_T0);
-                }
-            }
-            __m256 d_lo, d_hi;
-            zz_d16(wr, off_lo, off_hi, &d_lo, &d_hi);
+        // rows in batches: coefficients of a whole batch first (independent latency chains of gather,
+        // max, divide and rounding that out-of-order execution overlaps), then the batch's products
+        for (int64_t rb = r0; rb < r1; rb += ZZ_ROWS_BATCH) {
+            const int nrb = r1 - rb < ZZ_ROWS_BATCH ? (int) (r1 - rb) : ZZ_ROWS_BATCH;
 
-            // s16 coefficients round(x*d/S) with S = amax/32767 per token; dword p = pair (2p, 2p+1)
-            int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2] __attribute__((aligned(32)));
-            float   sf[ZZ_MAX_T];
-            for (int t = 0; t < nt; ++t) {
-                const __m256 xa = _mm256_mul_ps(x_lo[t], d_lo);
-                const __m256 xb = _mm256_mul_ps(x_hi[t], d_hi);
-                __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, xa), _mm256_andnot_ps(sign, xb));
-                __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-                m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-                m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-                const float amax = _mm_cvtss_f32(m4);
-                const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f/amax : 0.0f);
-                sf[t] = amax/32767.0f;
-                const __m256i ia = _mm256_cvtps_epi32(_mm256_mul_ps(xa, inv));
-                const __m256i ib = _mm256_cvtps_epi32(_mm256_mul_ps(xb, inv));
-                _mm256_store_si256((__m256i *) cw[t], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
-            }
-
-            __m256i a32[ZZ_MAX_T][4];
-            for (int t = 0; t < nt; ++t) {
-                for (int q = 0; q < 4; ++q) {
-                    a32[t][q] = _mm256_setzero_si256();
-                }
-            }
-            for (int p = 0; p < np; ++p) {
-                const __m256i qa = zz_unpack_s8(type, wr + off[2*p + 0], 0);
-                const __m256i qb = zz_unpack_s8(type, wr + off[2*p + 1], 0);
-                const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
-                const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
-                const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
-                const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
-                const __m256i w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
-                const __m256i w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+            // s16 coefficients round(x*d/S) with S = amax/32767 per token and row; dword p = pair (2p, 2p+1)
+            int32_t cw[ZZ_MAX_T][ZZ_ROWS_BATCH][ZZ_CHUNK/2] __attribute__((aligned(32)));
+            float   sf[ZZ_MAX_T][ZZ_ROWS_BATCH];
+            for (int i = 0; i < nrb; ++i) {
+                __m256 d_lo, d_hi;
+                zz_d16(w + (rb + i)*wnb1, off_lo, off_hi, &d_lo, &d_hi);
                 for (int t = 0; t < nt; ++t) {
-                    const __m256i e = _mm256_set1_epi32(cw[t][p]);
-                    a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
-                    a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
-                    a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
-                    a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e));
+                    const __m256 xa = _mm256_mul_ps(x_lo[t], d_lo);
+                    const __m256 xb = _mm256_mul_ps(x_hi[t], d_hi);
+                    __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, xa), _mm256_andnot_ps(sign, xb));
+                    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+                    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+                    const float amax = _mm_cvtss_f32(m4);
+                    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f/amax : 0.0f);
+                    sf[t][i] = amax/32767.0f;
+                    const __m256i ia = _mm256_cvtps_epi32(_mm256_mul_ps(xa, inv));
+                    const __m256i ib = _mm256_cvtps_epi32(_mm256_mul_ps(xb, inv));
+                    _mm256_store_si256((__m256i *) cw[t][i], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
                 }
             }
-            for (int t = 0; t < nt; ++t) {
-                const __m256 sv = _mm256_set1_ps(sf[t]);
-                float * yr = y + t*ldy + r*32;
-                for (int q = 0; q < 4; ++q) {
-                    _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
+
+            for (int i = 0; i < nrb; ++i) {
+                const int64_t r  = rb + i;
+                const char *  wr = w + r*wnb1;
+                __m256i a32[ZZ_MAX_T][4];
+                for (int t = 0; t < nt; ++t) {
+                    for (int q = 0; q < 4; ++q) {
+                        a32[t][q] = _mm256_setzero_si256();
+                    }
+                }
+                for (int p = 0; p < np; ++p) {
+                    __m256i w0, w1, w2, w3;
+                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+                        // s8 -> s16 straight from memory, word pairs in-lane: the sums come out as outputs
+                        // [0-3 8-11], [4-7 12-15], [16-19 24-27], [20-23 28-31], put back at the flush
+                        const int8_t * qa = ((const block_q8_0 *) (wr + off[2*p + 0]))->qs;
+                        const int8_t * qb = ((const block_q8_0 *) (wr + off[2*p + 1]))->qs;
+                        const __m256i al = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qa));
+                        const __m256i bl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qb));
+                        const __m256i ah = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qa + 16)));
+                        const __m256i bh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qb + 16)));
+                        w0 = _mm256_unpacklo_epi16(al, bl);
+                        w1 = _mm256_unpackhi_epi16(al, bl);
+                        w2 = _mm256_unpacklo_epi16(ah, bh);
+                        w3 = _mm256_unpackhi_epi16(ah, bh);
+                    } else {
+                    const __m256i qa = zz_unpack_s8(type, wr + off[2*p + 0], 0);
+                    const __m256i qb = zz_unpack_s8(type, wr + off[2*p + 1], 0);
+                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
+                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
+                    w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
+                    w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
+                    w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
+                    w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+                    }
+                    for (int t = 0; t < nt; ++t) {
+                        const __m256i e = _mm256_set1_epi32(cw[t][i][p]);
+                        a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
+                        a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
+                        a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
+                        a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e));
+                    }
+                }
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 sv = _mm256_set1_ps(sf[t][i]);
+                    float * yr = y + t*ldy + r*32;
+                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+                        const __m256i o0 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x20);
+                        const __m256i o1 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x31);
+                        const __m256i o2 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x20);
+                        const __m256i o3 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x31);
+                        a32[t][0] = o0; a32[t][1] = o1; a32[t][2] = o2; a32[t][3] = o3;
+                    }
+                    for (int q = 0; q < 4; ++q) {
+                        _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
+                    }
                 }
             }
         }
