@@ -19,9 +19,9 @@
 # change, RESULTS=- to only print). Every command run is printed in the report with its wall time.
 #
 # env: WORK=/tmp/cpu_e2e THREADS=2 CHUNKS=40 UB1_CHUNKS=4 UB1_LEVEL=greedy-0.50 ROUNDS=3 ROUNDS_7B=2
-#      N_CALIB_7B=512 QUIET_BUSY=25 QUIET_MAX_WAIT=900 FORCE=0 (1: redo files that exist) KEEP_7B=0
+#      N_CALIB_7B=512 LAYERS_7B=32 QUIET_BUSY=25 QUIET_MAX_WAIT=900 FORCE=0 (1: redo files that exist) KEEP_7B=0
 #      LLAMA_SPARSE_STOCK_BIN=<stock bin/> PPL=1 (0: smol part without perplexity) TAG= (suffix of the
-#      result file names, e.g. TAG=-decode)
+#      result file names, e.g. TAG=-decode) BENCH_LEVELS= (smol levels; default all) BENCH_ARGS="-p 128 -n 64"
 # The machine may be shared: before every timed measurement the script waits (up to QUIET_MAX_WAIT s)
 # until other processes use less than QUIET_BUSY % of the CPUs, and records what it saw. Speed rows
 # are reported as the best and the median over the rounds (stock and fork measured in every round).
@@ -39,12 +39,15 @@ UB1_LEVEL=${UB1_LEVEL:-greedy-0.50}
 ROUNDS=${ROUNDS:-3}
 ROUNDS_7B=${ROUNDS_7B:-2}
 N_CALIB_7B=${N_CALIB_7B:-512}
+LAYERS_7B=${LAYERS_7B:-32}   # fewer: same Llama-2-7B layer shapes in a smaller file (quicker to make on a busy machine)
 QUIET_BUSY=${QUIET_BUSY:-25}
 QUIET_MAX_WAIT=${QUIET_MAX_WAIT:-900}
 FORCE=${FORCE:-0}
 KEEP_7B=${KEEP_7B:-0}
 RESULTS=${RESULTS:-$root/bench/results}
 PPL=${PPL:-1}
+BENCH_LEVELS=${BENCH_LEVELS:-}          # e.g. dense,0.25,0.40,0.50,0.65 (default: every level of the file)
+BENCH_ARGS=${BENCH_ARGS:--p 128 -n 64}  # llama-bench sizes of the smol part
 TAG=${TAG:-}
 AUSTEN=/work/shared/data/austen
 WIKI=/work/shared/data/wikitext-2-raw/wiki.test.raw
@@ -206,9 +209,9 @@ part_smol() {
 
     out "## Decode and prefill (llama-bench via \`llama-sparse bench\`, $THREADS threads, -r 3)"
     out ""
-    bench_rounds q4k "$ROUNDS" "$zcal" --stock-model "$sq4" -p 128 -n 64 -t "$THREADS" -r 3
+    bench_rounds q4k "$ROUNDS" "$zcal" ${BENCH_LEVELS:+--levels "$BENCH_LEVELS"} --stock-model "$sq4" $BENCH_ARGS -t "$THREADS" -r 3
     local q4files=("${BENCH_FILES[@]}")
-    bench_rounds q8 "$ROUNDS" "$zq8" --levels dense --stock-model "$sq8" -p 128 -n 64 -t "$THREADS" -r 3
+    bench_rounds q8 "$ROUNDS" "$zq8" --levels dense --stock-model "$sq8" $BENCH_ARGS -t "$THREADS" -r 3
     local q8files=("${BENCH_FILES[@]}")
     bench_summary "Stock Q4_K_M vs zigzag q4_k (dense and every calibrated level), tg64 / pp128" "${q4files[@]}"
     bench_summary "Stock Q8_0 vs zigzag q8_0 dense, tg64 / pp128" "${q8files[@]}"
@@ -352,7 +355,7 @@ part_7b() {
     REPORT=/dev/null
     [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
-    header "Random-weight Llama-2-7B-shaped Q4_K on CPU: stock llama.cpp vs llama-sparse decode" 7b
+    header "Random-weight Llama-2-7B-shaped Q4_K ($LAYERS_7B of 32 layers) on CPU: stock llama.cpp vs llama-sparse decode" 7b
     local W=$WORK r=$WORK/r7b.q4_k.gguf z=$WORK/r7b.zz.q4_k.gguf zc=$WORK/r7b.zz.q4_k.cal.gguf
     out "## Files"
     out ""
@@ -360,7 +363,7 @@ part_7b() {
     # libraries: point it at the installed package's
     local libdir
     libdir=$("$PY" -c 'import llama_sparse,os;print(os.path.join(os.path.dirname(llama_sparse.__file__),"lib"))')
-    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" env LLAMA_SPARSE_LIB_DIR="$libdir" "$PY" bench/make_random_gguf.py --shape llama2-7b --type q4_k -o "$r"
+    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" env LLAMA_SPARSE_LIB_DIR="$libdir" "$PY" bench/make_random_gguf.py --shape llama2-7b --layers "$LAYERS_7B" --type q4_k -o "$r"
     [ "$FORCE" = 1 ] || [ ! -f "$z" ] && run "zigzag convert q4_k" "$LS" convert "$r" -o "$z" --type q4_k -t "$THREADS"
     if [ "$FORCE" = 1 ] || [ ! -f "$zc" ]; then
         run "calibrate on an Austen slice" "$LS" calibrate "$z" -o "$zc" --text "$AUSTEN/persuasion.txt" -n "$N_CALIB_7B" -c 512 \

@@ -566,13 +566,17 @@ ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * 
     *d_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
 }
 
-// block-rows whose coefficients are prepared together (stack: ZZ_MAX_T*ZZ_ROWS_BATCH*32 bytes)
+// chunks of the list per span (stack: about (3*ZZ_MAX_T + 4)*ZZ_ROWS_SPAN*32 bytes)
 #ifndef ZZ_Q8_SX
 #define ZZ_Q8_SX 1
 #endif
 
-#ifndef ZZ_ROWS_BATCH
-#define ZZ_ROWS_BATCH 32
+#ifndef ZZ_ROWS_SPAN
+#define ZZ_ROWS_SPAN 16
+#endif
+
+#ifndef ZZ_ROWS_PF
+#define ZZ_ROWS_PF 1
 #endif
 
 ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, int64_t r0, int64_t r1,
@@ -587,81 +591,94 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
     const __m256i lane_id = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256  sign    = _mm256_set1_ps(-0.0f);
 
-    for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {
-        const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;
-        const int np = (nc + 1)/2;
+    // the list in spans of ZZ_ROWS_SPAN chunks: the columns of a span are set up once, then every row
+    // reads its blocks of the span (one contiguous run when dense), so the rows stream like stock's
+    for (int64_t ks = k0; ks < k1; ks += ZZ_ROWS_SPAN*ZZ_CHUNK) {
+        const int64_t ke   = k1 - ks < ZZ_ROWS_SPAN*ZZ_CHUNK ? k1 : ks + ZZ_ROWS_SPAN*ZZ_CHUNK;
+        const int     nchk = (int) ((ke - ks + ZZ_CHUNK - 1)/ZZ_CHUNK);
 
-        // columns of the chunk: block byte offsets in a row and x; padding lanes point at the first
-        // column with x = 0 (an odd tail pairs with a zero coefficient)
-        const __m256i v_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),     lane_id);
-        const __m256i v_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - 8), lane_id);
-        __m256i j_lo, j_hi;
-        if (cols) {
-            const __m256i j0 = _mm256_set1_epi32(cols[kc]);
-            j_lo = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc,     v_lo), v_lo);
-            j_hi = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc + 8, v_hi), v_hi);
-        } else {
-            const __m256i j0 = _mm256_set1_epi32((int32_t) kc);
-            j_lo = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, lane_id), v_lo);
-            j_hi = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, _mm256_add_epi32(lane_id, _mm256_set1_epi32(8))), v_hi);
+        // per chunk: block byte offsets in a row and x; padding lanes point at the chunk's first column
+        // with x = 0 (an odd tail pairs with a zero coefficient)
+        __m256i off_v[ZZ_ROWS_SPAN][2];
+        int32_t off[ZZ_ROWS_SPAN][ZZ_CHUNK] __attribute__((aligned(32)));
+        __m256  xv[ZZ_MAX_T][ZZ_ROWS_SPAN][2];
+        int     npc[ZZ_ROWS_SPAN];
+        for (int ch = 0; ch < nchk; ++ch) {
+            const int64_t kc = ks + ch*ZZ_CHUNK;
+            const int nc = ke - kc < ZZ_CHUNK ? (int) (ke - kc) : ZZ_CHUNK;
+            npc[ch] = (nc + 1)/2;
+            const __m256i v_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),     lane_id);
+            const __m256i v_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - 8), lane_id);
+            __m256i j_lo, j_hi;
+            if (cols) {
+                const __m256i j0 = _mm256_set1_epi32(cols[kc]);
+                j_lo = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc,     v_lo), v_lo);
+                j_hi = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc + 8, v_hi), v_hi);
+            } else {
+                const __m256i j0 = _mm256_set1_epi32((int32_t) kc);
+                j_lo = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, lane_id), v_lo);
+                j_hi = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, _mm256_add_epi32(lane_id, _mm256_set1_epi32(8))), v_hi);
+            }
+            const __m256i bsv = _mm256_set1_epi32(bs);
+            off_v[ch][0] = _mm256_mullo_epi32(j_lo, bsv);
+            off_v[ch][1] = _mm256_mullo_epi32(j_hi, bsv);
+            _mm256_store_si256((__m256i *) off[ch],       off_v[ch][0]);
+            _mm256_store_si256((__m256i *) (off[ch] + 8), off_v[ch][1]);
+            for (int t = 0; t < nt; ++t) {
+                const float * xt = x + t*ldx;
+                xv[t][ch][0] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_lo, 4), _mm256_castsi256_ps(v_lo));
+                xv[t][ch][1] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_hi, 4), _mm256_castsi256_ps(v_hi));
+            }
         }
-        const __m256i bsv    = _mm256_set1_epi32(bs);
-        const __m256i off_lo = _mm256_mullo_epi32(j_lo, bsv);
-        const __m256i off_hi = _mm256_mullo_epi32(j_hi, bsv);
-        int32_t off[ZZ_CHUNK] __attribute__((aligned(32)));
-        _mm256_store_si256((__m256i *) off,       off_lo);
-        _mm256_store_si256((__m256i *) (off + 8), off_hi);
 
-        __m256 x_lo[ZZ_MAX_T], x_hi[ZZ_MAX_T];
-        for (int t = 0; t < nt; ++t) {
-            const float * xt = x + t*ldx;
-            x_lo[t] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_lo, 4), _mm256_castsi256_ps(v_lo));
-            x_hi[t] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_hi, 4), _mm256_castsi256_ps(v_hi));
-        }
+        for (int64_t r = r0; r < r1; ++r) {
+            const char * wr = w + r*wnb1;
 
-        // rows in batches: coefficients of a whole batch first (independent latency chains of gather,
-        // max, divide and rounding that out-of-order execution overlaps), then the batch's products
-        for (int64_t rb = r0; rb < r1; rb += ZZ_ROWS_BATCH) {
-            const int nrb = r1 - rb < ZZ_ROWS_BATCH ? (int) (r1 - rb) : ZZ_ROWS_BATCH;
-
-            // s16 coefficients round(x*d/S) with S = amax/32767 per token and row; dword p = pair (2p, 2p+1)
-            int32_t cw[ZZ_MAX_T][ZZ_ROWS_BATCH][ZZ_CHUNK/2] __attribute__((aligned(32)));
-            float   sf[ZZ_MAX_T][ZZ_ROWS_BATCH];
-            for (int i = 0; i < nrb; ++i) {
+            // s16 coefficients round(x*d/S) with S = amax/32767 per token and chunk; dword p = pair (2p, 2p+1).
+            // All chunks of the span first: independent latency chains (gather, max, divide, rounding)
+            int32_t cw[ZZ_MAX_T][ZZ_ROWS_SPAN][ZZ_CHUNK/2] __attribute__((aligned(32)));
+            float   sf[ZZ_MAX_T][ZZ_ROWS_SPAN];
+            for (int ch = 0; ch < nchk; ++ch) {
                 __m256 d_lo, d_hi;
-                zz_d16(w + (rb + i)*wnb1, off_lo, off_hi, &d_lo, &d_hi);
+                zz_d16(wr, off_v[ch][0], off_v[ch][1], &d_lo, &d_hi);
                 for (int t = 0; t < nt; ++t) {
-                    const __m256 xa = _mm256_mul_ps(x_lo[t], d_lo);
-                    const __m256 xb = _mm256_mul_ps(x_hi[t], d_hi);
+                    const __m256 xa = _mm256_mul_ps(xv[t][ch][0], d_lo);
+                    const __m256 xb = _mm256_mul_ps(xv[t][ch][1], d_hi);
                     __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, xa), _mm256_andnot_ps(sign, xb));
                     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
                     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
                     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
                     const float amax = _mm_cvtss_f32(m4);
                     const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f/amax : 0.0f);
-                    sf[t][i] = amax/32767.0f;
+                    sf[t][ch] = amax/32767.0f;
                     const __m256i ia = _mm256_cvtps_epi32(_mm256_mul_ps(xa, inv));
                     const __m256i ib = _mm256_cvtps_epi32(_mm256_mul_ps(xb, inv));
-                    _mm256_store_si256((__m256i *) cw[t][i], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
+                    _mm256_store_si256((__m256i *) cw[t][ch], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
                 }
             }
 
-            for (int i = 0; i < nrb; ++i) {
-                const int64_t r  = rb + i;
-                const char *  wr = w + r*wnb1;
+            for (int ch = 0; ch < nchk; ++ch) {
+                if (ZZ_ROWS_PF && r + 1 < r1) {
+                    // the next row's blocks of this chunk: the prefetchers lose the thread's row streams
+                    const char * wn = wr + wnb1;
+                    for (int c = 0; c < 2*npc[ch]; c += 2) {
+                        _mm_prefetch(wn + off[ch][c], _MM_HINT_T0);
+                        _mm_prefetch(wn + off[ch][c + 1] + bs - 1, _MM_HINT_T0);
+                    }
+                }
                 __m256i a32[ZZ_MAX_T][4];
                 for (int t = 0; t < nt; ++t) {
                     for (int q = 0; q < 4; ++q) {
                         a32[t][q] = _mm256_setzero_si256();
                     }
                 }
-                for (int p = 0; p < np; ++p) {
+                for (int p = 0; p < npc[ch]; ++p) {
                     __m256i w0, w1, w2, w3;
                     if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
                         // s8 -> s16 straight from memory, word pairs in-lane: the sums come out as outputs
                         // [0-3 8-11], [4-7 12-15], [16-19 24-27], [20-23 28-31], put back at the flush
-                        const int8_t * qa = ((const block_q8_0 *) (wr + off[2*p + 0]))->qs;
-                        const int8_t * qb = ((const block_q8_0 *) (wr + off[2*p + 1]))->qs;
+                        const int8_t * qa = ((const block_q8_0 *) (wr + off[ch][2*p + 0]))->qs;
+                        const int8_t * qb = ((const block_q8_0 *) (wr + off[ch][2*p + 1]))->qs;
                         const __m256i al = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qa));
                         const __m256i bl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qb));
                         const __m256i ah = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qa + 16)));
@@ -671,17 +688,17 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                         w2 = _mm256_unpacklo_epi16(ah, bh);
                         w3 = _mm256_unpackhi_epi16(ah, bh);
                     } else {
-                    const __m256i qa = zz_unpack_s8(type, wr + off[2*p + 0], 0);
-                    const __m256i qb = zz_unpack_s8(type, wr + off[2*p + 1], 0);
-                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
-                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
-                    w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
-                    w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
-                    w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
-                    w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+                        const __m256i qa = zz_unpack_s8(type, wr + off[ch][2*p + 0], 0);
+                        const __m256i qb = zz_unpack_s8(type, wr + off[ch][2*p + 1], 0);
+                        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
+                        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
+                        w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
+                        w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
+                        w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
+                        w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
                     }
                     for (int t = 0; t < nt; ++t) {
-                        const __m256i e = _mm256_set1_epi32(cw[t][i][p]);
+                        const __m256i e = _mm256_set1_epi32(cw[t][ch][p]);
                         a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
                         a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
                         a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
@@ -689,7 +706,7 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                     }
                 }
                 for (int t = 0; t < nt; ++t) {
-                    const __m256 sv = _mm256_set1_ps(sf[t][i]);
+                    const __m256 sv = _mm256_set1_ps(sf[t][ch]);
                     float * yr = y + t*ldy + r*32;
                     if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
                         const __m256i o0 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x20);
