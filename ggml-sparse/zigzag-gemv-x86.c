@@ -106,9 +106,14 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
 #define ZZ_PF_HINT _MM_HINT_T0
 #endif
 
-// software prefetch of dense (contiguous) columns as well
+// sparse: prefetches spread over the product loop (nt = 1) instead of issued per group
+#ifndef ZZ_PF_SPREAD
+#define ZZ_PF_SPREAD 1
+#endif
+
+// software prefetch of dense (contiguous) columns as well: 1 = per group, 2 = spread over the products
 #ifndef ZZ_PF_DENSE
-#define ZZ_PF_DENSE 1
+#define ZZ_PF_DENSE 2
 #endif
 
 // 1/a to ~23 bits (rcp + one Newton step; a divide is much slower), a > 0
@@ -254,7 +259,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 // blocks ZZ_PF_DIST columns ahead are fetched here, spread over the pair loop: the
                 // hardware prefetchers do not keep up with scattered (sparse) or gather-led (dense) access
                 if (dense) {
-                    if (!ZZ_PF_DENSE) {
+                    if (ZZ_PF_DENSE != 1) {
                         // contiguous: the hardware prefetchers follow
                     } else {
                     const char * pa = (const char *) (w + kg + ZZ_PF_DIST + 2*p);
@@ -264,7 +269,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                     _mm_prefetch(pa + 192, _MM_HINT_T0);
                     _mm_prefetch(pa + 256, _MM_HINT_T0);
                     }
-                } else if (kg + ZZ_PF_DIST + 2*p + 1 < k1) {
+                } else if (!ZZ_PF_SPREAD && kg + ZZ_PF_DIST + 2*p + 1 < k1) {
                     const char * pa = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 0]);
                     const char * pb = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 1]);
                     _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
@@ -306,6 +311,24 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
             const int p0 = ch*ZZ_CHUNK/2;
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
+                if (ZZ_PF_SPREAD && dense && ZZ_PF_DENSE == 2) {
+                    // the chunk ZZ_PF_DIST columns ahead, a quarter per batch of products
+                    const char * pa = (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) + sp*(ZZ_CHUNK*sizeof(block_q4_K)/4);
+                    for (int l = 0; l < (int) (ZZ_CHUNK*sizeof(block_q4_K)/4); l += 64) {
+                        _mm_prefetch(pa + l, ZZ_PF_HINT);
+                    }
+                }
+                if (ZZ_PF_SPREAD && !dense) {
+                    // scattered blocks ZZ_PF_DIST list entries ahead, a few between each batch of products:
+                    // a burst of prefetches at the start of a group overflows the miss buffers and is lost
+                    for (int q = 0; q < ZZ_CHUNK/4; ++q) {
+                        const int64_t kk = kg + ch*ZZ_CHUNK + sp*(ZZ_CHUNK/4) + q + ZZ_PF_DIST;
+                        if (kk < k1) {
+                            const char * pa = (const char *) (w + cols[kk]);
+                            _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
+                        }
+                    }
+                }
                 __m256i s0 = _mm256_setzero_si256();
                 __m256i s1 = _mm256_setzero_si256();
                 __m256i s2 = _mm256_setzero_si256();
