@@ -19,8 +19,9 @@
 # change, RESULTS=- to only print). Every command run is printed in the report with its wall time.
 #
 # env: WORK=/tmp/cpu_e2e THREADS=2 CHUNKS=40 UB1_CHUNKS=4 UB1_LEVEL=greedy-0.50 ROUNDS=3 ROUNDS_7B=2
-#      N_CALIB_7B=512 QUIET_BUSY=25 QUIET_MAX_WAIT=900 FORCE=0 (1: redo files that exist) KEEP_7B=0
-#      LLAMA_SPARSE_STOCK_BIN=<stock bin/>
+#      N_CALIB_7B=512 LAYERS_7B=32 QUIET_BUSY=25 QUIET_MAX_WAIT=900 FORCE=0 (1: redo files that exist) KEEP_7B=0
+#      LLAMA_SPARSE_STOCK_BIN=<stock bin/> PPL=1 (0: smol part without perplexity) TAG= (suffix of the
+#      result file names, e.g. TAG=-decode) BENCH_LEVELS= (smol levels; default all) BENCH_ARGS="-p 128 -n 64"
 # The machine may be shared: before every timed measurement the script waits (up to QUIET_MAX_WAIT s)
 # until other processes use less than QUIET_BUSY % of the CPUs, and records what it saw. Speed rows
 # are reported as the best and the median over the rounds (stock and fork measured in every round).
@@ -38,11 +39,16 @@ UB1_LEVEL=${UB1_LEVEL:-greedy-0.50}
 ROUNDS=${ROUNDS:-3}
 ROUNDS_7B=${ROUNDS_7B:-2}
 N_CALIB_7B=${N_CALIB_7B:-512}
+LAYERS_7B=${LAYERS_7B:-32}   # fewer: same Llama-2-7B layer shapes in a smaller file (quicker to make on a busy machine)
 QUIET_BUSY=${QUIET_BUSY:-25}
 QUIET_MAX_WAIT=${QUIET_MAX_WAIT:-900}
 FORCE=${FORCE:-0}
 KEEP_7B=${KEEP_7B:-0}
 RESULTS=${RESULTS:-$root/bench/results}
+PPL=${PPL:-1}
+BENCH_LEVELS=${BENCH_LEVELS:-}          # e.g. dense,0.25,0.40,0.50,0.65 (default: every level of the file)
+BENCH_ARGS=${BENCH_ARGS:--p 128 -n 64}  # llama-bench sizes of the smol part
+TAG=${TAG:-}
 AUSTEN=/work/shared/data/austen
 WIKI=/work/shared/data/wikitext-2-raw/wiki.test.raw
 LEVELS=0.25,0.4,0.5,0.65
@@ -172,7 +178,7 @@ ppl_of() { grep -o 'Final estimate: PPL = [0-9.]*' "$1" | awk '{print $NF}'; }
 # ---------------------------------------------------------------------------------------------------
 part_smol() {
     REPORT=/dev/null
-    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-smollm2-$DAY.md; : > "$REPORT"; }
+    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-smollm2-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
     header "SmolLM2-135M-Instruct on CPU: stock llama.cpp vs llama-sparse (decode, prefill, perplexity)" smol
     local src
@@ -203,9 +209,9 @@ part_smol() {
 
     out "## Decode and prefill (llama-bench via \`llama-sparse bench\`, $THREADS threads, -r 3)"
     out ""
-    bench_rounds q4k "$ROUNDS" "$zcal" --stock-model "$sq4" -p 128 -n 64 -t "$THREADS" -r 3
+    bench_rounds q4k "$ROUNDS" "$zcal" ${BENCH_LEVELS:+--levels "$BENCH_LEVELS"} --stock-model "$sq4" $BENCH_ARGS -t "$THREADS" -r 3
     local q4files=("${BENCH_FILES[@]}")
-    bench_rounds q8 "$ROUNDS" "$zq8" --levels dense --stock-model "$sq8" -p 128 -n 64 -t "$THREADS" -r 3
+    bench_rounds q8 "$ROUNDS" "$zq8" --levels dense --stock-model "$sq8" $BENCH_ARGS -t "$THREADS" -r 3
     local q8files=("${BENCH_FILES[@]}")
     bench_summary "Stock Q4_K_M vs zigzag q4_k (dense and every calibrated level), tg64 / pp128" "${q4files[@]}"
     bench_summary "Stock Q8_0 vs zigzag q8_0 dense, tg64 / pp128" "${q8files[@]}"
@@ -213,6 +219,35 @@ part_smol() {
     out "Raw tables of round 1:"
     block "${q4files[0]}"
     block "${q8files[0]}"
+
+    if [ "$PPL" = 0 ]; then
+        "$PY" - "${#q4files[@]}" "${q4files[@]}" "${q8files[@]}" <<'EOF' | tee -a "$REPORT"
+import re, sys
+n4 = int(sys.argv[1]); q4files, q8files = sys.argv[2:2 + n4], sys.argv[2 + n4:]
+def rows(f):
+    d, on = {}, False
+    for line in open(f):
+        if line.startswith("row "): on = True; continue
+        m = re.match(r"(.{32}) +([0-9.]+) +([0-9.]+)", line.rstrip("\n")) if on else None
+        if m: d[m.group(1).strip()] = float(m.group(3))
+    return d
+print("\n## Targets (decode only; PPL=0 run, no perplexity)\n")
+print("| target | measured | verdict |\n|---|---|---|")
+for files, what in ((q4files, "Q4_K(_M)"), (q8files, "Q8_0")):
+    rs = [rows(f) for f in files]
+    stock = next(k for k in rs[0] if k.startswith("stock"))
+    best = {k: max(r[k] for r in rs if k in r) for k in rs[0]}
+    x = best["fork dense"] / best[stock]
+    print(f"| dense zigzag decode >= 0.95x stock {what} | {x:.2f}x (best of rounds) | {'**met**' if x >= 0.95 else f'**missed** by {0.95 - x:.2f}x'} |")
+    for lv in ("0.50", "greedy-0.50"):
+        if f"fork {lv}" in best:
+            x = best[f"fork {lv}"] / best[stock]
+            print(f"| {lv} decode >= 1.5x stock {what} | {x:.2f}x | {'**met**' if x >= 1.5 else f'**missed** by {1.5 - x:.2f}x'} |")
+EOF
+        out ""
+        out "Fork build at the end of the part: $(fork_fp). Part wall time: $((SECONDS - t_part)) s."
+        return 0
+    fi
 
     out ""
     out "## Perplexity (WikiText-2 test, c=512, first $CHUNKS chunks for every row)"
@@ -318,9 +353,9 @@ EOF
 # ---------------------------------------------------------------------------------------------------
 part_7b() {
     REPORT=/dev/null
-    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY.md; : > "$REPORT"; }
+    [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
-    header "Random-weight Llama-2-7B-shaped Q4_K on CPU: stock llama.cpp vs llama-sparse decode" 7b
+    header "Random-weight Llama-2-7B-shaped Q4_K ($LAYERS_7B of 32 layers) on CPU: stock llama.cpp vs llama-sparse decode" 7b
     local W=$WORK r=$WORK/r7b.q4_k.gguf z=$WORK/r7b.zz.q4_k.gguf zc=$WORK/r7b.zz.q4_k.cal.gguf
     out "## Files"
     out ""
@@ -328,7 +363,7 @@ part_7b() {
     # libraries: point it at the installed package's
     local libdir
     libdir=$("$PY" -c 'import llama_sparse,os;print(os.path.join(os.path.dirname(llama_sparse.__file__),"lib"))')
-    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" env LLAMA_SPARSE_LIB_DIR="$libdir" "$PY" bench/make_random_gguf.py --shape llama2-7b --type q4_k -o "$r"
+    [ "$FORCE" = 1 ] || [ ! -f "$r" ] && run "random 7B Q4_K" env LLAMA_SPARSE_LIB_DIR="$libdir" "$PY" bench/make_random_gguf.py --shape llama2-7b --layers "$LAYERS_7B" --type q4_k -o "$r"
     [ "$FORCE" = 1 ] || [ ! -f "$z" ] && run "zigzag convert q4_k" "$LS" convert "$r" -o "$z" --type q4_k -t "$THREADS"
     if [ "$FORCE" = 1 ] || [ ! -f "$zc" ]; then
         run "calibrate on an Austen slice" "$LS" calibrate "$z" -o "$zc" --text "$AUSTEN/persuasion.txt" -n "$N_CALIB_7B" -c 512 \

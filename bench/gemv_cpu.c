@@ -2,7 +2,9 @@
 // x quantized to Q8_K inside) against zigzag MUL_MAT_ZZ dense and with an active-column index at
 // several sparsities, batch 1. Weight bytes are random valid Q4_K blocks (content does not change
 // the timing). Prints a markdown table.
-// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold]
+// usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1]
+// -q: weight type of both sides (stock mul_mat of that type against zigzag of that type);
+// -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's, -S 2: 4096x4096 only; -p s: only sparsity s
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
@@ -54,9 +56,11 @@ static double median(double * v, int n) {
     return use_min ? v[0] : v[n/2];
 }
 
-// random Q4_K blocks with sane fp16 scales
+static enum ggml_type wtype = GGML_TYPE_Q4_K;
+
+// random blocks of wtype with sane fp16 scales (d first, then dmin for Q4_K; Q8_0/Q4_0 have d first)
 static void fill_q4_K(void * data, int64_t n_blocks) {
-    const size_t bs = ggml_type_size(GGML_TYPE_Q4_K);
+    const size_t bs = ggml_type_size(wtype);
     uint8_t * p = data;
     for (int64_t b = 0; b < n_blocks; ++b) {
         for (size_t i = 0; i < bs; i += 8) {
@@ -66,7 +70,9 @@ static void fill_q4_K(void * data, int64_t n_blocks) {
         const ggml_fp16_t d    = ggml_fp32_to_fp16(0.001f + 0.001f*(float) (rng_u64() % 1000)/1000.0f);
         const ggml_fp16_t dmin = ggml_fp32_to_fp16(0.0005f);
         memcpy(p + b*bs + 0, &d,    2);
-        memcpy(p + b*bs + 2, &dmin, 2);
+        if (wtype == GGML_TYPE_Q4_K) {
+            memcpy(p + b*bs + 2, &dmin, 2);
+        }
     }
 }
 
@@ -74,44 +80,55 @@ static void fill_q4_K(void * data, int64_t n_blocks) {
 // streams them from memory as decoding a real model does; hot: one copy, cache-resident if it fits
 static int n_copies_for(size_t bytes, bool cold) {
     const size_t total = (size_t) 256*1024*1024;
-    return cold ? (int) ((total + bytes - 1)/bytes) : 1;
+    const int n = cold ? (int) ((total + bytes - 1)/bytes) : 1;
+    return n < 64 ? n : 64; // small (SmolLM2) shapes: 64 copies, mostly beyond the caches
+
 }
 
-static double bench_stock(int64_t m, int64_t n, int n_threads, int reps, int copies) {
-    const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, n)*m;
+struct stock_bench {
+    struct ggml_context * ctx;
+    struct ggml_cgraph  * gf[64];
+    struct ggml_cplan     plan;
+    uint8_t             * work;
+    int                   copies;
+    int                   next;
+};
+
+static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int n_threads, int copies) {
+    const size_t wbytes = ggml_row_size(wtype, n)*m;
     struct ggml_init_params ip = { (wbytes + 1024)*copies + 64*n + 64*m + 16*1024*1024, NULL, false };
-    struct ggml_context * ctx = ggml_init(ip);
-    struct ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 1);
+    sb->ctx = ggml_init(ip);
+    struct ggml_tensor * x = ggml_new_tensor_2d(sb->ctx, GGML_TYPE_F32, n, 1);
     for (int64_t j = 0; j < n; ++j) {
         ((float *) x->data)[j] = rng_normal();
     }
-    struct ggml_cgraph * gf[64];
     size_t work_size = 0;
     for (int c = 0; c < copies; ++c) {
-        struct ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_K, n, m);
-        fill_q4_K(w->data, m*n/256);
-        gf[c] = ggml_new_graph(ctx);
-        ggml_build_forward_expand(gf[c], ggml_mul_mat(ctx, w, x));
-        const struct ggml_cplan p = ggml_graph_plan(gf[c], n_threads, NULL);
+        struct ggml_tensor * w = ggml_new_tensor_2d(sb->ctx, wtype, n, m);
+        fill_q4_K(w->data, m*n/ggml_blck_size(wtype));
+        sb->gf[c] = ggml_new_graph(sb->ctx);
+        ggml_build_forward_expand(sb->gf[c], ggml_mul_mat(sb->ctx, w, x));
+        const struct ggml_cplan p = ggml_graph_plan(sb->gf[c], n_threads, NULL);
         work_size = p.work_size > work_size ? p.work_size : work_size;
     }
-    struct ggml_cplan plan = ggml_graph_plan(gf[0], n_threads, NULL);
-    uint8_t * work = malloc(work_size + 1);
-    plan.work_data = work;
-    plan.work_size = work_size;
+    sb->plan = ggml_graph_plan(sb->gf[0], n_threads, NULL);
+    sb->work = malloc(work_size + 1);
+    sb->plan.work_data = sb->work;
+    sb->plan.work_size = work_size;
+    sb->copies = copies;
+    sb->next   = 0;
+}
 
-    double t[MAX_REPS];
-    for (int i = 0; i < 20; ++i) {
-        ggml_graph_compute(gf[i % copies], &plan);
-    }
-    for (int i = 0; i < reps; ++i) {
-        const double t0 = now_us();
-        ggml_graph_compute(gf[i % copies], &plan);
-        t[i] = now_us() - t0;
-    }
-    free(work);
-    ggml_free(ctx);
-    return median(t, reps);
+// one timed call; every call takes the next weight copy (cold: streamed from memory)
+static double stock_run(struct stock_bench * sb) {
+    const double t0 = now_us();
+    ggml_graph_compute(sb->gf[sb->next++ % sb->copies], &sb->plan);
+    return now_us() - t0;
+}
+
+static void stock_free(struct stock_bench * sb) {
+    free(sb->work);
+    ggml_free(sb->ctx);
 }
 
 struct zz_bench {
@@ -125,6 +142,7 @@ struct zz_bench {
     struct ggml_tensor wt, xt, it, yt, idxt;
     void  * wdata;
     size_t  wsize;
+    int     next;
 };
 
 static struct ggml_tensor mk(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
@@ -157,77 +175,87 @@ static float thr_for(const float * x, int64_t n, double sparsity) {
     return hi;
 }
 
-// times MUL_MAT_ZZ (and separately the index op) on the pool; sparsity < 0: dense, no index
-static void bench_zz(struct zz_bench * b, struct zz_test_pool * pool, double sparsity, int reps,
-                     double * t_mm, double * t_idx, int64_t * active) {
+// one zigzag configuration: dense (sparsity < 0) or an index list for a sparsity
+struct zz_conf {
+    int32_t * idx;
+    struct ggml_tensor idxt, yt;
+    int64_t active;
+    double  t_idx;
+};
+
+// builds the index list (timing the index op, fastest/median of reps) and the MUL_MAT_ZZ node
+static void zz_conf_init(struct zz_conf * c, struct zz_bench * b, struct zz_test_pool * pool, double sparsity, int reps) {
     const bool sparse = sparsity >= 0.0;
+    c->idx = malloc(sizeof(int32_t)*(b->n + 1));
+    c->t_idx  = 0.0;
+    c->active = b->n;
     if (sparse) {
         const float thr = thr_for(b->x, b->n, sparsity);
-        b->idxt = mk(GGML_TYPE_I32, b->n + 1, 1, sizeof(int32_t)*(b->n + 1), b->idx);
-        b->idxt.src[0] = &b->xt;
-        memcpy(&b->idxt.op_params[0], &thr, sizeof(float));
-        b->idxt.op_params[1] = GGML_SPARSE_IDX_LIST;
-    }
-    b->yt = mk(GGML_TYPE_F32, b->m, 1, sizeof(float)*b->m, b->y);
-    b->yt.src[0] = &b->wt;
-    b->yt.src[1] = &b->xt;
-    b->yt.src[2] = sparse ? &b->idxt : NULL;
-
-    double t[MAX_REPS];
-    const size_t ws_idx = sparse ? ggml_sparse_cpu_work_size(&b->idxt, pool->nth) : 0;
-    const size_t ws_mm  = ggml_sparse_cpu_work_size(&b->yt, pool->nth);
-    GGML_ASSERT(ws_idx <= b->wsize && ws_mm <= b->wsize);
-
-    if (sparse) {
+        c->idxt = mk(GGML_TYPE_I32, b->n + 1, 1, sizeof(int32_t)*(b->n + 1), c->idx);
+        c->idxt.src[0] = &b->xt;
+        memcpy(&c->idxt.op_params[0], &thr, sizeof(float));
+        c->idxt.op_params[1] = GGML_SPARSE_IDX_LIST;
+        GGML_ASSERT(ggml_sparse_cpu_work_size(&c->idxt, pool->nth) <= b->wsize);
+        double t[MAX_REPS];
         for (int i = 0; i < 20; ++i) {
-            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &b->idxt, b->wdata, b->wsize, false);
+            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &c->idxt, b->wdata, b->wsize, false);
         }
         for (int i = 0; i < reps; ++i) {
             const double t0 = now_us();
-            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &b->idxt, b->wdata, b->wsize, false);
+            zz_test_pool_run(pool, ggml_sparse_cpu_forward_idx, &c->idxt, b->wdata, b->wsize, false);
             t[i] = now_us() - t0;
         }
-        *t_idx  = median(t, reps);
-        *active = b->idx[b->n];
-    } else {
-        *t_idx  = 0.0;
-        *active = b->n;
+        c->t_idx  = median(t, reps);
+        c->active = c->idx[b->n];
     }
-    for (int i = 0; i < 20; ++i) {
-        b->yt.src[0] = &b->wcopy[i % b->copies];
-        zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
-    }
-    for (int i = 0; i < reps; ++i) {
-        b->yt.src[0] = &b->wcopy[i % b->copies];
-        const double t0 = now_us();
-        zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &b->yt, b->wdata, b->wsize, false);
-        t[i] = now_us() - t0;
-    }
-    *t_mm = median(t, reps);
+    c->yt = mk(GGML_TYPE_F32, b->m, 1, sizeof(float)*b->m, b->y);
+    c->yt.src[0] = &b->wt;
+    c->yt.src[1] = &b->xt;
+    c->yt.src[2] = sparse ? &c->idxt : NULL;
+    GGML_ASSERT(ggml_sparse_cpu_work_size(&c->yt, pool->nth) <= b->wsize);
+}
+
+// one timed MUL_MAT_ZZ call on the next weight copy
+static double zz_conf_run(struct zz_conf * c, struct zz_bench * b, struct zz_test_pool * pool) {
+    c->yt.src[0] = &b->wcopy[b->next++ % b->copies];
+    const double t0 = now_us();
+    zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &c->yt, b->wdata, b->wsize, false);
+    return now_us() - t0;
 }
 
 int main(int argc, char ** argv) {
     int n_threads = 2;
     int reps      = 200;
     bool cold     = false;
+    int shape_set = 0; // 0: Llama-2-7B shapes, 1: SmolLM2-135M shapes
+    double only_sp = -1.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-s") == 0) use_min   = strcmp(argv[i + 1], "median") != 0;
         if (strcmp(argv[i], "-m") == 0) cold      = strcmp(argv[i + 1], "cold") == 0;
+        if (strcmp(argv[i], "-q") == 0) wtype     = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
+        if (strcmp(argv[i], "-S") == 0) shape_set = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-p") == 0) only_sp   = atof(argv[i + 1]);
     }
     reps = reps > MAX_REPS ? MAX_REPS : reps;
     ggml_cpu_init();
 
-    const int64_t shapes[3][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
-    const double  sps[]        = { 0.25, 0.40, 0.50, 0.65, 0.80 };
-    const int     nsp          = sizeof(sps)/sizeof(sps[0]);
+    const int64_t shapes_7b[3][2]   = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 } };
+    const int64_t shapes_smol[3][2] = { { 576, 576 }, { 1536, 576 }, { 576, 1536 } };
+    const int64_t (*shapes)[2] = shape_set == 1 ? shapes_smol : shapes_7b;
+    double        sps[]        = { 0.25, 0.40, 0.50, 0.65, 0.80 };
+    int           nsp          = sizeof(sps)/sizeof(sps[0]);
+    if (only_sp >= 0.0) { // -p: one sparsity only (profiling)
+        sps[0] = only_sp;
+        nsp    = 1;
+    }
 
     struct zz_test_pool pool;
     zz_test_pool_init(&pool, n_threads);
 
-    printf("threads %d, batch 1, Q4_K, %s of %d runs, weights %s, times in us; ratio = stock time / zigzag time\n\n",
-           n_threads, use_min ? "fastest" : "median", reps,
+    printf("threads %d, batch 1, %s, %s of %d rounds (each round times stock and every zigzag column once, interleaved), weights %s, times in us; ratio = stock time / zigzag time\n\n",
+           n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
            cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     printf("| m x n | stock | zz dense | ratio |");
     for (int s = 0; s < nsp; ++s) {
@@ -239,15 +267,18 @@ int main(int argc, char ** argv) {
     }
     printf("---|\n");
 
-    for (int si = 0; si < 3; ++si) {
+    const int n_shapes = shape_set == 2 ? 1 : 3; // -S 2: 4096x4096 only (profiling)
+    for (int si = 0; si < n_shapes; ++si) {
         const int64_t m = shapes[si][0];
         const int64_t n = shapes[si][1];
 
-        const size_t wbytes = ggml_row_size(GGML_TYPE_Q4_K, 256*n)*(m/256);
+        const int64_t bk = ggml_blck_size(wtype);
+        const size_t wbytes = ggml_row_size(wtype, bk*n)*(m/bk);
         const int    copies = n_copies_for(wbytes, cold);
         GGML_ASSERT(copies <= 64);
 
-        const double t_stock = bench_stock(m, n, n_threads, reps, copies);
+        struct stock_bench sb;
+        stock_init(&sb, m, n, n_threads, copies);
 
         struct zz_bench b;
         memset(&b, 0, sizeof(b));
@@ -257,31 +288,50 @@ int main(int argc, char ** argv) {
         b.w      = malloc(wbytes*copies);
         b.x      = malloc(sizeof(float)*n);
         b.y      = malloc(sizeof(float)*m);
-        b.idx    = malloc(sizeof(int32_t)*(n + 1));
-        fill_q4_K(b.w, m*n/256*copies);
+        b.idx    = NULL;
+        fill_q4_K(b.w, m*n/bk*copies);
         for (int64_t j = 0; j < n; ++j) {
             b.x[j] = rng_normal();
         }
         for (int c = 0; c < copies; ++c) {
-            b.wcopy[c] = mk(GGML_TYPE_Q4_K, 256*n, m/256, ggml_row_size(GGML_TYPE_Q4_K, 256*n), (char *) b.w + c*wbytes);
+            b.wcopy[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w + c*wbytes);
         }
         b.wt = b.wcopy[0];
         b.xt = mk(GGML_TYPE_F32, n, 1, sizeof(float)*n, b.x);
         b.wsize = 64*1024*1024;
         b.wdata = malloc(b.wsize);
 
-        double t_mm, t_idx = 0.0, t_idx_any = 0.0;
-        int64_t active;
-        bench_zz(&b, &pool, -1.0, reps, &t_mm, &t_idx, &active);
-        printf("| %lldx%lld | %.1f | %.1f | %.2f |", (long long) m, (long long) n, t_stock, t_mm, t_stock/t_mm);
-        for (int s = 0; s < nsp; ++s) {
-            bench_zz(&b, &pool, sps[s], reps, &t_mm, &t_idx, &active);
-            printf(" %.1f | %.2f |", t_mm, t_stock/t_mm);
-            t_idx_any = t_idx;
+        // configurations: 0 = stock, 1 = zigzag dense, 2.. = zigzag at each sparsity; measured in rounds,
+        // one call of each per round, so every configuration sees the same machine load
+        struct zz_conf conf[8];
+        const int nconf = 1 + 1 + nsp;
+        for (int k = 1; k < nconf; ++k) {
+            zz_conf_init(&conf[k], &b, &pool, k == 1 ? -1.0 : sps[k - 2], reps);
         }
-        printf(" %.1f |\n", t_idx_any);
+        static double t[8][MAX_REPS];
+        for (int i = -20; i < reps; ++i) {
+            for (int k = 0; k < nconf; ++k) {
+                const double dt = k == 0 ? stock_run(&sb) : zz_conf_run(&conf[k], &b, &pool);
+                if (i >= 0) {
+                    t[k][i] = dt;
+                }
+            }
+        }
+        double tm[8];
+        for (int k = 0; k < nconf; ++k) {
+            tm[k] = median(t[k], reps);
+        }
+        printf("| %lldx%lld | %.1f | %.1f | %.2f |", (long long) m, (long long) n, tm[0], tm[1], tm[0]/tm[1]);
+        for (int k = 2; k < nconf; ++k) {
+            printf(" %.1f | %.2f |", tm[k], tm[0]/tm[k]);
+        }
+        printf(" %.1f |\n", conf[nconf - 1].t_idx);
         fflush(stdout);
 
+        for (int k = 1; k < nconf; ++k) {
+            free(conf[k].idx);
+        }
+        stock_free(&sb);
         free(b.w); free(b.x); free(b.y); free(b.idx); free(b.wdata);
     }
     zz_test_pool_free(&pool);

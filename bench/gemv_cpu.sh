@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
-# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold]   (env: NO_SAVE=1 to only print)
+# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]   (env: NO_SAVE=1 to only print)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--type", default="q4_k", help="standard-layout weight type (q4_k, q8_0, f16, ...)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0,
+                    help="number of blocks instead of the shape's (same per-layer shapes, smaller file: quicker to make)")
     a = ap.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
@@ -38,6 +40,8 @@ def main() -> int:
     from llama_sparse import _ggml
 
     n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx = SHAPES[a.shape]
+    if a.layers > 0:
+        n_layer = a.layers
     qtype = GGMLQuantizationType[a.type.upper()]
     head_dim = n_embd // n_head
     rng = np.random.default_rng(a.seed)

@@ -333,6 +333,20 @@ static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
 
+// decode: split block-rows over threads (true) or the active list (false, partial sums + reduction);
+// LLAMA_SPARSE_CPU_SPLIT=rows|cols forces one (benchmarks)
+static bool zz_split_rows(const struct zz_shape * s, int nth) {
+    static int env_split = -1; // benign race: every thread computes the same value
+    if (env_split < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_SPLIT");
+        env_split = e == NULL ? 0 : strcmp(e, "rows") == 0 ? 1 : strcmp(e, "cols") == 0 ? 2 : 0;
+    }
+    if (env_split != 0) {
+        return env_split == 1;
+    }
+    return s->nr % nth == 0;
+}
+
 // T > GGML_SPARSE_MAX_BATCH: dense, work units are (block-row, token group) pairs
 static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const struct zz_shape * s,
                             const char * wdata0, size_t wnb1, const float * x, int64_t ldx, float * y, int64_t ldy) {
@@ -408,12 +422,21 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
         GGML_ASSERT(count >= 0 && count <= s.n);
     }
 
-    const ggml_sparse_zz_gemv_t fast = zz_use_ref(params) ? NULL : zz_gemv_fast(s.type);
+    const bool use_ref = zz_use_ref(params);
+    const ggml_sparse_zz_gemv_t      fast = use_ref ? NULL : zz_gemv_fast(s.type);
+    const ggml_sparse_zz_gemv_rows_t rows = use_ref ? NULL : ggml_sparse_zz_gemv_rows_x86(s.type);
 
-    if (fast == NULL || nth == 1 || params->wdata == NULL || params->wsize < zz_gemv_work_size(&s, nth)) {
-        // block-rows split over threads, written straight into dst
+    if (fast == NULL || nth == 1 || params->wdata == NULL || params->wsize < zz_gemv_work_size(&s, nth) ||
+        zz_split_rows(&s, nth)) {
+        // block-rows split over threads, written straight into dst: every block-row has the same work
+        // (all active columns), so an even row count is as balanced as splitting the list, and needs
+        // no partial sums or barrier
         const int64_t r0 = s.nr*ith/nth;
         const int64_t r1 = s.nr*(ith + 1)/nth;
+        if (rows && r0 < r1) {
+            rows(wdata0, wnb1, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
+            return;
+        }
         for (int64_t r = r0; r < r1; ++r) {
             if (fast) {
                 fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
@@ -434,8 +457,12 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     float * partial0 = (float *) zz_align64(params->wdata);
     float * partial  = partial0 + ith*pstride;
 
-    for (int64_t r = 0; r < s.nr; ++r) {
-        fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);
+    if (rows) {
+        rows(wdata0, wnb1, 0, s.nr, cols, k0, k1, x, ldx, nt, partial, s.m);
+    } else {
+        for (int64_t r = 0; r < s.nr; ++r) {
+            fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);
+        }
     }
 
     ggml_barrier(params->threadpool);

@@ -44,6 +44,15 @@ typedef void (*ggml_sparse_zz_gemv_t)(const void * wrow, const int32_t * cols, i
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type);
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_arm(enum ggml_type type);
 
+// the same over block-rows r0 <= r < r1 of a whole weight (rows wnb1 bytes apart), y + r*B for row r;
+// for short block-rows (B = 32), where per-column setup shared by the rows pays
+typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, int64_t r0, int64_t r1,
+                                           const int32_t * cols, int64_t k0, int64_t k1,
+                                           const float * x, int64_t ldx, int nt, float * y, int64_t ldy);
+
+// multi-row kernels of this build for a type, NULL where there are none
+ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type);
+
 // prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(wrow[j])[i] for i < B and any nt, dense;
 // each weight block is dequantized once into panel (panel_floats floats, >= 8*B) for all nt tokens
 void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64_t n,

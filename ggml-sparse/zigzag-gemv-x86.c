@@ -102,16 +102,31 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
 #define ZZ_PF_DIST (2*ZZ_GROUP*ZZ_CHUNK)
 #endif
 
+#ifndef ZZ_PF_HINT
+#define ZZ_PF_HINT _MM_HINT_T0
+#endif
+
+// sparse: prefetches spread over the product loop (nt = 1) instead of issued per group
+#ifndef ZZ_PF_SPREAD
+#define ZZ_PF_SPREAD 1
+#endif
+
+// software prefetch of dense (contiguous) columns as well: 1 = per group, 2 = spread over the products
+#ifndef ZZ_PF_DENSE
+#define ZZ_PF_DENSE 2
+#endif
+
 // 1/a to ~23 bits (rcp + one Newton step; a divide is much slower), a > 0
 ZZ_INLINE __m256 zz_rcp(__m256 a) {
     const __m256 r = _mm256_rcp_ps(a);
     return _mm256_mul_ps(r, _mm256_fnmadd_ps(a, r, _mm256_set1_ps(2.0f)));
 }
 
-// y[e] += s*even words of v, y[8 + e] += s*odd words: no lane crossing; zz_q4_K_out undoes the order
+// y[e] += s*even words of v, y[8 + e] += s*odd words: no lane crossing; zz_q4_K_out undoes the order.
+// madd with (1, 0) / (0, 1) word pairs sign-extends the even / odd words in one instruction each
 ZZ_INLINE void zz_flush_i16_eo(float * yv, __m256i v, __m256 s) {
-    const __m256 fe = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16));
-    const __m256 fo = _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 16));
+    const __m256 fe = _mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi32(0x00000001)));
+    const __m256 fo = _mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi32(0x00010000)));
     _mm256_store_ps(yv + 0, _mm256_fmadd_ps(s, fe, _mm256_load_ps(yv + 0)));
     _mm256_store_ps(yv + 8, _mm256_fmadd_ps(s, fo, _mm256_load_ps(yv + 8)));
 }
@@ -244,17 +259,21 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 // blocks ZZ_PF_DIST columns ahead are fetched here, spread over the pair loop: the
                 // hardware prefetchers do not keep up with scattered (sparse) or gather-led (dense) access
                 if (dense) {
+                    if (ZZ_PF_DENSE != 1) {
+                        // contiguous: the hardware prefetchers follow
+                    } else {
                     const char * pa = (const char *) (w + kg + ZZ_PF_DIST + 2*p);
                     _mm_prefetch(pa,       _MM_HINT_T0);
                     _mm_prefetch(pa +  64, _MM_HINT_T0);
                     _mm_prefetch(pa + 128, _MM_HINT_T0);
                     _mm_prefetch(pa + 192, _MM_HINT_T0);
                     _mm_prefetch(pa + 256, _MM_HINT_T0);
-                } else if (kg + ZZ_PF_DIST + 2*p + 1 < k1) {
+                    }
+                } else if (!ZZ_PF_SPREAD && kg + ZZ_PF_DIST + 2*p + 1 < k1) {
                     const char * pa = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 0]);
                     const char * pb = (const char *) (w + cols[kg + ZZ_PF_DIST + 2*p + 1]);
-                    _mm_prefetch(pa, _MM_HINT_T0); _mm_prefetch(pa + 64, _MM_HINT_T0); _mm_prefetch(pa + 128, _MM_HINT_T0);
-                    _mm_prefetch(pb, _MM_HINT_T0); _mm_prefetch(pb + 64, _MM_HINT_T0); _mm_prefetch(pb + 128, _MM_HINT_T0);
+                    _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
+                    _mm_prefetch(pb, ZZ_PF_HINT); _mm_prefetch(pb + 64, ZZ_PF_HINT); _mm_prefetch(pb + 128, ZZ_PF_HINT);
                 }
                 const __m256i smv = zz_q4_K_scales_mins_x2(ZZ_BLK(2*p), ZZ_BLK(2*p + 1));
                 // words (a_s, b_s): lane 0 holds s = 0..3, lane 1 s = 4..7
@@ -292,6 +311,24 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
             const int p0 = ch*ZZ_CHUNK/2;
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
+                if (ZZ_PF_SPREAD && dense && ZZ_PF_DENSE == 2) {
+                    // the chunk ZZ_PF_DIST columns ahead, a quarter per batch of products
+                    const char * pa = (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) + sp*(ZZ_CHUNK*sizeof(block_q4_K)/4);
+                    for (int l = 0; l < (int) (ZZ_CHUNK*sizeof(block_q4_K)/4); l += 64) {
+                        _mm_prefetch(pa + l, ZZ_PF_HINT);
+                    }
+                }
+                if (ZZ_PF_SPREAD && !dense) {
+                    // scattered blocks ZZ_PF_DIST list entries ahead, a few between each batch of products:
+                    // a burst of prefetches at the start of a group overflows the miss buffers and is lost
+                    for (int q = 0; q < ZZ_CHUNK/4; ++q) {
+                        const int64_t kk = kg + ch*ZZ_CHUNK + sp*(ZZ_CHUNK/4) + q + ZZ_PF_DIST;
+                        if (kk < k1) {
+                            const char * pa = (const char *) (w + cols[kk]);
+                            _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
+                        }
+                    }
+                }
                 __m256i s0 = _mm256_setzero_si256();
                 __m256i s1 = _mm256_setzero_si256();
                 __m256i s2 = _mm256_setzero_si256();
@@ -533,6 +570,205 @@ ZZ_MADD_KERNEL(zz_gemv_q8_0, GGML_TYPE_Q8_0)
 ZZ_MADD_KERNEL(zz_gemv_q6_K, GGML_TYPE_Q6_K)
 
 //
+// Q8_0 and Q4_0 over several block-rows at once. A 32-output block-row is too short to amortize the
+// per-column work (index, x, coefficient packing) of zz_madd_impl, so the chunk's columns are set up
+// once and shared by every row; per row only the 16 scales d are gathered and turned into s16
+// coefficients, vectorized.
+//
+
+// the 16 fp16 d of a chunk's blocks (byte offsets off_lo/off_hi from the row) as floats
+ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * d_lo, __m256 * d_hi) {
+    // d is the first field of block_q8_0/block_q4_0: a 4-byte gather stays inside the block
+    const __m256i halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                            0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i ga = _mm256_shuffle_epi8(_mm256_i32gather_epi32((const int *) wr, off_lo, 1), halves);
+    const __m256i gb = _mm256_shuffle_epi8(_mm256_i32gather_epi32((const int *) wr, off_hi, 1), halves);
+    // qwords [a0-3 | a4-7] and [b0-3 | b4-7] -> [a0-3 a4-7 | b0-3 b4-7]
+    const __m256i v  = _mm256_permute4x64_epi64(_mm256_unpacklo_epi64(ga, gb), 0xD8);
+    *d_lo = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+    *d_hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+}
+
+// chunks of the list per span (stack: about (3*ZZ_MAX_T + 4)*ZZ_ROWS_SPAN*32 bytes)
+#ifndef ZZ_Q8_SX
+#define ZZ_Q8_SX 1
+#endif
+
+#ifndef ZZ_ROWS_SPAN
+#define ZZ_ROWS_SPAN 16
+#endif
+
+#ifndef ZZ_ROWS_PF
+#define ZZ_ROWS_PF 1
+#endif
+
+ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, int64_t r0, int64_t r1,
+                              const int32_t * cols, int64_t k0, int64_t k1,
+                              const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
+    const int bs = type == GGML_TYPE_Q8_0 ? (int) sizeof(block_q8_0) : (int) sizeof(block_q4_0);
+
+    for (int t = 0; t < nt; ++t) {
+        memset(y + t*ldy + r0*32, 0, (size_t) (r1 - r0)*32*sizeof(float));
+    }
+
+    const __m256i lane_id = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256  sign    = _mm256_set1_ps(-0.0f);
+
+    // the list in spans of ZZ_ROWS_SPAN chunks: the columns of a span are set up once, then every row
+    // reads its blocks of the span (one contiguous run when dense), so the rows stream like stock's
+    for (int64_t ks = k0; ks < k1; ks += ZZ_ROWS_SPAN*ZZ_CHUNK) {
+        const int64_t ke   = k1 - ks < ZZ_ROWS_SPAN*ZZ_CHUNK ? k1 : ks + ZZ_ROWS_SPAN*ZZ_CHUNK;
+        const int     nchk = (int) ((ke - ks + ZZ_CHUNK - 1)/ZZ_CHUNK);
+
+        // per chunk: block byte offsets in a row and x; padding lanes point at the chunk's first column
+        // with x = 0 (an odd tail pairs with a zero coefficient)
+        __m256i off_v[ZZ_ROWS_SPAN][2];
+        int32_t off[ZZ_ROWS_SPAN][ZZ_CHUNK] __attribute__((aligned(32)));
+        __m256  xv[ZZ_MAX_T][ZZ_ROWS_SPAN][2];
+        int     npc[ZZ_ROWS_SPAN];
+        for (int ch = 0; ch < nchk; ++ch) {
+            const int64_t kc = ks + ch*ZZ_CHUNK;
+            const int nc = ke - kc < ZZ_CHUNK ? (int) (ke - kc) : ZZ_CHUNK;
+            npc[ch] = (nc + 1)/2;
+            const __m256i v_lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc),     lane_id);
+            const __m256i v_hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(nc - 8), lane_id);
+            __m256i j_lo, j_hi;
+            if (cols) {
+                const __m256i j0 = _mm256_set1_epi32(cols[kc]);
+                j_lo = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc,     v_lo), v_lo);
+                j_hi = _mm256_blendv_epi8(j0, _mm256_maskload_epi32(cols + kc + 8, v_hi), v_hi);
+            } else {
+                const __m256i j0 = _mm256_set1_epi32((int32_t) kc);
+                j_lo = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, lane_id), v_lo);
+                j_hi = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, _mm256_add_epi32(lane_id, _mm256_set1_epi32(8))), v_hi);
+            }
+            const __m256i bsv = _mm256_set1_epi32(bs);
+            off_v[ch][0] = _mm256_mullo_epi32(j_lo, bsv);
+            off_v[ch][1] = _mm256_mullo_epi32(j_hi, bsv);
+            _mm256_store_si256((__m256i *) off[ch],       off_v[ch][0]);
+            _mm256_store_si256((__m256i *) (off[ch] + 8), off_v[ch][1]);
+            for (int t = 0; t < nt; ++t) {
+                const float * xt = x + t*ldx;
+                xv[t][ch][0] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_lo, 4), _mm256_castsi256_ps(v_lo));
+                xv[t][ch][1] = _mm256_and_ps(_mm256_i32gather_ps(xt, j_hi, 4), _mm256_castsi256_ps(v_hi));
+            }
+        }
+
+        for (int64_t r = r0; r < r1; ++r) {
+            const char * wr = w + r*wnb1;
+
+            // s16 coefficients round(x*d/S) with S = amax/32767 per token and chunk; dword p = pair (2p, 2p+1).
+            // All chunks of the span first: independent latency chains (gather, max, divide, rounding)
+            int32_t cw[ZZ_MAX_T][ZZ_ROWS_SPAN][ZZ_CHUNK/2] __attribute__((aligned(32)));
+            float   sf[ZZ_MAX_T][ZZ_ROWS_SPAN];
+            for (int ch = 0; ch < nchk; ++ch) {
+                __m256 d_lo, d_hi;
+                zz_d16(wr, off_v[ch][0], off_v[ch][1], &d_lo, &d_hi);
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 xa = _mm256_mul_ps(xv[t][ch][0], d_lo);
+                    const __m256 xb = _mm256_mul_ps(xv[t][ch][1], d_hi);
+                    __m256 mx = _mm256_max_ps(_mm256_andnot_ps(sign, xa), _mm256_andnot_ps(sign, xb));
+                    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+                    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+                    const float amax = _mm_cvtss_f32(m4);
+                    const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f/amax : 0.0f);
+                    sf[t][ch] = amax/32767.0f;
+                    const __m256i ia = _mm256_cvtps_epi32(_mm256_mul_ps(xa, inv));
+                    const __m256i ib = _mm256_cvtps_epi32(_mm256_mul_ps(xb, inv));
+                    _mm256_store_si256((__m256i *) cw[t][ch], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
+                }
+            }
+
+            for (int ch = 0; ch < nchk; ++ch) {
+                if (ZZ_ROWS_PF && r + 1 < r1) {
+                    // the next row's blocks of this chunk: the prefetchers lose the thread's row streams
+                    const char * wn = wr + wnb1;
+                    for (int c = 0; c < 2*npc[ch]; c += 2) {
+                        _mm_prefetch(wn + off[ch][c], _MM_HINT_T0);
+                        _mm_prefetch(wn + off[ch][c + 1] + bs - 1, _MM_HINT_T0);
+                    }
+                }
+                __m256i a32[ZZ_MAX_T][4];
+                for (int t = 0; t < nt; ++t) {
+                    for (int q = 0; q < 4; ++q) {
+                        a32[t][q] = _mm256_setzero_si256();
+                    }
+                }
+                for (int p = 0; p < npc[ch]; ++p) {
+                    __m256i w0, w1, w2, w3;
+                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+                        // s8 -> s16 straight from memory, word pairs in-lane: the sums come out as outputs
+                        // [0-3 8-11], [4-7 12-15], [16-19 24-27], [20-23 28-31], put back at the flush
+                        const int8_t * qa = ((const block_q8_0 *) (wr + off[ch][2*p + 0]))->qs;
+                        const int8_t * qb = ((const block_q8_0 *) (wr + off[ch][2*p + 1]))->qs;
+                        const __m256i al = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qa));
+                        const __m256i bl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qb));
+                        const __m256i ah = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qa + 16)));
+                        const __m256i bh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qb + 16)));
+                        w0 = _mm256_unpacklo_epi16(al, bl);
+                        w1 = _mm256_unpackhi_epi16(al, bl);
+                        w2 = _mm256_unpacklo_epi16(ah, bh);
+                        w3 = _mm256_unpackhi_epi16(ah, bh);
+                    } else {
+                        const __m256i qa = zz_unpack_s8(type, wr + off[ch][2*p + 0], 0);
+                        const __m256i qb = zz_unpack_s8(type, wr + off[ch][2*p + 1], 0);
+                        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
+                        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
+                        w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
+                        w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
+                        w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
+                        w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+                    }
+                    for (int t = 0; t < nt; ++t) {
+                        const __m256i e = _mm256_set1_epi32(cw[t][ch][p]);
+                        a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
+                        a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
+                        a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
+                        a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e));
+                    }
+                }
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 sv = _mm256_set1_ps(sf[t][ch]);
+                    float * yr = y + t*ldy + r*32;
+                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+                        const __m256i o0 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x20);
+                        const __m256i o1 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x31);
+                        const __m256i o2 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x20);
+                        const __m256i o3 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x31);
+                        a32[t][0] = o0; a32[t][1] = o1; a32[t][2] = o2; a32[t][3] = o3;
+                    }
+                    for (int q = 0; q < 4; ++q) {
+                        _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define ZZ_ROWS32_KERNEL(name, type)                                                                       \
+static void name(const void * w, size_t wnb1, int64_t r0, int64_t r1, const int32_t * cols, int64_t k0,   \
+                 int64_t k1, const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {               \
+    if (nt == 1) {                                                                                         \
+        zz_rows32_impl(type, w, wnb1, r0, r1, cols, k0, k1, x, ldx, 1, y, ldy);                           \
+    } else {                                                                                               \
+        zz_rows32_impl(type, w, wnb1, r0, r1, cols, k0, k1, x, ldx, nt, y, ldy);                          \
+    }                                                                                                      \
+}
+
+ZZ_ROWS32_KERNEL(zz_rows_q8_0, GGML_TYPE_Q8_0)
+ZZ_ROWS32_KERNEL(zz_rows_q4_0, GGML_TYPE_Q4_0)
+
+ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q8_0: return zz_rows_q8_0;
+        case GGML_TYPE_Q4_0: return zz_rows_q4_0;
+        default:             return NULL;
+    }
+}
+
+//
 // fp32 dequantization for the prefill GEMM panels: the values of ggml's dequantize_row_*
 //
 
@@ -621,6 +857,11 @@ ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
 #else
 
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
+    GGML_UNUSED(type);
+    return NULL;
+}
+
+ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
 }

@@ -426,12 +426,29 @@ static void test_mul_mat(bool quick) {
     }
 }
 
+// the multi-row 32-block kernels (Q8_0, Q4_0): every block-row count parity (row split for even counts
+// with 2 threads, list split with partial sums for odd ones and 3 threads), batch 1-8, every sparsity
+static void test_rows32(void) {
+    const enum ggml_type types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+    const int ti_of[] = { 2, 3 };
+    const int64_t ms[] = { 32, 96, 192, 576 };
+    const double sps[] = { 0.0, 0.01, 0.5, 0.99, 1.0, -1.0 };
+    for (int a = 0; a < 2; ++a) {
+        for (size_t mi = 0; mi < sizeof(ms)/sizeof(ms[0]); ++mi) {
+            for (size_t si = 0; si < sizeof(sps)/sizeof(sps[0]); ++si) {
+                test_mul_mat_one(types[a], ms[mi], rng_int(1, 600), rng_int(1, GGML_SPARSE_MAX_BATCH), sps[si], ti_of[a]);
+            }
+        }
+    }
+}
+
 int main(int argc, char ** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
 
     test_dequant_block();
     test_idx();
     test_mul_mat(quick);
+    test_rows32();
 
     for (size_t ti = 0; ti < 4; ++ti) {
         const struct err_stats * es = &err_by_type[ti];
