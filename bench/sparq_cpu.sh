@@ -12,14 +12,14 @@ model=${MODEL:-$("$py" -c "import importlib.metadata as m; d=m.distribution('llm
 threads=${THREADS:-2}
 chunks=${CHUNKS:-3}
 wiki=/work/shared/data/wikitext-2-raw/wiki.test.raw
-tool() { "$py" -m llama_sparse.tools "$@"; }
+tool() { nice "$py" -m llama_sparse.tools "$@"; }
 echo "# $(date -u) $(uname -m) nproc=$(nproc) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# model $model, threads $threads"
 
 if [ "$what" = ppl ] || [ "$what" = all ]; then
     for spec in off ${SPARQ_PPL:-r=16,k=256 r=8,k=128}; do
         echo "## perplexity, c=2048, $chunks chunks, -ub 1 (every token a decode step), LLAMA_SPARQ=$spec"
-        LLAMA_SPARQ=$([ "$spec" = off ] && echo "" || echo "$spec") nice tool perplexity -m "$model" -f "$wiki" \
+        LLAMA_SPARQ=$([ "$spec" = off ] && echo "" || echo "$spec") tool perplexity -m "$model" -f "$wiki" \
             -c 2048 -b 2048 -ub 1 --chunks "$chunks" -t "$threads" 2>&1 | grep -E "Final estimate|^\[[0-9]+\]|SparQ attention on" || true
         echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
     done
@@ -28,7 +28,7 @@ fi
 if [ "$what" = speed ] || [ "$what" = all ]; then
     for spec in off ${SPARQ_SPEED:-r=16,k=512 r=8,k=256}; do
         echo "## llama-bench decode at depth, LLAMA_SPARQ=$spec"
-        LLAMA_SPARQ=$([ "$spec" = off ] && echo "" || echo "$spec") nice tool bench -m "$model" -p 0 -n 32 -d 4096,8192 \
+        LLAMA_SPARQ=$([ "$spec" = off ] && echo "" || echo "$spec") tool bench -m "$model" -p 0 -n 32 -d 4096,8192 \
             -r 2 -t "$threads" -fa on 2>&1 | grep -E "^\|" || true
         echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
     done
@@ -36,7 +36,7 @@ fi
 
 if [ "$what" = op ] || [ "$what" = all ]; then
     echo "## attention op alone (CPU backend), SmolLM2 and Llama-3-8B shapes"
-    nice tool test-backend-ops perf -b CPU -o FLASH_ATTN_EXT -p "hsk=64,hsv=64,nh=3,nr23=\[3,1\]" 2>&1 | grep -E "FLASH_ATTN_EXT\(" || true
-    nice tool test-backend-ops perf -b CPU -o SPARQ_ATTN 2>&1 | grep -E "SPARQ_ATTN\(" || true
+    tool test-backend-ops perf -b CPU -o FLASH_ATTN_EXT -p "hsk=64,hsv=64,nh=3,nr23=\[3,1\]" 2>&1 | grep -E "FLASH_ATTN_EXT\(" || true
+    tool test-backend-ops perf -b CPU -o SPARQ_ATTN 2>&1 | grep -E "SPARQ_ATTN\(" || true
     echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi

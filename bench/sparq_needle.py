@@ -3,7 +3,7 @@
 A passphrase sentence is hidden at a relative depth of an Austen haystack of about N tokens. The haystack is
 prefilled densely once per (N, depth); then, for dense and each compression c, the question is decoded one token
 at a time (so SparQ sees it: SparQ only acts at decode) and the answer is generated greedily. A cell counts as
-retrieved when the generated text contains the passphrase. Compression c uses k = S*c (S = tokens in the cache
+retrieved when the generated text contains the passphrase's number. Compression c uses k = S*c (S = tokens in the cache
 when the question starts) and r = d_h*c (d_h = 64 for SmolLM2), as in issue 7.
 
 usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.3,0.5,0.7,0.9]
@@ -82,7 +82,7 @@ def main() -> int:
                     out.append(tok)
                     llm.eval([tok])
                 text = llm.detokenize(out).decode(errors="replace")
-                ok = secret in text
+                ok = secret.split("-")[1] in text  # the number: the model may respell the word ("harbour")
                 rows.append({"ctx": n_ctx, "S": S, "depth": depth, "setting": name,
                              "r": sp.r if sp else None, "k": sp.k if sp else None, "mean_v": bool(sp and sp.mean_v),
                              "secret": secret, "answer": text.strip(), "retrieved": ok})

@@ -209,7 +209,7 @@ def test_env_var_for_tools(smollm2_gguf: Path):
     exe = tool_path("completion")
     env = dict(os.environ, LLAMA_SPARQ="r=8,k=16")
     r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Once upon a time", "-n", "8", "-no-cnv",
-                        "-c", "256", "-t", "2", "--temp", "0"], capture_output=True, text=True, env=env, timeout=300)
+                        "-c", "256", "-t", "2", "--temp", "0", "-v"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "SparQ attention on: r = 8, k = 16" in r.stderr
     env["LLAMA_SPARQ"] = "r=8,k=zero"
