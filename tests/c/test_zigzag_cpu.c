@@ -109,19 +109,6 @@ static struct ggml_tensor make_tensor(enum ggml_type type, int64_t ne0, int64_t 
     return t;
 }
 
-static void run_op(zz_test_op_fn fn, struct ggml_tensor * dst, int nth, bool use_ref) {
-    const size_t wsize = ggml_sparse_cpu_work_size(dst, nth);
-    void * wdata = wsize ? malloc(wsize) : NULL;
-    if (wdata) {
-        memset(wdata, 0xA5, wsize); // garbage: kernels must not read what they did not write
-    }
-    struct zz_test_pool pool;
-    zz_test_pool_init(&pool, nth);
-    zz_test_pool_run(&pool, fn, dst, wdata, wsize, use_ref);
-    zz_test_pool_free(&pool);
-    free(wdata);
-}
-
 // builds the active list with the op itself (LIST mode)
 static int32_t * make_idx(const struct ggml_tensor * x, float thr, int nth) {
     int32_t * idx = malloc(sizeof(int32_t)*(x->ne[0] + 1));
@@ -129,7 +116,7 @@ static int32_t * make_idx(const struct ggml_tensor * x, float thr, int nth) {
     dst.src[0] = (struct ggml_tensor *) x;
     memcpy(&dst.op_params[0], &thr, sizeof(float));
     dst.op_params[1] = GGML_SPARSE_IDX_LIST;
-    run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
+    zz_test_run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
     return idx;
 }
 
@@ -236,7 +223,7 @@ static void test_idx(void) {
         dst.src[0] = &xt;
         memcpy(&dst.op_params[0], &thr, sizeof(float));
         dst.op_params[1] = GGML_SPARSE_IDX_MASK;
-        run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
+        zz_test_run_op(ggml_sparse_cpu_forward_idx, &dst, nth, false);
         ok = true;
         for (int t = 0; t < nt; ++t) {
             for (int64_t j = 0; j < n; ++j) {
@@ -316,7 +303,7 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         dst.src[0] = &wt;
         dst.src[1] = &xt;
         dst.src[2] = sparse ? &it : NULL;
-        run_op(ggml_sparse_cpu_forward_mul_mat_zz, &dst, nths[v], v == 3); // v = 3: scalar reference
+        zz_test_run_op(ggml_sparse_cpu_forward_mul_mat_zz, &dst, nths[v], v == 3); // v = 3: scalar reference
     }
 
     char desc[160];

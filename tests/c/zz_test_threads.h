@@ -5,11 +5,13 @@
 
 #include "ggml-cpu-impl.h"
 #include "ggml-sparse.h"
+#include "ggml-sparse-cpu.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ZZ_TEST_MAX_THREADS 16
@@ -143,4 +145,18 @@ static void zz_test_pool_run(struct zz_test_pool * pool, zz_test_op_fn fn, struc
             spins = 0;
         }
     }
+}
+
+// runs one op on nth threads with its work buffer filled with garbage: kernels must not read what they did not write
+static void zz_test_run_op(zz_test_op_fn fn, struct ggml_tensor * dst, int nth, bool use_ref) {
+    const size_t wsize = ggml_sparse_cpu_work_size(dst, nth);
+    void * wdata = wsize ? malloc(wsize) : NULL;
+    if (wdata) {
+        memset(wdata, 0xA5, wsize);
+    }
+    struct zz_test_pool pool;
+    zz_test_pool_init(&pool, nth);
+    zz_test_pool_run(&pool, fn, dst, wdata, wsize, use_ref);
+    zz_test_pool_free(&pool);
+    free(wdata);
 }

@@ -22,16 +22,6 @@ static struct ggml_tensor zzref_tensor(enum ggml_type type, int64_t ne0, int64_t
     return t;
 }
 
-static void zzref_run(zz_test_op_fn fn, struct ggml_tensor * dst, int nth, bool use_ref) {
-    const size_t wsize = ggml_sparse_cpu_work_size(dst, nth);
-    void * wdata = wsize ? malloc(wsize) : NULL;
-    struct zz_test_pool pool;
-    zz_test_pool_init(&pool, nth);
-    zz_test_pool_run(&pool, fn, dst, wdata, wsize, use_ref);
-    zz_test_pool_free(&pool);
-    free(wdata);
-}
-
 // LIST: dst int32 [n + 1]; MASK: dst float [nt][n] (row stride n)
 void zzref_idx(const float * x, int64_t n, int nt, size_t nb1, float thr, int mode, void * dst) {
     struct ggml_tensor src = zzref_tensor(GGML_TYPE_F32, n, nt, nb1, (void *) x);
@@ -41,7 +31,7 @@ void zzref_idx(const float * x, int64_t n, int nt, size_t nb1, float thr, int mo
     out.src[0] = &src;
     memcpy(&out.op_params[0], &thr, sizeof(float));
     out.op_params[1] = mode;
-    zzref_run(ggml_sparse_cpu_forward_idx, &out, 1, false);
+    zz_test_run_op(ggml_sparse_cpu_forward_idx, &out, 1, false);
 }
 
 // y [nt][m] (row stride m) = W x over the listed columns (idx may be NULL); the scalar reference kernel
@@ -55,5 +45,5 @@ void zzref_mul_mat(enum ggml_type type, const void * w, int64_t n, int64_t m, co
     ty.src[0] = &tw;
     ty.src[1] = &tx;
     ty.src[2] = idx ? &ti : NULL;
-    zzref_run(ggml_sparse_cpu_forward_mul_mat_zz, &ty, 1, true);
+    zz_test_run_op(ggml_sparse_cpu_forward_mul_mat_zz, &ty, 1, true);
 }
