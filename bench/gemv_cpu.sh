@@ -5,7 +5,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-up="${LLAMA_SPARSE_UPSTREAM:-$HOME/.cache/llama-sparse/upstream}"
+up="${LLAMA_SPARSE_UPSTREAM:-$("${PYTHON:-$root/.venv/bin/python}" "$root/tools/upstream.py" pristine)}"
 bin="${LLAMA_SPARSE_STOCK_BIN:-$HOME/.cache/llama-sparse/stock-build/bin}"
 out="${TMPDIR:-/tmp}/llama-sparse-bench"
 mkdir -p "$out"

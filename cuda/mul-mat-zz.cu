@@ -378,13 +378,11 @@ static __device__ __forceinline__ uint32_t zz_u4_word(const uint4 v, const int i
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
-template <int T, int XS>
-static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const float * cx, const int nv, const int lane,
-        float (&cm)[16][4]) {
-    const int g    = lane/4;
-    const int tq   = lane%4;
-    const int qoff = 16 + 16*g;
+// 16 columns on tensor cores: h[i], q[i] = header and quant bytes 16g..16g+15 of the block of column
+// 2tq + (i & 1) + 8(i >> 1) (zeros where there is none), xb[i] = x of that column for token g (0 if g >= T)
+static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+        const int lane, float (&cm)[16][4]) {
+    const int g = lane/4;
     // branch-free get_scale_min_k4 for the sub-blocks s0 = 2(g/2) and s0 + 1 (both < 4 or both >= 4)
     const int      s0  = 2*(g/2);
     const bool     hi  = s0 >= 4;
@@ -393,71 +391,78 @@ static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const 
     const uint32_t m2  = hi ? 0x30 : 0;
     const half2    k1024 = __floats2half2_rn(1024.0f, 1024.0f);
 
+    float dl[4], ml[4], dh[4], mh[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t wa  = hi ? h[i].w : h[i].y;
+        const uint32_t wm  = hi ? h[i].w : h[i].z;
+        const uint32_t sc0 = ((wa >> sh0)              & m6) | ((h[i].y >> (sh0 + 2))  & m2);
+        const uint32_t mn0 = ((wm >> (sh0 + 4*hi))     & m6) | ((h[i].z >> (sh0 + 2))  & m2);
+        const uint32_t sc1 = ((wa >> (sh0 + 8))        & m6) | ((h[i].y >> (sh0 + 10)) & m2);
+        const uint32_t mn1 = ((wm >> (sh0 + 8 + 4*hi)) & m6) | ((h[i].z >> (sh0 + 10)) & m2);
+        const float2   dm  = __half22float2(*(const half2 *) &h[i].x);
+        dl[i] = dm.x*(float) sc0;
+        ml[i] = dm.y*(float) mn0;
+        dh[i] = dm.x*(float) sc1*(1.0f/16.0f); // high nibbles arrive as 16*q
+        mh[i] = dm.y*(float) mn1;
+    }
+    // A scales of the column pairs (2tq, 2tq+1) and (2tq+8, 2tq+9)
+    const half2 sl01 = __floats2half2_rn(dl[0], dl[1]);
+    const half2 ml01 = __floats2half2_rn(-ml[0], -ml[1]);
+    const half2 sh01 = __floats2half2_rn(dh[0], dh[1]);
+    const half2 mh01 = __floats2half2_rn(-mh[0], -mh[1]);
+    const half2 sl23 = __floats2half2_rn(dl[2], dl[3]);
+    const half2 ml23 = __floats2half2_rn(-ml[2], -ml[3]);
+    const half2 sh23 = __floats2half2_rn(dh[2], dh[3]);
+    const half2 mh23 = __floats2half2_rn(-mh[2], -mh[3]);
+
+    // B: token g at the lane's 4 columns
+    const uint32_t b0 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
+    const uint32_t b1 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
+
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+        const int      wi  = mt/4;
+        const int      bi  = mt%4;
+        const uint32_t x01 = __byte_perm(zz_u4_word(q[0], wi), zz_u4_word(q[1], wi), bi | ((4 + bi) << 8));
+        const uint32_t x23 = __byte_perm(zz_u4_word(q[2], wi), zz_u4_word(q[3], wi), bi | ((4 + bi) << 8));
+        const half2 lo01 = __hsub2(zz_bits_h2((x01 & 0x000F000F) | 0x64006400), k1024); // q
+        const half2 hi01 = __hsub2(zz_bits_h2((x01 & 0x00F000F0) | 0x64006400), k1024); // 16 q
+        const half2 lo23 = __hsub2(zz_bits_h2((x23 & 0x000F000F) | 0x64006400), k1024);
+        const half2 hi23 = __hsub2(zz_bits_h2((x23 & 0x00F000F0) | 0x64006400), k1024);
+        const uint32_t a0 = zz_h2_bits(__hfma2(lo01, sl01, ml01)); // row g,   columns 2tq, 2tq+1
+        const uint32_t a1 = zz_h2_bits(__hfma2(hi01, sh01, mh01)); // row g+8, columns 2tq, 2tq+1
+        const uint32_t a2 = zz_h2_bits(__hfma2(lo23, sl23, ml23)); // row g,   columns 2tq+8, 2tq+9
+        const uint32_t a3 = zz_h2_bits(__hfma2(hi23, sh23, mh23)); // row g+8, columns 2tq+8, 2tq+9
+        zz_mma_16816(cm[mt], a0, a1, a2, a3, b0, b1);
+    }
+}
+
+// one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
+template <int T, int XS>
+static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const float * cx, const int nv, const int lane,
+        float (&cm)[16][4]) {
+    const int g    = lane/4;
+    const int tq   = lane%4;
+    const int qoff = 16 + 16*g;
     for (int k0 = 0; k0 < nv; k0 += 16) {
-        uint4 q[4];
-        float dl[4], ml[4], dh[4], mh[4];
+        uint4 h[4], q[4];
+        float xb[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int col = k0 + 2*tq + (i & 1) + 8*(i >> 1);
             if (col < nv) {
                 const char * blk = cw + col*(int) sizeof(block_q4_K);
-                const uint4  h   = *(const uint4 *) blk;
-                q[i] = *(const uint4 *) (blk + qoff);
-                const uint32_t wa  = hi ? h.w : h.y;
-                const uint32_t wm  = hi ? h.w : h.z;
-                const uint32_t sc0 = ((wa >> sh0)                & m6) | ((h.y >> (sh0 + 2))  & m2);
-                const uint32_t mn0 = ((wm >> (sh0 + 4*hi))       & m6) | ((h.z >> (sh0 + 2))  & m2);
-                const uint32_t sc1 = ((wa >> (sh0 + 8))          & m6) | ((h.y >> (sh0 + 10)) & m2);
-                const uint32_t mn1 = ((wm >> (sh0 + 8 + 4*hi))   & m6) | ((h.z >> (sh0 + 10)) & m2);
-                const float2   dm  = __half22float2(*(const half2 *) &h.x);
-                dl[i] = dm.x*(float) sc0;
-                ml[i] = dm.y*(float) mn0;
-                dh[i] = dm.x*(float) sc1*(1.0f/16.0f); // high nibbles arrive as 16*q
-                mh[i] = dm.y*(float) mn1;
+                h[i]  = *(const uint4 *) blk;
+                q[i]  = *(const uint4 *) (blk + qoff);
+                xb[i] = g < T ? cx[col*XS + g] : 0.0f;
             } else {
+                h[i]  = make_uint4(0, 0, 0, 0);
                 q[i]  = make_uint4(0, 0, 0, 0);
-                dl[i] = 0.0f;
-                ml[i] = 0.0f;
-                dh[i] = 0.0f;
-                mh[i] = 0.0f;
+                xb[i] = 0.0f;
             }
         }
-        // A scales of the column pairs (2tq, 2tq+1) and (2tq+8, 2tq+9)
-        const half2 sl01 = __floats2half2_rn(dl[0], dl[1]);
-        const half2 ml01 = __floats2half2_rn(-ml[0], -ml[1]);
-        const half2 sh01 = __floats2half2_rn(dh[0], dh[1]);
-        const half2 mh01 = __floats2half2_rn(-mh[0], -mh[1]);
-        const half2 sl23 = __floats2half2_rn(dl[2], dl[3]);
-        const half2 ml23 = __floats2half2_rn(-ml[2], -ml[3]);
-        const half2 sh23 = __floats2half2_rn(dh[2], dh[3]);
-        const half2 mh23 = __floats2half2_rn(-mh[2], -mh[3]);
-
-        // B: token g at the lane's 4 columns (0 past nv or past the batch)
-        float xb[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int col = k0 + 2*tq + (i & 1) + 8*(i >> 1);
-            xb[i] = g < T && col < nv ? cx[col*XS + g] : 0.0f;
-        }
-        const uint32_t b0 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
-        const uint32_t b1 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
-
-#pragma unroll
-        for (int mt = 0; mt < 16; ++mt) {
-            const int      wi  = mt/4;
-            const int      bi  = mt%4;
-            const uint32_t x01 = __byte_perm(zz_u4_word(q[0], wi), zz_u4_word(q[1], wi), bi | ((4 + bi) << 8));
-            const uint32_t x23 = __byte_perm(zz_u4_word(q[2], wi), zz_u4_word(q[3], wi), bi | ((4 + bi) << 8));
-            const half2 lo01 = __hsub2(zz_bits_h2((x01 & 0x000F000F) | 0x64006400), k1024); // q
-            const half2 hi01 = __hsub2(zz_bits_h2((x01 & 0x00F000F0) | 0x64006400), k1024); // 16 q
-            const half2 lo23 = __hsub2(zz_bits_h2((x23 & 0x000F000F) | 0x64006400), k1024);
-            const half2 hi23 = __hsub2(zz_bits_h2((x23 & 0x00F000F0) | 0x64006400), k1024);
-            const uint32_t a0 = zz_h2_bits(__hfma2(lo01, sl01, ml01)); // row g,   columns 2tq, 2tq+1
-            const uint32_t a1 = zz_h2_bits(__hfma2(hi01, sh01, mh01)); // row g+8, columns 2tq, 2tq+1
-            const uint32_t a2 = zz_h2_bits(__hfma2(lo23, sl23, ml23)); // row g,   columns 2tq+8, 2tq+9
-            const uint32_t a3 = zz_h2_bits(__hfma2(hi23, sh23, mh23)); // row g+8, columns 2tq+8, 2tq+9
-            zz_mma_16816(cm[mt], a0, a1, a2, a3, b0, b1);
-        }
+        zz_mma_q4_K_step(h, q, xb, lane, cm);
     }
 }
 #endif // AMPERE_MMA_AVAILABLE
@@ -688,6 +693,80 @@ static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, 
     return r1 - r0;
 }
 
+#ifdef AMPERE_MMA_AVAILABLE
+// the tensor-core accumulators of tokens [t0, t0 + tp): tile mt, rows g | g+8, tokens 2tq | 2tq+1
+template <int T, int B>
+static __device__ __forceinline__ void zz_mma_put(const float (&cm)[16][4], const int lane, const int t0, const int tp,
+        float * red_w) {
+    const int g  = lane/4;
+    const int tq = lane%4;
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int t = 2*tq + (e & 1);
+            const int o = 64*(g/2) + 16*(g%2) + mt + 32*(e >> 1);
+            if (t < T && t >= t0 && t < t0 + tp) {
+                red_w[(t - t0)*B + o] = cm[mt][e];
+            }
+        }
+    }
+}
+#endif // AMPERE_MMA_AVAILABLE
+
+// partial sums of the block's warps -> y: put(t0, tp, red_w) writes the calling warp's partials of tokens
+// [t0, t0 + tp) to red_w[(t - t0)*B + output]; red_mode says how the n1 blocks of a block-row combine.
+// Shared memory: n2*tokens_per_pass*B floats at smem (may alias buffers the caller is done with), and for
+// the cluster mode T*B floats at smem + red_bytes.
+template <int T, int B, typename F>
+static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row,
+        const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes) {
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n2   = blockDim.x / WARP_SIZE;
+    float * red = (float *) smem;
+    float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
+    __syncthreads();
+    for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
+        const int tp = min(tokens_per_pass, T - t0);
+        put(t0, tp, red + warp*tokens_per_pass*B);
+        __syncthreads();
+        for (int e = threadIdx.x; e < tp*B; e += blockDim.x) {
+            float sum = 0.0f;
+            for (int wi = 0; wi < n2; ++wi) {
+                sum += red[wi*tokens_per_pass*B + e];
+            }
+            const int     t  = t0 + e/B;
+            const int64_t iy = t*y_stride + (int64_t) row*B + e%B;
+            if (red_mode == ZZ_RED_STORE) {
+                y[iy] = sum;
+            } else if (red_mode == ZZ_RED_ATOMIC) {
+                atomicAdd(y + iy, sum);
+            } else {
+                tot[t*B + e%B] = sum;
+            }
+        }
+        __syncthreads();
+    }
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (red_mode == ZZ_RED_CLUSTER) {
+        // the cluster is the n1 blocks of this block-row; block r sums slice r of every block's totals
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        cluster.sync();
+        const int nb   = (int) cluster.num_blocks();
+        const int rank = (int) cluster.block_rank();
+        for (int e = rank*blockDim.x + threadIdx.x; e < T*B; e += nb*blockDim.x) {
+            float sum = 0.0f;
+            for (int r = 0; r < nb; ++r) {
+                sum += cluster.map_shared_rank(tot, r)[e];
+            }
+            y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
+        }
+        cluster.sync(); // peers' shared memory must outlive the reads
+    }
+#endif
+}
+
 template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
@@ -889,27 +968,12 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         }
     }
 
-    // cross-warp reduction, tokens_per_pass tokens at a time; red aliases the pipeline buffers
-    float * red = (float *) zz_smem;
-    float * tot = (float *) (zz_smem + max(n2*wsm, n2*tokens_per_pass*B*(int) sizeof(float))); // cluster: [T][B]
-    __syncthreads();
-    for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
-        const int tp = min(tokens_per_pass, T - t0);
+    // cross-warp reduction; red aliases the pipeline buffers
+    const int red_bytes = max(n2*wsm, n2*tokens_per_pass*B*(int) sizeof(float));
+    zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
 #ifdef AMPERE_MMA_AVAILABLE
         if constexpr (use_mma) {
-            const int g  = lane/4;
-            const int tq = lane%4;
-#pragma unroll
-            for (int mt = 0; mt < 16; ++mt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int t = 2*tq + (e & 1);
-                    const int o = 64*(g/2) + 16*(g%2) + mt + 32*(e >> 1);
-                    if (t >= t0 && t < t0 + tp) {
-                        red[(warp*tokens_per_pass + t - t0)*B + o] = cm[mt][e];
-                    }
-                }
-            }
+            zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
         }
 #endif // AMPERE_MMA_AVAILABLE
         if (lane < lpc && !use_mma) {
@@ -918,47 +982,113 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
                 if (t >= t0 && t < t0 + tp) {
 #pragma unroll
                     for (int k = 0; k < opl; ++k) {
-                        red[(warp*tokens_per_pass + t - t0)*B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
+                        red_w[(t - t0)*B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
                     }
                 }
             }
         }
-        __syncthreads();
-        for (int e = threadIdx.x; e < tp*B; e += blockDim.x) {
-            float sum = 0.0f;
-            for (int wi = 0; wi < n2; ++wi) {
-                sum += red[wi*tokens_per_pass*B + e];
-            }
-            const int     t  = t0 + e/B;
-            const int64_t iy = t*y_stride + (int64_t) row*B + e%B;
-            if (red_mode == ZZ_RED_STORE) {
-                y[iy] = sum;
-            } else if (red_mode == ZZ_RED_ATOMIC) {
-                atomicAdd(y + iy, sum);
-            } else {
-                tot[t*B + e%B] = sum;
-            }
+    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
+}
+
+// Q4_K, batch 1-8, DENSE or IDX, weights straight from global memory into registers (no shared-memory
+// staging): a warp walks its share of the columns 16 at a time (one m16n8k16 K-step), lane (g, tq) loading
+// the header and quant bytes 16g..16g+15 of its 4 columns' blocks, ZZ_DIRECT_STEPS steps in flight. The
+// staged kernel above pays a chain of dependent latencies per chunk (index, cp.async, shared loads); here
+// the only chain is index -> block, and the next steps' indices are fetched while a step computes.
+#define ZZ_DIRECT_STEPS 2
+
+template <int mode>
+static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const int p, const int p_end, const int tq,
+        int (&col)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int pi = p + 2*tq + (i & 1) + 8*(i >> 1);
+        col[i] = pi < p_end ? (mode == ZZ_GEMV_IDX ? __ldg(idx + pi) : pi) : -1;
+    }
+}
+
+template <int T, int mode>
+static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_q4_K_direct(
+        const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode) {
+#ifdef AMPERE_MMA_AVAILABLE
+    constexpr int B  = QK_K;
+    constexpr int bs = sizeof(block_q4_K);
+    constexpr int S  = ZZ_DIRECT_STEPS;
+    static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX, "direct kernel: DENSE or IDX");
+
+    extern __shared__ __align__(16) char zz_smem[];
+
+    ggml_cuda_pdl_lc();
+
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n2   = blockDim.x / WARP_SIZE;
+    const int row  = blockIdx.y;
+    const int g    = lane/4;
+    const int tq   = lane%4;
+
+    const char * w_row = w + (int64_t) row*n*bs;
+
+    ggml_cuda_pdl_sync(); // x and idx come from earlier kernels
+
+    const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
+    const int nw      = gridDim.x*n2;
+    const int wid     = blockIdx.x*n2 + warp;
+    const int p_begin = (int) (((int64_t) count*wid)/nw);
+    const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+
+    float cm[16][4];
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            cm[mt][e] = 0.0f;
         }
-        __syncthreads();
     }
 
-#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
-    if (red_mode == ZZ_RED_CLUSTER) {
-        // the cluster is the n1 blocks of this block-row; block r sums slice r of every block's totals
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        cluster.sync();
-        const int nb   = (int) cluster.num_blocks();
-        const int rank = (int) cluster.block_rank();
-        for (int e = rank*blockDim.x + threadIdx.x; e < T*B; e += nb*blockDim.x) {
-            float sum = 0.0f;
-            for (int r = 0; r < nb; ++r) {
-                sum += cluster.map_shared_rank(tot, r)[e];
-            }
-            y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
-        }
-        cluster.sync(); // peers' shared memory must outlive the reads
+    int col[S][4];
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+        zz_direct_cols<mode>(idx, p_begin + 16*st, p_end, tq, col[st]);
     }
-#endif
+    for (int p0 = p_begin; p0 < p_end; p0 += 16*S) {
+        uint4 h[S][4], q[S][4];
+        float xb[S][4];
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (col[st][i] >= 0) {
+                    const char * blk = w_row + (int64_t) col[st][i]*bs;
+                    h[st][i]  = __ldg((const uint4 *) blk);
+                    q[st][i]  = __ldg((const uint4 *) (blk + 16 + 16*g));
+                    xb[st][i] = g < T ? x[g*x_stride + col[st][i]] : 0.0f;
+                } else {
+                    h[st][i]  = make_uint4(0, 0, 0, 0);
+                    q[st][i]  = make_uint4(0, 0, 0, 0);
+                    xb[st][i] = 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+            zz_direct_cols<mode>(idx, p0 + 16*(S + st), p_end, tq, col[st]);
+        }
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+            zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+        }
+    }
+
+    const int red_bytes = n2*tokens_per_pass*B*(int) sizeof(float);
+    zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
+        zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
+    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
+#else
+    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode);
+    NO_DEVICE_CODE;
+#endif // AMPERE_MMA_AVAILABLE
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1012,6 +1142,72 @@ static size_t zz_fused_smem(const int64_t n, const int n1) {
     return (size_t) (2*nwords + n/n1 + 2)*sizeof(int);
 }
 
+// LLAMA_SPARSE_CUDA_DIRECT=0 keeps Q4_K on the staged kernel (for comparisons)
+static bool zz_direct_enabled(const int cc_major) {
+    static const char * env = getenv("LLAMA_SPARSE_CUDA_DIRECT");
+    return cc_major >= 8 && (env == nullptr || atoi(env) != 0);
+}
+
+// a GEMV kernel launch, as a thread block cluster of the n1 blocks of a block-row when red_mode says so
+template <typename Kernel, typename... Args>
+static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const size_t smem, const int red_mode,
+        cudaStream_t stream, Args... args) {
+#ifdef ZZ_CLUSTER_AVAILABLE
+    if (red_mode == ZZ_RED_CLUSTER) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id               = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = grid.x;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim          = grid;
+        lc.blockDim         = block;
+        lc.dynamicSmemBytes = smem;
+        lc.stream           = stream;
+        lc.attrs            = attr;
+        lc.numAttrs         = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, args...));
+        return;
+    }
+#endif // ZZ_CLUSTER_AVAILABLE
+    GGML_ASSERT(red_mode != ZZ_RED_CLUSTER);
+    const ggml_cuda_kernel_launch_params params(grid, block, smem, stream);
+    ggml_cuda_kernel_launch(kernel, params, args...);
+}
+
+static int zz_red_mode(const zz_gemv_config & cfg, const int cluster_ok) {
+    if (cfg.n1 == 1) {
+        return ZZ_RED_STORE;
+    }
+    return cfg.cluster && cluster_ok && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
+}
+
+// graph safe: a memset node in the same stream
+static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y_stride, cudaStream_t stream) {
+    if (y_stride == m || T == 1) {
+        CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
+    } else {
+        CUDA_CHECK(cudaMemset2DAsync(y, y_stride*sizeof(float), 0, m*sizeof(float), T, stream));
+    }
+}
+
+template <int T, int mode>
+static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
+        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
+        cudaStream_t stream) {
+    constexpr int B = QK_K;
+    const int    red_mode = zz_red_mode(cfg, cluster_ok);
+    const int    tp       = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
+    const size_t smem     = cfg.n2*tp*B*sizeof(float) + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    if (red_mode == ZZ_RED_ATOMIC) {
+        zz_zero_dst(y, m, T, y_stride, stream);
+    }
+    const dim3 grid(cfg.n1, m/B, 1);
+    const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
+    zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode>, grid, block, smem, red_mode, stream,
+              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode);
+}
+
 template <ggml_type type, int T, int mode>
 static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
@@ -1023,22 +1219,23 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
     GGML_ASSERT(rows <= 65535);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_GEMV_MAX_WARPS && cfg.n1 >= 1);
 
-    int red_mode = ZZ_RED_STORE;
-    if (cfg.n1 > 1) {
-        red_mode = cfg.cluster && cluster_ok && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
+    if constexpr (type == GGML_TYPE_Q4_K && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX)) {
+        int device;
+        CUDA_CHECK(cudaGetDevice(&device));
+        if (zz_direct_enabled(zz_get_device_props(device).cc_major)) {
+            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            return;
+        }
     }
+
+    const int red_mode = zz_red_mode(cfg, cluster_ok);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
     const size_t smem      = smem_base + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
 
     if (red_mode == ZZ_RED_ATOMIC) {
-        // graph safe: a memset node in the same stream
-        if (y_stride == m || T == 1) {
-            CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
-        } else {
-            CUDA_CHECK(cudaMemset2DAsync(y, y_stride*sizeof(float), 0, m*sizeof(float), T, stream));
-        }
+        zz_zero_dst(y, m, T, y_stride, stream);
     }
 
     const dim3 grid(cfg.n1, rows, 1);
@@ -1060,27 +1257,7 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         GGML_ASSERT(smem <= (size_t) smem_max[device] && "zigzag GEMV: n2 too large for this device's shared memory");
     }
 
-#ifdef ZZ_CLUSTER_AVAILABLE
-    if (red_mode == ZZ_RED_CLUSTER) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id               = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = cfg.n1;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t lc = {};
-        lc.gridDim          = grid;
-        lc.blockDim         = block;
-        lc.dynamicSmemBytes = smem;
-        lc.stream           = stream;
-        lc.attrs            = attr;
-        lc.numAttrs         = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base));
-        return;
-    }
-#endif // ZZ_CLUSTER_AVAILABLE
-
-    const ggml_cuda_kernel_launch_params params(grid, block, smem, stream);
-    ggml_cuda_kernel_launch(kernel, params, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base);
+zz_launch(kernel, grid, block, smem, red_mode, stream, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base);
 }
 
 template <ggml_type type, int T>
@@ -1284,6 +1461,26 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     cfg.n2      = 8;
     cfg.cluster = 0;
 
+    if (type == GGML_TYPE_Q4_K && zz_direct_enabled(props.cc_major)) {
+        // n1 <= 8 blocks of 8 warps per block-row (a cluster on sm_90), n1 taking the fewest waves per
+        // unit of work: waves(n1)/n1 smallest, ties to the smaller n1
+        int bps = 1;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mul_mat_zz_gemv_q4_K_direct<1, ZZ_GEMV_DENSE>,
+                cfg.n2*WARP_SIZE, cfg.n2*QK_K*sizeof(float) + QK_K*sizeof(float)));
+        const int64_t slots = (int64_t) props.nsm*std::max(1, bps);
+        double best = 1e30;
+        cfg.n1 = 1;
+        for (int n1 = 1; n1 <= 8; ++n1) {
+            const double cost = (double) ((rows*n1 + slots - 1)/slots)/n1;
+            if (cost < best - 1e-9) {
+                best   = cost;
+                cfg.n1 = n1;
+            }
+        }
+        cfg.cluster = props.cc_major >= 9;
+        return cfg;
+    }
+
     // about 12 warps per SM, at least one chunk of columns per warp, at most 64 blocks per block-row
     const int64_t chunk  = ggml_blck_size(type) == QK_K ? 32 : 128;
     const int64_t target = (int64_t) props.nsm*12;
@@ -1306,8 +1503,12 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
             zz_tune_table = zz_tune_read(zz_tune_path(nullptr));
-            const std::vector<zz_tune_entry> builtin = zz_tune_read_builtin();
-            zz_tune_table.insert(zz_tune_table.end(), builtin.begin(), builtin.end());
+            // the built-in Q4_K entries were tuned for the staged kernel
+            for (const zz_tune_entry & e : zz_tune_read_builtin()) {
+                if (e.type != GGML_TYPE_Q4_K || !zz_direct_enabled(props.cc_major)) {
+                    zz_tune_table.push_back(e);
+                }
+            }
             zz_tune_loaded = true;
         }
         // the entry of this shape class with the largest batch <= n_tokens; the tune file before the built-in table

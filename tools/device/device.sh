@@ -17,7 +17,8 @@
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
 #   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test`
-#   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq)
+#   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
+#              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
@@ -145,11 +146,13 @@ remote() {
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "us/run" | sed 's/  */ /g' | cut -c1-120
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32" 2>&1 | tee "$out/perf-mm.log" | grep -E "n=1,.*us/run" | sed 's/  */ /g' | cut -c1-120
             ;;
-        bench)
+        bench|bench-staged)
+            # bench-staged: the same with Q4_K on the staged (cp.async) kernel instead of the direct one
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
-            timeout 420 /tmp/zz-test/t bench --batch 1 \
+            local direct=1; [ "$step" = bench ] || direct=0
+            LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 420 /tmp/zz-test/t bench --batch 1 \
                 --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
-                --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log" | tail -80
+                --csv "$out/$step.csv" 2>&1 | tee "$out/$step.log" | tail -80
             ;;
         sparq-ncu)
             # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
@@ -220,11 +223,18 @@ EOF
                     LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
                 fi 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
             done
+            echo "-- Q4_K on the staged GEMV kernel (LLAMA_SPARSE_CUDA_DIRECT=0)"
+            for lv in dense 0.50; do
+                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_DIRECT=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 |
+                    tee "$out/e2e-fork-$lv-staged.log" | grep -E "tg128" | sed "s/^/staged $lv /"
+            done
+            [ "${E2E_FUSED:-0}" = 1 ] || echo "-- (fused rows skipped; E2E_FUSED=1 runs them)"
             echo "-- the same with the index collection fused into the GEMV (LLAMA_SPARSE_CUDA_FUSE=1), and the down projection fused too"
-            for lv in 0.25 0.50 0.65; do
+            for lv in $( [ "${E2E_FUSED:-0}" = 1 ] && echo 0.25 0.50 0.65 ); do
                 LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=1 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     tee "$out/e2e-fork-$lv-fused.log" | grep -E "tg128" | sed "s/^/fuse=1 $lv /"
             done
+            [ "${E2E_FUSED:-0}" != 1 ] ||
             LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=1 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                 tee "$out/e2e-fork-0.50-fuseall.log" | grep -E "tg128" | sed "s/^/fuse-all 0.50 /"
             echo "-- index-collection share at 0.50, separate LIST op: tg128 with the list run 1x and 3x"
