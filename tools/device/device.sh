@@ -39,7 +39,7 @@ pack() {
     fork=$(python3 "$repo/tools/upstream.py" fork)
     mkdir -p "$out"
     if [ "$out" = "$repo/.device" ]; then
-        grep -qx '/.device/' "$repo/.git/info/exclude" 2>/dev/null || echo '/.device/' >> "$repo/.git/info/exclude"
+        git -C "$repo" check-ignore -q .device || echo '/.device/' >> "$(git -C "$repo" rev-parse --git-path info/exclude)"
     fi
     # tests/ of upstream stays: test-backend-ops lives there; the rest is pruned by tools/upstream.py
     tar -C "$(dirname "$fork")" -cf - --exclude='*.gguf' --exclude='gguf-py' --exclude='conversion' \
