@@ -990,12 +990,23 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
 }
 
-// Q4_K, batch 1-8, DENSE or IDX, weights straight from global memory into registers (no shared-memory
-// staging): a warp walks its share of the columns 16 at a time (one m16n8k16 K-step), lane (g, tq) loading
-// the header and quant bytes 16g..16g+15 of its 4 columns' blocks, ZZ_DIRECT_STEPS steps in flight. The
-// staged kernel above pays a chain of dependent latencies per chunk (index, cp.async, shared loads); here
-// the only chain is index -> block, and the next steps' indices are fetched while a step computes.
+// Q4_K, batch 1-8, weights straight from global memory into registers (no shared-memory staging): a warp
+// walks its columns 16 at a time (one m16n8k16 K-step), lane (g, tq) loading the header and quant bytes
+// 16g..16g+15 of its 4 columns' blocks, ZZ_DIRECT_STEPS steps in flight. The staged kernel above pays a
+// chain of dependent latencies per chunk (index, cp.async, shared loads); here the only chain is
+// index -> block, and the next steps' indices are fetched while a step computes.
+//   DENSE, IDX: the warps of a block-row split its (active) columns evenly.
+//   FUSED: no list. The warps split the row's n columns evenly and each finds its active ones itself
+//   (|x| >= thr for any token: a ballot per 32 columns, compacted into a small per-warp queue in shared
+//   memory), so no LIST launch and no list round trip; the price is the lost load balancing.
 #define ZZ_DIRECT_STEPS 2
+#define ZZ_DIRECT_QUEUE 64 // queued active columns per warp (< 16*ZZ_DIRECT_STEPS left + 32 new)
+
+// shared bytes of one warp's FUSED queue: columns and their x
+template <int T>
+static constexpr __host__ __device__ int zz_direct_queue_bytes() {
+    return ZZ_DIRECT_QUEUE*(int) sizeof(int) + ZZ_DIRECT_QUEUE*T*(int) sizeof(float);
+}
 
 template <int mode>
 static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const int p, const int p_end, const int tq,
@@ -1007,15 +1018,26 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
     }
 }
 
+// header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing)
+static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
+    if (col >= 0) {
+        const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
+        h = __ldg((const uint4 *) blk);
+        q = __ldg((const uint4 *) (blk + 16 + 16*g));
+    } else {
+        h = make_uint4(0, 0, 0, 0);
+        q = make_uint4(0, 0, 0, 0);
+    }
+}
+
 template <int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_q4_K_direct(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
-        const int64_t y_stride, const int tokens_per_pass, const int red_mode) {
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
-    constexpr int bs = sizeof(block_q4_K);
     constexpr int S  = ZZ_DIRECT_STEPS;
-    static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX, "direct kernel: DENSE or IDX");
+    static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
 
     extern __shared__ __align__(16) char zz_smem[];
 
@@ -1027,16 +1049,12 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     const int row  = blockIdx.y;
     const int g    = lane/4;
     const int tq   = lane%4;
+    const int nw   = gridDim.x*n2;
+    const int wid  = blockIdx.x*n2 + warp;
 
-    const char * w_row = w + (int64_t) row*n*bs;
+    const char * w_row = w + (int64_t) row*n*sizeof(block_q4_K);
 
     ggml_cuda_pdl_sync(); // x and idx come from earlier kernels
-
-    const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
-    const int nw      = gridDim.x*n2;
-    const int wid     = blockIdx.x*n2 + warp;
-    const int p_begin = (int) (((int64_t) count*wid)/nw);
-    const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
 
     float cm[16][4];
 #pragma unroll
@@ -1047,46 +1065,128 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         }
     }
 
-    int col[S][4];
+    if constexpr (mode == ZZ_GEMV_FUSED) {
+        int   * q_col = (int *) (zz_smem + warp*zz_direct_queue_bytes<T>());
+        float * q_x   = (float *) (q_col + ZZ_DIRECT_QUEUE);
+        const int c_begin = (int) (((int64_t) n*wid)/nw);
+        const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
+
+        float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
-    for (int st = 0; st < S; ++st) {
-        zz_direct_cols<mode>(idx, p_begin + 16*st, p_end, tq, col[st]);
-    }
-    for (int p0 = p_begin; p0 < p_end; p0 += 16*S) {
-        uint4 h[S][4], q[S][4];
-        float xb[S][4];
+        for (int t = 0; t < T; ++t) {
+            xn[t] = c_begin + lane < c_end ? x[t*x_stride + c_begin + lane] : 0.0f;
+        }
+        int queued = 0;
+        for (int base = c_begin; base < c_end; base += WARP_SIZE) {
+            const int c = base + lane;
+            float xv[T];
+            bool  act = false;
 #pragma unroll
-        for (int st = 0; st < S; ++st) {
+            for (int t = 0; t < T; ++t) {
+                xv[t] = xn[t];
+                act   = act || fabsf(xv[t]) >= thr;
+            }
+            act = act && c < c_end;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if (col[st][i] >= 0) {
-                    const char * blk = w_row + (int64_t) col[st][i]*bs;
-                    h[st][i]  = __ldg((const uint4 *) blk);
-                    q[st][i]  = __ldg((const uint4 *) (blk + 16 + 16*g));
-                    xb[st][i] = g < T ? x[g*x_stride + col[st][i]] : 0.0f;
-                } else {
-                    h[st][i]  = make_uint4(0, 0, 0, 0);
-                    q[st][i]  = make_uint4(0, 0, 0, 0);
-                    xb[st][i] = 0.0f;
+            for (int t = 0; t < T; ++t) {
+                xn[t] = c + WARP_SIZE < c_end ? x[t*x_stride + c + WARP_SIZE] : 0.0f;
+            }
+            const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
+            if (act) {
+                const int pos = queued + __popc(mask & ((1u << lane) - 1));
+                q_col[pos] = c;
+#pragma unroll
+                for (int t = 0; t < T; ++t) {
+                    q_x[pos*T + t] = xv[t];
+                }
+            }
+            queued += __popc(mask);
+            __syncwarp();
+
+            const bool last = base + WARP_SIZE >= c_end;
+            while (queued >= 16*S || (last && queued > 0)) {
+                const int nb = min(queued, 16*S);
+                uint4 h[S][4], q[S][4];
+                float xb[S][4];
+#pragma unroll
+                for (int st = 0; st < S; ++st) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
+                        const int col = e < nb ? q_col[e] : -1;
+                        zz_direct_load(w_row, col, g, h[st][i], q[st][i]);
+                        xb[st][i] = col >= 0 && g < T ? q_x[e*T + g] : 0.0f;
+                    }
+                }
+                // the rest (< 32 entries) moves to the front of the queue
+                const int rest = queued - nb;
+                int   rc = 0;
+                float rx[T];
+#pragma unroll
+                for (int t = 0; t < T; ++t) {
+                    rx[t] = 0.0f;
+                }
+                if (lane < rest) {
+                    rc = q_col[nb + lane];
+#pragma unroll
+                    for (int t = 0; t < T; ++t) {
+                        rx[t] = q_x[(nb + lane)*T + t];
+                    }
+                }
+                __syncwarp();
+                if (lane < rest) {
+                    q_col[lane] = rc;
+#pragma unroll
+                    for (int t = 0; t < T; ++t) {
+                        q_x[lane*T + t] = rx[t];
+                    }
+                }
+                __syncwarp();
+                queued = rest;
+#pragma unroll
+                for (int st = 0; st < S; ++st) {
+                    zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
                 }
             }
         }
+    } else {
+        const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
+        const int p_begin = (int) (((int64_t) count*wid)/nw);
+        const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+
+        int col[S][4];
 #pragma unroll
         for (int st = 0; st < S; ++st) {
-            zz_direct_cols<mode>(idx, p0 + 16*(S + st), p_end, tq, col[st]);
+            zz_direct_cols<mode>(idx, p_begin + 16*st, p_end, tq, col[st]);
         }
+        for (int p0 = p_begin; p0 < p_end; p0 += 16*S) {
+            uint4 h[S][4], q[S][4];
+            float xb[S][4];
 #pragma unroll
-        for (int st = 0; st < S; ++st) {
-            zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+            for (int st = 0; st < S; ++st) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    zz_direct_load(w_row, col[st][i], g, h[st][i], q[st][i]);
+                    xb[st][i] = col[st][i] >= 0 && g < T ? x[g*x_stride + col[st][i]] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int st = 0; st < S; ++st) {
+                zz_direct_cols<mode>(idx, p0 + 16*(S + st), p_end, tq, col[st]);
+            }
+#pragma unroll
+            for (int st = 0; st < S; ++st) {
+                zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+            }
         }
     }
 
-    const int red_bytes = n2*tokens_per_pass*B*(int) sizeof(float);
+    // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
     }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
 #else
-    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode);
+    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode, thr, red_bytes);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -1194,18 +1294,20 @@ static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y
 template <int T, int mode>
 static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
-        cudaStream_t stream) {
+        const float thr, cudaStream_t stream) {
     constexpr int B = QK_K;
-    const int    red_mode = zz_red_mode(cfg, cluster_ok);
-    const int    tp       = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
-    const size_t smem     = cfg.n2*tp*B*sizeof(float) + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    GGML_ASSERT(m/B <= 65535);
+    const int red_mode  = zz_red_mode(cfg, cluster_ok);
+    const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
+    const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
+    const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     if (red_mode == ZZ_RED_ATOMIC) {
         zz_zero_dst(y, m, T, y_stride, stream);
     }
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode>, grid, block, smem, red_mode, stream,
-              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode);
+              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes);
 }
 
 template <ggml_type type, int T, int mode>
@@ -1219,11 +1321,11 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
     GGML_ASSERT(rows <= 65535);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_GEMV_MAX_WARPS && cfg.n1 >= 1);
 
-    if constexpr (type == GGML_TYPE_Q4_K && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX)) {
+    if constexpr (type == GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
         int device;
         CUDA_CHECK(cudaGetDevice(&device));
         if (zz_direct_enabled(zz_get_device_props(device).cc_major)) {
-            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, stream);
+            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
             return;
         }
     }
@@ -1335,7 +1437,11 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const float thr,
         float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
     // the fused area next to the largest pipeline + reduction buffers (8 warps, batch 8) stays < 227 KiB
-    if (zz_fused_smem(n, cfg.n1) > 64*1024) {
+    // (the direct Q4_K kernel keeps only a small queue per warp)
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const bool direct = type == GGML_TYPE_Q4_K && zz_direct_enabled(zz_get_device_props(device).cc_major);
+    if (!direct && zz_fused_smem(n, cfg.n1) > 64*1024) {
         return false;
     }
     zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, thr, stream);
@@ -1462,22 +1568,10 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     cfg.cluster = 0;
 
     if (type == GGML_TYPE_Q4_K && zz_direct_enabled(props.cc_major)) {
-        // n1 <= 8 blocks of 8 warps per block-row (a cluster on sm_90), n1 taking the fewest waves per
-        // unit of work: waves(n1)/n1 smallest, ties to the smaller n1
-        int bps = 1;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mul_mat_zz_gemv_q4_K_direct<1, ZZ_GEMV_DENSE>,
-                cfg.n2*WARP_SIZE, cfg.n2*QK_K*sizeof(float) + QK_K*sizeof(float)));
-        const int64_t slots = (int64_t) props.nsm*std::max(1, bps);
-        double best = 1e30;
-        cfg.n1 = 1;
-        for (int n1 = 1; n1 <= 8; ++n1) {
-            const double cost = (double) ((rows*n1 + slots - 1)/slots)/n1;
-            if (cost < best - 1e-9) {
-                best   = cost;
-                cfg.n1 = n1;
-            }
-        }
-        cfg.cluster = props.cc_major >= 9;
+        // 4 warps a block, up to 16 blocks a block-row, each warp >= 32 columns; atomics (H100: clusters
+        // of 8 measured ~1.8x slower, n1 = 8..48 x n2 = 2..8 best at 16 x 4 for 4096x4096 to 28672x8192)
+        cfg.n2 = 4;
+        cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(16, n/(cfg.n2*32)));
         return cfg;
     }
 
@@ -1995,7 +2089,9 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             }();
             float thr;
             memcpy(&thr, &src2->op_params[0], sizeof(float));
-            const int64_t reread = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
+            // (the direct Q4_K kernel reads each x once per block-row: no re-read)
+            const bool    direct = src0->type == GGML_TYPE_Q4_K && zz_direct_enabled(zz_get_device_props(ctx.device).cc_major);
+            const int64_t reread = direct ? 0 : (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
             if (reread <= l2_budget && zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens,
                         thr, y, y_stride, cfg, stream)) {
                 return;
