@@ -24,6 +24,9 @@ def main() -> int:
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--levels", default="0.25,0.4,0.5,0.65")
     ap.add_argument("--tokens", type=int, default=8, help="random tokens decoded per level to measure the skipped share")
+    ap.add_argument("--thresholds", default=None,
+                    help="one threshold per level, e.g. from an earlier run on a smaller file of the same shapes: "
+                         "written as they are, without loading the model (nothing is measured)")
     a = ap.parse_args()
 
     from gguf import GGUFReader
@@ -55,12 +58,20 @@ def main() -> int:
 
     reader = GGUFReader(a.model)
     n_layer = int(next(f.contents() for k, f in reader.fields.items() if k.endswith(".block_count")))
+    targets = [float(v) for v in a.levels.split(",")]
+    if a.thresholds is not None:
+        chosen = [float(v) for v in a.thresholds.split(",")]
+        if len(chosen) != len(targets):
+            ap.error(f"--thresholds has {len(chosen)} values for {len(targets)} levels")
+        write_levels(reader, a.model, a.output, [level(f"{s:.2f}", s, t, n_layer) for s, t in zip(targets, chosen)])
+        for s, t in zip(targets, chosen):
+            print(f"level {s:.2f}: threshold {t:.4f} (every group; given, not measured on this file)")
+        return 0
     grid = np.round(np.linspace(0.05, 1.5, 30), 4)
     probe = a.output.with_suffix(".probe.gguf")  # level targets of the probe are placeholders in (0, 1)
     write_levels(reader, a.model, probe, [level(f"{g:.4f}", (i + 1)/(len(grid) + 1), float(g), n_layer) for i, g in enumerate(grid)])
     share = np.array(skipped(probe, [f"{g:.4f}" for g in grid]))
     probe.unlink()
-    targets = [float(v) for v in a.levels.split(",")]
     chosen = [float(np.interp(s, share, grid)) for s in targets]
     write_levels(reader, a.model, a.output, [level(f"{s:.2f}", s, t, n_layer) for s, t in zip(targets, chosen)])
     del reader
