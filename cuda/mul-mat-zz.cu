@@ -2092,7 +2092,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             // (the direct Q4_K kernel reads each x once per block-row: no re-read)
             const bool    direct = src0->type == GGML_TYPE_Q4_K && zz_direct_enabled(zz_get_device_props(ctx.device).cc_major);
             const int64_t reread = direct ? 0 : (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
-            if (reread <= l2_budget && zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens,
+            if ((direct || sparse_idx_cuda_fuse_forced()) && reread <= l2_budget && zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens,
                         thr, y, y_stride, cfg, stream)) {
                 return;
             }

@@ -191,14 +191,24 @@ void sparse_idx_mask_launch(const float * x, const int64_t n, const int64_t n_ro
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
-bool sparse_idx_cuda_fuse_enabled() {
-    // off by default: on the H100 every block re-reading x cost more than the LIST launch it saves
-    // (7B decode at 0.50: 245.7 t/s fused vs 251.9 t/s with the LIST op, bench/results/cuda_e2e_h100_2026-11-22.md)
-    static const bool on = [] {
+// LLAMA_SPARSE_CUDA_FUSE: unset = auto (the LIST op of a group of GPU weights writes nothing; the direct Q4_K
+// GEMV finds its columns itself, other GEMVs build the list they need), 0 = always the LIST op,
+// 1 = forced (also the staged kernel's fused mode, where every block re-reads x: on the H100 that cost
+// more than the LIST launch, 245.7 vs 251.9 t/s at 0.50, bench/results/cuda_e2e_h100_2026-11-22.md)
+static int sparse_idx_cuda_fuse_env() {
+    static const int v = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE");
-        return e != nullptr && atoi(e) != 0;
+        return e == nullptr ? -1 : atoi(e) != 0;
     }();
-    return on;
+    return v;
+}
+
+bool sparse_idx_cuda_fuse_enabled() {
+    return sparse_idx_cuda_fuse_env() != 0;
+}
+
+bool sparse_idx_cuda_fuse_forced() {
+    return sparse_idx_cuda_fuse_env() == 1;
 }
 
 bool sparse_idx_cuda_lazy(const ggml_tensor * idx) {

@@ -20,8 +20,10 @@ void    sparse_idx_mask_launch(const float * x, int64_t n, int64_t n_rows, int64
 // GGML_OP_SPARSE_IDX: src0 x F32 [n, n_tokens]; op_params[0] threshold (float), op_params[1] mode
 void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
-// LLAMA_SPARSE_CUDA_FUSE=1 (default 0): index collection inside the GEMV for lists the graph marked lazy
+// LLAMA_SPARSE_CUDA_FUSE unset (auto) or 1: index collection inside the GEMV for lists the graph marked lazy
 bool sparse_idx_cuda_fuse_enabled();
+// LLAMA_SPARSE_CUDA_FUSE=1: also the staged kernel's fused mode (auto: only the direct Q4_K kernel fuses)
+bool sparse_idx_cuda_fuse_forced();
 // idx is a LIST op marked lazy (GGML_SPARSE_IDX_PARAM_LAZY) and fusion is on: the op itself writes nothing,
 // its MUL_MAT_ZZ consumers fuse or rebuild the list
 bool sparse_idx_cuda_lazy(const ggml_tensor * idx);
