@@ -57,6 +57,7 @@ struct sparq_case {
     int32_t   r, k_top, flags;
     bool      v_trans; // V laid out like upstream's transposed V cache
     bool      q_zero;  // q = 0: every approximate key ties (the selection must take the lowest positions)
+    int       pad;     // cache cells past the view: 256 (k_t rows 16-byte aligned: vector loads), -1: 1..5 at random
 };
 
 static void set_val(ggml_type type, void * base, size_t off, float x) {
@@ -125,7 +126,7 @@ static bool visible(const sparq_case & c, const sparq_data & x, int64_t j, int64
 // fills x (host): random q, K (and k_t), V, v_mean; a mask of n_seq sequences per stream with ~2% holes
 static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
     const int64_t D = c.D, Dv = c.Dv, H = c.H, Hkv = c.Hkv, n_kv = c.n_kv, n_tok = c.n_tok, ns = c.ns, G = H/Hkv;
-    x.kv_size = n_kv + rng_int(0, 5);
+    x.kv_size = c.pad >= 0 ? (n_kv + c.pad - 1)/c.pad*c.pad + c.pad : n_kv + rng_int(1, 5);
     x.n_pad   = n_tok + rng_int(0, 3);
     x.ts      = ggml_type_size(c.kv_type);
     x.ms      = ggml_type_size(c.mask_type);
@@ -456,33 +457,34 @@ static int cmd_test() {
     CUDA_CHECK(cudaStreamCreate(&stream));
     const ggml_type F16 = GGML_TYPE_F16, F32 = GGML_TYPE_F32;
     const sparq_case cases[] = {
-        //  D   Dv   H  Hkv   n_kv tok ns seq  K/V  mask   r     k  flags v_trans q_zero
-        {  64,  64,  9,  3,      1, 1, 1, 1, F16, F16,  16,   32, 0, false, false }, // S = 1
-        {  64,  64,  9,  3,      7, 1, 1, 1, F16, F16,   8,    4, 0, false, false }, // S = 7, sparse
-        {  64,  64,  9,  3,      7, 1, 1, 1, F16, F16,   8,    7, 0, false, false }, // k = S: dense
-        {  64,  64,  9,  3,    100, 1, 1, 1, F16, F16,   8,   10, 0, false, false },
-        { 128, 128, 32,  8,    100, 1, 1, 1, F16, F16,  32,  500, 0, false, false }, // k > S: dense
-        { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, false }, // Llama-3-8B
-        { 128, 128, 32,  8,  16384, 1, 1, 1, F16, F16,  32,  128, 0, false, false },
-        { 128, 128, 32,  8,  32768, 1, 1, 1, F16, F16,  32,  128, 0, false, false },
-        { 128, 128, 32,  8,  32768, 1, 1, 1, F16, F16,  32, 1024, GGML_SPARQ_MEAN_V, false, false },
-        { 128, 128, 32,  8,  32768, 2, 1, 1, F16, F16,  32, 1024, 0, false, false }, // token 1: a prefix
-        { 128, 128, 32,  8,   4096, 8, 1, 8, F16, F16,  32,  600, 0, false, false }, // k >= |V| < n_kv: dense
-        { 128, 128,  8,  8,   4096, 1, 1, 1, F16, F16,  16,  100, 0, false, false }, // MHA
-        { 128, 128, 32, 32,   8192, 1, 1, 1, F16, F16,  32,  128, 0, false, false }, // MHA, 32 heads
-        {  64,  64,  9,  3,   8192, 1, 1, 1, F16, F16,   8, 1024, 0, false, false }, // k = 1024
-        {  64,  64,  9,  3,   8192, 1, 1, 1, F16, F16,  16,  600, GGML_SPARQ_MEAN_V, false, false },
-        {  64,  64,  9,  3,   2048, 1, 1, 1, F16, F32,  16,  256, GGML_SPARQ_MEAN_V, false, false }, // f32 mask
-        {  64,  64,  9,  3,    600, 4, 1, 2, F16, F16,  16,   40, GGML_SPARQ_MEAN_V, false, false }, // tokens, 2 seqs
-        {  64,  64,  4,  2,    500, 2, 3, 1, F16, F16,  16,   30, 0, false, false },  // streams
-        { 128, 128, 32,  8,   4100, 3, 2, 3, F16, F16,  32,  128, GGML_SPARQ_MEAN_V, false, false },
-        {  80,  48,  6,  2,    300, 1, 1, 1, F32, F16,  10,   20, GGML_SPARQ_MEAN_V, false, false }, // f32 K/V
-        {  80,  48,  6,  2,   5000, 1, 1, 1, F32, F32,  10,  200, 0, false, false },
-        {  64,  64,  9,  3,   1500, 1, 1, 1, F16, F16,  16,  100, 0, true,  false }, // transposed V
-        { 256, 256, 16,  2,   3000, 1, 1, 1, F16, F16,  64,  256, GGML_SPARQ_MEAN_V, false, false }, // D 256, G 8
-        { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, true },  // ties: radix select
-        { 128, 128, 32,  8,    700, 1, 1, 1, F16, F16,  32,  128, 0, false, true },  // ties: exact ranks
-        {  64,  64,  9,  3,   5000, 2, 1, 1, F16, F16, 100,  300, 0, false, false }, // r > D
+        //  D   Dv   H  Hkv   n_kv tok ns seq  K/V  mask   r     k  flags v_trans q_zero pad
+        {  64,  64,  9,  3,      1, 1, 1, 1, F16, F16,  16,   32, 0, false, false, 256 }, // S = 1
+        {  64,  64,  9,  3,      7, 1, 1, 1, F16, F16,   8,    4, 0, false, false, -1 }, // S = 7, sparse
+        {  64,  64,  9,  3,      7, 1, 1, 1, F16, F16,   8,    7, 0, false, false, 256 }, // k = S: dense
+        {  64,  64,  9,  3,    100, 1, 1, 1, F16, F16,   8,   10, 0, false, false, 256 },
+        { 128, 128, 32,  8,    100, 1, 1, 1, F16, F16,  32,  500, 0, false, false, 256 }, // k > S: dense
+        { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256 }, // Llama-3-8B
+        { 128, 128, 32,  8,  16384, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256 },
+        { 128, 128, 32,  8,  32768, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256 },
+        { 128, 128, 32,  8,  32768, 1, 1, 1, F16, F16,  32, 1024, GGML_SPARQ_MEAN_V, false, false, 256 },
+        { 128, 128, 32,  8,  32768, 2, 1, 1, F16, F16,  32, 1024, 0, false, false, 256 }, // token 1: a prefix
+        { 128, 128, 32,  8,   4096, 8, 1, 8, F16, F16,  32,  600, 0, false, false, 256 }, // k >= |V| < n_kv: dense
+        { 128, 128,  8,  8,   4096, 1, 1, 1, F16, F16,  16,  100, 0, false, false, 256 }, // MHA
+        { 128, 128, 32, 32,   8192, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256 }, // MHA, 32 heads
+        {  64,  64,  9,  3,   8192, 1, 1, 1, F16, F16,   8, 1024, 0, false, false, 256 }, // k = 1024
+        {  64,  64,  9,  3,   8192, 1, 1, 1, F16, F16,  16,  600, GGML_SPARQ_MEAN_V, false, false, 256 },
+        {  64,  64,  9,  3,   2048, 1, 1, 1, F16, F32,  16,  256, GGML_SPARQ_MEAN_V, false, false, 256 }, // f32 mask
+        {  64,  64,  9,  3,    600, 4, 1, 2, F16, F16,  16,   40, GGML_SPARQ_MEAN_V, false, false, 256 }, // tokens, 2 seqs
+        {  64,  64,  4,  2,    500, 2, 3, 1, F16, F16,  16,   30, 0, false, false, 256 },  // streams
+        { 128, 128, 32,  8,   4100, 3, 2, 3, F16, F16,  32,  128, GGML_SPARQ_MEAN_V, false, false, -1 },
+        { 128, 128, 32,  8,  16384, 1, 1, 1, F16, F16,  32,  128, 0, false, false, -1 }, // k_t rows unaligned
+        {  80,  48,  6,  2,    300, 1, 1, 1, F32, F16,  10,   20, GGML_SPARQ_MEAN_V, false, false, -1 }, // f32 K/V
+        {  80,  48,  6,  2,   5000, 1, 1, 1, F32, F32,  10,  200, 0, false, false, 256 },
+        {  64,  64,  9,  3,   1500, 1, 1, 1, F16, F16,  16,  100, 0, true,  false, -1 }, // transposed V
+        { 256, 256, 16,  2,   3000, 1, 1, 1, F16, F16,  64,  256, GGML_SPARQ_MEAN_V, false, false, 256 }, // D 256, G 8
+        { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: radix select
+        { 128, 128, 32,  8,    700, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: exact ranks
+        {  64,  64,  9,  3,   5000, 2, 1, 1, F16, F16, 100,  300, 0, false, false, 256 }, // r > D
     };
     for (const sparq_case & c : cases) {
         run_case(c, stream);
@@ -505,7 +507,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
            warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (> 2x L2)");
     printf("%8s %12s %14s %16s %12s\n", "S", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
-        const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false };
+        const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256 };
         const double kv_bytes = 3.0*8*S*128*2; // K, k_t, V
         const int    n_copy   = warm ? 1 : std::max(1, (int) std::ceil(2.0*l2/kv_bytes));
         std::vector<sparq_data> xs(n_copy);
