@@ -33,6 +33,7 @@
 #define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
 #define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
 #define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)
+#define SPARQ_SC_BATCH    8                                 // k_t rows a thread loads before using them
 #define SPARQ_AT_THREADS  512
 #define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
 #define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
@@ -41,10 +42,23 @@ template <typename T> static __device__ __forceinline__ float sparq_f(const T v)
 template <> __device__ __forceinline__ float sparq_f<float>(const float v) { return v; }
 template <> __device__ __forceinline__ float sparq_f<half>(const half v) { return __half2float(v); }
 
-// 8 consecutive values from a 16-byte aligned address
-static __device__ __forceinline__ void sparq_load8(const half * p, float * out) {
-    const uint4 u = *(const uint4 *) p;
-    const half2 * h = (const half2 *) &u;
+// 8 consecutive values of a k_t row as loaded (16-byte aligned), converted only when used, so that a batch
+// of rows can be requested before the first is needed
+template <typename T> struct sparq_raw8;
+template <> struct sparq_raw8<half>  { uint4  u; };
+template <> struct sparq_raw8<float> { float4 x, y; };
+
+static __device__ __forceinline__ void sparq_ld8(sparq_raw8<half> & r, const half * p) {
+    r.u = *(const uint4 *) p;
+}
+
+static __device__ __forceinline__ void sparq_ld8(sparq_raw8<float> & r, const float * p) {
+    r.x = ((const float4 *) p)[0];
+    r.y = ((const float4 *) p)[1];
+}
+
+static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<half> & r, float * out) {
+    const half2 * h = (const half2 *) &r.u;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float2 f = __half22float2(h[i]);
@@ -53,11 +67,9 @@ static __device__ __forceinline__ void sparq_load8(const half * p, float * out) 
     }
 }
 
-static __device__ __forceinline__ void sparq_load8(const float * p, float * out) {
-    const float4 x = ((const float4 *) p)[0];
-    const float4 y = ((const float4 *) p)[1];
-    out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
-    out[4] = y.x; out[5] = y.y; out[6] = y.z; out[7] = y.w;
+static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<float> & r, float * out) {
+    out[0] = r.x.x; out[1] = r.x.y; out[2] = r.x.z; out[3] = r.x.w;
+    out[4] = r.y.x; out[5] = r.y.y; out[6] = r.y.z; out[7] = r.y.w;
 }
 
 static __device__ __forceinline__ uint32_t sparq_warp_max_u32(uint32_t v) {
@@ -172,11 +184,23 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
     const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
     if (full && a.kt_vec) {
-#pragma unroll 8
-        for (int c = 0; c < rr; ++c) {
-            float kv[SPARQ_SC_PPT];
-            sparq_load8((const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1), kv);
-            sparq_fma_row(acc, kv, s_coef[c], G);
+        // batches of SPARQ_SC_BATCH rows: all their loads in flight before the first FMA
+        for (int c0 = 0; c0 < rr; c0 += SPARQ_SC_BATCH) {
+            sparq_raw8<KT> raw[SPARQ_SC_BATCH];
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_BATCH; ++u) {
+                if (c0 + u < rr) {
+                    sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + u]*a.kt_nb1));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_BATCH; ++u) {
+                if (c0 + u < rr) {
+                    float kv[SPARQ_SC_PPT];
+                    sparq_cvt8(raw[u], kv);
+                    sparq_fma_row(acc, kv, s_coef[c0 + u], G);
+                }
+            }
         }
     } else if (j0 < a.n_kv) {
 #pragma unroll 4
@@ -388,6 +412,29 @@ static __device__ int sparq_gather(const uint32_t * keys, const int n, const uin
     return n_gt + min(kk, n_eq);
 }
 
+// s_key[j] for the positions of this thread; returns their largest. G fixed at compile time: the loads of
+// several positions are in flight together (no branches between them).
+template <int G>
+static __device__ __forceinline__ uint32_t sparq_keys(const float * scb, const int64_t ld, const int n_kv, const bool dense,
+        const float * s_m, const float * s_rz, uint32_t * s_key) {
+    uint32_t tmax = 0;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < n_kv; j += SPARQ_AT_THREADS) {
+        float p   = 0.0f;
+        bool  vis = false;
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sv = scb[h*ld + j];
+            vis = vis || sv != -INFINITY;
+            p  += sv != -INFINITY && !dense ? expf(sv - s_m[h])*s_rz[h] : 0.0f;
+        }
+        const uint32_t key = vis ? __float_as_uint(p) + 1u : 0u;
+        s_key[j] = key;
+        tmax     = max(tmax, key);
+    }
+    return tmax;
+}
+
 static __host__ __device__ __forceinline__ int sparq_attend_sel_offset(const int n_kv, const int kcap) {
     return (n_kv + kcap + 1) & ~1; // 8-byte alignment for the candidates
 }
@@ -492,24 +539,17 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     const bool dense = a.k_top >= nvis;
 
     // sort keys: group-summed softmax + 1 (visible), 0 (masked); non-negative floats order as their bits
-    const float * scb  = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
-    uint32_t      tmax = 0;
-    for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
-        float p   = 0.0f;
-        bool  vis = false;
-#pragma unroll
-        for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-            if (h < G) {
-                const float sv = scb[h*a.sc_ld + j];
-                if (sv != -INFINITY) {
-                    vis = true;
-                    p  += dense ? 0.0f : expf(sv - s_m[h])*s_rz[h];
-                }
-            }
-        }
-        const uint32_t key = vis ? __float_as_uint(p) + 1u : 0u;
-        s_key[j] = key;
-        tmax     = max(tmax, key);
+    const float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
+    uint32_t tmax = 0;
+    switch (G) {
+        case 1:  tmax = sparq_keys<1>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 2:  tmax = sparq_keys<2>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 3:  tmax = sparq_keys<3>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 4:  tmax = sparq_keys<4>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 5:  tmax = sparq_keys<5>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 6:  tmax = sparq_keys<6>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        case 7:  tmax = sparq_keys<7>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+        default: tmax = sparq_keys<8>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
     }
 
     int nsel;
