@@ -33,7 +33,6 @@
 #define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
 #define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
 #define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)
-#define SPARQ_SC_BATCH    8                                 // k_t rows a thread loads before using them
 #define SPARQ_AT_THREADS  512
 #define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
 #define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
@@ -91,11 +90,12 @@ static __device__ __forceinline__ void sparq_load_q(const sparq_args & a, const 
     }
 }
 
-// acc[h][u] += coef[h] * kv[u] for the G heads
-static __device__ __forceinline__ void sparq_fma_row(float (&acc)[SPARQ_CUDA_MAX_G][SPARQ_SC_PPT], const float * kv,
+// acc[h][u] += coef[h] * kv[u] for the G heads (G <= GM)
+template <int GM>
+static __device__ __forceinline__ void sparq_fma_row(float (&acc)[GM][SPARQ_SC_PPT], const float * kv,
         const float * coef, const int G) {
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
         if (h < G) {
             const float cf = coef[h];
 #pragma unroll
@@ -106,8 +106,11 @@ static __device__ __forceinline__ void sparq_fma_row(float (&acc)[SPARQ_CUDA_MAX
     }
 }
 
-template <typename KT, typename MT>
+// GM: most heads per group the registers are sized for (G <= GM)
+template <typename KT, typename MT, int GM>
 static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sparq_args a) {
+    // all r rows in flight at once where the registers allow
+    constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 32 : 16;
     __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
     __shared__ float s_abs[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
@@ -128,6 +131,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     const int rr   = min(a.r, D);
 
     ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc(); // the select kernel may get its blocks resident; it waits for this grid's end itself
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
@@ -174,9 +178,9 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
 
     const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
     const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
-    float acc[SPARQ_CUDA_MAX_G][SPARQ_SC_PPT];
+    float acc[GM][SPARQ_SC_PPT];
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
 #pragma unroll
         for (int u = 0; u < SPARQ_SC_PPT; ++u) {
             acc[h][u] = 0.0f;
@@ -184,17 +188,17 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
     const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
     if (full && a.kt_vec) {
-        // batches of SPARQ_SC_BATCH rows: all their loads in flight before the first FMA
-        for (int c0 = 0; c0 < rr; c0 += SPARQ_SC_BATCH) {
-            sparq_raw8<KT> raw[SPARQ_SC_BATCH];
+        // batches of BATCH rows: all their loads in flight before the first FMA
+        for (int c0 = 0; c0 < rr; c0 += BATCH) {
+            sparq_raw8<KT> raw[BATCH];
 #pragma unroll
-            for (int u = 0; u < SPARQ_SC_BATCH; ++u) {
+            for (int u = 0; u < BATCH; ++u) {
                 if (c0 + u < rr) {
                     sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + u]*a.kt_nb1));
                 }
             }
 #pragma unroll
-            for (int u = 0; u < SPARQ_SC_BATCH; ++u) {
+            for (int u = 0; u < BATCH; ++u) {
                 if (c0 + u < rr) {
                     float kv[SPARQ_SC_PPT];
                     sparq_cvt8(raw[u], kv);
@@ -225,9 +229,9 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
 
     float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld + j0;
-    float   mx[SPARQ_CUDA_MAX_G];
+    float   mx[GM];
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
         mx[h] = -INFINITY;
         if (h >= G) {
             continue;
@@ -260,7 +264,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
     __syncthreads();
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
         if (h >= G) {
             continue;
         }
@@ -300,7 +304,6 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
         }
         a.nvis[(int64_t) unit*a.nblk + blockIdx.x] = c;
     }
-    ggml_cuda_pdl_lc();
 }
 
 // exclusive block scan of one int per thread; *total = the block's sum
@@ -497,6 +500,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     }
 
     ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc(); // the next kernel waits for this grid's end itself
 
     sparq_load_q(a, kh, t, s, G, s_q);
     for (int h = warp; h < G; h += SPARQ_AT_WARPS) {
@@ -632,6 +636,19 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     const MT   * mrow  = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     const char * kb    = a.k + kh*a.k_nb2 + s*a.k_nb3;
     const char * vb    = a.v + kh*a.v_nb2 + s*a.v_nb3;
+    {
+        // ask L2 for every chosen K and V row now: a warp's later row batches then wait for L2, not DRAM
+        const int kl = (a.D*(int) sizeof(KT) + 127)/128;                                   // lines of a K row
+        const int vl = a.v_nb0 == (int64_t) sizeof(KT) ? (a.Dv*(int) sizeof(KT) + 127)/128 : 0; // V rows only
+        const int np = min(nsel, SPARQ_CUDA_MAX_KTOP);
+        for (int e = tid; e < np*(kl + vl); e += SPARQ_AT_THREADS) {
+            const int    i = e / (kl + vl);
+            const int    l = e % (kl + vl);
+            const int    j = s_sel[i];
+            const char * p = l < kl ? kb + (int64_t) j*a.k_nb1 + l*128 : vb + (int64_t) j*a.v_nb1 + (l - kl)*128;
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+        }
+    }
     float m[SPARQ_CUDA_MAX_G], l[SPARQ_CUDA_MAX_G], acc[SPARQ_CUDA_MAX_G][DE];
 #pragma unroll
     for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
@@ -790,7 +807,11 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
 template <typename KT, typename MT>
 static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
     const ggml_cuda_kernel_launch_params p(dim3(a.nblk, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
-    ggml_cuda_kernel_launch(sparq_scores<KT, MT>, p, a);
+    if (a.H/a.Hkv <= 4) {
+        ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
+    } else {
+        ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
+    }
     if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {
         sparq_launch_attend<KT, MT, 4>(a, units, stream);
     } else {
