@@ -133,6 +133,13 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc(); // the select kernel may get its blocks resident; it waits for this grid's end itself
 
+    const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
+    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    if (j0 < a.n_kv) {
+        // the mask is read after the k_t rows: have it in L2 by then
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(mrow + j0));
+    }
+
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
     for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
@@ -176,7 +183,6 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
     __syncthreads();
 
-    const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
     const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
     float acc[GM][SPARQ_SC_PPT];
 #pragma unroll
@@ -219,7 +225,6 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
         }
     }
 
-    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     float mv[SPARQ_SC_PPT];
     int   nv = 0;
 #pragma unroll
