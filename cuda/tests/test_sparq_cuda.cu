@@ -433,7 +433,8 @@ static void run_case(const sparq_case & c, cudaStream_t stream) {
             worst = std::max(worst, e);
             continue;
         }
-        const double gap = boundary_gap(c, x, kh, t, s);
+        // q = 0 ties exactly: the lower positions must win, no rounding excuse
+        const double gap = c.q_zero ? 1.0 : boundary_gap(c, x, kh, t, s);
         if (gap < 1e-4) {
             ++n_tie;
         } else {
