@@ -9,7 +9,9 @@
 //     and the chunk's count of visible positions.
 //  2. sparq_attend, one block of 512 threads per (KV head, token, stream): merges the chunk statistics and
 //     turns the group-summed softmax of every position into a sort key in shared memory (bits of a
-//     non-negative float + 1; 0 = masked). Selection: every warp takes the kw-th largest of its lanes'
+//     non-negative float + 1; 0 = masked). On sm_90 from 8k positions on, a thread block cluster of up to 8
+//     blocks per (KV head, token, stream) splits this pass and writes the keys into block 0's shared memory
+//     (distributed shared memory); block 0 alone goes on. Selection: every warp takes the kw-th largest of its lanes'
 //     maximum keys (kw = ceil(k / warps)); the minimum over warps is a lower bound of the k-th largest key,
 //     since at least k distinct positions reach it. The few keys above it are ranked exactly
 //     (key desc, position asc); if there are too many (ties), an 8-bit radix select over all keys finds
@@ -26,8 +28,15 @@
 #include "ggml-sparse.h"
 #endif // GGML_SPARSE_CUDA_STANDALONE
 
+#include <cooperative_groups.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
+#endif
 
 #define SPARQ_SC_THREADS  64
 #define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
@@ -420,14 +429,14 @@ static __device__ int sparq_gather(const uint32_t * keys, const int n, const uin
     return n_gt + min(kk, n_eq);
 }
 
-// s_key[j] for the positions of this thread; returns their largest. G fixed at compile time: the loads of
-// several positions are in flight together (no branches between them).
+// keys[j] for this thread's positions j = lo + threadIdx.x + i*SPARQ_AT_THREADS < hi; returns their largest.
+// G fixed at compile time: the loads of several positions are in flight together (no branches between them).
 template <int G>
-static __device__ __forceinline__ uint32_t sparq_keys(const float * scb, const int64_t ld, const int n_kv, const bool dense,
-        const float * s_m, const float * s_rz, uint32_t * s_key) {
+static __device__ __forceinline__ uint32_t sparq_keys(const float * scb, const int64_t ld, const int lo, const int hi,
+        const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
     uint32_t tmax = 0;
 #pragma unroll 4
-    for (int j = threadIdx.x; j < n_kv; j += SPARQ_AT_THREADS) {
+    for (int j = lo + threadIdx.x; j < hi; j += SPARQ_AT_THREADS) {
         float p   = 0.0f;
         bool  vis = false;
 #pragma unroll
@@ -437,10 +446,24 @@ static __device__ __forceinline__ uint32_t sparq_keys(const float * scb, const i
             p  += sv != -INFINITY && !dense ? expf(sv - s_m[h])*s_rz[h] : 0.0f;
         }
         const uint32_t key = vis ? __float_as_uint(p) + 1u : 0u;
-        s_key[j] = key;
-        tmax     = max(tmax, key);
+        keys[j] = key;
+        tmax    = max(tmax, key);
     }
     return tmax;
+}
+
+template <int G>
+static __device__ __forceinline__ uint32_t sparq_keys_g(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    return g == G ? sparq_keys<G>(scb, ld, lo, hi, dense, s_m, s_rz, keys) :
+                    sparq_keys_g<G - 1>(g, scb, ld, lo, hi, dense, s_m, s_rz, keys);
+}
+
+template <>
+__device__ __forceinline__ uint32_t sparq_keys_g<1>(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    (void) g;
+    return sparq_keys<1>(scb, ld, lo, hi, dense, s_m, s_rz, keys);
 }
 
 static __host__ __device__ __forceinline__ int sparq_attend_sel_offset(const int n_kv, const int kcap) {
@@ -471,7 +494,8 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     __shared__ int      s_nvis, s_ncand, s_kk;
     __shared__ uint32_t s_prefix;
 
-    const int kh   = blockIdx.x;
+    const int nc   = gridDim.x / a.Hkv; // blocks per KV head: a thread block cluster (sm_90) when > 1
+    const int kh   = blockIdx.x / nc;
     const int unit = blockIdx.y;
     const int t    = unit % a.n_tok;
     const int s    = unit / a.n_tok;
@@ -503,6 +527,12 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     if (tid == 0) {
         s_ncand = 0;
     }
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (nc > 1) {
+        // a block may write a peer's shared memory only once the peer runs: arrive now, wait before the keys
+        asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+    }
+#endif
 
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc(); // the next kernel waits for this grid's end itself
@@ -539,27 +569,49 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
 
     const int nvis  = s_nvis;
     float   * dst_u = a.dst + ((int64_t) unit*a.H + kh*G)*a.Dv;
-    if (nvis == 0) {
-        for (int e = tid; e < G*a.Dv; e += SPARQ_AT_THREADS) {
+    if (nvis == 0) { // (the same for every block of a cluster)
+        for (int e = tid; e < G*a.Dv && blockIdx.x % nc == 0; e += SPARQ_AT_THREADS) {
             dst_u[e] = 0.0f;
         }
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+        if (nc > 1) {
+            asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        }
+#endif
         return;
     }
     const bool dense = a.k_top >= nvis;
 
     // sort keys: group-summed softmax + 1 (visible), 0 (masked); non-negative floats order as their bits
     const float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
-    uint32_t tmax = 0;
-    switch (G) {
-        case 1:  tmax = sparq_keys<1>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 2:  tmax = sparq_keys<2>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 3:  tmax = sparq_keys<3>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 4:  tmax = sparq_keys<4>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 5:  tmax = sparq_keys<5>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 6:  tmax = sparq_keys<6>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        case 7:  tmax = sparq_keys<7>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
-        default: tmax = sparq_keys<8>(scb, a.sc_ld, n_kv, dense, s_m, s_rz, s_key); break;
+    // with a cluster (nc > 1) its blocks split the score reads (one SM's L2 bandwidth bounds this pass) and
+    // store their keys into block 0's shared memory; block 0 alone goes on
+    int        lo   = 0;
+    int        hi   = n_kv;
+    uint32_t * keys = s_key;
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (nc > 1) {
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        const int per = (n_kv + nc - 1)/nc;
+        lo   = min(n_kv, (int) cluster.block_rank()*per);
+        hi   = min(n_kv, lo + per);
+        keys = cluster.map_shared_rank(s_key, 0);
     }
+#endif
+    uint32_t tmax = sparq_keys_g<SPARQ_CUDA_MAX_G>(G, scb, a.sc_ld, lo, hi, dense, s_m, s_rz, keys);
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (nc > 1) {
+        cluster.sync(); // block 0 only reads its own shared memory from here: the others may leave
+        if (cluster.block_rank() != 0) {
+            return;
+        }
+        tmax = 0;
+        for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
+            tmax = max(tmax, s_key[j]);
+        }
+    }
+#endif
 
     int nsel;
     if (dense) {
@@ -790,6 +842,25 @@ size_t sparq_attn_scratch_size(const sparq_args & a) {
     return total;
 }
 
+// blocks per KV head in the select kernel: a cluster of up to 8 on sm_90 from 8k positions on (one block per
+// 4096 positions); LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 keeps one block
+static int sparq_cluster_blocks(const int device, const int n_kv) {
+#ifdef SPARQ_CLUSTER_AVAILABLE
+    static const bool env_off = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_CLUSTER"); return e && atoi(e) == 0; }();
+    static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
+    if (cc_major[device] == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_major[device], cudaDevAttrComputeCapabilityMajor, device));
+    }
+    if (!env_off && cc_major[device] >= 9) {
+        return std::max(1, std::min(8, n_kv/4096));
+    }
+#else
+    (void) device;
+    (void) n_kv;
+#endif // SPARQ_CLUSTER_AVAILABLE
+    return 1;
+}
+
 template <typename KT, typename MT, int DE>
 static void sparq_launch_attend(const sparq_args & a, const int units, cudaStream_t stream) {
     const int    G    = a.H / a.Hkv;
@@ -805,7 +876,39 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
         smem_set[device] = optin - 16*1024;
     }
     GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: n_kv too large for shared memory");
-    const ggml_cuda_kernel_launch_params p(dim3(a.Hkv, units, 1), dim3(SPARQ_AT_THREADS, 1, 1), smem, stream);
+
+    const int  nc = sparq_cluster_blocks(device, a.n_kv);
+    const dim3 grid(a.Hkv*nc, units, 1);
+    const dim3 block(SPARQ_AT_THREADS, 1, 1);
+#ifdef SPARQ_CLUSTER_AVAILABLE
+    if (nc > 1) {
+        cudaLaunchAttribute attr[2];
+        int n_attr = 0;
+        attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
+        attr[n_attr].val.clusterDim.x = nc;
+        attr[n_attr].val.clusterDim.y = 1;
+        attr[n_attr].val.clusterDim.z = 1;
+        ++n_attr;
+#if defined(GGML_CUDA_USE_PDL)
+        static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
+        if (pdl) {
+            attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+            ++n_attr;
+        }
+#endif // defined(GGML_CUDA_USE_PDL)
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim          = grid;
+        lc.blockDim         = block;
+        lc.dynamicSmemBytes = smem;
+        lc.stream           = stream;
+        lc.attrs            = attr;
+        lc.numAttrs         = n_attr;
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, sparq_attend<KT, MT, DE>, a));
+        return;
+    }
+#endif // SPARQ_CLUSTER_AVAILABLE
+    const ggml_cuda_kernel_launch_params p(grid, block, smem, stream);
     ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE>, p, a);
 }
 
