@@ -142,15 +142,15 @@ remote() {
             GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
                 > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
             local rc=0
-            timeout 240 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
+            timeout 150 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test: rc $rc"
             grep -E "^(ok|FAIL)|unit|error|passed" "$out/sparq-test.log" | tail -45 || true
             rc=0   # the same with one select block per KV head (no thread block cluster)
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 240 /tmp/sparq-test/t test > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 150 /tmp/sparq-test/t test > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
-            timeout 100 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
-            timeout 100 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 100 /tmp/sparq-test/t bench 2>&1 | sed 's/^/no-cluster /' |
+            timeout 60 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
+            timeout 60 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 60 /tmp/sparq-test/t bench 2>&1 | sed 's/^/no-cluster /' |
                 tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
             ;;
         sparq-perf)
