@@ -71,5 +71,7 @@ compile mul-mat-zz-standalone -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_A
 compile sparse-idx-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparse-idx.cu"
 compile test_zz_cuda -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "$here/tests/test_zz_cuda.cu"
 compile test_zz_cuda-ggml -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION -DZZ_TEST_WITH_GGML_CUDA "$here/tests/test_zz_cuda.cu"
+compile sparq-attn-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparq-attn.cu"
+compile test_sparq_cuda -DGGML_SPARSE_CUDA_STANDALONE -I "$root/tests/c" "$here/tests/test_sparq_cuda.cu"
 
 exit $status

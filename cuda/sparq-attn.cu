@@ -2,97 +2,131 @@
 // algorithm in docs/sparq.md).
 //
 // Two kernels per call, no host synchronization (CUDA-graph safe):
-//  1. sparq_scores, grid (position chunks, KV heads, tokens x streams): every block picks i1 (the top-r
-//     components of the group's summed |q|, ties to the lower index) itself, reads the r rows of k_t over its
-//     SPARQ_POS positions (position-contiguous, coalesced) and writes the approximate scores of the G heads,
-//     plus per head the chunk's max and sum of exp (a split softmax) and the chunk's count of visible positions.
-//  2. sparq_attend, one block per (KV head, token, stream): merges the chunk statistics, turns the group-summed
-//     softmax of every position into a sortable key in shared memory, finds the k-th largest key by an 8-bit
-//     radix select (four passes over shared memory), gathers the k positions (ties to the lower position),
-//     then runs exact attention of the G heads over their full K and V rows, alpha and the mean-V blend.
-// k >= the visible count: the gather keeps every visible position and no blend is applied (dense attention).
+//  1. sparq_scores, grid (chunks of 512 positions, KV heads, tokens x streams), 64 threads, 8 positions each:
+//     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
+//     reads the r rows of k_t over its chunk with one 16-byte load per row and thread, and writes the
+//     approximate scores of the G heads plus, per head, the chunk's max and sum of exp (a split softmax)
+//     and the chunk's count of visible positions.
+//  2. sparq_attend, one block of 512 threads per (KV head, token, stream): merges the chunk statistics and
+//     turns the group-summed softmax of every position into a sort key in shared memory (bits of a
+//     non-negative float + 1; 0 = masked). On sm_90 from 8k positions on, a thread block cluster of up to 8
+//     blocks per (KV head, token, stream) splits this pass and writes the keys into block 0's shared memory
+//     (distributed shared memory); block 0 alone goes on. Selection: every warp takes the kw-th largest of its lanes'
+//     maximum keys (kw = ceil(k / warps)); the minimum over warps is a lower bound of the k-th largest key,
+//     since at least k distinct positions reach it. The few keys above it are ranked exactly
+//     (key desc, position asc); if there are too many (ties), an 8-bit radix select over all keys finds
+//     the k-th key instead. Then exact attention of the G heads over the k rows: every warp runs an online
+//     softmax over its rows with K and V loads in flight together, warps merge through shared memory;
+//     alpha and the mean-V blend last.
+// k >= the visible count: every visible position is taken, no blend (dense attention).
 //
-// Bytes: step 1 reads r/D of K (plus the mask); step 2 reads k full K and V rows; the scores (H*S floats) go
-// through L2.
+// Bytes: step 1 reads r/D of K (plus the mask); step 2 reads k full K and V rows; the scores (H*S floats)
+// go through L2.
 #include "sparq-attn.cuh"
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
 #endif // GGML_SPARSE_CUDA_STANDALONE
 
-#include <cmath>
+#include <cooperative_groups.h>
 
-#define SPARQ_POS_THREADS  128
-#define SPARQ_POS_PER_THR  4
-#define SPARQ_POS          (SPARQ_POS_THREADS*SPARQ_POS_PER_THR) // positions of one step-1 block
-#define SPARQ_ATT_THREADS  512
-#define SPARQ_DE           (SPARQ_CUDA_MAX_D/WARP_SIZE)           // head elements per lane in step 2
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
+#endif
+
+#define SPARQ_SC_THREADS  64
+#define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
+#define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
+#define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)
+#define SPARQ_AT_THREADS  512
+#define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
+#define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
 
 template <typename T> static __device__ __forceinline__ float sparq_f(const T v);
 template <> __device__ __forceinline__ float sparq_f<float>(const float v) { return v; }
 template <> __device__ __forceinline__ float sparq_f<half>(const half v) { return __half2float(v); }
 
-struct sparq_args {
-    // q F32 [D, n_tok, H, ns] (byte strides)
-    const char * q; int64_t q_nb1, q_nb2, q_nb3;
-    // k [D, n_kv, Hkv, ns], k_t [n_kv, D, Hkv, ns], v [Dv, n_kv, Hkv, ns]
-    const char * k;  int64_t k_nb1, k_nb2, k_nb3;
-    const char * kt; int64_t kt_nb1, kt_nb2, kt_nb3;
-    const char * v;  int64_t v_nb0, v_nb1, v_nb2, v_nb3;
-    // mask [n_kv, n_pad, 1, ns|1]
-    const char * mask; int64_t m_nb1, m_nb3; int m_ne3;
-    // v_mean F32 [Dv, Hkv, n_tok|1, ns|1] or NULL
-    const char * vm; int64_t vm_nb1, vm_nb2, vm_nb3; int vm_ne2, vm_ne3;
-    float * dst; // [Dv, H, n_tok, ns] contiguous
-    float  * sc;    // scratch [units][H][n_kv]: approximate scores (-INF where masked)
-    float2 * part;  // scratch [units][H][nblk]: per chunk (max, sum of exp)
-    int    * nvis;  // scratch [units][nblk]: visible positions per chunk
-    int D, Dv, n_kv, H, Hkv, n_tok, r, k_top, flags, nblk;
-    float scale;
-};
+// 8 consecutive values of a k_t row as loaded (16-byte aligned), converted only when used, so that a batch
+// of rows can be requested before the first is needed
+template <typename T> struct sparq_raw8;
+template <> struct sparq_raw8<half>  { uint4  u; };
+template <> struct sparq_raw8<float> { float4 x, y; };
 
-static __device__ __forceinline__ float sparq_block_max(float v, float * s_red) {
-    v = warp_reduce_max<WARP_SIZE>(v);
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
-    __syncthreads();
-    if (lane == 0) {
-        s_red[warp] = v;
-    }
-    __syncthreads();
-    v = lane < nw ? s_red[lane] : -INFINITY;
-    return warp_reduce_max<WARP_SIZE>(v);
+static __device__ __forceinline__ void sparq_ld8(sparq_raw8<half> & r, const half * p) {
+    r.u = *(const uint4 *) p;
 }
 
-static __device__ __forceinline__ float sparq_block_sum(float v, float * s_red) {
-    v = warp_reduce_sum<WARP_SIZE>(v);
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
-    __syncthreads();
-    if (lane == 0) {
-        s_red[warp] = v;
-    }
-    __syncthreads();
-    v = lane < nw ? s_red[lane] : 0.0f;
-    return warp_reduce_sum<WARP_SIZE>(v);
+static __device__ __forceinline__ void sparq_ld8(sparq_raw8<float> & r, const float * p) {
+    r.x = ((const float4 *) p)[0];
+    r.y = ((const float4 *) p)[1];
 }
 
-// q of the G heads of KV head kh into s_q[h][d]
+static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<half> & r, float * out) {
+    const half2 * h = (const half2 *) &r.u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        out[2*i + 0] = f.x;
+        out[2*i + 1] = f.y;
+    }
+}
+
+static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<float> & r, float * out) {
+    out[0] = r.x.x; out[1] = r.x.y; out[2] = r.x.z; out[3] = r.x.w;
+    out[4] = r.y.x; out[5] = r.y.y; out[6] = r.y.z; out[7] = r.y.w;
+}
+
+static __device__ __forceinline__ uint32_t sparq_warp_max_u32(uint32_t v) {
+#pragma unroll
+    for (int off = WARP_SIZE/2; off > 0; off >>= 1) {
+        v = max(v, __shfl_xor_sync(0xFFFFFFFF, v, off, WARP_SIZE));
+    }
+    return v;
+}
+
+// q of the G heads of KV head kh into s_q[h][d], zero past D (the head-element loops run to a multiple of 32)
 static __device__ __forceinline__ void sparq_load_q(const sparq_args & a, const int kh, const int t, const int s,
         const int G, float (*s_q)[SPARQ_CUDA_MAX_D]) {
-    for (int e = threadIdx.x; e < G*a.D; e += blockDim.x) {
-        const int h = e / a.D;
-        const int d = e % a.D;
-        s_q[h][d] = *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3);
+    for (int e = threadIdx.x; e < G*SPARQ_CUDA_MAX_D; e += blockDim.x) {
+        const int h = e / SPARQ_CUDA_MAX_D;
+        const int d = e % SPARQ_CUDA_MAX_D;
+        s_q[h][d] = d < a.D ?
+            *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3) : 0.0f;
     }
 }
 
-template <typename KT, typename MT>
-static __global__ void __launch_bounds__(SPARQ_POS_THREADS) sparq_scores(const sparq_args a) {
+// acc[h][u] += coef[h] * kv[u] for the G heads (G <= GM)
+template <int GM>
+static __device__ __forceinline__ void sparq_fma_row(float (&acc)[GM][SPARQ_SC_PPT], const float * kv,
+        const float * coef, const int G) {
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        if (h < G) {
+            const float cf = coef[h];
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                acc[h][u] += cf*kv[u];
+            }
+        }
+    }
+}
+
+// GM: most heads per group the registers are sized for (G <= GM)
+template <typename KT, typename MT, int GM>
+static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sparq_args a) {
+    // all r rows in flight at once where the registers allow
+    constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 32 : 16;
     __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
     __shared__ float s_abs[SPARQ_CUDA_MAX_D];
-    __shared__ int   s_take[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
-    __shared__ float s_coef[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D]; // q_h[i1[c]] * scale / sqrt(rho_h)
-    __shared__ float s_red[WARP_SIZE];
+    __shared__ float s_coef[SPARQ_CUDA_MAX_D][SPARQ_CUDA_MAX_G]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
+    __shared__ float s_max[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
+    __shared__ float s_sum[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
+    __shared__ int   s_nv[SPARQ_SC_WARPS];
 
     const int kh   = blockIdx.y;
     const int unit = blockIdx.z;
@@ -106,10 +140,18 @@ static __global__ void __launch_bounds__(SPARQ_POS_THREADS) sparq_scores(const s
     const int rr   = min(a.r, D);
 
     ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc(); // the select kernel may get its blocks resident; it waits for this grid's end itself
+
+    const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
+    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    if (j0 < a.n_kv) {
+        // the mask is read after the k_t rows: have it in L2 by then
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(mrow + j0));
+    }
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
-    for (int d = tid; d < D; d += blockDim.x) {
+    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
         float v = 0.0f;
         for (int h = 0; h < G; ++h) {
             v += fabsf(s_q[h][d]);
@@ -117,125 +159,169 @@ static __global__ void __launch_bounds__(SPARQ_POS_THREADS) sparq_scores(const s
         s_abs[d] = v;
     }
     __syncthreads();
-    // i1: rank of each component (larger first, ties to the lower index)
-    for (int d = tid; d < D; d += blockDim.x) {
+    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction
+    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
         const float ad = s_abs[d];
         int rank = 0;
         for (int e = 0; e < D; ++e) {
             const float ae = s_abs[e];
             rank += ae > ad || (ae == ad && e < d);
         }
-        s_take[d] = rank < rr;
-    }
-    __syncthreads();
-    if (warp == 0) { // compact i1, ascending
-        int base = 0;
-        for (int d0 = 0; d0 < D; d0 += WARP_SIZE) {
-            const bool     tk  = d0 + lane < D && s_take[d0 + lane];
-            const uint32_t bal = __ballot_sync(0xFFFFFFFF, tk);
-            if (tk) {
-                s_i1[base + __popc(bal & ((1u << lane) - 1))] = d0 + lane;
-            }
-            base += __popc(bal);
+        if (rank < rr) {
+            s_i1[rank] = d;
         }
     }
     __syncthreads();
     // temperature per head: scale / sqrt(rho_h), rho_h = |q_h[i1]|_1 / |q_h|_1
-    for (int h = warp; h < G; h += blockDim.x / WARP_SIZE) {
+    for (int h = warp; h < G; h += SPARQ_SC_WARPS) {
         float num = 0.0f;
         float den = 0.0f;
         for (int d = lane; d < D; d += WARP_SIZE) {
-            const float v = fabsf(s_q[h][d]);
-            den += v;
-            num += s_take[d] ? v : 0.0f;
+            den += fabsf(s_q[h][d]);
+        }
+        for (int c = lane; c < rr; c += WARP_SIZE) {
+            num += fabsf(s_q[h][s_i1[c]]);
         }
         num = warp_reduce_sum<WARP_SIZE>(num);
         den = warp_reduce_sum<WARP_SIZE>(den);
         const float rho = num > 0.0f && den > 0.0f ? num/den : 1.0f;
         const float tf  = a.scale/sqrtf(rho);
         for (int c = lane; c < rr; c += WARP_SIZE) {
-            s_coef[h][c] = s_q[h][s_i1[c]]*tf;
+            s_coef[c][h] = s_q[h][s_i1[c]]*tf;
         }
     }
     __syncthreads();
 
-    const int j0 = blockIdx.x*SPARQ_POS + tid*SPARQ_POS_PER_THR;
-    float acc[SPARQ_CUDA_MAX_G][SPARQ_POS_PER_THR];
+    const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
+    float acc[GM][SPARQ_SC_PPT];
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
 #pragma unroll
-        for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
+        for (int u = 0; u < SPARQ_SC_PPT; ++u) {
             acc[h][u] = 0.0f;
         }
     }
-    const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
-#pragma unroll 4
-    for (int c = 0; c < rr; ++c) {
-        const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
-        float kv[SPARQ_POS_PER_THR];
+    const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
+    if (full && a.kt_vec) {
+        // batches of BATCH rows: all their loads in flight before the first FMA
+        for (int c0 = 0; c0 < rr; c0 += BATCH) {
+            sparq_raw8<KT> raw[BATCH];
 #pragma unroll
-        for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
-            kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[j0 + u]) : 0.0f;
-        }
+            for (int u = 0; u < BATCH; ++u) {
+                if (c0 + u < rr) {
+                    sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + u]*a.kt_nb1));
+                }
+            }
 #pragma unroll
-        for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-            if (h < G) {
-                const float cf = s_coef[h][c];
-#pragma unroll
-                for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
-                    acc[h][u] += cf*kv[u];
+            for (int u = 0; u < BATCH; ++u) {
+                if (c0 + u < rr) {
+                    float kv[SPARQ_SC_PPT];
+                    sparq_cvt8(raw[u], kv);
+                    sparq_fma_row(acc, kv, s_coef[c0 + u], G);
                 }
             }
         }
+    } else if (j0 < a.n_kv) {
+#pragma unroll 4
+        for (int c = 0; c < rr; ++c) {
+            const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
+            float kv[SPARQ_SC_PPT];
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[u]) : 0.0f;
+            }
+            sparq_fma_row(acc, kv, s_coef[c], G);
+        }
     }
 
-    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
-    float mv[SPARQ_POS_PER_THR];
+    float mv[SPARQ_SC_PPT];
     int   nv = 0;
 #pragma unroll
-    for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
+    for (int u = 0; u < SPARQ_SC_PPT; ++u) {
         mv[u] = j0 + u < a.n_kv ? sparq_f<MT>(mrow[j0 + u]) : -INFINITY;
         nv += mv[u] != -INFINITY;
     }
 
-    float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.n_kv;
+    float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld + j0;
+    float   mx[GM];
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+    for (int h = 0; h < GM; ++h) {
+        mx[h] = -INFINITY;
         if (h >= G) {
-            break;
+            continue;
         }
-        float mx = -INFINITY;
 #pragma unroll
-        for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
-            const float sv = mv[u] != -INFINITY ? acc[h][u] + mv[u] : -INFINITY;
-            acc[h][u] = sv;
-            if (j0 + u < a.n_kv) {
-                scb[(int64_t) h*a.n_kv + j0 + u] = sv;
-            }
-            mx = fmaxf(mx, sv);
+        for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+            acc[h][u] = mv[u] != -INFINITY ? acc[h][u] + mv[u] : -INFINITY;
+            mx[h]     = fmaxf(mx[h], acc[h][u]);
         }
-        mx = sparq_block_max(mx, s_red);
+        float * row = scb + h*a.sc_ld;
+        if (full) { // sc_ld and j0 are multiples of 8: 32-byte aligned
+            ((float4 *) row)[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+            ((float4 *) row)[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+        } else {
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                if (j0 + u < a.n_kv) {
+                    row[u] = acc[h][u];
+                }
+            }
+        }
+        mx[h] = warp_reduce_max<WARP_SIZE>(mx[h]);
+        if (lane == 0) {
+            s_max[warp][h] = mx[h];
+        }
+    }
+    nv = warp_reduce_sum<WARP_SIZE>(nv);
+    if (lane == 0) {
+        s_nv[warp] = nv;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        if (h >= G) {
+            continue;
+        }
+        float m = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
+            m = fmaxf(m, s_max[w][h]);
+        }
         float sum = 0.0f;
-        if (mx != -INFINITY) {
+        if (m != -INFINITY) {
 #pragma unroll
-            for (int u = 0; u < SPARQ_POS_PER_THR; ++u) {
-                sum += acc[h][u] != -INFINITY ? expf(acc[h][u] - mx) : 0.0f;
+            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                sum += acc[h][u] != -INFINITY ? expf(acc[h][u] - m) : 0.0f;
             }
         }
-        sum = sparq_block_sum(sum, s_red);
-        if (tid == 0) {
-            a.part[((int64_t) unit*a.H + kh*G + h)*a.nblk + blockIdx.x] = make_float2(mx, sum);
+        sum = warp_reduce_sum<WARP_SIZE>(sum);
+        if (lane == 0) {
+            s_sum[warp][h] = sum;
         }
     }
-    const float nvs = sparq_block_sum((float) nv, s_red);
-    if (tid == 0 && kh == 0) {
-        a.nvis[(int64_t) unit*a.nblk + blockIdx.x] = (int) nvs;
+    __syncthreads();
+    if (tid < G) {
+        float sum = 0.0f;
+        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
+            sum += s_sum[w][tid];
+        }
+        float m = -INFINITY;
+        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
+            m = fmaxf(m, s_max[w][tid]);
+        }
+        a.part[((int64_t) unit*a.H + kh*G + tid)*a.nblk + blockIdx.x] = make_float2(m, sum);
     }
-    ggml_cuda_pdl_lc();
+    if (tid == 0 && kh == 0) {
+        int c = 0;
+        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
+            c += s_nv[w];
+        }
+        a.nvis[(int64_t) unit*a.nblk + blockIdx.x] = c;
+    }
 }
 
-// exclusive block scan of one int per thread (blockDim.x <= 1024)
-static __device__ __forceinline__ int sparq_block_excl_scan(const int v, int * s_tmp) {
+// exclusive block scan of one int per thread; *total = the block's sum
+static __device__ __forceinline__ int sparq_block_excl_scan(const int v, int * s_tmp, int * total) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
     const int incl = warp_prefix_inclusive_sum<int>(v);
     __syncthreads();
@@ -248,22 +334,168 @@ static __device__ __forceinline__ int sparq_block_excl_scan(const int v, int * s
         s_tmp[lane] = warp_prefix_inclusive_sum<int>(w);
     }
     __syncthreads();
+    *total = s_tmp[nw - 1];
     return incl - v + (warp > 0 ? s_tmp[warp - 1] : 0);
 }
 
-template <typename KT, typename MT>
-static __global__ void __launch_bounds__(SPARQ_ATT_THREADS) sparq_attend(const sparq_args a) {
+// thr = the k-th largest of keys[0..n), kk = how many keys equal to thr belong to the k largest; 8 bits a pass
+// from the top, histograms in shared memory (s_hist: 4 x 256, s_cnt: 256)
+static __device__ void sparq_radix_kth(const uint32_t * keys, const int n, const int k, int * s_hist, int * s_cnt,
+        uint32_t * s_prefix, int * s_kk, uint32_t & thr, int & kk) {
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE;
+    if (tid == 0) {
+        *s_prefix = 0;
+        *s_kk     = k;
+    }
+    uint32_t pmask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int e = tid; e < 4*256; e += blockDim.x) {
+            s_hist[e] = 0;
+        }
+        __syncthreads();
+        const uint32_t prefix = *s_prefix;
+        int * hist = s_hist + (warp & 3)*256;
+        for (int j = tid; j < n; j += blockDim.x) {
+            const uint32_t key = keys[j];
+            if ((key & pmask) == prefix) {
+                atomicAdd(hist + ((key >> shift) & 255), 1);
+            }
+        }
+        __syncthreads();
+        if (tid < 256) {
+            s_cnt[tid] = s_hist[tid] + s_hist[256 + tid] + s_hist[512 + tid] + s_hist[768 + tid];
+        }
+        __syncthreads();
+        if (warp == 0) {
+            // lane takes bins 255 - 8*lane - i (i < 8): descending bins in lane order
+            int c[8];
+            int local = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                c[i]   = s_cnt[255 - 8*lane - i];
+                local += c[i];
+            }
+            const int want = *s_kk; // read before any lane can write it (the shuffles below converge the warp)
+            const int incl = warp_prefix_inclusive_sum<int>(local);
+            const int excl = incl - local;
+            if (excl < want && want <= incl) {
+                int cum = excl;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    if (cum + c[i] >= want) {
+                        *s_prefix = prefix | ((uint32_t) (255 - 8*lane - i) << shift);
+                        *s_kk     = want - cum;
+                        break;
+                    }
+                    cum += c[i];
+                }
+            }
+        }
+        pmask |= 255u << shift;
+        __syncthreads();
+    }
+    thr = *s_prefix;
+    kk  = *s_kk;
+}
+
+// s_sel = every position with key > thr, then the first kk positions with key == thr, each part in position
+// order (thread-contiguous ranges + scans: deterministic). Returns the count.
+static __device__ int sparq_gather(const uint32_t * keys, const int n, const uint32_t thr, const int kk, int * s_sel,
+        int * s_tmp) {
+    const int per = (n + blockDim.x - 1)/blockDim.x;
+    const int lo  = min(n, (int) threadIdx.x*per);
+    const int hi  = min(n, lo + per);
+    int ngt = 0;
+    int neq = 0;
+    for (int j = lo; j < hi; ++j) {
+        const uint32_t key = keys[j];
+        ngt += key > thr;
+        neq += key == thr;
+    }
+    int n_gt, n_eq;
+    int gt = sparq_block_excl_scan(ngt, s_tmp, &n_gt);
+    int eq = sparq_block_excl_scan(neq, s_tmp, &n_eq);
+    for (int j = lo; j < hi; ++j) {
+        const uint32_t key = keys[j];
+        if (key > thr) {
+            s_sel[gt++] = j;
+        } else if (key == thr) {
+            if (eq < kk) {
+                s_sel[n_gt + eq] = j;
+            }
+            ++eq;
+        }
+    }
+    return n_gt + min(kk, n_eq);
+}
+
+// keys[j] for this thread's positions j = lo + threadIdx.x + i*SPARQ_AT_THREADS < hi; returns their largest.
+// G fixed at compile time: the loads of several positions are in flight together (no branches between them).
+template <int G>
+static __device__ __forceinline__ uint32_t sparq_keys(const float * scb, const int64_t ld, const int lo, const int hi,
+        const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    uint32_t tmax = 0;
+#pragma unroll 4
+    for (int j = lo + threadIdx.x; j < hi; j += SPARQ_AT_THREADS) {
+        float p   = 0.0f;
+        bool  vis = false;
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sv = scb[h*ld + j];
+            vis = vis || sv != -INFINITY;
+            p  += sv != -INFINITY && !dense ? expf(sv - s_m[h])*s_rz[h] : 0.0f;
+        }
+        const uint32_t key = vis ? __float_as_uint(p) + 1u : 0u;
+        keys[j] = key;
+        tmax    = max(tmax, key);
+    }
+    return tmax;
+}
+
+template <int G>
+static __device__ __forceinline__ uint32_t sparq_keys_g(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    return g == G ? sparq_keys<G>(scb, ld, lo, hi, dense, s_m, s_rz, keys) :
+                    sparq_keys_g<G - 1>(g, scb, ld, lo, hi, dense, s_m, s_rz, keys);
+}
+
+template <>
+__device__ __forceinline__ uint32_t sparq_keys_g<1>(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    (void) g;
+    return sparq_keys<1>(scb, ld, lo, hi, dense, s_m, s_rz, keys);
+}
+
+static __host__ __device__ __forceinline__ int sparq_attend_sel_offset(const int n_kv, const int kcap) {
+    return (n_kv + kcap + 1) & ~1; // 8-byte alignment for the candidates
+}
+
+// dynamic shared memory of sparq_attend
+static size_t sparq_attend_smem(const int n_kv, const int G, const int k_top, const int Dv) {
+    const int kcap = std::min(k_top, n_kv);
+    return (size_t) sparq_attend_sel_offset(n_kv, kcap)*sizeof(int) + SPARQ_CAND_MAX*(sizeof(uint64_t) + sizeof(int)) +
+           (size_t) (4*256 + G*Dv)*sizeof(int);
+}
+
+// DE: head elements per lane (D, Dv <= 32*DE); RB: rows a warp loads before using them
+template <typename KT, typename MT, int DE>
+static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sparq_args a) {
+    constexpr int RB = DE <= 4 ? 4 : 1;
     extern __shared__ __align__(16) char sparq_smem[];
-    __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
-    __shared__ float s_m[SPARQ_CUDA_MAX_G], s_z[SPARQ_CUDA_MAX_G];   // step-1 softmax max / sum
-    __shared__ float s_mk[SPARQ_CUDA_MAX_G], s_zk[SPARQ_CUDA_MAX_G]; // step-2 softmax max / sum
-    __shared__ float s_alpha[SPARQ_CUDA_MAX_G];
-    __shared__ int   s_cnt[256];
-    __shared__ int   s_tmp[WARP_SIZE];
-    __shared__ int   s_nvis, s_nsel, s_kk;
+    __shared__ float    s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
+    __shared__ float    s_m[SPARQ_CUDA_MAX_G], s_rz[SPARQ_CUDA_MAX_G]; // step-1 softmax max, 1/sum
+    __shared__ float    s_wm[SPARQ_AT_WARPS][SPARQ_CUDA_MAX_G];         // per warp: step-2 running max
+    __shared__ float    s_wl[SPARQ_AT_WARPS][SPARQ_CUDA_MAX_G];         // per warp: step-2 running sum
+    __shared__ float    s_l[SPARQ_CUDA_MAX_G];
+    __shared__ float    s_alpha[SPARQ_CUDA_MAX_G];
+    __shared__ uint32_t s_wthr[SPARQ_AT_WARPS];
+    __shared__ int      s_cnt[256];
+    __shared__ int      s_tmp[WARP_SIZE];
+    __shared__ int      s_nvis, s_ncand, s_kk;
     __shared__ uint32_t s_prefix;
 
-    const int kh   = blockIdx.x;
+    const int nc   = gridDim.x / a.Hkv; // blocks per KV head: a thread block cluster (sm_90) when > 1
+    const int kh   = blockIdx.x / nc;
     const int unit = blockIdx.y;
     const int t    = unit % a.n_tok;
     const int s    = unit / a.n_tok;
@@ -271,21 +503,42 @@ static __global__ void __launch_bounds__(SPARQ_ATT_THREADS) sparq_attend(const s
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
     const int warp = tid / WARP_SIZE;
-    const int nw   = blockDim.x / WARP_SIZE;
     const int n_kv = a.n_kv;
     const int kcap = min(a.k_top, n_kv);
 
-    // shared: keys [max(n_kv, G*kcap)] (later the step-2 scores), sel [kcap], hist [4][256], y [G][Dv]
+    // shared: keys [n_kv], sel [kcap], candidates [SPARQ_CAND_MAX] (u64), their ranks, hist [4][256], y [G][Dv]
     uint32_t * s_key  = (uint32_t *) sparq_smem;
-    float    * s_sc   = (float *) sparq_smem;
-    int      * s_sel  = (int *) (s_key + max(n_kv, G*kcap));
-    int      * s_hist = s_sel + kcap;
+    int      * s_sel  = (int *) (s_key + n_kv);
+    uint64_t * s_cand = (uint64_t *) ((int *) sparq_smem + sparq_attend_sel_offset(n_kv, kcap));
+    int      * s_rank = (int *) (s_cand + SPARQ_CAND_MAX);
+    int      * s_hist = s_rank + SPARQ_CAND_MAX;
     float    * s_y    = (float *) (s_hist + 4*256);
 
+    // the accumulators do not depend on earlier kernels
+    for (int e = tid; e < G*a.Dv; e += SPARQ_AT_THREADS) {
+        s_y[e] = 0.0f;
+    }
+    for (int e = tid; e < SPARQ_CAND_MAX; e += SPARQ_AT_THREADS) {
+        s_rank[e] = 0;
+    }
+    if (tid < G) {
+        s_alpha[tid] = 0.0f;
+    }
+    if (tid == 0) {
+        s_ncand = 0;
+    }
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (nc > 1) {
+        // a block may write a peer's shared memory only once the peer runs: arrive now, wait before the keys
+        asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+    }
+#endif
+
     ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc(); // the next kernel waits for this grid's end itself
 
     sparq_load_q(a, kh, t, s, G, s_q);
-    for (int h = warp; h < G; h += nw) {
+    for (int h = warp; h < G; h += SPARQ_AT_WARPS) {
         const float2 * p = a.part + ((int64_t) unit*a.H + kh*G + h)*a.nblk;
         float mx = -INFINITY;
         for (int b = lane; b < a.nblk; b += WARP_SIZE) {
@@ -298,11 +551,11 @@ static __global__ void __launch_bounds__(SPARQ_ATT_THREADS) sparq_attend(const s
         }
         z = warp_reduce_sum<WARP_SIZE>(z);
         if (lane == 0) {
-            s_m[h] = mx;
-            s_z[h] = z;
+            s_m[h]  = mx;
+            s_rz[h] = z > 0.0f ? 1.0f/z : 0.0f;
         }
     }
-    if (warp == nw - 1) {
+    if (warp == SPARQ_AT_WARPS - 1) {
         int c = 0;
         for (int b = lane; b < a.nblk; b += WARP_SIZE) {
             c += a.nvis[(int64_t) unit*a.nblk + b];
@@ -310,225 +563,253 @@ static __global__ void __launch_bounds__(SPARQ_ATT_THREADS) sparq_attend(const s
         c = warp_reduce_sum<WARP_SIZE>(c);
         if (lane == 0) {
             s_nvis = c;
-            s_nsel = 0;
         }
     }
     __syncthreads();
 
     const int nvis  = s_nvis;
     float   * dst_u = a.dst + ((int64_t) unit*a.H + kh*G)*a.Dv;
-    if (nvis == 0) {
-        for (int e = tid; e < G*a.Dv; e += blockDim.x) {
+    if (nvis == 0) { // (the same for every block of a cluster)
+        for (int e = tid; e < G*a.Dv && blockIdx.x % nc == 0; e += SPARQ_AT_THREADS) {
             dst_u[e] = 0.0f;
         }
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+        if (nc > 1) {
+            asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        }
+#endif
         return;
     }
     const bool dense = a.k_top >= nvis;
 
     // sort keys: group-summed softmax + 1 (visible), 0 (masked); non-negative floats order as their bits
-    const float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*n_kv;
-    for (int j = tid; j < n_kv; j += blockDim.x) {
-        float p   = 0.0f;
-        bool  vis = false;
-        for (int h = 0; h < G; ++h) {
-            const float sv = scb[(int64_t) h*n_kv + j];
-            if (sv != -INFINITY) {
-                vis = true;
-                p  += expf(sv - s_m[h])/s_z[h];
-            }
-        }
-        s_key[j] = vis ? __float_as_uint(p) + 1u : 0u;
+    const float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
+    // with a cluster (nc > 1) its blocks split the score reads (one SM's L2 bandwidth bounds this pass) and
+    // store their keys into block 0's shared memory; block 0 alone goes on
+    int        lo   = 0;
+    int        hi   = n_kv;
+    uint32_t * keys = s_key;
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (nc > 1) {
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        const int per = (n_kv + nc - 1)/nc;
+        lo   = min(n_kv, (int) cluster.block_rank()*per);
+        hi   = min(n_kv, lo + per);
+        keys = cluster.map_shared_rank(s_key, 0);
     }
+#endif
+    uint32_t tmax = sparq_keys_g<SPARQ_CUDA_MAX_G>(G, scb, a.sc_ld, lo, hi, dense, s_m, s_rz, keys);
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    if (nc > 1) {
+        cluster.sync(); // block 0 only reads its own shared memory from here: the others may leave
+        if (cluster.block_rank() != 0) {
+            return;
+        }
+        tmax = 0;
+        for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
+            tmax = max(tmax, s_key[j]);
+        }
+    }
+#endif
 
-    uint32_t thr = 1u; // keys >= thr ... see below
-    int      kk  = 0;  // keys == thr to take (lowest positions first); every key > thr is taken
+    int nsel;
     if (dense) {
         __syncthreads();
+        nsel = sparq_gather(s_key, n_kv, 0u, 0, s_sel, s_tmp);
     } else {
-        // radix select of the k_top-th largest key, 8 bits a pass from the top
-        if (tid == 0) {
-            s_prefix = 0;
-            s_kk     = a.k_top;
+        // tau: a lower bound of the k-th largest key (see the file header); 1 = every visible key
+        const int kw = (a.k_top + SPARQ_AT_WARPS - 1)/SPARQ_AT_WARPS;
+        if (kw <= WARP_SIZE) {
+            uint32_t v  = tmax;
+            uint32_t wt = 0;
+            for (int i = 0; i < kw; ++i) {
+                wt = sparq_warp_max_u32(v);
+                const uint32_t win = __ballot_sync(0xFFFFFFFF, v == wt);
+                if (lane == __ffs(win) - 1) {
+                    v = 0;
+                }
+            }
+            if (lane == 0) {
+                s_wthr[warp] = wt;
+            }
         }
-        uint32_t pmask = 0;
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int e = tid; e < 4*256; e += blockDim.x) {
-                s_hist[e] = 0;
+        __syncthreads(); // keys and s_wthr
+        uint32_t tau = 1u;
+        if (kw <= WARP_SIZE) {
+            tau = s_wthr[0];
+            for (int w = 1; w < SPARQ_AT_WARPS; ++w) {
+                tau = min(tau, s_wthr[w]);
             }
-            __syncthreads();
-            const uint32_t prefix = s_prefix;
-            int * hist = s_hist + (warp & 3)*256;
-            for (int j = tid; j < n_kv; j += blockDim.x) {
+            tau = max(tau, 1u);
+        }
+        if (tmax >= tau) {
+            for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
                 const uint32_t key = s_key[j];
-                if ((key & pmask) == prefix) {
-                    atomicAdd(hist + ((key >> shift) & 255), 1);
-                }
-            }
-            __syncthreads();
-            if (tid < 256) {
-                s_cnt[tid] = s_hist[tid] + s_hist[256 + tid] + s_hist[512 + tid] + s_hist[768 + tid];
-            }
-            __syncthreads();
-            if (warp == 0) {
-                // lane takes bins 255 - 8*lane - i (i < 8): descending bins in lane order
-                int c[8];
-                int local = 0;
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    c[i]   = s_cnt[255 - 8*lane - i];
-                    local += c[i];
-                }
-                const int incl = warp_prefix_inclusive_sum<int>(local);
-                const int excl = incl - local;
-                const int want = s_kk;
-                if (excl < want && want <= incl) {
-                    int cum = excl;
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        if (cum + c[i] >= want) {
-                            s_prefix = prefix | ((uint32_t) (255 - 8*lane - i) << shift);
-                            s_kk     = want - cum;
-                            break;
-                        }
-                        cum += c[i];
+                if (key >= tau) {
+                    const int c = atomicAdd(&s_ncand, 1);
+                    if (c < SPARQ_CAND_MAX) {
+                        // larger = earlier: key desc, then position asc
+                        s_cand[c] = (uint64_t) key << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) j);
                     }
                 }
             }
-            pmask |= 255u << shift;
-            __syncthreads();
         }
-        thr = s_prefix;
-        kk  = s_kk;
-    }
-
-    // gather: thread-contiguous ranges, so equal keys are taken in position order
-    {
-        const int per = (n_kv + blockDim.x - 1)/blockDim.x;
-        const int lo  = min(n_kv, tid*per);
-        const int hi  = min(n_kv, lo + per);
-        int neq = 0;
-        for (int j = lo; j < hi; ++j) {
-            const uint32_t key = s_key[j];
-            if (dense ? key != 0u : key > thr) {
-                s_sel[atomicAdd(&s_nsel, 1)] = j;
-            } else if (!dense && key == thr) {
-                ++neq;
+        __syncthreads();
+        const int nc = s_ncand; // >= k_top
+        if (nc <= SPARQ_CAND_MAX) {
+            // exact ranks (distinct): pairs (candidate, segment of the candidates) over the threads
+            const int nseg = max(1, SPARQ_AT_THREADS/nc);
+            for (int e = tid; e < nc*nseg; e += SPARQ_AT_THREADS) {
+                const int      i  = e % nc;
+                const int      g  = e / nc;
+                const uint64_t ci = s_cand[i];
+                const int      c1 = (int) ((int64_t) nc*(g + 1)/nseg);
+                int rank = 0;
+                for (int c = (int) ((int64_t) nc*g/nseg); c < c1; ++c) {
+                    rank += s_cand[c] > ci;
+                }
+                atomicAdd(&s_rank[i], rank);
             }
-        }
-        if (!dense) {
-            int base = sparq_block_excl_scan(neq, s_tmp);
-            for (int j = lo; j < hi && base < kk; ++j) {
-                if (s_key[j] == thr) {
-                    s_sel[atomicAdd(&s_nsel, 1)] = j;
-                    ++base;
+            __syncthreads();
+            for (int i = tid; i < nc; i += SPARQ_AT_THREADS) {
+                const int rank = s_rank[i];
+                if (rank < a.k_top) {
+                    s_sel[rank] = (int) (0xFFFFFFFFu - (uint32_t) s_cand[i]);
                 }
             }
-        }
-    }
-    __syncthreads();
-    const int nsel = s_nsel; // == min(k_top, nvis)
-
-    // exact scores of the G heads over the chosen rows (keys are dead: s_sc reuses them)
-    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
-    for (int i = warp; i < nsel; i += nw) {
-        const int  j    = s_sel[i];
-        const KT * krow = (const KT *) (a.k + (int64_t) j*a.k_nb1 + kh*a.k_nb2 + s*a.k_nb3);
-        float kv[SPARQ_DE];
-#pragma unroll
-        for (int e = 0; e < SPARQ_DE; ++e) {
-            const int d = lane + WARP_SIZE*e;
-            kv[e] = d < a.D ? sparq_f<KT>(krow[d]) : 0.0f;
-        }
-        const float mvj = sparq_f<MT>(mrow[j]);
-        for (int h = 0; h < G; ++h) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int e = 0; e < SPARQ_DE; ++e) {
-                const int d = lane + WARP_SIZE*e;
-                dot += d < a.D ? s_q[h][d]*kv[e] : 0.0f;
-            }
-            dot = warp_reduce_sum<WARP_SIZE>(dot);
-            if (lane == 0) {
-                s_sc[h*nsel + i] = a.scale*dot + mvj;
-            }
-        }
-    }
-    for (int e = tid; e < G*a.Dv; e += blockDim.x) {
-        s_y[e] = 0.0f;
-    }
-    __syncthreads();
-    const bool blend = !dense && (a.flags & 1) != 0;
-    for (int h = warp; h < G; h += nw) {
-        float mx = -INFINITY;
-        for (int i = lane; i < nsel; i += WARP_SIZE) {
-            mx = fmaxf(mx, s_sc[h*nsel + i]);
-        }
-        mx = warp_reduce_max<WARP_SIZE>(mx);
-        float z  = 0.0f;
-        float al = 0.0f;
-        for (int i = lane; i < nsel; i += WARP_SIZE) {
-            z += expf(s_sc[h*nsel + i] - mx);
-            if (blend) {
-                al += expf(scb[(int64_t) h*n_kv + s_sel[i]] - s_m[h])/s_z[h];
-            }
-        }
-        z  = warp_reduce_sum<WARP_SIZE>(z);
-        al = warp_reduce_sum<WARP_SIZE>(al);
-        if (lane == 0) {
-            s_mk[h]    = mx;
-            s_zk[h]    = z;
-            s_alpha[h] = al;
+            nsel = a.k_top;
+        } else {
+            uint32_t thr;
+            int      kk;
+            sparq_radix_kth(s_key, n_kv, a.k_top, s_hist, s_cnt, &s_prefix, &s_kk, thr, kk);
+            nsel = sparq_gather(s_key, n_kv, thr, kk, s_sel, s_tmp);
         }
     }
     __syncthreads();
 
-    // y_h = sum_i p_h[i] v[sel[i]]: warps split the rows, lanes the components
-    float acc[SPARQ_CUDA_MAX_G][SPARQ_DE];
+    // exact attention over the rows s_sel[0..nsel): online softmax per warp (K and V of RB rows in flight)
+    const bool   blend = !dense && (a.flags & 1) != 0;
+    const MT   * mrow  = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    const char * kb    = a.k + kh*a.k_nb2 + s*a.k_nb3;
+    const char * vb    = a.v + kh*a.v_nb2 + s*a.v_nb3;
+    {
+        // ask L2 for every chosen K and V row now: a warp's later row batches then wait for L2, not DRAM
+        const int kl = (a.D*(int) sizeof(KT) + 127)/128;                                   // lines of a K row
+        const int vl = a.v_nb0 == (int64_t) sizeof(KT) ? (a.Dv*(int) sizeof(KT) + 127)/128 : 0; // V rows only
+        const int np = min(nsel, SPARQ_CUDA_MAX_KTOP);
+        for (int e = tid; e < np*(kl + vl); e += SPARQ_AT_THREADS) {
+            const int    i = e / (kl + vl);
+            const int    l = e % (kl + vl);
+            const int    j = s_sel[i];
+            const char * p = l < kl ? kb + (int64_t) j*a.k_nb1 + l*128 : vb + (int64_t) j*a.v_nb1 + (l - kl)*128;
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+        }
+    }
+    float m[SPARQ_CUDA_MAX_G], l[SPARQ_CUDA_MAX_G], acc[SPARQ_CUDA_MAX_G][DE];
 #pragma unroll
     for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < SPARQ_DE; ++e) {
+        for (int e = 0; e < DE; ++e) {
             acc[h][e] = 0.0f;
         }
     }
-    const char * vb = a.v + kh*a.v_nb2 + s*a.v_nb3;
-    for (int i = warp; i < nsel; i += nw) {
-        const int j = s_sel[i];
-        float vv[SPARQ_DE];
+    float al = 0.0f; // lane h < G: alpha of head h over this warp's rows
+    for (int i0 = warp*RB; i0 < nsel; i0 += SPARQ_AT_WARPS*RB) {
+        float kv[RB][DE], vv[RB][DE], mvj[RB];
+        int   jr[RB];
 #pragma unroll
-        for (int e = 0; e < SPARQ_DE; ++e) {
-            const int d = lane + WARP_SIZE*e;
-            vv[e] = d < a.Dv ? sparq_f<KT>(*(const KT *) (vb + (int64_t) d*a.v_nb0 + (int64_t) j*a.v_nb1)) : 0.0f;
+        for (int b = 0; b < RB; ++b) {
+            const bool ok = i0 + b < nsel;
+            const int  j  = ok ? s_sel[i0 + b] : 0;
+            const KT * kr = (const KT *) (kb + (int64_t) j*a.k_nb1);
+            jr[b]  = j;
+            mvj[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
+#pragma unroll
+            for (int e = 0; e < DE; ++e) {
+                const int d = lane + WARP_SIZE*e;
+                kv[b][e] = ok && d < a.D  ? sparq_f<KT>(kr[d]) : 0.0f;
+                vv[b][e] = ok && d < a.Dv ? sparq_f<KT>(*(const KT *) (vb + (int64_t) d*a.v_nb0 + (int64_t) j*a.v_nb1)) : 0.0f;
+            }
         }
 #pragma unroll
-        for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-            if (h < G) {
-                const float p = expf(s_sc[h*nsel + i] - s_mk[h])/s_zk[h];
+        for (int b = 0; b < RB; ++b) {
+            if (i0 + b >= nsel) {
+                break;
+            }
 #pragma unroll
-                for (int e = 0; e < SPARQ_DE; ++e) {
-                    acc[h][e] += p*vv[e];
+            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                if (h >= G) {
+                    break;
                 }
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < DE; ++e) {
+                    dot += s_q[h][lane + WARP_SIZE*e]*kv[b][e];
+                }
+                dot = warp_reduce_sum<WARP_SIZE>(dot);
+                const float sc   = a.scale*dot + mvj[b];
+                const float mn   = fmaxf(m[h], sc);
+                const float corr = expf(m[h] - mn);
+                const float p    = expf(sc - mn);
+                l[h] = l[h]*corr + p;
+#pragma unroll
+                for (int e = 0; e < DE; ++e) {
+                    acc[h][e] = acc[h][e]*corr + p*vv[b][e];
+                }
+                m[h] = mn;
+            }
+            if (blend && lane < G) {
+                al += expf(scb[lane*a.sc_ld + jr[b]] - s_m[lane])*s_rz[lane];
             }
         }
     }
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+            if (h < G) {
+                s_wm[warp][h] = m[h];
+                s_wl[warp][h] = l[h];
+            }
+        }
+    }
+    if (blend && lane < G) {
+        atomicAdd(&s_alpha[lane], al);
+    }
+    __syncthreads();
 #pragma unroll
     for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-        if (h < G) {
+        if (h >= G) {
+            break;
+        }
+        float mb = -INFINITY;
+        for (int w = 0; w < SPARQ_AT_WARPS; ++w) {
+            mb = fmaxf(mb, s_wm[w][h]);
+        }
+        const float f = expf(m[h] - mb); // 0 for a warp without rows
 #pragma unroll
-            for (int e = 0; e < SPARQ_DE; ++e) {
-                const int d = lane + WARP_SIZE*e;
-                if (d < a.Dv) {
-                    atomicAdd(&s_y[h*a.Dv + d], acc[h][e]);
-                }
+        for (int e = 0; e < DE; ++e) {
+            const int d = lane + WARP_SIZE*e;
+            if (d < a.Dv) {
+                atomicAdd(&s_y[h*a.Dv + d], acc[h][e]*f);
             }
+        }
+        if (tid == h) {
+            float lb = 0.0f;
+            for (int w = 0; w < SPARQ_AT_WARPS; ++w) {
+                lb += s_wl[w][h]*expf(s_wm[w][h] - mb);
+            }
+            s_l[h] = lb;
         }
     }
     __syncthreads();
 
-    for (int e = tid; e < G*a.Dv; e += blockDim.x) {
+    for (int e = tid; e < G*a.Dv; e += SPARQ_AT_THREADS) {
         const int h = e / a.Dv;
         const int d = e % a.Dv;
-        float y = s_y[e];
+        float y = s_y[e]/s_l[h];
         if (blend) {
             const int   tv = a.vm_ne2 == 1 ? 0 : t;
             const int   sv = a.vm_ne3 == 1 ? 0 : s;
@@ -539,32 +820,142 @@ static __global__ void __launch_bounds__(SPARQ_ATT_THREADS) sparq_attend(const s
     }
 }
 
-static size_t sparq_attend_smem(const int n_kv, const int G, const int k_top, const int Dv) {
-    const int kcap = std::min(k_top, n_kv);
-    return (size_t) (std::max(n_kv, G*kcap) + kcap + 4*256 + G*Dv)*sizeof(int);
+static size_t sparq_align256(const size_t n) {
+    return (n + 255) & ~(size_t) 255;
+}
+
+static void sparq_scratch_layout(const sparq_args & a, int64_t & sc_ld, int & nblk, size_t & off_part, size_t & off_nvis,
+        size_t & total) {
+    const int64_t units = (int64_t) a.n_tok*a.ns;
+    sc_ld    = (a.n_kv + 7) & ~7; // rows of whole 32-byte pieces: vector stores
+    nblk     = (a.n_kv + SPARQ_SC_POS - 1)/SPARQ_SC_POS;
+    off_part = sparq_align256((size_t) units*a.H*sc_ld*sizeof(float));
+    off_nvis = off_part + sparq_align256((size_t) units*a.H*nblk*sizeof(float2));
+    total    = off_nvis + sparq_align256((size_t) units*nblk*sizeof(int));
+}
+
+size_t sparq_attn_scratch_size(const sparq_args & a) {
+    int64_t sc_ld;
+    int     nblk;
+    size_t  off_part, off_nvis, total;
+    sparq_scratch_layout(a, sc_ld, nblk, off_part, off_nvis, total);
+    return total;
+}
+
+// blocks per KV head in the select kernel: a cluster of up to 8 on sm_90 from 8k positions on (one block per
+// 4096 positions); LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 keeps one block
+static int sparq_cluster_blocks(const int device, const int n_kv) {
+#ifdef SPARQ_CLUSTER_AVAILABLE
+    static const bool env_off = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_CLUSTER"); return e && atoi(e) == 0; }();
+    static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
+    if (cc_major[device] == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_major[device], cudaDevAttrComputeCapabilityMajor, device));
+    }
+    if (!env_off && cc_major[device] >= 9) {
+        return std::max(1, std::min(8, n_kv/4096));
+    }
+#else
+    (void) device;
+    (void) n_kv;
+#endif // SPARQ_CLUSTER_AVAILABLE
+    return 1;
+}
+
+template <typename KT, typename MT, int DE>
+static void sparq_launch_attend(const sparq_args & a, const int units, cudaStream_t stream) {
+    const int    G    = a.H / a.Hkv;
+    const size_t smem = sparq_attend_smem(a.n_kv, G, a.k_top, a.Dv);
+    static int smem_set[GGML_CUDA_MAX_DEVICES] = { 0 };
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (smem_set[device] == 0) {
+        int optin;
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT, DE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                optin - 16*1024)); // room for the static shared arrays
+        smem_set[device] = optin - 16*1024;
+    }
+    GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: n_kv too large for shared memory");
+
+    const int  nc = sparq_cluster_blocks(device, a.n_kv);
+    const dim3 grid(a.Hkv*nc, units, 1);
+    const dim3 block(SPARQ_AT_THREADS, 1, 1);
+#ifdef SPARQ_CLUSTER_AVAILABLE
+    if (nc > 1) {
+        cudaLaunchAttribute attr[2];
+        int n_attr = 0;
+        attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
+        attr[n_attr].val.clusterDim.x = nc;
+        attr[n_attr].val.clusterDim.y = 1;
+        attr[n_attr].val.clusterDim.z = 1;
+        ++n_attr;
+#if defined(GGML_CUDA_USE_PDL)
+        static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
+        if (pdl) {
+            attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+            ++n_attr;
+        }
+#endif // defined(GGML_CUDA_USE_PDL)
+        cudaLaunchConfig_t lc = {};
+        lc.gridDim          = grid;
+        lc.blockDim         = block;
+        lc.dynamicSmemBytes = smem;
+        lc.stream           = stream;
+        lc.attrs            = attr;
+        lc.numAttrs         = n_attr;
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, sparq_attend<KT, MT, DE>, a));
+        return;
+    }
+#endif // SPARQ_CLUSTER_AVAILABLE
+    const ggml_cuda_kernel_launch_params p(grid, block, smem, stream);
+    ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE>, p, a);
 }
 
 template <typename KT, typename MT>
 static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
-    const int    G    = a.H / a.Hkv;
-    const size_t smem = sparq_attend_smem(a.n_kv, G, a.k_top, a.Dv);
-    {
-        static int smem_set[GGML_CUDA_MAX_DEVICES] = { 0 };
-        int device;
-        CUDA_CHECK(cudaGetDevice(&device));
-        if (smem_set[device] == 0) {
-            int optin;
-            CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-            CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                    optin - 16*1024)); // room for the static shared arrays
-            smem_set[device] = optin - 16*1024;
-        }
-        GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: n_kv too large for shared memory");
+    const ggml_cuda_kernel_launch_params p(dim3(a.nblk, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
+    if (a.H/a.Hkv <= 4) {
+        ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
+    } else {
+        ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
     }
-    const ggml_cuda_kernel_launch_params p1(dim3(a.nblk, a.Hkv, units), dim3(SPARQ_POS_THREADS, 1, 1), 0, stream);
-    ggml_cuda_kernel_launch(sparq_scores<KT, MT>, p1, a);
-    const ggml_cuda_kernel_launch_params p2(dim3(a.Hkv, units, 1), dim3(SPARQ_ATT_THREADS, 1, 1), smem, stream);
-    ggml_cuda_kernel_launch(sparq_attend<KT, MT>, p2, a);
+    if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {
+        sparq_launch_attend<KT, MT, 4>(a, units, stream);
+    } else {
+        sparq_launch_attend<KT, MT, 8>(a, units, stream);
+    }
+}
+
+void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
+    const int units = a.n_tok*a.ns;
+    if (a.n_kv == 0 || units == 0) {
+        CUDA_CHECK(cudaMemsetAsync(a.dst, 0, (size_t) units*a.H*a.Dv*sizeof(float), stream));
+        return;
+    }
+    GGML_ASSERT(a.Hkv > 0 && a.H % a.Hkv == 0 && a.H/a.Hkv <= SPARQ_CUDA_MAX_G);
+    GGML_ASSERT(a.D <= SPARQ_CUDA_MAX_D && a.Dv <= SPARQ_CUDA_MAX_D && a.n_kv <= SPARQ_CUDA_MAX_NKV);
+    GGML_ASSERT(a.r >= 1 && a.k_top >= 1 && std::min(a.k_top, a.n_kv) <= SPARQ_CUDA_MAX_KTOP);
+    if (!a.vm) {
+        a.flags &= ~1; // no mean of V: no blend
+    }
+    size_t off_part, off_nvis, total;
+    sparq_scratch_layout(a, a.sc_ld, a.nblk, off_part, off_nvis, total);
+    a.sc     = (float *) scratch;
+    a.part   = (float2 *) ((char *) scratch + off_part);
+    a.nvis   = (int *) ((char *) scratch + off_nvis);
+    a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
+    GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
+
+    if (a.kv_f16 && a.mask_f16) {
+        sparq_launch<half, half>(a, units, stream);
+    } else if (a.kv_f16) {
+        sparq_launch<half, float>(a, units, stream);
+    } else if (a.mask_f16) {
+        sparq_launch<float, half>(a, units, stream);
+    } else {
+        sparq_launch<float, float>(a, units, stream);
+    }
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
@@ -614,55 +1005,35 @@ void ggml_cuda_op_sparq_attn(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     GGML_ASSERT(ggml_cuda_sparq_attn_supported(dst));
 
     sparq_args a = {};
-    a.q = (const char *) q->data; a.q_nb1 = q->nb[1]; a.q_nb2 = q->nb[2]; a.q_nb3 = q->nb[3];
-    a.k = (const char *) k->data; a.k_nb1 = k->nb[1]; a.k_nb2 = k->nb[2]; a.k_nb3 = k->nb[3];
-    a.kt = (const char *) k_t->data; a.kt_nb1 = k_t->nb[1]; a.kt_nb2 = k_t->nb[2]; a.kt_nb3 = k_t->nb[3];
-    a.v = (const char *) v->data; a.v_nb0 = v->nb[0]; a.v_nb1 = v->nb[1]; a.v_nb2 = v->nb[2]; a.v_nb3 = v->nb[3];
-    a.mask = (const char *) mask->data; a.m_nb1 = mask->nb[1]; a.m_nb3 = mask->nb[3]; a.m_ne3 = (int) mask->ne[3];
+    a.q    = (const char *) q->data;    a.q_nb1  = q->nb[1];   a.q_nb2  = q->nb[2];   a.q_nb3  = q->nb[3];
+    a.k    = (const char *) k->data;    a.k_nb1  = k->nb[1];   a.k_nb2  = k->nb[2];   a.k_nb3  = k->nb[3];
+    a.kt   = (const char *) k_t->data;  a.kt_nb1 = k_t->nb[1]; a.kt_nb2 = k_t->nb[2]; a.kt_nb3 = k_t->nb[3];
+    a.v    = (const char *) v->data;    a.v_nb0  = v->nb[0];   a.v_nb1  = v->nb[1];   a.v_nb2  = v->nb[2]; a.v_nb3 = v->nb[3];
+    a.mask = (const char *) mask->data; a.m_nb1  = mask->nb[1]; a.m_nb3 = mask->nb[3]; a.m_ne3  = (int) mask->ne[3];
     if (vm) {
         a.vm = (const char *) vm->data; a.vm_nb1 = vm->nb[1]; a.vm_nb2 = vm->nb[2]; a.vm_nb3 = vm->nb[3];
         a.vm_ne2 = (int) vm->ne[2]; a.vm_ne3 = (int) vm->ne[3];
     }
-    a.dst   = (float *) dst->data;
-    a.D     = (int) q->ne[0];
-    a.Dv    = (int) v->ne[0];
-    a.n_kv  = (int) k->ne[1];
-    a.H     = (int) q->ne[2];
-    a.Hkv   = (int) k->ne[2];
-    a.n_tok = (int) q->ne[1];
+    a.dst      = (float *) dst->data;
+    a.D        = (int) q->ne[0];
+    a.Dv       = (int) v->ne[0];
+    a.n_kv     = (int) k->ne[1];
+    a.H        = (int) q->ne[2];
+    a.Hkv      = (int) k->ne[2];
+    a.n_tok    = (int) q->ne[1];
+    a.ns       = (int) q->ne[3];
     memcpy(&a.scale, &dst->op_params[0], sizeof(float));
-    a.r     = dst->op_params[1];
-    a.k_top = dst->op_params[2];
-    a.flags = dst->op_params[3];
-    if (!vm) {
-        a.flags &= ~GGML_SPARQ_MEAN_V;
-    }
-    const int units = a.n_tok*(int) q->ne[3];
-    cudaStream_t stream = ctx.stream();
+    a.r        = dst->op_params[1];
+    a.k_top    = dst->op_params[2];
+    a.flags    = dst->op_params[3] & GGML_SPARQ_MEAN_V;
+    a.kv_f16   = k->type == GGML_TYPE_F16;
+    a.mask_f16 = mask->type == GGML_TYPE_F16;
 
-    if (a.n_kv == 0 || units == 0) {
-        CUDA_CHECK(cudaMemsetAsync(dst->data, 0, ggml_nbytes(dst), stream));
+    if (a.n_kv == 0 || a.n_tok*a.ns == 0) {
+        sparq_attn_launch(a, nullptr, ctx.stream()); // zeros, no scratch
         return;
     }
-    a.nblk = (a.n_kv + SPARQ_POS - 1)/SPARQ_POS;
-
-    ggml_cuda_pool_alloc<float>  sc(ctx.pool(), (size_t) units*a.H*a.n_kv);
-    ggml_cuda_pool_alloc<float2> part(ctx.pool(), (size_t) units*a.H*a.nblk);
-    ggml_cuda_pool_alloc<int>    nvis(ctx.pool(), (size_t) units*a.nblk);
-    a.sc   = sc.get();
-    a.part = part.get();
-    a.nvis = nvis.get();
-
-    const bool kf16 = k->type == GGML_TYPE_F16;
-    const bool mf16 = mask->type == GGML_TYPE_F16;
-    if (kf16 && mf16) {
-        sparq_launch<half, half>(a, units, stream);
-    } else if (kf16) {
-        sparq_launch<half, float>(a, units, stream);
-    } else if (mf16) {
-        sparq_launch<float, half>(a, units, stream);
-    } else {
-        sparq_launch<float, float>(a, units, stream);
-    }
+    ggml_cuda_pool_alloc<char> scratch(ctx.pool(), sparq_attn_scratch_size(a));
+    sparq_attn_launch(a, scratch.get(), ctx.stream());
 }
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -8,6 +8,34 @@
 #define SPARQ_CUDA_MAX_KTOP 1024  // positions kept in step 2
 #define SPARQ_CUDA_MAX_NKV  45056 // positions (their sort keys live in shared memory)
 
+// launch arguments: the op fills them from its tensors, the standalone test (cuda/tests) directly.
+// Byte strides; shapes and semantics as in ggml-sparse.h. Every dimension must be within the limits above.
+struct sparq_args {
+    const char * q;    int64_t q_nb1, q_nb2, q_nb3;           // F32 [D, n_tok, H, ns]
+    const char * k;    int64_t k_nb1, k_nb2, k_nb3;           // [D, n_kv, Hkv, ns]
+    const char * kt;   int64_t kt_nb1, kt_nb2, kt_nb3;        // [n_kv, D, Hkv, ns]
+    const char * v;    int64_t v_nb0, v_nb1, v_nb2, v_nb3;    // [Dv, n_kv, Hkv, ns]
+    const char * mask; int64_t m_nb1, m_nb3; int m_ne3;       // [n_kv, n_pad, 1, ns|1]
+    const char * vm;   int64_t vm_nb1, vm_nb2, vm_nb3; int vm_ne2, vm_ne3; // F32 [Dv, Hkv, n_tok|1, ns|1] or NULL
+    float * dst;                                              // F32 [Dv, H, n_tok, ns], contiguous
+    int   D, Dv, n_kv, H, Hkv, n_tok, ns, r, k_top, flags;
+    float scale;
+    bool  kv_f16, mask_f16;                                   // K/k_t/V type, mask type (else F32)
+
+    // set by sparq_attn_launch
+    float  * sc;   int64_t sc_ld; // scratch [units][H][sc_ld]: approximate scores, -INF where masked
+    float2 * part;                // scratch [units][H][nblk]: per position chunk (max, sum of exp)
+    int    * nvis;                // scratch [units][nblk]: visible positions per chunk
+    int      nblk;
+    bool     kt_vec;              // k_t rows 16-byte aligned: vector loads
+};
+
+// bytes of device scratch sparq_attn_launch needs
+size_t sparq_attn_scratch_size(const sparq_args & a);
+
+// two kernels on stream, no host synchronization (graph safe); scratch: sparq_attn_scratch_size bytes
+void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream);
+
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // whether the CUDA kernels take this GGML_OP_SPARQ_ATTN node (shapes, types and the limits above)
 bool ggml_cuda_sparq_attn_supported(const ggml_tensor * op);

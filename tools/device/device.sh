@@ -20,6 +20,7 @@
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
+#   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`
 #   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   sparq-ncu  ncu device time of the two SparQ kernels; sparq-diag: one SparQ llama-bench run with its exit code
@@ -135,6 +136,23 @@ remote() {
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
             done
+            ;;
+        sparq-test)
+            # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, then its bench
+            # (Llama-3-8B shapes, S 4k/16k/32k, K/V rotated past L2 and L2-warm); needs build-base (or build)
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
+                > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
+            local rc=0
+            timeout 150 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test: rc $rc"
+            grep -E "^(ok|FAIL)|unit|error|passed" "$out/sparq-test.log" | tail -45 || true
+            rc=0   # the same with one select block per KV head (no thread block cluster)
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 150 /tmp/sparq-test/t test > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
+            timeout 60 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
+            timeout 60 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 60 /tmp/sparq-test/t bench 2>&1 | sed 's/^/no-cluster /' |
+                tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
             ;;
         sparq-perf)
             # SparQ (r 32, k 128) against stock flash-attention decode, Llama-3-8B attention shapes, S 4k/16k/32k
