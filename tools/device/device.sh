@@ -28,7 +28,8 @@
 #   convert    llama-sparse convert -> zigzag q4_k
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
 #              token ids (the random model's dummy vocab cannot tokenize text)
-#   e2e        llama-bench stock Q4_K vs fork dense and every level, then the index-collection share
+#   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
+#   e2e        llama-bench stock Q4_K vs fork dense and every level, then LIST-op and staged-kernel variants
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them).
 set -euo pipefail
@@ -225,40 +226,30 @@ EOF
                 { tail -30 "$out/calib.log"; echo "calib failed"; }
             tail -14 "$out/calib.log"
             ;;
+        thr)
+            # levels without calibration: the thresholds bench/r7b_thresholds.py measured on a 4-layer file of the
+            # same shapes (bench/results/cpu_e2e-r7b-*.md); the Python model load segfaults in the background chain
+            python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"
+            ;;
         e2e)
             local lb=(-ngl 99 -p 512 -n 128 -r 5 -o md) lv
             echo "-- stock build, standard Q4_K"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-stock.log" | grep -E "^\|"
-            echo "-- fork build, standard Q4_K (same file as stock)"
-            /tmp/b-fork/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-fork-std.log" | grep -E "^\|"
-            [ -f "$zc7b" ] || { echo "no calibrated model: fork dense only"; zc7b=$z7b; }
+            [ -f "$zc7b" ] || { echo "no model with levels: fork dense only"; zc7b=$z7b; }
             for lv in dense 0.25 0.40 0.50 0.65; do
                 [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                echo "-- fork build, zigzag q4_k, level $lv"
-                if [ $lv = dense ]; then
-                    env -u LLAMA_SPARSE /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
-                else
-                    LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}"
-                fi 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
+                echo "-- fork build, zigzag q4_k, level $lv (default: direct Q4_K kernel, fused index collection)"
+                LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
             done
-            echo "-- Q4_K on the staged GEMV kernel (LLAMA_SPARSE_CUDA_DIRECT=0)"
+            lb=(-ngl 99 -p 0 -n 128 -r 5 -o md)
+            echo "-- variants: LIST op + direct IDX GEMV (FUSE=0); staged kernel (DIRECT=0, FUSE=0)"
+            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | grep tg128 | sed "s/^/list+idx 0.50 /"
             for lv in dense 0.50; do
-                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_DIRECT=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 |
-                    tee "$out/e2e-fork-$lv-staged.log" | grep -E "tg128" | sed "s/^/staged $lv /"
+                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_DIRECT=0 LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                    grep tg128 | sed "s/^/staged $lv /"
             done
-            [ "${E2E_FUSED:-0}" = 1 ] || echo "-- (fused rows skipped; E2E_FUSED=1 runs them)"
-            echo "-- the same with the index collection fused into the GEMV (LLAMA_SPARSE_CUDA_FUSE=1), and the down projection fused too"
-            for lv in $( [ "${E2E_FUSED:-0}" = 1 ] && echo 0.25 0.50 0.65 ); do
-                LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_FUSE=1 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
-                    tee "$out/e2e-fork-$lv-fused.log" | grep -E "tg128" | sed "s/^/fuse=1 $lv /"
-            done
-            [ "${E2E_FUSED:-0}" != 1 ] ||
-            LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=1 LLAMA_SPARSE_CUDA_FUSE_L2_KB=1000000 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
-                tee "$out/e2e-fork-0.50-fuseall.log" | grep -E "tg128" | sed "s/^/fuse-all 0.50 /"
-            echo "-- index-collection share at 0.50, separate LIST op: tg128 with the list run 1x and 3x"
-            for k in 1 3; do
-                LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=0 LLAMA_SPARSE_CUDA_LIST_REPEAT=$k /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/repeat=$k /"
-            done
+            echo "-- stock again (drift)"
+            /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
             ;;
         cmd:*)
             local c=${step#cmd:}
