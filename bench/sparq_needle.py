@@ -62,6 +62,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--mean-v", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-threads", type=int, default=0,
+                    help="threads for single-token decodes (default: --threads); 1 avoids stalls on a busy CPU")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
 
@@ -70,8 +72,8 @@ def main() -> int:
     ctxs = [int(x) for x in a.ctx.split(",")]
     depths = [float(x) for x in a.depths.split(",")]
     comps = [float(x) for x in a.comp.split(",")]
-    llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 128, n_batch=512, n_threads=a.threads,
-                             n_threads_batch=a.threads, verbose=False)
+    llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 128, n_batch=512,
+                             n_threads=a.decode_threads or a.threads, n_threads_batch=a.threads, verbose=False)
     hay = llm.tokenize(haystack_text().encode(), add_bos=False)
     head = llm.tokenize((SYSTEM + USER).encode(), add_bos=False, special=True)
     question = llm.tokenize(QUESTION.encode(), add_bos=False, special=True)
