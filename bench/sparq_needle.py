@@ -1,13 +1,20 @@
-"""Needle-in-a-haystack retrieval with SparQ attention against dense (CPU, llama_sparse.Llama).
+"""Needle-in-a-haystack retrieval with SparQ attention against dense (CPU, llama_sparse.Llama, the fork's SparQ op).
 
-A passphrase sentence is hidden at a relative depth of an Austen haystack of about N tokens. The haystack is
-prefilled densely once per (N, depth); then, for dense and each compression c, the question is decoded one token
-at a time (so SparQ sees it: SparQ only acts at decode) and the answer is generated greedily. A cell counts as
-retrieved when the generated text contains the passphrase's number. Compression c uses k = S*c (S = tokens in the cache
-when the question starts) and r = d_h*c (d_h = 64 for SmolLM2), as in issue 7.
+Prompt (SmolLM2's chat template): a user turn holding an Austen haystack of about N tokens with one needle
+sentence "The special magic number is NNNNN." at a relative depth, then the question; the assistant turn is primed
+with "The special magic number is". The haystack before the needle is prefilled densely once per (N, depth) and
+kept; each needle then prefills from its own position on (llama.cpp drops the cache past n_tokens). Everything from
+the end of the haystack on (the question, the template, the primer) is decoded one token at a time, so SparQ reads
+the whole haystack for those tokens and for the answer (SparQ acts at decode only). A needle counts as retrieved
+when the greedy answer contains its number.
 
-usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.3,0.5,0.7,0.9]
-       [--comp 0.5,0.25,0.125] [--mean-v] [--out bench/results/sparq_needle_smollm2.json]
+Compression c is the paper's: the attention data read per KV head and step, over dense's 2*S*d_h. SparQ reads
+S*r (r components of every key) + 2*k*d_h (full K and V of k rows), so c is split evenly: r = d_h*c (half of c)
+and k = round(S*c/2) (the other half), S = cached positions when the question starts. For d_h = 64:
+c=1/2 -> r=32, k=S/4; c=1/4 -> r=16, k=S/8; c=1/8 -> r=8, k=S/16.
+
+usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.5,0.9]
+       [--comp 0.5,0.25,0.125] [--needles 3] [--seed 7] [--mean-v] [--out results.json]
 """
 from __future__ import annotations
 
@@ -18,10 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 AUSTEN = Path("/work/shared/data/austen")
-WORDS = ["amber", "falcon", "orchard", "lantern", "meadow", "harbor", "velvet", "thistle", "copper", "willow"]
+HEAD_DIM = 64  # SmolLM2-135M
+SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+USER = "<|im_start|>user\nRead the following text and remember the special magic number hidden in it.\n\n"
+QUESTION = ("\n\nWhat is the special magic number mentioned in the text above? Answer with the number only."
+            "<|im_end|>\n<|im_start|>assistant\nThe special magic number is")
 
 
 def haystack_text() -> str:
@@ -32,66 +42,101 @@ def haystack_text() -> str:
     return "\n".join(parts)
 
 
+def settings_for(S: int, comps: list[float], mean_v: bool):
+    from llama_sparse import SparQ
+    out = [("dense", None)]
+    for c in comps:
+        r = max(1, round(HEAD_DIM * c))
+        k = max(1, round(S * c / 2))
+        out.append((f"c={c:g}", SparQ(r=r, k=k, mean_v=mean_v)))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)
     ap.add_argument("--ctx", default="2048,4096,8192")
-    ap.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
+    ap.add_argument("--depths", default="0.1,0.5,0.9")
     ap.add_argument("--comp", default="0.5,0.25,0.125")
+    ap.add_argument("--needles", type=int, default=3, help="needles (random numbers) per (context, depth)")
+    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--mean-v", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-threads", type=int, default=0,
+                    help="threads for single-token decodes (default: --threads); 1 avoids stalls on a busy CPU")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
 
     import llama_sparse
-    from llama_sparse import SparQ
 
     ctxs = [int(x) for x in a.ctx.split(",")]
     depths = [float(x) for x in a.depths.split(",")]
     comps = [float(x) for x in a.comp.split(",")]
-    llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 256, n_batch=512, n_threads=a.threads, verbose=False)
+    llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 128, n_batch=512,
+                             n_threads=a.decode_threads or a.threads, n_threads_batch=a.threads, verbose=False)
     hay = llm.tokenize(haystack_text().encode(), add_bos=False)
-    rng = random.Random(7)
+    head = llm.tokenize((SYSTEM + USER).encode(), add_bos=False, special=True)
+    question = llm.tokenize(QUESTION.encode(), add_bos=False, special=True)
+    rng = random.Random(a.seed)
     rows = []
     t0 = time.time()
-    for n_ctx in ctxs:
-        for depth in depths:
-            secret = f"{rng.choice(WORDS)}-{rng.randint(100, 999)}"
-            needle = llm.tokenize(f" The secret passphrase is {secret}. Remember it: {secret}. ".encode(), add_bos=False)
-            question = llm.tokenize(b"\n\nQuestion: What is the secret passphrase mentioned in the text above?\n"
-                                    b"Answer: The secret passphrase is", add_bos=False)
-            n_hay = n_ctx - len(needle) - len(question) - 24
-            body = hay[:n_hay]
-            cut = int(depth * n_hay)
-            prompt = [llm.token_bos()] + body[:cut] + needle + body[cut:]
-            llm.reset()
-            llm.eval(prompt)  # dense prefill, shared by every setting
-            S = len(prompt)
-            settings = [("dense", None)] + [(f"c={c:g}", SparQ(r=max(1, round(64 * c)), k=max(1, round(S * c)), mean_v=a.mean_v))
-                                           for c in comps]
-            for name, sp in settings:
-                llm.set_sparq(sp)
-                llm.n_tokens = S  # drop what the previous setting decoded
-                for t in question:  # the question is decoded: SparQ reads the haystack here
-                    llm.eval([t])
-                out = []
-                for _ in range(10):
-                    tok = llm.sample(temp=0.0)
-                    if tok == llm.token_eos():
-                        break
-                    out.append(tok)
-                    llm.eval([tok])
-                text = llm.detokenize(out).decode(errors="replace")
-                ok = secret.split("-")[1] in text  # the number: the model may respell the word ("harbour")
-                rows.append({"ctx": n_ctx, "S": S, "depth": depth, "setting": name,
-                             "r": sp.r if sp else None, "k": sp.k if sp else None, "mean_v": bool(sp and sp.mean_v),
-                             "secret": secret, "answer": text.strip(), "retrieved": ok})
-                print(f"[{time.time() - t0:7.1f}s] ctx {n_ctx} depth {depth:.2f} {name:8s} "
-                      f"{'OK ' if ok else 'MISS'} {text.strip()!r} (secret {secret})", flush=True)
-            llm.set_sparq(None)
 
-    print("\nretrieved (of depths) per context and setting:")
+    def log(msg: str) -> None:
+        print(f"[{time.time() - t0:7.1f}s] {msg}", flush=True)
+
+    for n_ctx in ctxs:
+        # one haystack per context; depths ascend, so each depth's prefix extends the cached one of the last
+        n_needle = len(llm.tokenize(b" The special magic number is 99999. ", add_bos=False))
+        n_hay = n_ctx - len(head) - n_needle - len(question) - 8
+        body = hay[:n_hay]
+        cached = None  # haystack tokens body[:cached] sit in the cache right after the head
+        for depth in sorted(depths):
+            numbers = [rng.randint(10000, 99999) for _ in range(a.needles)]
+            needles = [llm.tokenize(f" The special magic number is {n}. ".encode(), add_bos=False) for n in numbers]
+            assert all(len(t) == n_needle for t in needles), "needle token counts differ"
+            cut = int(depth * n_hay)
+            # don't split a sentence: move the needle back to just after a full stop (within 60 tokens)
+            stops = [j for j in range(max(1, cut - 60), cut + 1) if llm.detokenize([body[j - 1]]).rstrip().endswith(b".")]
+            cut = stops[-1] if stops else cut
+            prefix = head + body[:cut]
+            llm.set_sparq(None)
+            if cached is None or cut < cached:
+                llm.reset()
+                llm.eval(prefix)  # dense, shared by the needles of this depth
+            else:
+                llm.n_tokens = len(head) + cached
+                llm.eval(body[cached:cut])
+            cached = cut
+            for number, needle in zip(numbers, needles):
+                llm.set_sparq(None)
+                llm.n_tokens = len(prefix)
+                llm.eval(needle + body[cut:])  # dense prefill of the rest of the haystack
+                S = llm.n_tokens
+                for name, sp in settings_for(S, comps, a.mean_v):
+                    llm.set_sparq(sp)
+                    llm.n_tokens = S  # drop what the previous setting decoded
+                    for t in question:  # decoded: SparQ reads the haystack here
+                        llm.eval([t])
+                    out = []
+                    for _ in range(8):
+                        tok = llm.sample(temp=0.0)
+                        if tok == llm.token_eos() or llm.detokenize([tok]).strip() in (b"<|im_end|>",):
+                            break
+                        out.append(tok)
+                        llm.eval([tok])
+                    text = llm.detokenize(out).decode(errors="replace")
+                    ok = str(number) in text.replace(",", "")
+                    rows.append({"ctx": n_ctx, "S": S, "depth": depth, "setting": name, "number": number,
+                                 "r": sp.r if sp else None, "k": sp.k if sp else None,
+                                 "mean_v": bool(sp and sp.mean_v), "answer": text.strip(), "retrieved": ok})
+                    log(f"ctx {n_ctx} S {S} depth {depth:.2f} {name:8s} r={rows[-1]['r']} k={rows[-1]['k']} "
+                        f"{'OK ' if ok else 'MISS'} {text.strip()!r} (needle {number})")
+                llm.set_sparq(None)
+            if a.out:  # partial results survive a stopped run
+                a.out.write_text(json.dumps({"model": str(a.model), "mean_v": a.mean_v, "rows": rows}, indent=1))
+
     names = ["dense"] + [f"c={c:g}" for c in comps]
+    print("\nretrieved (needles) per context and setting:")
     print(f"{'ctx':>6s} " + " ".join(f"{n:>8s}" for n in names))
     for n_ctx in ctxs:
         cells = []
@@ -99,10 +144,10 @@ def main() -> int:
             sel = [r for r in rows if r["ctx"] == n_ctx and r["setting"] == n]
             cells.append(f"{sum(r['retrieved'] for r in sel)}/{len(sel)}")
         print(f"{n_ctx:6d} " + " ".join(f"{c:>8s}" for c in cells))
-    agree = sum(1 for r in rows if r["setting"] != "dense" and
-                r["retrieved"] == next(d["retrieved"] for d in rows if d["setting"] == "dense"
-                                       and d["ctx"] == r["ctx"] and d["depth"] == r["depth"]))
-    print(f"cells where SparQ agrees with dense: {agree}/{len(rows) - len(rows) // len(names)}")
+    dense = {(r["ctx"], r["depth"], r["number"]): r["retrieved"] for r in rows if r["setting"] == "dense"}
+    sparse = [r for r in rows if r["setting"] != "dense"]
+    agree = sum(r["retrieved"] == dense[(r["ctx"], r["depth"], r["number"])] for r in sparse)
+    print(f"SparQ runs agreeing with dense: {agree}/{len(sparse)}")
     if a.out:
         a.out.write_text(json.dumps({"model": str(a.model), "mean_v": a.mean_v, "rows": rows}, indent=1))
         print(f"wrote {a.out}")

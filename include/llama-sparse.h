@@ -54,6 +54,13 @@ LLAMA_API void                      llama_sparse_reset_stats(struct llama_contex
 // message of the last failed llama_sparse_* call on this thread
 LLAMA_API const char * llama_sparse_last_error(void);
 
+// llama_tokenize that reports a C++ exception instead of letting it abort the process (e.g. a vocabulary
+// without byte tokens meeting a character it lacks throws std::out_of_range). Returns what llama_tokenize
+// returns, or INT32_MIN on an exception (see llama_sparse_last_error).
+LLAMA_API int32_t llama_sparse_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len,
+                                        llama_token * tokens, int32_t n_tokens_max, bool add_special,
+                                        bool parse_special);
+
 //
 // SparQ attention (docs/sparq.md): at decode (one query token per sequence) each KV head reads r components
 // of every cached key, then full K and V rows of the k best positions only. Prefill stays dense, and so

@@ -621,6 +621,9 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
 
 int32_t llama_sparse_set_sparq(llama_context * ctx, int32_t r, int32_t k, bool mean_v) {
     llama_kv_cache * kv = context_kv(ctx);
+    if (kv == nullptr && ctx != nullptr && r == 0 && k == 0) {
+        return 0;  // off is all such a context can be (llama_sparse.Llama turns SparQ off on every model it opens)
+    }
     if (kv == nullptr) {
         return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq: no context" :
                            "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");

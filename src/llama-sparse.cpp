@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -553,4 +554,20 @@ void llama_sparse_reset_stats(llama_context * ctx) {
 
 const char * llama_sparse_last_error(void) {
     return g_last_error.c_str();
+}
+
+int32_t llama_sparse_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len, llama_token * tokens,
+                              int32_t n_tokens_max, bool add_special, bool parse_special) {
+    try {
+        const int32_t n = llama_tokenize(vocab, text, text_len, tokens, n_tokens_max, add_special, parse_special);
+        if (n == INT32_MIN) {
+            set_error("the tokenization result exceeds INT32_MAX tokens");
+        }
+        return n;
+    } catch (const std::exception & e) {
+        set_error(format("the vocabulary cannot tokenize the text (llama.cpp threw: %s)", e.what()));
+    } catch (...) {
+        set_error("the vocabulary cannot tokenize the text (llama.cpp threw an unknown exception)");
+    }
+    return INT32_MIN;
 }

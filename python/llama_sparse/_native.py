@@ -42,6 +42,7 @@ llama_sparse_set_emulate        = _fn("llama_sparse_set_emulate",        [_p, ct
 llama_sparse_get_stats          = _fn("llama_sparse_get_stats",          [_p], llama_sparse_stats)
 llama_sparse_reset_stats        = _fn("llama_sparse_reset_stats",        [_p], None)
 llama_sparse_last_error         = _fn("llama_sparse_last_error",         [], ctypes.c_char_p)
+llama_sparse_tokenize           = _fn("llama_sparse_tokenize",           [_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32, ctypes.c_bool, ctypes.c_bool], ctypes.c_int32)
 llama_sparse_set_sparq          = _fn("llama_sparse_set_sparq",          [_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool], ctypes.c_int32)
 llama_sparse_get_sparq          = _fn("llama_sparse_get_sparq",          [_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_bool)], ctypes.c_bool)
 llama_sparse_sparq_last_error   = _fn("llama_sparse_sparq_last_error",   [], ctypes.c_char_p)
@@ -50,6 +51,24 @@ llama_sparse_sparq_last_error   = _fn("llama_sparse_sparq_last_error",   [], cty
 def last_error() -> str:
     msg = llama_sparse_last_error()
     return msg.decode() if msg else "unknown error"
+
+
+class TokenizeError(RuntimeError):
+    """llama.cpp could not tokenize a text with this vocabulary (it threw, which would have aborted the process)."""
+
+
+def tokenize(vocab, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+    """llama_tokenize through the exception-guarded llama_sparse_tokenize; TokenizeError instead of an abort."""
+    cap = len(data) + 16  # at most one token per byte, plus BOS/EOS
+    for _ in range(2):
+        buf = (ctypes.c_int32 * cap)()
+        n = llama_sparse_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n == -(2 ** 31):
+            raise TokenizeError(last_error())
+        if n >= 0:
+            return list(buf[:n])
+        cap = -n  # the buffer was short: llama_tokenize returned minus the count it needs
+    raise TokenizeError(f"llama_tokenize asked for {cap} tokens twice")
 
 
 def sparq_last_error() -> str:

@@ -267,11 +267,16 @@ def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[st
     return out, "+".join(sorted(kinds))
 
 
+_TOKENIZER_HINT = ("the model's tokenizer must cover the calibration text (a dummy vocabulary like "
+                   "bench/make_random_gguf.py's has no byte tokens to fall back on)")
+
+
 def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_tokens: Optional[int] = None,
                    threads: Optional[int] = None, n_gpu_layers: int = 0, progress: bool = True,
                    log: Callable[[str], None] = _default_log) -> list[str]:
     """Text the model writes itself from neutral prompts (dense, low temperature, fixed seeds).
     prompts / max_tokens default to DEFAULT_PROMPTS / DEFAULT_GEN_TOKENS."""
+    from ._native import TokenizeError
     from .llama import Llama
 
     prompts = DEFAULT_PROMPTS if prompts is None else prompts
@@ -284,8 +289,12 @@ def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_
     out = []
     try:
         for i, prompt in enumerate(prompts):
-            res = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
-                                             temperature=0.3, top_k=40, top_p=0.95, repeat_penalty=1.1, seed=1234 + i)
+            try:
+                res = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}],
+                                                 max_tokens=max_tokens, temperature=0.3, top_k=40, top_p=0.95,
+                                                 repeat_penalty=1.1, seed=1234 + i)
+            except TokenizeError as exc:
+                raise CalibrationError(f"cannot generate calibration text: {exc}; {_TOKENIZER_HINT}") from None
             reply = res["choices"][0]["message"]["content"] or ""
             out.append(f"{prompt}\n\n{reply}")
             bar.update(max_tokens)
@@ -317,16 +326,15 @@ def _default_threads() -> int:
 
 
 def _tokenize(vocab, text: str, add_bos: bool, max_tokens: int) -> list[int]:
-    import llama_cpp
+    from . import _native
 
     # a prefix of the text is enough: English BPE tokens average about 4 characters, 8 leaves a margin
     data = text[: max(1024, max_tokens * 8)].encode("utf-8", errors="replace")
-    cap = len(data) + 16
-    buf = (llama_cpp.llama_token * cap)()
-    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
-    if n < 0:
-        raise CalibrationError(f"tokenizing the calibration text failed ({n})")
-    return list(buf[: min(n, max_tokens)])
+    try:
+        toks = _native.tokenize(vocab, data, add_bos, False)
+    except _native.TokenizeError as exc:
+        raise CalibrationError(f"{exc}; {_TOKENIZER_HINT}") from None
+    return toks[:max_tokens]
 
 
 def _chunks(token_lists: list[list[int]], ctx: int, bos: Optional[int]) -> list[list[int]]:

@@ -93,8 +93,8 @@ class Llama(llama_cpp.Llama):
     """llama_cpp.Llama on the llama-sparse library.
 
     sparsity: None (dense), a level such as 0.5, or a level name stored in the model ("greedy-0.50").
-    Everything else (`__call__`, `create_chat_completion`, streaming, `tokenize`, embeddings) is
-    llama-cpp-python's.
+    Everything else (`__call__`, `create_chat_completion`, streaming, embeddings) is llama-cpp-python's;
+    `tokenize` is too, guarded against llama.cpp's C++ exceptions.
     """
 
     def __init__(self, model_path: Union[str, os.PathLike], *, sparsity: SparsityLevel = None,
@@ -113,6 +113,12 @@ class Llama(llama_cpp.Llama):
         super().__init__(model_path=str(path), **kwargs)
         self.set_sparsity(name)
         self.set_sparq(sparq)
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """llama_cpp.Llama.tokenize, but a text the vocabulary cannot spell raises _native.TokenizeError (a
+        RuntimeError) where llama.cpp's C++ exception would abort the process. Chat and completion calls
+        tokenize through here too."""
+        return _native.tokenize(self._model.vocab, text, add_bos, special)
 
     def close(self) -> None:
         # __init__ may fail before llama_cpp.Llama set up its resources
