@@ -1275,11 +1275,24 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-static int zz_red_mode(const zz_gemv_config & cfg, const int cluster_ok) {
+// what the current device allows, looked up once per launch
+struct zz_caps {
+    bool cluster; // thread block clusters (sm_90)
+    bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
+};
+
+static zz_caps zz_get_caps() {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const int cc_major = zz_get_device_props(device).cc_major;
+    return { cc_major >= 9, zz_direct_enabled(cc_major) };
+}
+
+static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
     if (cfg.n1 == 1) {
         return ZZ_RED_STORE;
     }
-    return cfg.cluster && cluster_ok && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
+    return cfg.cluster && caps.cluster && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
 }
 
 // graph safe: a memset node in the same stream
@@ -1293,11 +1306,11 @@ static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y
 
 template <int T, int mode>
 static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
-        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
+        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,
         const float thr, cudaStream_t stream) {
     constexpr int B = QK_K;
     GGML_ASSERT(m/B <= 65535);
-    const int red_mode  = zz_red_mode(cfg, cluster_ok);
+    const int red_mode  = zz_red_mode(cfg, caps);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
@@ -1312,7 +1325,7 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
 
 template <ggml_type type, int T, int mode>
 static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
-        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const int cluster_ok,
+        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,
         const float thr, cudaStream_t stream) {
     typedef zz_type<type> zt;
     constexpr int wsm = zz_warp_smem<type, T>();
@@ -1322,15 +1335,13 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_GEMV_MAX_WARPS && cfg.n1 >= 1);
 
     if constexpr (type == GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
-        int device;
-        CUDA_CHECK(cudaGetDevice(&device));
-        if (zz_direct_enabled(zz_get_device_props(device).cc_major)) {
-            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+        if (caps.direct) {
+            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
             return;
         }
     }
 
-    const int red_mode = zz_red_mode(cfg, cluster_ok);
+    const int red_mode = zz_red_mode(cfg, caps);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
@@ -1365,20 +1376,20 @@ zz_launch(kernel, grid, block, smem, red_mode, stream, w, x, idx, y, (int) n, x_
 template <ggml_type type, int T>
 static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const int cluster_ok, const float thr, cudaStream_t stream) {
+        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     switch (mode) {
         case ZZ_GEMV_DENSE:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_IDX:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_FUSED:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_FUSED>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_FUSED>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_SKIP:
 #ifdef GGML_SPARSE_CUDA_ABLATION
-            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
             break;
 #else
             GGML_ABORT("ZZ_GEMV_SKIP needs GGML_SPARSE_CUDA_ABLATION");
@@ -1389,39 +1400,35 @@ static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const i
 template <ggml_type type>
 static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const int cluster_ok, const float thr, cudaStream_t stream) {
+        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     switch (T) {
-        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
     }
 }
 
 static void zz_gemv_launch_thr(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, const float thr, cudaStream_t stream) {
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
     GGML_ASSERT(n > 0 && n < INT32_MAX && m % ggml_blck_size(type) == 0);
     GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
     GGML_ASSERT((uintptr_t) w % 16 == 0);
 
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const int cluster_ok = zz_get_device_props(device).cc_major >= 9;
-
     const char * wc = (const char *) w;
     switch (type) {
-        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
-        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, cluster_ok, thr, stream); break;
+        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: unsupported type %s", ggml_type_name(type));
     }
 }
@@ -1430,21 +1437,21 @@ void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, co
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
         float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
     GGML_ASSERT(mode != ZZ_GEMV_FUSED && "zigzag GEMV: FUSED goes through zz_gemv_launch_fused");
-    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, idx, mode, y, y_stride, cfg, 0.0f, stream);
+    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, idx, mode, y, y_stride, cfg, zz_get_caps(), 0.0f, stream);
 }
 
 bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const float thr,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
-    // the fused area next to the largest pipeline + reduction buffers (8 warps, batch 8) stays < 227 KiB
-    // (the direct Q4_K kernel keeps only a small queue per warp)
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const bool direct = type == GGML_TYPE_Q4_K && zz_direct_enabled(zz_get_device_props(device).cc_major);
-    if (!direct && zz_fused_smem(n, cfg.n1) > 64*1024) {
-        return false;
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream) {
+    const zz_caps caps = zz_get_caps();
+    if (!(type == GGML_TYPE_Q4_K && caps.direct)) {
+        // the staged kernel's fused area next to its largest pipeline + reduction buffers (8 warps, batch 8)
+        // stays < 227 KiB; the direct Q4_K kernel keeps only a small queue per warp
+        if (!allow_staged || zz_fused_smem(n, cfg.n1) > 64*1024) {
+            return false;
+        }
     }
-    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, thr, stream);
+    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, caps, thr, stream);
     return true;
 }
 
@@ -2081,19 +2088,19 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
         const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
         if (sparse_idx_cuda_lazy(src2)) {
-            // the LIST op wrote nothing: find the columns inside the GEMV when every block re-reading x from L2
-            // stays cheap (LLAMA_SPARSE_CUDA_FUSE_L2_KB, default 8 MiB over the grid), else build the list here
+            // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the staged kernel's
+            // fused mode (every block re-reads x from L2) only when forced and the re-reading stays under
+            // LLAMA_SPARSE_CUDA_FUSE_L2_KB (default 8 MiB over the grid); otherwise build the list here
             static const int64_t l2_budget = [] {
                 const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE_L2_KB");
                 return (int64_t) (e ? atoll(e) : 8192)*1024;
             }();
             float thr;
             memcpy(&thr, &src2->op_params[0], sizeof(float));
-            // (the direct Q4_K kernel reads each x once per block-row: no re-read)
-            const bool    direct = src0->type == GGML_TYPE_Q4_K && zz_direct_enabled(zz_get_device_props(ctx.device).cc_major);
-            const int64_t reread = direct ? 0 : (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
-            if ((direct || sparse_idx_cuda_fuse_forced()) && reread <= l2_budget && zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens,
-                        thr, y, y_stride, cfg, stream)) {
+            const int64_t reread       = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
+            const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
+            if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
+                        allow_staged, stream)) {
                 return;
             }
             ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());

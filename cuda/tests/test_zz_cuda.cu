@@ -522,7 +522,7 @@ static int test_gemv(test_rng & rng, const int cases) {
 
             // sparse with the index collection inside the GEMV (no list)
             y_d.poison();
-            if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, stream)) {
+            if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream)) {
                 CUDA_CHECK(cudaStreamSynchronize(stream));
                 y_d.download(y.data(), y.size());
                 s = std::string(what) + " fused";
@@ -957,9 +957,9 @@ static int run_bench(const bench_opts & o) {
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
                     }, reps, stream);
                     double fused_us = -1.0;
-                    if (zz_gemv_launch_fused(type, ws[0], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, stream)) {
+                    if (zz_gemv_launch_fused(type, ws[0], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, stream)) {
                         fused_us = time_graph_us([&](cudaStream_t s, int i) {
-                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, s);
+                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                         }, reps, stream);
                     }
                     const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
