@@ -654,17 +654,8 @@ static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, 
         const int w = threadIdx.x*per + k;
         local += w < nwords ? __popc(s_words[w]) : 0;
     }
-    const int incl = warp_prefix_inclusive_sum<int>(local);
-    if (lane == WARP_SIZE - 1) {
-        s_part[warp] = incl;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const int v = lane < nwarps ? s_part[lane] : 0;
-        s_part[lane] = warp_prefix_inclusive_sum<int>(v);
-    }
-    __syncthreads();
-    int run = incl - local + (warp > 0 ? s_part[warp - 1] : 0);
+    int count;
+    int run = sparse_block_excl_scan(local, s_part, &count);
     for (int k = 0; k < per; ++k) {
         const int w = threadIdx.x*per + k;
         if (w < nwords) {
@@ -672,7 +663,6 @@ static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, 
             run += __popc(s_words[w]);
         }
     }
-    const int count = s_part[nwarps - 1];
     const int r0    = (int) (((int64_t) count*bx)/n1);
     const int r1    = (int) (((int64_t) count*(bx + 1))/n1);
     __syncthreads();

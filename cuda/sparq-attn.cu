@@ -23,6 +23,7 @@
 // Bytes: step 1 reads r/D of K (plus the mask); step 2 reads k full K and V rows; the scores (H*S floats)
 // go through L2.
 #include "sparq-attn.cuh"
+#include "sparse-idx.cuh"
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
@@ -320,24 +321,6 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     }
 }
 
-// exclusive block scan of one int per thread; *total = the block's sum
-static __device__ __forceinline__ int sparq_block_excl_scan(const int v, int * s_tmp, int * total) {
-    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
-    const int incl = warp_prefix_inclusive_sum<int>(v);
-    __syncthreads();
-    if (lane == WARP_SIZE - 1) {
-        s_tmp[warp] = incl;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const int w = lane < nw ? s_tmp[lane] : 0;
-        s_tmp[lane] = warp_prefix_inclusive_sum<int>(w);
-    }
-    __syncthreads();
-    *total = s_tmp[nw - 1];
-    return incl - v + (warp > 0 ? s_tmp[warp - 1] : 0);
-}
-
 // thr = the k-th largest of keys[0..n), kk = how many keys equal to thr belong to the k largest; 8 bits a pass
 // from the top, histograms in shared memory (s_hist: 4 x 256, s_cnt: 256)
 static __device__ void sparq_radix_kth(const uint32_t * keys, const int n, const int k, int * s_hist, int * s_cnt,
@@ -413,8 +396,8 @@ static __device__ int sparq_gather(const uint32_t * keys, const int n, const uin
         neq += key == thr;
     }
     int n_gt, n_eq;
-    int gt = sparq_block_excl_scan(ngt, s_tmp, &n_gt);
-    int eq = sparq_block_excl_scan(neq, s_tmp, &n_eq);
+    int gt = sparse_block_excl_scan(ngt, s_tmp, &n_gt);
+    int eq = sparse_block_excl_scan(neq, s_tmp, &n_eq);
     for (int j = lo; j < hi; ++j) {
         const uint32_t key = keys[j];
         if (key > thr) {

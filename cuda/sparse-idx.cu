@@ -103,18 +103,11 @@ static __global__ void sparse_idx_list(const float * x, const int n, const int n
 
     // exclusive scan of the rounds*nwarps <= blockDim.x counts, one per thread
     const int ne   = rounds*nwarps;
-    const int v    = (int) threadIdx.x < ne ? s_cnt[threadIdx.x] : 0;
-    const int incl = warp_prefix_inclusive_sum<int>(v);
-    if (lane == WARP_SIZE - 1) {
-        s_wsum[warp] = incl;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        s_wsum[lane] = warp_prefix_inclusive_sum<int>(lane < nwarps ? s_wsum[lane] : 0);
-    }
-    __syncthreads();
+    const int v = (int) threadIdx.x < ne ? s_cnt[threadIdx.x] : 0;
+    int total;
+    const int excl = sparse_block_excl_scan(v, s_wsum, &total);
     if ((int) threadIdx.x < ne) {
-        s_cnt[threadIdx.x] = incl - v + (warp > 0 ? s_wsum[warp - 1] : 0);
+        s_cnt[threadIdx.x] = excl;
     }
     __syncthreads();
 
@@ -128,7 +121,7 @@ static __global__ void sparse_idx_list(const float * x, const int n, const int n
         }
     }
     if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
-        dst[n] = base + s_wsum[nwarps - 1];
+        dst[n] = base + total;
     }
 }
 

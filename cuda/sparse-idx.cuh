@@ -5,6 +5,27 @@
 
 #define SPARSE_IDX_MAX_TOKENS 8 // == GGML_SPARSE_MAX_BATCH
 
+// exclusive scan of one int per thread over the block; every thread of the block calls it. s_tmp: one int
+// per warp of shared memory (free to reuse after the call returns); *total = the block's sum
+static __device__ __forceinline__ int sparse_block_excl_scan(const int v, int * s_tmp, int * total) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
+    const int incl = warp_prefix_inclusive_sum<int>(v);
+    __syncthreads(); // earlier readers of s_tmp are done
+    if (lane == WARP_SIZE - 1) {
+        s_tmp[warp] = incl;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int w = lane < nw ? s_tmp[lane] : 0;
+        s_tmp[lane] = warp_prefix_inclusive_sum<int>(w);
+    }
+    __syncthreads();
+    const int excl = incl - v + (warp > 0 ? s_tmp[warp - 1] : 0);
+    *total = s_tmp[nw - 1];
+    __syncthreads(); // s_tmp may be rewritten by the caller
+    return excl;
+}
+
 // LIST: dst[0..count) = ascending columns j with |x[t*x_stride + j]| >= threshold for some t < n_tokens,
 // dst[n] = count. Graph safe (no host reads, no memset). scratch: sparse_idx_list_scratch_size(n, n_tokens)
 // int32 of device memory (0 = none needed, scratch may be NULL).
