@@ -31,17 +31,7 @@
 #include <string>
 #include <vector>
 
-// ggml-cuda.cu is not linked: what common.cuh declares and sparq-attn.cu uses
-[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
-    fprintf(stderr, "CUDA error: %s\n  %s in %s at %s:%d\n", msg, stmt, func, file, line);
-    abort();
-}
-
-int ggml_cuda_get_device() {
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    return device;
-}
+#include "ggml-cuda-stubs.h" // ggml-cuda.cu is not linked
 
 // the CPU op's threaded forward calls ggml_barrier (libggml-cpu); the test runs only its single-threaded
 // reference, so the build maps the name here (-Dggml_barrier=sparq_test_barrier) and it must never run
@@ -83,16 +73,6 @@ static void init_tensor(ggml_tensor * t, ggml_type type, const int64_t ne[4], co
         t->nb[i] = nb[i];
     }
     t->data = data;
-}
-
-static double rel_err(const float * a, const float * b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double d = (double) a[i] - b[i];
-        num += d*d;
-        den += (double) b[i]*b[i];
-    }
-    return den > 0.0 ? sqrt(num/den) : sqrt(num);
 }
 
 // host tensors of one case, laid out as in the KV cache, plus the device copies
@@ -418,7 +398,7 @@ static void run_case(const sparq_case & c, cudaStream_t stream) {
         finite &= std::isfinite(out[i]) && std::isfinite(out_graph[i]);
     }
     CHECK(finite, "non-finite output (%s)", name);
-    const double eg = rel_err(out_graph.data(), out.data(), n_out);
+    const double eg = zz_rel_l2(out_graph.data(), out.data(), n_out);
     CHECK(eg < 1e-5, "graph replay differs: rel err %.3g (%s)", eg, name);
 
     // per unit (KV head, token, stream): its G heads' outputs are contiguous rows of dst
@@ -428,7 +408,7 @@ static void run_case(const sparq_case & c, cudaStream_t stream) {
     for (int64_t t = 0; t < c.n_tok; ++t)
     for (int64_t kh = 0; kh < c.Hkv; ++kh) {
         const int64_t off = ((s*c.n_tok + t)*c.H + kh*G)*c.Dv;
-        const double  e   = rel_err(out.data() + off, ref.data() + off, G*c.Dv);
+        const double  e   = zz_rel_l2(out.data() + off, ref.data() + off, G*c.Dv);
         if (e < 2e-4) {
             worst = std::max(worst, e);
             continue;

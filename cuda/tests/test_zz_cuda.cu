@@ -32,17 +32,7 @@
 #include <vector>
 
 #ifndef ZZ_TEST_WITH_GGML_CUDA
-// ggml-cuda.cu is not linked: what common.cuh declares and the kernels' files use
-[[noreturn]] void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
-    fprintf(stderr, "CUDA error: %s\n  %s in %s at %s:%d\n", msg, stmt, func, file, line);
-    abort();
-}
-
-int ggml_cuda_get_device() {
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    return device;
-}
+#include "ggml-cuda-stubs.h"
 #endif // ZZ_TEST_WITH_GGML_CUDA
 
 static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K };

@@ -58,16 +58,6 @@ static int64_t v_off(const struct sparq_case * c, int64_t kv_size, int64_t n_emb
     return c->v_trans ? (s*n_embd + e)*kv_size + j : (s*kv_size + j)*n_embd + e;
 }
 
-static double rel_err(const float * a, const float * b, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double d = (double) a[i] - b[i];
-        num += d*d;
-        den += (double) b[i]*b[i];
-    }
-    return den > 0.0 ? sqrt(num/den) : sqrt(num);
-}
-
 static bool all_finite(const float * a, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         if (!isfinite(a[i])) {
@@ -255,7 +245,7 @@ static void run_case(const struct sparq_case * c) {
         zz_test_pool_run(&pool, ggml_sparse_cpu_forward_sparq, &dst, wdata, wsize, false);
         zz_test_pool_free(&pool);
         if (it == 0) {
-            const double e = rel_err(out_fast, out_ref, n_out);
+            const double e = zz_rel_l2(out_fast, out_ref, n_out);
             CHECK(all_finite(out_fast, n_out) && e < 2e-4, "fast vs ref: rel err %.3g (%s)", e, name);
         } else {
             CHECK(memcmp(out_fast, out_nth, n_out*sizeof(float)) == 0, "nth=%d differs from nth=1 (%s)", it + 1, name);
@@ -300,7 +290,7 @@ static void run_case(const struct sparq_case * c) {
         }
         free(w);
     }
-    const double e_dense = rel_err(out_fast, out_dense, n_out);
+    const double e_dense = zz_rel_l2(out_fast, out_dense, n_out);
     if (c->k_top >= n_kv) {
         CHECK(e_dense < 1e-5, "k >= S must be dense: rel err %.3g (%s)", e_dense, name);
     } else if (sparse_all && c->k_top*4 < min_vis && c->r < D) {

@@ -42,3 +42,14 @@ static float rng_normal(void) {
     const float u2 = rng_unif();
     return sqrtf(-2.0f*logf(u1))*cosf(6.2831853f*u2);
 }
+
+// ||a - b|| / ||b|| over n floats (the absolute norm when b is all zeros)
+static double zz_rel_l2(const float * a, const float * b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double d = (double) a[i] - b[i];
+        num += d*d;
+        den += (double) b[i]*b[i];
+    }
+    return den > 0.0 ? sqrt(num/den) : sqrt(num);
+}
