@@ -96,23 +96,10 @@ static void quantize_x_like_stock(enum ggml_type type, const float * x, float * 
     }
 }
 
-static struct ggml_tensor make_tensor(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
-    struct ggml_tensor t;
-    memset(&t, 0, sizeof(t));
-    t.type  = type;
-    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = 1; t.ne[3] = 1;
-    t.nb[0] = ggml_type_size(type);
-    t.nb[1] = nb1;
-    t.nb[2] = nb1*ne1;
-    t.nb[3] = t.nb[2];
-    t.data  = data;
-    return t;
-}
-
 // builds the active list with the op itself (LIST mode)
 static int32_t * make_idx(const struct ggml_tensor * x, float thr, int nth) {
     int32_t * idx = malloc(sizeof(int32_t)*(x->ne[0] + 1));
-    struct ggml_tensor dst = make_tensor(GGML_TYPE_I32, x->ne[0] + 1, 1, sizeof(int32_t)*(x->ne[0] + 1), idx);
+    struct ggml_tensor dst = zz_test_tensor_2d(GGML_TYPE_I32, x->ne[0] + 1, 1, sizeof(int32_t)*(x->ne[0] + 1), idx);
     dst.src[0] = (struct ggml_tensor *) x;
     memcpy(&dst.op_params[0], &thr, sizeof(float));
     dst.op_params[1] = GGML_SPARSE_IDX_LIST;
@@ -192,7 +179,7 @@ static void test_idx(void) {
         }
         const double sp = (double[]) { 0.0, 0.01, 0.5, 0.99, 1.0, 0.3 }[it % 6];
         const float thr = threshold_for(x, n, nt, ldx, sp);
-        struct ggml_tensor xt = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
+        struct ggml_tensor xt = zz_test_tensor_2d(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
 
         // LIST
         int32_t * idx = make_idx(&xt, thr, nth);
@@ -219,7 +206,7 @@ static void test_idx(void) {
 
         // MASK
         float * y = malloc(sizeof(float)*n*nt);
-        struct ggml_tensor dst = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*n, y);
+        struct ggml_tensor dst = zz_test_tensor_2d(GGML_TYPE_F32, n, nt, sizeof(float)*n, y);
         dst.src[0] = &xt;
         memcpy(&dst.op_params[0], &thr, sizeof(float));
         dst.op_params[1] = GGML_SPARSE_IDX_MASK;
@@ -262,15 +249,15 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         x[i] = rng_int(0, 19) == 0 ? 0.0f : g*(rng_int(0, 15) == 0 ? 6.0f : 1.0f);
     }
 
-    struct ggml_tensor wt = make_tensor(type, bk*n, m/bk, ggml_type_size(type)*n, wq);
-    struct ggml_tensor xt = make_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
+    struct ggml_tensor wt = zz_test_tensor_2d(type, bk*n, m/bk, ggml_type_size(type)*n, wq);
+    struct ggml_tensor xt = zz_test_tensor_2d(GGML_TYPE_F32, n, nt, sizeof(float)*ldx, x);
 
     const bool sparse = nt <= GGML_SPARSE_MAX_BATCH && sp >= 0.0;
     int32_t * idx = NULL;
     struct ggml_tensor it;
     if (sparse) {
         idx = make_idx(&xt, threshold_for(x, n, nt, ldx, sp), rng_int(1, 3));
-        it  = make_tensor(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), idx);
+        it  = zz_test_tensor_2d(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), idx);
     }
     const int64_t count = sparse ? idx[n] : n;
 
@@ -299,7 +286,7 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
     for (int v = 0; v < 4; ++v) {
         y[v] = malloc(sizeof(float)*m*nt);
         memset(y[v], 0xFF, sizeof(float)*m*nt); // NaN: every output must be written
-        struct ggml_tensor dst = make_tensor(GGML_TYPE_F32, m, nt, sizeof(float)*m, y[v]);
+        struct ggml_tensor dst = zz_test_tensor_2d(GGML_TYPE_F32, m, nt, sizeof(float)*m, y[v]);
         dst.src[0] = &wt;
         dst.src[1] = &xt;
         dst.src[2] = sparse ? &it : NULL;

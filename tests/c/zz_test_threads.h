@@ -65,6 +65,20 @@ void zz_test_barrier(struct ggml_threadpool * tp) {
     }
 }
 
+// a 2-D tensor header over caller-owned data (rows nb1 bytes apart)
+static struct ggml_tensor zz_test_tensor_2d(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
+    struct ggml_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.type  = type;
+    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = 1; t.ne[3] = 1;
+    t.nb[0] = ggml_type_size(type);
+    t.nb[1] = nb1;
+    t.nb[2] = nb1*ne1;
+    t.nb[3] = t.nb[2];
+    t.data  = data;
+    return t;
+}
+
 static void zz_test_run_one(struct zz_test_pool * pool, int ith) {
     struct ggml_compute_params params = {
         /*.ith        =*/ ith,

@@ -9,25 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct ggml_tensor zzref_tensor(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
-    struct ggml_tensor t;
-    memset(&t, 0, sizeof(t));
-    t.type  = type;
-    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = 1; t.ne[3] = 1;
-    t.nb[0] = ggml_type_size(type);
-    t.nb[1] = nb1;
-    t.nb[2] = nb1*ne1;
-    t.nb[3] = t.nb[2];
-    t.data  = data;
-    return t;
-}
-
 // LIST: dst int32 [n + 1]; MASK: dst float [nt][n] (row stride n)
 void zzref_idx(const float * x, int64_t n, int nt, size_t nb1, float thr, int mode, void * dst) {
-    struct ggml_tensor src = zzref_tensor(GGML_TYPE_F32, n, nt, nb1, (void *) x);
+    struct ggml_tensor src = zz_test_tensor_2d(GGML_TYPE_F32, n, nt, nb1, (void *) x);
     struct ggml_tensor out = mode == GGML_SPARSE_IDX_LIST
-        ? zzref_tensor(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), dst)
-        : zzref_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*n, dst);
+        ? zz_test_tensor_2d(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), dst)
+        : zz_test_tensor_2d(GGML_TYPE_F32, n, nt, sizeof(float)*n, dst);
     out.src[0] = &src;
     memcpy(&out.op_params[0], &thr, sizeof(float));
     out.op_params[1] = mode;
@@ -38,10 +25,10 @@ void zzref_idx(const float * x, int64_t n, int nt, size_t nb1, float thr, int mo
 void zzref_mul_mat(enum ggml_type type, const void * w, int64_t n, int64_t m, const float * x, int nt,
                    const int32_t * idx, float * y) {
     const int64_t B = ggml_blck_size(type);
-    struct ggml_tensor tw = zzref_tensor(type, B*n, m/B, ggml_type_size(type)*n, (void *) w);
-    struct ggml_tensor tx = zzref_tensor(GGML_TYPE_F32, n, nt, sizeof(float)*n, (void *) x);
-    struct ggml_tensor ti = zzref_tensor(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), (void *) idx);
-    struct ggml_tensor ty = zzref_tensor(GGML_TYPE_F32, m, nt, sizeof(float)*m, y);
+    struct ggml_tensor tw = zz_test_tensor_2d(type, B*n, m/B, ggml_type_size(type)*n, (void *) w);
+    struct ggml_tensor tx = zz_test_tensor_2d(GGML_TYPE_F32, n, nt, sizeof(float)*n, (void *) x);
+    struct ggml_tensor ti = zz_test_tensor_2d(GGML_TYPE_I32, n + 1, 1, sizeof(int32_t)*(n + 1), (void *) idx);
+    struct ggml_tensor ty = zz_test_tensor_2d(GGML_TYPE_F32, m, nt, sizeof(float)*m, y);
     ty.src[0] = &tw;
     ty.src[1] = &tx;
     ty.src[2] = idx ? &ti : NULL;
