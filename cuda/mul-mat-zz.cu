@@ -9,15 +9,18 @@
 // for B = 32 a warp works on 8 (Q4_0) or 4 (Q8_0) columns at once, 4 or 8 lanes per column, so one warp
 // load covers 144 or 136 consecutive bytes when the columns are consecutive. Partial sums stay in
 // registers until the end, are reduced once across the warps of a block through shared memory and
-// across the n1 blocks by (a) a plain store when n1 == 1, (b) atomicAdd into dst zeroed by a
-// cudaMemsetAsync in the same stream, or (c) a thread block cluster (sm_90) reading its peers' shared
-// memory. All three are CUDA-graph safe: no host reads, no host synchronization.
+// across the n1 blocks by (a) a plain store when n1 == 1, (b) a ticket: each block stores its partial
+// sums to a workspace slot and takes a ticket from its block-row's counter, the last to arrive sums the
+// slots in block order and writes y (no memset, no float atomics, deterministic; the counter is reset by
+// that block), (c) atomicAdd into dst zeroed by a cudaMemsetAsync in the same stream, or (d) a thread block
+// cluster (sm_90) reading its peers' shared memory. All are CUDA-graph safe: no host reads, no host sync.
 #include "mul-mat-zz.cuh"
 #include "sparse-idx.cuh"
 
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +41,7 @@ enum zz_red_mode {
     ZZ_RED_STORE   = 0, // n1 == 1: the block owns its outputs
     ZZ_RED_ATOMIC  = 1, // atomicAdd into zeroed dst
     ZZ_RED_CLUSTER = 2, // distributed shared memory of a thread block cluster
+    ZZ_RED_TICKET  = 3, // partials to a workspace, the last block of the block-row (ticket counter) sums them
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -708,13 +712,17 @@ static __device__ __forceinline__ void zz_mma_put(const float (&cm)[16][4], cons
 // [t0, t0 + tp) to red_w[(t - t0)*B + output]; red_mode says how the n1 blocks of a block-row combine.
 // Shared memory: n2*tokens_per_pass*B floats at smem (may alias buffers the caller is done with), and for
 // the cluster mode T*B floats at smem + red_bytes.
+// Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
+// on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
+// every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row,
-        const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes) {
+        const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
     float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
+    float * slot = red_mode == ZZ_RED_TICKET ? ws + ((int64_t) row*gridDim.x + blockIdx.x)*(T*B) : nullptr;
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
         const int tp = min(tokens_per_pass, T - t0);
@@ -729,6 +737,8 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             const int64_t iy = t*y_stride + (int64_t) row*B + e%B;
             if (red_mode == ZZ_RED_STORE) {
                 y[iy] = sum;
+            } else if (red_mode == ZZ_RED_TICKET) {
+                __stcg(slot + t*B + e%B, sum);
             } else if (red_mode == ZZ_RED_ATOMIC) {
                 atomicAdd(y + iy, sum);
             } else {
@@ -736,6 +746,38 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             }
         }
         __syncthreads();
+    }
+
+    if (red_mode == ZZ_RED_TICKET) {
+        // threadFenceReduction pattern: every thread's slot stores are visible device-wide before the block
+        // takes its ticket; the block that draws n1 - 1 knows every slot of its block-row is complete
+        int * s_last = (int *) smem; // red is free again (the loop above ended with a barrier)
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int  ticket = atomicAdd(tickets + row, 1);
+            const bool last   = ticket == (int) gridDim.x - 1;
+            if (last) {
+                *(volatile int *) (tickets + row) = 0; // every block of this row has drawn: ready for the next launch
+            }
+            *s_last = last;
+        }
+        __syncthreads();
+        if (*s_last) {
+            __threadfence(); // acquire side of the ticket
+            const float * ws_row = ws + (int64_t) row*gridDim.x*(T*B);
+            const int     nb     = gridDim.x;
+            for (int e = threadIdx.x; e < T*B; e += blockDim.x) {
+                float sum = 0.0f;
+                // fixed block order: the result does not depend on which block came last; L2 loads (.cg),
+                // never a stale L1 line
+#pragma unroll 8
+                for (int b = 0; b < nb; ++b) {
+                    sum += __ldcg(ws_row + (int64_t) b*(T*B) + e);
+                }
+                y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
+            }
+        }
     }
 
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
@@ -760,7 +802,8 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
 template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
-        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off) {
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off,
+        float * ws, int * tickets) {
     typedef zz_type<type> zt;
     constexpr int B     = zt::B;
     constexpr int bs    = zt::bs;
@@ -977,7 +1020,7 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
                 }
             }
         }
-    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
+    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 }
 
 // Q4_K, batch 1-8, weights straight from global memory into registers (no shared-memory staging): a warp
@@ -1023,7 +1066,8 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
 template <int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_q4_K_direct(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
-        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes) {
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
+        float * ws, int * tickets, const int prefetch_cols) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
@@ -1044,7 +1088,19 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 
     const char * w_row = w + (int64_t) row*n*sizeof(block_q4_K);
 
-    ggml_cuda_pdl_sync(); // x and idx come from earlier kernels
+    if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
+        // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
+        // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them)
+        const int    c0 = (int) (((int64_t) n*wid)/nw);
+        const int    c1 = min((int) (((int64_t) n*(wid + 1))/nw), c0 + prefetch_cols);
+        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*sizeof(block_q4_K)) & ~(uintptr_t) 127);
+        const char * p1 = w_row + (int64_t) c1*sizeof(block_q4_K);
+        for (const char * p = p0 + 128*lane; p < p1; p += 128*WARP_SIZE) {
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+        }
+    }
+
+    ggml_cuda_pdl_sync(); // x and idx come from earlier kernels; ws and tickets are free once they are done
 
     float cm[16][4];
 #pragma unroll
@@ -1174,9 +1230,10 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
-    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes);
+    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 #else
-    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode, thr, red_bytes);
+    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
+                     prefetch_cols);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -1265,26 +1322,6 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-// what the current device allows, looked up once per launch
-struct zz_caps {
-    bool cluster; // thread block clusters (sm_90)
-    bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
-};
-
-static zz_caps zz_get_caps() {
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const int cc_major = zz_get_device_props(device).cc_major;
-    return { cc_major >= 9, zz_direct_enabled(cc_major) };
-}
-
-static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
-    if (cfg.n1 == 1) {
-        return ZZ_RED_STORE;
-    }
-    return cfg.cluster && caps.cluster && cfg.n1 <= 8 ? ZZ_RED_CLUSTER : ZZ_RED_ATOMIC;
-}
-
 // graph safe: a memset node in the same stream
 static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y_stride, cudaStream_t stream) {
     if (y_stride == m || T == 1) {
@@ -1294,23 +1331,180 @@ static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y
     }
 }
 
+// LLAMA_SPARSE_CUDA_TICKET: 1 (default) = cross-block reduction by ticket (no memset node, no float atomics),
+// 0 = atomicAdd into y zeroed by a memset node (the earlier default); zz_gemv_set_ticket overrides it
+static std::atomic<int> zz_ticket_override{-1};
+
+int zz_gemv_set_ticket(const int on) {
+    return zz_ticket_override.exchange(on);
+}
+
+static bool zz_ticket_enabled() {
+    static const int env = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
+        return e == nullptr ? 1 : atoi(e) != 0;
+    }();
+    const int o = zz_ticket_override.load(std::memory_order_relaxed);
+    return o >= 0 ? o != 0 : env != 0;
+}
+
+// LLAMA_SPARSE_CUDA_PREFETCH: columns per warp of the direct Q4_K kernel whose blocks are prefetched into L2
+// before the PDL wait; unset: 32 in DENSE, 16 in FUSED (a few of those may be skipped), 0: none
+static int zz_prefetch_cols(const int mode) {
+    static const int env = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH");
+        return e == nullptr ? -1 : std::max(0, atoi(e));
+    }();
+    if (mode == ZZ_GEMV_IDX) {
+        return 0; // the columns come from the list, an earlier kernel's output
+    }
+    return env >= 0 ? env : mode == ZZ_GEMV_DENSE ? 32 : 16;
+}
+
+// what the current device allows, looked up once per launch
+struct zz_caps {
+    int  device;
+    bool cluster; // thread block clusters (sm_90)
+    bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
+    bool ticket;  // ticket reduction across the n1 blocks (else atomics)
+};
+
+static zz_caps zz_get_caps() {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const int cc_major = zz_get_device_props(device).cc_major;
+    return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_enabled() };
+}
+
+static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
+    if (cfg.n1 == 1) {
+        return ZZ_RED_STORE;
+    }
+    if (cfg.cluster && caps.cluster && cfg.n1 <= 8) {
+        return ZZ_RED_CLUSTER;
+    }
+    return caps.ticket ? ZZ_RED_TICKET : ZZ_RED_ATOMIC;
+}
+
+// Ticket reduction buffers, one set per (device, stream): GEMVs on one stream are ordered (each waits for
+// the previous kernel before it touches them), GEMVs on different streams may overlap and must not share
+// counters. The counters are zeroed once here and left at zero by every launch; the workspace needs no
+// clearing (every slot is written before it is read). Outgrown workspaces are kept, not freed: a CUDA graph
+// captured earlier may still write them.
+#define ZZ_TICKET_ROWS   65536     // counters: one per block-row (grid.y <= 65535)
+#define ZZ_TICKET_WS_MIN (1 << 20) // first workspace, in floats (4 MiB: 28672x8192 at batch 2 with n1 = 16)
+
+struct zz_ticket_buf {
+    int          device;
+    cudaStream_t stream;
+    int        * tickets;
+    float      * ws;
+    size_t       ws_floats;
+};
+
+static std::mutex                 zz_ticket_mutex;
+static std::vector<zz_ticket_buf> zz_ticket_bufs;
+static std::vector<float *>       zz_ticket_retired;
+
+// false while the stream is being captured and the buffers would have to be made or grown (the caller
+// then falls back to atomics); ggml-cuda runs a graph eagerly before it captures it, so that is rare
+static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t need, float ** ws, int ** tickets) {
+    std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+    zz_ticket_buf * b = nullptr;
+    for (zz_ticket_buf & e : zz_ticket_bufs) {
+        if (e.device == device && e.stream == stream) {
+            b = &e;
+            break;
+        }
+    }
+    if (b == nullptr || b->ws_floats < need) {
+        cudaStreamCaptureStatus status;
+        CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+        if (status != cudaStreamCaptureStatusNone) {
+            return false;
+        }
+        if (b == nullptr) {
+            zz_ticket_buf nb = { device, stream, nullptr, nullptr, 0 };
+            CUDA_CHECK(cudaMalloc(&nb.tickets, ZZ_TICKET_ROWS*sizeof(int)));
+            CUDA_CHECK(cudaMemsetAsync(nb.tickets, 0, ZZ_TICKET_ROWS*sizeof(int), stream));
+            zz_ticket_bufs.push_back(nb);
+            b = &zz_ticket_bufs.back();
+        }
+        if (b->ws_floats < need) {
+            const size_t cap = std::max<size_t>(need, std::max<size_t>(2*b->ws_floats, ZZ_TICKET_WS_MIN));
+            float * ws_new = nullptr;
+            CUDA_CHECK(cudaMalloc(&ws_new, cap*sizeof(float)));
+            if (b->ws != nullptr) {
+                zz_ticket_retired.push_back(b->ws);
+            }
+            b->ws        = ws_new;
+            b->ws_floats = cap;
+        }
+    }
+    *ws      = b->ws;
+    *tickets = b->tickets;
+    return true;
+}
+
+int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    int * tickets = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+        for (const zz_ticket_buf & e : zz_ticket_bufs) {
+            if (e.device == device && e.stream == stream) {
+                tickets = e.tickets;
+            }
+        }
+    }
+    if (tickets == nullptr) {
+        return -1;
+    }
+    std::vector<int> h(ZZ_TICKET_ROWS);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemcpy(h.data(), tickets, h.size()*sizeof(int), cudaMemcpyDeviceToHost));
+    int64_t nz = 0;
+    for (int v : h) {
+        nz += v != 0;
+    }
+    return nz;
+}
+
+// the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
+// had (capture) and atomics zero y first (a memset node in the same stream, graph safe)
+static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int64_t rows, const int T, const int B,
+        float * y, const int64_t m, const int64_t y_stride, float ** ws, int ** tickets, cudaStream_t stream) {
+    *ws      = nullptr;
+    *tickets = nullptr;
+    int red_mode = zz_red_mode(cfg, caps);
+    if (red_mode == ZZ_RED_TICKET &&
+            !zz_ticket_get(caps.device, stream, (size_t) rows*cfg.n1*T*B, ws, tickets)) {
+        red_mode = ZZ_RED_ATOMIC;
+    }
+    if (red_mode == ZZ_RED_ATOMIC) {
+        zz_zero_dst(y, m, T, y_stride, stream);
+    }
+    return red_mode;
+}
+
+
 template <int T, int mode>
 static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,
         const float thr, cudaStream_t stream) {
     constexpr int B = QK_K;
     GGML_ASSERT(m/B <= 65535);
-    const int red_mode  = zz_red_mode(cfg, caps);
+    float * ws;
+    int   * tickets;
+    const int red_mode  = zz_red_prepare(cfg, caps, m/B, T, B, y, m, y_stride, &ws, &tickets, stream);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
-    if (red_mode == ZZ_RED_ATOMIC) {
-        zz_zero_dst(y, m, T, y_stride, stream);
-    }
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode>, grid, block, smem, red_mode, stream,
-              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes);
+              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
 
 template <ggml_type type, int T, int mode>
@@ -1331,15 +1525,13 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         }
     }
 
-    const int red_mode = zz_red_mode(cfg, caps);
+    float * ws;
+    int   * tickets;
+    const int    red_mode  = zz_red_prepare(cfg, caps, rows, T, zt::B, y, m, y_stride, &ws, &tickets, stream);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
     const size_t smem      = smem_base + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
-
-    if (red_mode == ZZ_RED_ATOMIC) {
-        zz_zero_dst(y, m, T, y_stride, stream);
-    }
 
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
@@ -1360,7 +1552,8 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
         GGML_ASSERT(smem <= (size_t) smem_max[device] && "zigzag GEMV: n2 too large for this device's shared memory");
     }
 
-zz_launch(kernel, grid, block, smem, red_mode, stream, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, (int) smem_base);
+    zz_launch(kernel, grid, block, smem, red_mode, stream, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr,
+              (int) smem_base, ws, tickets);
 }
 
 template <ggml_type type, int T>

@@ -25,8 +25,18 @@ struct zz_gemv_config {
     int n1;      // thread blocks per block-row; they split the row's (active) columns evenly
     int n2;      // warps per thread block
     int cluster; // n1 > 1 only: 1 = the n1 blocks reduce through a thread block cluster (sm_90, n1 <= 8),
-                 //               0 = dst is zeroed (cudaMemsetAsync) and the n1 blocks atomicAdd into it
+                 //               0 = by ticket (partials to a workspace, the last block of the row sums them),
+                 //                   or with LLAMA_SPARSE_CUDA_TICKET=0 dst is zeroed (cudaMemsetAsync) and
+                 //                   the n1 blocks atomicAdd into it
 };
+
+// process-wide choice of the cross-block reduction when not a cluster: 1 = ticket, 0 = memset + atomics,
+// -1 = back to LLAMA_SPARSE_CUDA_TICKET (default 1). Returns the previous override (tests, benchmarks).
+int zz_gemv_set_ticket(int on);
+
+// ticket counters of this stream (current device) that are not zero after the stream's work so far (synchronizes
+// the stream); every launch must leave them at zero. -1: no ticket buffers on this stream yet.
+int64_t zz_gemv_ticket_nonzero(cudaStream_t stream);
 
 bool zz_type_supported(ggml_type type);
 
