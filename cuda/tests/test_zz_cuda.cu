@@ -3,7 +3,7 @@
 //
 //   test_zz_cuda test  [--seed S] [--cases N]            correctness, exit status 1 on any failure
 //   test_zz_cuda bench [--type T|all] [--batch 1,4,8] [--pattern random|contiguous] [--l2-warm]
-//                      [--shapes 4096x4096,...] [--csv FILE]
+//                      [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|atomic|both (default)]
 //   test_zz_cuda prefill [--type T|all] [--batch 16,64,512] [--shapes ...]
 //   test_zz_cuda tune  [--max-batch 8] [--sparsity 0.5] [--out FILE]
 //
@@ -414,13 +414,13 @@ static int test_gemv(test_rng & rng, const int cases) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
-    const int    n1s[]        = { 1, 2, 3, 5, 8, 16 };
+    const int    n1s[]        = { 1, 2, 3, 5, 8, 16, 32 }; // 32: many blocks without a column when n is small
     const int    n2s[]        = { 1, 2, 4, 8 };
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
 
     for (ggml_type type : test_types) {
-        double worst = 0.0;
+        double worst[2] = { 0.0, 0.0 }; // atomic, ticket
         for (int c = 0; c < cases; ++c) {
             const int64_t B    = ggml_blck_size(type);
             const int64_t rows = B == QK_K ? rng.randint(1, 6) : rng.randint(1, 40);
@@ -433,7 +433,7 @@ static int test_gemv(test_rng & rng, const int cases) {
             const int64_t y_stride = m + (c % 4 == 1 ? rng.randint(1, 9) : 0);
 
             zz_gemv_config cfg;
-            cfg.n1      = n1s[rng.randint(0, 5)];
+            cfg.n1      = n1s[rng.randint(0, 6)];
             cfg.n2      = n2s[rng.randint(0, 3)];
             cfg.cluster = rng.randint(0, 1);
             if (c % 7 == 0) {
@@ -479,74 +479,103 @@ static int test_gemv(test_rng & rng, const int cases) {
             xz_d.upload(xz.data(), xz.size());
             std::vector<float> y(y_d.n);
 
-            char what[256];
-            snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d", ggml_type_name(type),
-                    (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster);
-            double rel;
+            // both cross-block reductions (ticket, memset + atomics) on the same stream, one after the other: a
+            // ticket counter left non-zero by any launch breaks a later one (outputs left NaN or summed early)
+            for (const int ticket : { 1, 0 }) {
+                zz_gemv_set_ticket(ticket);
+                char what[256];
+                snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", ggml_type_name(type),
+                        (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, ticket ? "ticket" : "atomic");
+                double rel;
+                auto check = [&](const char * mode, const std::vector<double> & ref) {
+                    CUDA_CHECK(cudaStreamSynchronize(stream));
+                    y_d.download(y.data(), y.size());
+                    const std::string s = std::string(what) + " " + mode;
+                    runs++;
+                    if (!check_y(s.c_str(), y, y_stride, ref, m, T, gemv_tol(type), &rel)) {
+                        failures++;
+                    }
+                    worst[ticket] = std::max(worst[ticket], rel);
+                };
 
-            // dense
-            y_d.poison();
-            zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            y_d.download(y.data(), y.size());
-            std::string s = std::string(what) + " dense";
-            runs++;
-            if (!check_y(s.c_str(), y, y_stride, ref_dense, m, T, gemv_tol(type), &rel)) {
-                failures++;
-            }
-            worst = std::max(worst, rel);
+                // dense
+                y_d.poison();
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream);
+                check("dense", ref_dense);
 
-            // sparse through the index list made on the device
-            idx_d.poison();
-            sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
-            y_d.poison();
-            zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            y_d.download(y.data(), y.size());
-            s = std::string(what) + " idx";
-            runs++;
-            if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, gemv_tol(type), &rel)) {
-                failures++;
-            }
-            worst = std::max(worst, rel);
-
-            // sparse with the index collection inside the GEMV (no list)
-            y_d.poison();
-            if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream)) {
-                CUDA_CHECK(cudaStreamSynchronize(stream));
-                y_d.download(y.data(), y.size());
-                s = std::string(what) + " fused";
-                runs++;
-                if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, gemv_tol(type), &rel)) {
-                    failures++;
+                // sparse through the index list made on the device
+                idx_d.poison();
+                sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
+                y_d.poison();
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
+                check("idx", ref_sparse);
+                if (ticket) {
+                    // again: the counters were reset, and the block order of the final sum is fixed (bitwise equal)
+                    const std::vector<float> y_first = y;
+                    y_d.poison();
+                    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
+                    check("idx again", ref_sparse);
+                    for (int t = 0; t < T; ++t) {
+                        if (memcmp(&y[t*y_stride], &y_first[t*y_stride], m*sizeof(float)) != 0) {
+                            printf("  FAIL %s: second ticket run differs from the first (token %d)\n", what, t);
+                            failures++;
+                            break;
+                        }
+                    }
                 }
-                worst = std::max(worst, rel);
-            }
 
-            // ablation: every column visited, zeros skipped in place
-            y_d.poison();
-            zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            y_d.download(y.data(), y.size());
-            s = std::string(what) + " skip";
-            runs++;
-            if (!check_y(s.c_str(), y, y_stride, ref_sparse, m, T, gemv_tol(type), &rel)) {
-                failures++;
+                // sparse with the index collection inside the GEMV (no list)
+                y_d.poison();
+                if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream)) {
+                    check("fused", ref_sparse);
+                }
+
+                // ablation: every column visited, zeros skipped in place
+                y_d.poison();
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
+                check("skip", ref_sparse);
             }
-            worst = std::max(worst, rel);
+            zz_gemv_set_ticket(-1);
         }
-        printf("gemv %-5s: %d cases, worst relative error %.2e\n", ggml_type_name(type), cases, worst);
+        printf("gemv %-5s: %d cases, worst relative error: ticket %.2e, atomic %.2e\n", ggml_type_name(type), cases,
+                worst[1], worst[0]);
+    }
+    // every ticket launch must leave its block-row counters at zero
+    const int64_t nz = zz_gemv_ticket_nonzero(stream);
+    if (nz != 0) {
+        printf("  FAIL gemv: %lld ticket counters not zero after the runs (-1: the ticket reduction never ran)\n", (long long) nz);
+        failures++;
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     printf("gemv: %d runs, %d failures\n", runs, failures);
     return failures;
 }
 
-// the idx list and the GEMV (atomic and cluster reductions) captured once and replayed on new inputs
+// memset nodes of a captured graph (the atomic reduction's zeroing of y)
+static int graph_memset_nodes(cudaGraph_t graph) {
+    size_t n = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    int count = 0;
+    for (size_t i = 0; i < n; ++i) {
+        cudaGraphNodeType t;
+        CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &t));
+        count += t == cudaGraphNodeTypeMemset;
+    }
+    return count;
+}
+
+// the idx list and the GEMV (atomic, cluster and ticket reductions; IDX and FUSED) captured once and replayed on
+// new inputs, as ggml-cuda does at batch 1: the ticket counters must be left at zero by every replay, and the
+// graph must hold exactly one memset node (the atomic GEMV's). A capture on a stream that never ran a ticket
+// GEMV eagerly cannot make its buffers and falls back to atomics (one memset node, same results).
 static int test_graph(test_rng & rng) {
     int failures = 0;
     cudaStream_t stream;
+    cudaStream_t fresh;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking));
     const ggml_type type = GGML_TYPE_Q4_K;
     const int64_t   n    = 5000;
     const int64_t   m    = 3*QK_K;
@@ -561,21 +590,55 @@ static int test_graph(test_rng & rng) {
     dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
     dev_buf<float>   y_atomic(T*m);
     dev_buf<float>   y_cluster(T*m);
+    dev_buf<float>   y_ticket(T*m);
+    dev_buf<float>   y_ticket_fused(T*m);
+    dev_buf<float>   y_fallback(T*m);
     w_d.upload(w.q.data(), w.q.size());
+    {
+        std::vector<float> x0(T*n, 1.0f);
+        x_d.upload(x0.data(), x0.size());
+    }
 
     const zz_gemv_config cfg_atomic  = { 4, 2, 0 };
     const zz_gemv_config cfg_cluster = { 4, 2, 1 };
+    const zz_gemv_config cfg_ticket  = { 16, 4, 0 };
+
+    // eager run first (as ggml-cuda's graph warm-up): the ticket buffers of `stream` are made outside capture
+    zz_gemv_set_ticket(1);
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_ticket.ptr, m, cfg_ticket, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
 
     cudaGraph_t     graph;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
     sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, stream);
+    zz_gemv_set_ticket(0);
     zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_atomic.ptr, m, cfg_atomic, stream);
+    zz_gemv_set_ticket(1);
     zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_cluster.ptr, m, cfg_cluster, stream);
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_ticket.ptr, m, cfg_ticket, stream);
+    const bool fused = zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, n, T, thr, y_ticket_fused.ptr, m, cfg_ticket, true, stream);
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    if (graph_memset_nodes(graph) != 1) {
+        printf("  FAIL graph: %d memset nodes, expected 1 (the atomic GEMV's only)\n", graph_memset_nodes(graph));
+        failures++;
+    }
 
-    const double sps[] = { 0.5, 0.9, 0.0, 1.0, 0.3 };
+    // a ticket GEMV captured on a stream without ticket buffers: falls back to atomics
+    cudaGraph_t     graph_fb;
+    cudaGraphExec_t exec_fb;
+    CUDA_CHECK(cudaStreamBeginCapture(fresh, cudaStreamCaptureModeRelaxed));
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_fallback.ptr, m, cfg_ticket, fresh);
+    CUDA_CHECK(cudaStreamEndCapture(fresh, &graph_fb));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_fb, graph_fb, 0));
+    if (graph_memset_nodes(graph_fb) != 1) {
+        printf("  FAIL graph: fallback capture has %d memset nodes, expected 1\n", graph_memset_nodes(graph_fb));
+        failures++;
+    }
+    zz_gemv_set_ticket(-1);
+
+    const double sps[] = { 0.5, 0.9, 0.0, 1.0, 0.3, 0.5 };
     for (double sp : sps) {
         std::vector<float>   x;
         std::vector<int32_t> active;
@@ -583,24 +646,45 @@ static int test_graph(test_rng & rng) {
         x_d.upload(x.data(), x.size());
         y_atomic.poison();
         y_cluster.poison();
+        y_ticket.poison();
+        y_ticket_fused.poison();
+        y_fallback.poison();
         CUDA_CHECK(cudaGraphLaunch(exec, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaGraphLaunch(exec_fb, fresh)); // reads the list the main graph made
+        CUDA_CHECK(cudaStreamSynchronize(fresh));
         std::vector<double> ref;
         ref_gemv(w, x, n, T, active, ref);
         std::vector<float> y(T*m);
-        y_atomic.download(y.data(), y.size());
-        if (!check_y("graph replay atomic", y, m, ref, m, T, gemv_tol(type))) {
-            failures++;
+        struct { const char * what; const dev_buf<float> * buf; } outs[] = {
+            { "graph replay atomic",       &y_atomic },
+            { "graph replay cluster",      &y_cluster },
+            { "graph replay ticket",       &y_ticket },
+            { "graph replay ticket fused", fused ? &y_ticket_fused : nullptr },
+            { "graph replay fallback",     &y_fallback },
+        };
+        for (const auto & o : outs) {
+            if (o.buf == nullptr) {
+                continue;
+            }
+            o.buf->download(y.data(), y.size());
+            if (!check_y(o.what, y, m, ref, m, T, gemv_tol(type))) {
+                failures++;
+            }
         }
-        y_cluster.download(y.data(), y.size());
-        if (!check_y("graph replay cluster", y, m, ref, m, T, gemv_tol(type))) {
+        const int64_t nz = zz_gemv_ticket_nonzero(stream);
+        if (nz != 0) {
+            printf("  FAIL graph replay sp=%.2f: %lld ticket counters not zero\n", sp, (long long) nz);
             failures++;
         }
     }
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaGraphExecDestroy(exec_fb));
+    CUDA_CHECK(cudaGraphDestroy(graph_fb));
     CUDA_CHECK(cudaStreamDestroy(stream));
-    printf("graph replay: %d failures\n", failures);
+    CUDA_CHECK(cudaStreamDestroy(fresh));
+    printf("graph replay (atomic, cluster, ticket idx/fused, fallback): %d failures\n", failures);
     return failures;
 }
 
@@ -864,6 +948,7 @@ struct bench_opts {
     std::string                         pattern = "random";
     bool                                l2_warm = false;
     std::string                         csv;
+    std::string                         reduction = "both"; // cross-block reduction: ticket, atomic, or both
 };
 
 static int run_bench(const bench_opts & o) {
@@ -879,12 +964,17 @@ static int run_bench(const bench_opts & o) {
             prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
-    printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s %8s | %7s %6s | %s\n", "type", "m", "n", "T", "sp%",
-            "dense", "idx", "idx+list", "fused", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl");
+    const bool both = o.reduction == "both";
+    zz_gemv_set_ticket(o.reduction == "atomic" ? 0 : 1);
+    printf("cross-block reduction: %s%s\n", o.reduction == "atomic" ? "memset + atomics" : "ticket",
+            both ? "; the 'atomic' columns at the end: memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0)" : "");
+    printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s %8s | %7s %6s | %s%s\n", "type", "m", "n", "T", "sp%",
+            "dense", "idx", "idx+list", "fused", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl",
+            both ? " | atomic: dense idx fused" : "");
 
     FILE * csv = o.csv.empty() ? nullptr : fopen(o.csv.c_str(), "w");
     if (csv) {
-        fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,fused_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster\n");
+        fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,fused_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster,reduction,dense_atomic_us,idx_atomic_us,fused_atomic_us\n");
     }
 
     const double sparsities[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
@@ -914,7 +1004,8 @@ static int run_bench(const bench_opts & o) {
                 dev_buf<float>   y_d(T*m);
                 const int reps = std::max(20, 2*nbuf);
 
-                double dense_us = -1.0;
+                double dense_us    = -1.0;
+                double dense_at_us = -1.0; // with memset + atomics
                 for (double sp : sparsities) {
                     // x: exact zeros in the inactive columns
                     test_rng rng(42);
@@ -961,6 +1052,26 @@ static int run_bench(const bench_opts & o) {
                             naive_launch(ws[i % nbuf], n, m, x_d.ptr, n, T, y_d.ptr, m, s);
                         }, reps, stream);
                     }
+                    // the same with the other reduction (memset node + atomics), for a side-by-side comparison
+                    double idx_at_us   = -1.0;
+                    double fused_at_us = -1.0;
+                    if (both) {
+                        zz_gemv_set_ticket(0);
+                        if (sp == 0.0) {
+                            dense_at_us = time_graph_us([&](cudaStream_t s, int i) {
+                                zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s);
+                            }, reps, stream);
+                        }
+                        idx_at_us = time_graph_us([&](cudaStream_t s, int i) {
+                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
+                        }, reps, stream);
+                        if (fused_us > 0.0) {
+                            fused_at_us = time_graph_us([&](cudaStream_t s, int i) {
+                                zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
+                            }, reps, stream);
+                        }
+                        zz_gemv_set_ticket(1);
+                    }
                     double stock_us = -1.0;
 #ifdef ZZ_TEST_WITH_GGML_CUDA
                     stock_us = bench_stock_us(type, m, n, T, x);
@@ -970,14 +1081,18 @@ static int run_bench(const bench_opts & o) {
                     printf("%-5s %5lld %5lld %2d %4.0f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %7.0f %5.0f%% | %2d %2d %d",
                             ggml_type_name(type), (long long) m, (long long) n, T, 100.0*sp, dense_us, idx_us, idx_list_us,
                             fused_us, skip_us, naive_us, list_us, idx_gbs, 100.0*idx_gbs/copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                    if (both) {
+                        printf(" | atomic: %8.2f %8.2f %8.2f", dense_at_us, idx_at_us, fused_at_us);
+                    }
                     if (stock_us > 0.0) {
                         printf(" | stock %.2f", stock_us);
                     }
                     printf("\n");
                     if (csv) {
-                        fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d\n",
+                        fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d,%s,%.3f,%.3f,%.3f\n",
                                 ggml_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
-                                fused_us, skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
+                                fused_us, skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster,
+                                o.reduction == "atomic" ? "atomic" : "ticket", dense_at_us, idx_at_us, fused_at_us);
                     }
                 }
             }
@@ -990,6 +1105,7 @@ static int run_bench(const bench_opts & o) {
         fclose(csv);
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
+    zz_gemv_set_ticket(-1);
     return 0;
 }
 
@@ -1098,7 +1214,7 @@ static bool parse_type(const char * s, std::vector<ggml_type> & types) {
 static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
            "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
-           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE]\n"
+           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|atomic|both]\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
            "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n");
 }
@@ -1141,6 +1257,12 @@ int main(int argc, char ** argv) {
         } else if (a == "--batch") {
             o.batches = parse_ints(val);
             batch_set = true;
+        } else if (a == "--reduction") {
+            o.reduction = val;
+            if (o.reduction != "ticket" && o.reduction != "atomic" && o.reduction != "both") {
+                usage();
+                return 2;
+            }
         } else if (a == "--pattern") {
             o.pattern = val;
         } else if (a == "--csv") {

@@ -13,10 +13,10 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU
-#   perf       test-backend-ops perf for the zigzag and stock Q4_K matmuls
+#   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
-#   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test`
+#   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test` twice
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
@@ -29,7 +29,9 @@
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
-#   e2e        llama-bench stock Q4_K vs fork dense and every level, then LIST-op and staged-kernel variants
+#   e2e        llama-bench stock Q4_K vs fork dense and every level, then tg128 of dense and 0.50 side by side:
+#              ticket reduction (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | no L2 prefetch
+#   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them).
 set -euo pipefail
@@ -169,7 +171,8 @@ remote() {
             # bench-staged: the same with Q4_K on the staged (cp.async) kernel instead of the direct one
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
             local direct=1; [ "$step" = bench ] || direct=0
-            LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 420 /tmp/zz-test/t bench --batch 1 \
+            # --reduction both (default): the ticket reduction's times, then 'atomic: dense idx fused' (memset + atomics)
+            LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 480 /tmp/zz-test/t bench --batch 1 \
                 --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
                 --csv "$out/$step.csv" 2>&1 | tee "$out/$step.log" | tail -80
             ;;
@@ -193,14 +196,25 @@ remote() {
             done
             ;;
         perf)
-            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "MUL_MAT|us/run" | head -60
+            # MUL_MAT_ZZ with the ticket reduction (default) and with memset + atomics, one line per case
+            local tk
+            for tk in 1 0; do
+                LLAMA_SPARSE_CUDA_TICKET=$tk /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ > "$out/perf-zz-ticket$tk.log" 2>&1 ||
+                    { tail -20 "$out/perf-zz-ticket$tk.log"; exit 1; }
+            done
+            echo "MUL_MAT_ZZ us/run: ticket (LLAMA_SPARSE_CUDA_TICKET=1, default) | memset + atomics (=0)"
+            paste -d'|' <(grep "us/run" "$out/perf-zz-ticket1.log" | sed -E 's/^ *([^:]*):.* ([0-9.]+) us\/run.*/\1 \2 /') \
+                        <(grep "us/run" "$out/perf-zz-ticket0.log" | sed -E 's/.* ([0-9.]+) us\/run.*/ \1/') | head -60
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32,m=4096,n=1" 2>&1 | tail -8
             ;;
         zztest)
             WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
                 { tail -40 "$out/build-zztest.log"; exit 1; }
-            /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -8
+            # twice in a row (fresh process, other seed): every case runs both cross-block reductions, the ticket one
+            # twice (bitwise equal), graph replays check that the ticket counters stay at zero
+            /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
+            /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
             ;;
         model)
             python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" 2>&1 | tr '\r' '\n' | tail -3
@@ -242,14 +256,28 @@ EOF
                 LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
             done
             lb=(-ngl 99 -p 0 -n 128 -r 5 -o md)
-            echo "-- variants: LIST op + direct IDX GEMV (FUSE=0); staged kernel (DIRECT=0, FUSE=0)"
+            # tg128 t/s of one fork configuration: tg_of LEVEL [ENV=VALUE...]
+            tg_of() {
+                env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
+                    grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
+            }
+            echo "-- cross-block reduction, tg128 t/s: ticket (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | ticket, no L2 prefetch (LLAMA_SPARSE_CUDA_PREFETCH=0)"
+            for lv in dense 0.50; do
+                [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
+                echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0)"
+            done
+            echo "-- stock again (drift)"
+            /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
+            ;;
+        e2e-variants)
+            # older paths, for comparison: LIST op + direct IDX GEMV (FUSE=0); staged kernel (DIRECT=0, FUSE=0)
+            local lb=(-ngl 99 -p 0 -n 128 -r 5 -o md) lv
+            [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
             LLAMA_SPARSE=0.50 LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | grep tg128 | sed "s/^/list+idx 0.50 /"
             for lv in dense 0.50; do
                 LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_DIRECT=0 LLAMA_SPARSE_CUDA_FUSE=0 /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | sed "s/^/staged $lv /"
             done
-            echo "-- stock again (drift)"
-            /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
             ;;
         cmd:*)
             local c=${step#cmd:}
