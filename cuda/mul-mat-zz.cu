@@ -1446,6 +1446,19 @@ static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t ne
     return true;
 }
 
+void zz_gemv_ticket_forget(cudaStream_t stream) {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+    for (size_t i = 0; i < zz_ticket_bufs.size(); ++i) {
+        if (zz_ticket_bufs[i].device == device && zz_ticket_bufs[i].stream == stream) {
+            zz_ticket_retired.push_back(zz_ticket_bufs[i].ws); // (graphs captured on the stream may still use them)
+            zz_ticket_bufs.erase(zz_ticket_bufs.begin() + i);
+            return;
+        }
+    }
+}
+
 int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
     int device;
     CUDA_CHECK(cudaGetDevice(&device));

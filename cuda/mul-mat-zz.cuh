@@ -38,6 +38,10 @@ int zz_gemv_set_ticket(int on);
 // the stream); every launch must leave them at zero. -1: no ticket buffers on this stream yet.
 int64_t zz_gemv_ticket_nonzero(cudaStream_t stream);
 
+// drop this stream's ticket buffers from the lookup (not freed): its next ticket GEMV makes new ones. For tests
+// that need a stream without buffers, as a new stream may reuse a destroyed stream's handle.
+void zz_gemv_ticket_forget(cudaStream_t stream);
+
 bool zz_type_supported(ggml_type type);
 
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override

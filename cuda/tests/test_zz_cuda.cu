@@ -576,6 +576,7 @@ static int test_graph(test_rng & rng) {
     cudaStream_t fresh;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking));
+    zz_gemv_ticket_forget(fresh); // in case its handle is that of a destroyed stream that had buffers
     const ggml_type type = GGML_TYPE_Q4_K;
     const int64_t   n    = 5000;
     const int64_t   m    = 3*QK_K;
