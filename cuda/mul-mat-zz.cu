@@ -1501,7 +1501,6 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
     return red_mode;
 }
 
-
 template <int T, int mode>
 static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
         const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,

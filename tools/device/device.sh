@@ -19,6 +19,7 @@
 #   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test` twice
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
+#   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`
 #   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
@@ -175,6 +176,17 @@ remote() {
             LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 480 /tmp/zz-test/t bench --batch 1 \
                 --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
                 --csv "$out/$step.csv" 2>&1 | tee "$out/$step.log" | tail -80
+            ;;
+        bench-red)
+            # fixed costs of the direct Q4_K GEMV on the Llama-2-7B shapes, batch 1: every row has the ticket reduction's
+            # times and, at the end, 'atomic: dense idx fused' (memset + atomics); then without the L2 prefetch, n1 8 / 32
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            local v
+            for v in "" LLAMA_SPARSE_CUDA_PREFETCH=0 LLAMA_SPARSE_CUDA_N1=8 LLAMA_SPARSE_CUDA_N1=32; do
+                echo "-- ${v:-default (n1 16 x n2 4, prefetch on)}"
+                env $v timeout 140 /tmp/zz-test/t bench --batch 1 --reduction both --shapes 4096x4096,11008x4096,4096x11008 2>&1 |
+                    tee -a "$out/bench-red.log" | grep -E "^(type|q4_K)"
+            done
             ;;
         sparq-ncu)
             # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
