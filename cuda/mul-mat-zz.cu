@@ -1348,17 +1348,20 @@ static bool zz_ticket_enabled() {
     return o >= 0 ? o != 0 : env != 0;
 }
 
-// LLAMA_SPARSE_CUDA_PREFETCH: columns per warp of the direct Q4_K kernel whose blocks are prefetched into L2
-// before the PDL wait; unset: 32 in DENSE, 16 in FUSED (a few of those may be skipped), 0: none
+// LLAMA_SPARSE_CUDA_PREFETCH (DENSE, default 64) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED, default 0): columns
+// per warp of the direct Q4_K kernel whose weight blocks are prefetched into L2 before the PDL wait. Dense needs
+// every one of them. FUSED skips some, and a load step waits for its slowest block, so a prefetch only pays
+// when it covers the warp's whole first queue flush (~32/(1 - s) columns): off unless asked for.
 static int zz_prefetch_cols(const int mode) {
-    static const int env = [] {
+    static const int env_dense = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH");
-        return e == nullptr ? -1 : std::max(0, atoi(e));
+        return e == nullptr ? 64 : std::max(0, atoi(e));
     }();
-    if (mode == ZZ_GEMV_IDX) {
-        return 0; // the columns come from the list, an earlier kernel's output
-    }
-    return env >= 0 ? env : mode == ZZ_GEMV_DENSE ? 32 : 16;
+    static const int env_fused = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH_FUSED");
+        return e == nullptr ? 0 : std::max(0, atoi(e));
+    }();
+    return mode == ZZ_GEMV_DENSE ? env_dense : mode == ZZ_GEMV_FUSED ? env_fused : 0; // IDX: columns from an earlier kernel
 }
 
 // what the current device allows, looked up once per launch

@@ -179,11 +179,12 @@ remote() {
             ;;
         bench-red)
             # fixed costs of the direct Q4_K GEMV on the Llama-2-7B shapes, batch 1: every row has the ticket reduction's
-            # times and, at the end, 'atomic: dense idx fused' (memset + atomics); then without the L2 prefetch, n1 8 / 32
+            # times and, at the end, 'atomic: dense idx fused' (memset + atomics); then dense without the L2 prefetch,
+            # fused with it (64 columns), n1 8 / 32
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
             local v
-            for v in "" LLAMA_SPARSE_CUDA_PREFETCH=0 LLAMA_SPARSE_CUDA_N1=8 LLAMA_SPARSE_CUDA_N1=32; do
-                echo "-- ${v:-default (n1 16 x n2 4, prefetch on)}"
+            for v in "" LLAMA_SPARSE_CUDA_PREFETCH=0 LLAMA_SPARSE_CUDA_PREFETCH_FUSED=64 LLAMA_SPARSE_CUDA_N1=8 LLAMA_SPARSE_CUDA_N1=32; do
+                echo "-- ${v:-default (n1 16 x n2 4, dense prefetch 64 columns, fused none)}"
                 env $v timeout 140 /tmp/zz-test/t bench --batch 1 --reduction both --shapes 4096x4096,11008x4096,4096x11008 2>&1 |
                     tee -a "$out/bench-red.log" | grep -E "^(type|q4_K)"
             done
@@ -273,10 +274,10 @@ EOF
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            echo "-- cross-block reduction, tg128 t/s: ticket (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | ticket, no L2 prefetch (LLAMA_SPARSE_CUDA_PREFETCH=0)"
+            echo "-- tg128 t/s: ticket reduction (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | ticket, no dense L2 prefetch (PREFETCH=0) | ticket, fused prefetch 64 (PREFETCH_FUSED=64)"
             for lv in dense 0.50; do
                 [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0)"
+                echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH_FUSED=64)"
             done
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
