@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -689,6 +690,122 @@ static int test_graph(test_rng & rng) {
     return failures;
 }
 
+// ticket GEMVs back to back on one stream with no synchronization in between (so with PDL each may start while
+// the previous one runs), different n1, batch and types sharing the stream's counters and workspace, eagerly
+// and as a replayed graph; every output checked, counters zero at the end
+static int test_ticket_chain(test_rng & rng) {
+    int failures = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const ggml_type types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K };
+    const int       n1s[]   = { 2, 3, 16, 32 };
+    const float     thr     = 0.25f;
+    const int       n_ops   = 24;
+
+    struct op {
+        zz_weights           w;
+        int                  T;
+        int                  mode; // 0 dense, 1 fused
+        zz_gemv_config       cfg;
+        std::vector<float>   x;
+        std::vector<int32_t> active;
+        std::vector<double>  ref;
+    };
+    std::vector<op> ops(n_ops);
+    std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
+    std::vector<std::unique_ptr<dev_buf<float>>>   x_d;
+    std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
+    for (int i = 0; i < n_ops; ++i) {
+        op & o = ops[i];
+        const ggml_type type = types[i % 3];
+        const int64_t   B    = ggml_blck_size(type);
+        const int64_t   m    = B*(B == QK_K ? rng.randint(1, 4) : rng.randint(1, 24));
+        const int64_t   n    = rng.randint(1, 3000);
+        o.T    = rng.randint(1, ZZ_GEMV_MAX_BATCH);
+        o.mode = type == GGML_TYPE_Q4_K ? i % 2 : 0;
+        o.cfg  = { n1s[rng.randint(0, 3)], 1 << rng.randint(0, 2), 0 };
+        make_weights(o.w, type, n, m, rng);
+        const double sp = o.mode ? 0.5 : 0.0;
+        make_x(o.x, o.active, n, o.T, n, sp, thr, false, rng);
+        if (o.mode) {
+            ref_gemv(o.w, o.x, n, o.T, o.active, o.ref);
+        } else {
+            std::vector<int32_t> all(n);
+            for (int64_t j = 0; j < n; ++j) {
+                all[j] = (int32_t) j;
+            }
+            ref_gemv(o.w, o.x, n, o.T, all, o.ref);
+        }
+        w_d.emplace_back(new dev_buf<uint8_t>(o.w.q.size()));
+        x_d.emplace_back(new dev_buf<float>(o.x.size()));
+        y_d.emplace_back(new dev_buf<float>(o.T*m));
+        w_d.back()->upload(o.w.q.data(), o.w.q.size());
+        x_d.back()->upload(o.x.data(), o.x.size());
+    }
+    auto launch_all = [&](cudaStream_t s) {
+        for (int i = 0; i < n_ops; ++i) {
+            const op & o = ops[i];
+            if (o.mode) {
+                zz_gemv_launch_fused(o.w.type, w_d[i]->ptr, o.w.n, o.w.m, x_d[i]->ptr, o.w.n, o.T, thr, y_d[i]->ptr, o.w.m,
+                        o.cfg, true, s); // (n <= 3000: the staged kernel's share always fits, so always launched)
+            } else {
+                zz_gemv_launch_ex(o.w.type, w_d[i]->ptr, o.w.n, o.w.m, x_d[i]->ptr, o.w.n, o.T, nullptr, ZZ_GEMV_DENSE,
+                        y_d[i]->ptr, o.w.m, o.cfg, s);
+            }
+        }
+    };
+    auto check_all = [&](const char * what) {
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        for (int i = 0; i < n_ops; ++i) {
+            const op & o = ops[i];
+            std::vector<float> y(o.T*o.w.m);
+            y_d[i]->download(y.data(), y.size());
+            char s[256];
+            snprintf(s, sizeof(s), "%s op %d %s m=%lld n=%lld T=%d n1=%d n2=%d %s", what, i, ggml_type_name(o.w.type),
+                    (long long) o.w.m, (long long) o.w.n, o.T, o.cfg.n1, o.cfg.n2, o.mode ? "fused" : "dense");
+            if (!check_y(s, y, o.w.m, o.ref, o.w.m, o.T, gemv_tol(o.w.type))) {
+                failures++;
+            }
+        }
+        const int64_t nz = zz_gemv_ticket_nonzero(stream);
+        if (nz != 0) {
+            printf("  FAIL %s: %lld ticket counters not zero\n", what, (long long) nz);
+            failures++;
+        }
+    };
+
+    zz_gemv_set_ticket(1);
+    for (auto & y : y_d) {
+        y->poison();
+    }
+    launch_all(stream); // eager: also makes the stream's buffers, sized for the largest op
+    check_all("ticket chain eager");
+
+    cudaGraph_t     graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    launch_all(stream);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    if (graph_memset_nodes(graph) != 0) {
+        printf("  FAIL ticket chain: %d memset nodes in the graph, expected none\n", graph_memset_nodes(graph));
+        failures++;
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+        for (auto & y : y_d) {
+            y->poison();
+        }
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        check_all("ticket chain graph");
+    }
+    zz_gemv_set_ticket(-1);
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("ticket chain (%d GEMVs back to back, eager and 3 graph replays): %d failures\n", n_ops, failures);
+    return failures;
+}
+
 static int test_naive(test_rng & rng) {
     int failures = 0;
     const int64_t n = 768;
@@ -1300,6 +1417,7 @@ int main(int argc, char ** argv) {
         failures += test_idx(rng, cases);
         failures += test_gemv(rng, cases);
         failures += test_graph(rng);
+        failures += test_ticket_chain(rng);
         failures += test_naive(rng);
         failures += test_prefill(rng);
         printf("%s: %d failures\n", failures ? "FAILED" : "PASSED", failures);
