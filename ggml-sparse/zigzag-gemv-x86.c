@@ -92,10 +92,13 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
     return _mm256_or_si256(lo, hi);
 }
 
-// chunks whose coefficients are prepared together: every preparation step is a loop of independent
-// iterations, so out-of-order execution overlaps their latency chains (fp16 -> amax -> rounding -> table)
+// chunks whose coefficients are prepared together. Several give out-of-order execution independent
+// latency chains (fp16 -> amax -> rounding -> table) and win when the weights are in cache (4: ~5 %
+// faster hot); one keeps a group's blocks (2.3 KB) in L1 from their scale gathers to their products and
+// wins when they stream from memory, as in decode (4096x4096, 1 thread, cold: dense 1.11-1.24x stock
+// against 0.80-0.92x with 4; bench/results/gemv_cpu_2026-11-23.md)
 #ifndef ZZ_GROUP
-#define ZZ_GROUP 4
+#define ZZ_GROUP 1
 #endif
 
 #ifndef ZZ_PF_DIST
