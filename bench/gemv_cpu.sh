@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
-# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]   (env: NO_SAVE=1 to only print)
+# usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]
+#   env: NO_SAVE=1 to only print; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,7 +12,7 @@ out="${TMPDIR:-/tmp}/llama-sparse-bench"
 mkdir -p "$out"
 
 # -O3 like ggml-cpu's Release build; ggml_barrier renamed to the shim's barrier (tests/c/zz_test_threads.h)
-"${CC:-gcc}" -std=c11 -O3 -march=native -Wall -Wno-unused-function -D_GNU_SOURCE \
+"${CC:-gcc}" -std=c11 -O3 -march=native -Wall -Wno-unused-function -D_GNU_SOURCE ${ZZ_CFLAGS:-} \
     -Dggml_barrier=zz_test_barrier \
     -I"$root/ggml-sparse" -I"$root/tests/c" \
     -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu" \
@@ -34,7 +35,7 @@ if [ "${NO_SAVE:-0}" != "1" ]; then
     [ -f "$res" ] || printf '# CPU decode GEMV: stock Q4_K mul_mat vs zigzag MUL_MAT_ZZ\n' > "$res"
     {
         echo
-        echo "## $(date -u +%H:%MZ): \`bench/gemv_cpu.sh $*\`"
+        echo "## $(date -u +%H:%MZ): \`${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }bench/gemv_cpu.sh $*\`"
         echo
         echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
              "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"

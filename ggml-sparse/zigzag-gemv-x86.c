@@ -92,10 +92,13 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
     return _mm256_or_si256(lo, hi);
 }
 
-// chunks whose coefficients are prepared together: every preparation step is a loop of independent
-// iterations, so out-of-order execution overlaps their latency chains (fp16 -> amax -> rounding -> table)
+// chunks whose coefficients are prepared together. Several give out-of-order execution independent
+// latency chains (fp16 -> amax -> rounding -> table) and win when the weights are in cache (4: ~5 %
+// faster hot); one keeps a group's blocks (2.3 KB) in L1 from their scale gathers to their products and
+// wins when they stream from memory, as in decode (4096x4096, 1 thread, cold: dense 1.11-1.24x stock
+// against 0.80-0.92x with 4; bench/results/gemv_cpu_2026-11-23.md)
 #ifndef ZZ_GROUP
-#define ZZ_GROUP 4
+#define ZZ_GROUP 1
 #endif
 
 #ifndef ZZ_PF_DIST
@@ -109,6 +112,12 @@ ZZ_INLINE __m256i zz_q4_K_scales_mins_x2(const block_q4_K * a, const block_q4_K 
 // sparse: prefetches spread over the product loop (nt = 1) instead of issued per group
 #ifndef ZZ_PF_SPREAD
 #define ZZ_PF_SPREAD 1
+#endif
+
+// sparse: when the next list entries span at most this many columns per entry, prefetch their whole
+// span as one stream instead of block by block (0: never)
+#ifndef ZZ_PF_RANGE
+#define ZZ_PF_RANGE 4
 #endif
 
 // software prefetch of dense (contiguous) columns as well: 1 = per group, 2 = spread over the products
@@ -321,11 +330,22 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 if (ZZ_PF_SPREAD && !dense) {
                     // scattered blocks ZZ_PF_DIST list entries ahead, a few between each batch of products:
                     // a burst of prefetches at the start of a group overflows the miss buffers and is lost
-                    for (int q = 0; q < ZZ_CHUNK/4; ++q) {
-                        const int64_t kk = kg + ch*ZZ_CHUNK + sp*(ZZ_CHUNK/4) + q + ZZ_PF_DIST;
-                        if (kk < k1) {
-                            const char * pa = (const char *) (w + cols[kk]);
-                            _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
+                    const int64_t ka = kg + ch*ZZ_CHUNK + sp*(ZZ_CHUNK/4) + ZZ_PF_DIST;
+                    if (ZZ_PF_RANGE > 0 && ka + ZZ_CHUNK/4 < k1 &&
+                        cols[ka + ZZ_CHUNK/4] - cols[ka] <= ZZ_PF_RANGE*(ZZ_CHUNK/4)) {
+                        // dense enough: the whole span, as one stream
+                        const char * pa = (const char *) (w + cols[ka]);
+                        const char * pb = (const char *) (w + cols[ka + ZZ_CHUNK/4]);
+                        for (; pa < pb; pa += 64) {
+                            _mm_prefetch(pa, ZZ_PF_HINT);
+                        }
+                    } else {
+                        for (int q = 0; q < ZZ_CHUNK/4; ++q) {
+                            const int64_t kk = ka + q;
+                            if (kk < k1) {
+                                const char * pa = (const char *) (w + cols[kk]);
+                                _mm_prefetch(pa, ZZ_PF_HINT); _mm_prefetch(pa + 64, ZZ_PF_HINT); _mm_prefetch(pa + 128, ZZ_PF_HINT);
+                            }
                         }
                     }
                 }

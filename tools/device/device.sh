@@ -24,6 +24,8 @@
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`
 #   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
+#   model8b-bg, model8b-wait, sparq-e2e8b   random Llama-3-8B-shaped Q4_K; tg32 at depth 16k/32k, stock vs fork
+#              dense vs fork SparQ r 32 k 128
 #   sparq-ncu  ncu device time of the two SparQ kernels; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
 #   convert    llama-sparse convert -> zigzag q4_k
@@ -90,7 +92,7 @@ remote() {
     # the package from this checkout, the libraries from the fork build
     export PYTHONPATH=$repo/python:$py${PYTHONPATH:+:$PYTHONPATH} LLAMA_SPARSE_LIB_DIR=/tmp/b-fork/bin \
            LLAMA_CPP_LIB_PATH=/tmp/b-fork/bin PYTHONUNBUFFERED=1
-    local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf
+    local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf r8b=$work/r8b.q4_k.gguf
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
@@ -115,6 +117,25 @@ remote() {
         model-wait)
             wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
             tr '\r' '\n' < "$out/model.log" | tail -2
+            ;;
+        model8b-bg)
+            # random Llama-3-8B-shaped Q4_K (GQA 32/8, d_h 128) for SparQ end to end; model8b-wait joins it
+            python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --type q4_k -o "$r8b" > "$out/model8b.log" 2>&1 & model8b_pid=$!
+            ;;
+        model8b-wait)
+            wait "${model8b_pid:?no model8b-bg step before}" || { tail -20 "$out/model8b.log"; exit 1; }
+            tr '\r' '\n' < "$out/model8b.log" | tail -2
+            ;;
+        sparq-e2e8b)
+            # decode at depth 16k / 32k on the 8B-shaped model, flash attention on: stock build, fork dense, fork
+            # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models), 3 repetitions each
+            local d lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md)
+            for d in 16384 32768; do
+                /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
+                /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
+                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                    tee "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq /"
+            done
             ;;
         stock|stock-bg)
             # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
