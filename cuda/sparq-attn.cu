@@ -980,7 +980,7 @@ static size_t sparq_split_attend_smem(const sparq_args & a) {
 
 // DE: head elements per lane (D, Dv <= 32*DE); RB: rows a warp loads before using them
 template <typename KT, typename MT, int DE>
-static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS) sparq_split_attend(const sparq_args a) {
+static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_attend(const sparq_args a) {
     constexpr int RB = DE <= 4 ? 4 : 1;
     extern __shared__ __align__(16) char sparq_split_smem[];
     __shared__ float    s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
