@@ -1120,13 +1120,15 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
         }
     }
     float al = 0.0f; // lane h < G: alpha of head h over this warp's rows
-    for (int i0 = warp*RB; i0 < nrows; i0 += SPARQ_SPLIT_WARPS*RB) {
+    // row i0 + warp + b*warps: a block with few rows still gives every warp one
+    for (int i0 = 0; i0 < nrows; i0 += SPARQ_SPLIT_WARPS*RB) {
         float kv[RB][DE], vv[RB][DE], mvj[RB];
         int   jr[RB];
 #pragma unroll
         for (int b = 0; b < RB; ++b) {
-            const bool ok = i0 + b < nrows;
-            const int  j  = ok ? (int) (0xFFFFFFFFu - (uint32_t) own[i0 + b]) : 0;
+            const int  i  = i0 + warp + b*SPARQ_SPLIT_WARPS;
+            const bool ok = i < nrows;
+            const int  j  = ok ? (int) (0xFFFFFFFFu - (uint32_t) own[i]) : 0;
             const KT * kr = (const KT *) (kb + (int64_t) j*a.k_nb1);
             jr[b]  = j;
             mvj[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
@@ -1139,7 +1141,7 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
         }
 #pragma unroll
         for (int b = 0; b < RB; ++b) {
-            if (i0 + b >= nrows) {
+            if (i0 + warp + b*SPARQ_SPLIT_WARPS >= nrows) {
                 break;
             }
 #pragma unroll

@@ -147,15 +147,15 @@ remote() {
             GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
                 > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
             local rc=0
-            timeout 240 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
+            timeout 200 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test (both variants): rc $rc; ok lines: single $(grep -c '^ok *\[single\]' "$out/sparq-test.log"), split $(grep -c '^ok *\[split\]' "$out/sparq-test.log")"
             grep -E "^FAIL|unit |error|passed" "$out/sparq-test.log" | tail -40 || true
             rc=0   # the single variant with one select block per KV head (no thread block cluster)
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 150 /tmp/sparq-test/t test --variant single > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 120 /tmp/sparq-test/t test --variant single > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test --variant single, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
-            timeout 90 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
-            timeout 90 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 60 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |
+            timeout 75 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
+            timeout 75 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 45 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |
                 tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
             ;;
         sparq-perf)
