@@ -90,13 +90,28 @@ static __device__ __forceinline__ uint32_t sparq_warp_max_u32(uint32_t v) {
 }
 
 // q of the G heads of KV head kh into s_q[h][d], zero past D (the head-element loops run to a multiple of 32)
+// (U elements per thread loaded before any is stored: a small block does not wait for its loads one by one)
 static __device__ __forceinline__ void sparq_load_q(const sparq_args & a, const int kh, const int t, const int s,
         const int G, float (*s_q)[SPARQ_CUDA_MAX_D]) {
-    for (int e = threadIdx.x; e < G*SPARQ_CUDA_MAX_D; e += blockDim.x) {
-        const int h = e / SPARQ_CUDA_MAX_D;
-        const int d = e % SPARQ_CUDA_MAX_D;
-        s_q[h][d] = d < a.D ?
-            *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3) : 0.0f;
+    constexpr int U = 8;
+    const int n = G*SPARQ_CUDA_MAX_D;
+    for (int e0 = threadIdx.x; e0 < n; e0 += U*blockDim.x) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int e = e0 + u*blockDim.x;
+            const int h = e / SPARQ_CUDA_MAX_D;
+            const int d = e % SPARQ_CUDA_MAX_D;
+            v[u] = e < n && d < a.D ?
+                *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int e = e0 + u*blockDim.x;
+            if (e < n) {
+                s_q[e / SPARQ_CUDA_MAX_D][e % SPARQ_CUDA_MAX_D] = v[u];
+            }
+        }
     }
 }
 
