@@ -1,7 +1,9 @@
 // llama-sparse: GGML_OP_SPARQ_ATTN on CUDA (SparQ attention at decode; contract in ggml-sparse/ggml-sparse.h,
 // algorithm in docs/sparq.md).
 //
-// Two kernels per call, no host synchronization (CUDA-graph safe):
+// Two kernels per call (single step 2) or four (split step 2, the default: see "split step 2" below;
+// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 or sparq_args::step2 = 1 keeps the single one), no host synchronization
+// (CUDA-graph safe):
 //  1. sparq_scores, grid (chunks of 512 positions, KV heads, tokens x streams), 64 threads, 8 positions each:
 //     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
 //     reads the r rows of k_t over its chunk with one 16-byte load per row and thread, and writes the
