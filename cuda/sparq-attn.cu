@@ -139,7 +139,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     // all r rows in flight at once where the registers allow
     constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 32 : 16;
     __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
-    __shared__ float s_abs[SPARQ_CUDA_MAX_D];
+    __shared__ __align__(16) float s_abs[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
     __shared__ float s_coef[SPARQ_CUDA_MAX_D][SPARQ_CUDA_MAX_G]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
     __shared__ float s_max[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
@@ -169,24 +169,51 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
-    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
-        float v = 0.0f;
-        for (int h = 0; h < G; ++h) {
-            v += fabsf(s_q[h][d]);
+    // |q| summed over the group; -inf pads it to a multiple of 4 (never above or equal to a real component)
+    const int D4 = (D + 3) & ~3;
+    for (int d = tid; d < D4; d += SPARQ_SC_THREADS) {
+        float v = -INFINITY;
+        if (d < D) {
+            v = 0.0f;
+            for (int h = 0; h < G; ++h) {
+                v += fabsf(s_q[h][d]);
+            }
         }
         s_abs[d] = v;
     }
     __syncthreads();
-    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction
-    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
-        const float ad = s_abs[d];
-        int rank = 0;
-        for (int e = 0; e < D; ++e) {
-            const float ae = s_abs[e];
-            rank += ae > ad || (ae == ad && e < d);
+    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
+    // A thread ranks all its components in one pass of 16-byte reads.
+    {
+        constexpr int DPT = SPARQ_CUDA_MAX_D/SPARQ_SC_THREADS;
+        float ad[DPT];
+        int   rank[DPT];
+#pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = tid + c*SPARQ_SC_THREADS;
+            ad[c]   = d < D ? s_abs[d] : 0.0f;
+            rank[c] = 0;
         }
-        if (rank < rr) {
-            s_i1[rank] = d;
+        for (int e4 = 0; e4 < D4; e4 += 4) {
+            const float4 v4    = *(const float4 *) &s_abs[e4];
+            const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
+#pragma unroll
+            for (int c = 0; c < DPT; ++c) {
+                if (c*SPARQ_SC_THREADS < D) { // the same for the whole block
+                    const int d = tid + c*SPARQ_SC_THREADS;
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        rank[c] += ve[u] > ad[c] || (ve[u] == ad[c] && e4 + u < d);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = tid + c*SPARQ_SC_THREADS;
+            if (d < D && rank[c] < rr) {
+                s_i1[rank[c]] = d;
+            }
         }
     }
     __syncthreads();
@@ -1450,6 +1477,9 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
     } else {
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
+    }
+    if (a.step2 == 3) {
+        return; // step 1 alone: a timing aid of the standalone bench (dst is not written)
     }
     if (sparq_use_split(a)) {
         if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {

@@ -24,7 +24,8 @@ struct sparq_args {
     int   D, Dv, n_kv, H, Hkv, n_tok, ns, r, k_top, flags;
     float scale;
     bool  kv_f16, mask_f16;                                   // K/k_t/V type, mask type (else F32)
-    int   step2;   // 0: LLAMA_SPARSE_CUDA_SPARQ_SPLIT decides (unset or != 0: split), 1: one block per KV head, 2: split
+    int   step2;   // 0: LLAMA_SPARSE_CUDA_SPARQ_SPLIT decides (unset or != 0: split), 1: one block per KV head, 2: split,
+                   // 3: step 1 only (timing aid; dst not written)
 
     // set by sparq_attn_launch
     float  * sc;   int64_t sc_ld; // scratch [units][H][sc_ld]: approximate scores, -INF where masked

@@ -4,9 +4,10 @@
 //   test_sparq_cuda test [--variant single|split|both]
 //                                              correctness; last line "N passed, N failed", exit 1 on failure;
 //                                              every case with both step-2 variants unless --variant
-//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|both]
+//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|both|step1|all]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
-//                                              f16 K/V), r 32, k 128, timed inside a CUDA graph
+//                                              f16 K/V), r 32, k 128, timed inside a CUDA graph; default all:
+//                                              both variants and step 1 alone (step1: time of kernel 1 only)
 // Step-2 variants (sparq_args::step2): "single" = one select block (or cluster) per KV head, "split" = segments
 // over many blocks plus a combine kernel.
 //
@@ -358,7 +359,7 @@ static double boundary_gap(const sparq_case & c, const sparq_data & x, int64_t k
 }
 
 static const char * variant_name(int step2) {
-    return step2 == 2 ? "split" : "single";
+    return step2 == 3 ? "step1" : step2 == 2 ? "split" : "single";
 }
 
 static void check_variant(const sparq_case & c, const sparq_data & x, const std::vector<float> & ref, int step2,
@@ -526,12 +527,12 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             as[i] = make_args(c, xs[i]);
         }
         const int64_t n_out = 128*32;
-        std::vector<float> outs[3];
-        float us_of[3] = { 0.0f, 0.0f, 0.0f };
+        std::vector<float> outs[4];
+        float us_of[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
         void * scratch;
         CUDA_CHECK(cudaMalloc(&scratch, sparq_attn_scratch_size(as[0])));
-        for (int step2 = 1; step2 <= 2; ++step2) {
-            if (!(variants & step2)) {
+        for (int step2 = 1; step2 <= 3; ++step2) {
+            if (!(variants & (1 << (step2 - 1)))) {
                 continue;
             }
             for (sparq_args & a : as) {
@@ -573,7 +574,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             CUDA_CHECK(cudaGraphExecDestroy(exec));
             CUDA_CHECK(cudaGraphDestroy(graph));
         }
-        if (variants == 3) {
+        if ((variants & 3) == 3) {
             printf("%8lld    split/single time %.3f, outputs rel L2 %.2g\n", (long long) S, us_of[2]/us_of[1],
                    zz_rel_l2(outs[2].data(), outs[1].data(), n_out));
         }
@@ -586,19 +587,20 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     return 0;
 }
 
-// "single" -> 1, "split" -> 2, "both" -> 3 (bits of sparq_args::step2 values), 0 = unknown
+// bit step2 - 1 per sparq_args::step2 value: "single" 1, "split" 2, "both" 3, "step1" (bench only) 4, "all" 7;
+// 0 = unknown
 static int parse_variants(const std::string & v) {
-    return v == "single" ? 1 : v == "split" ? 2 : v == "both" ? 3 : 0;
+    return v == "single" ? 1 : v == "split" ? 2 : v == "both" ? 3 : v == "step1" ? 4 : v == "all" ? 7 : 0;
 }
 
 int main(int argc, char ** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
-    int variants = 3;
+    int variants = cmd == "bench" ? 7 : 3;
     if (cmd == "test") {
         for (int i = 2; i < argc; ++i) {
             const std::string arg = argv[i];
-            if (arg == "--variant" && i + 1 < argc && parse_variants(argv[i + 1])) {
-                variants = parse_variants(argv[++i]);
+            if (arg == "--variant" && i + 1 < argc && (parse_variants(argv[i + 1]) & 3)) {
+                variants = parse_variants(argv[++i]) & 3;
             } else {
                 fprintf(stderr, "unknown argument %s\n", argv[i]);
                 return 2;
@@ -631,6 +633,6 @@ int main(int argc, char ** argv) {
         return cmd_bench(seq_lens, warm, iters, variants);
     }
     fprintf(stderr, "usage: %s test [--variant single|split|both] | bench [--S 4096,16384,32768] [--warm] [--iters N] "
-            "[--variant single|split|both]\n", argv[0]);
+            "[--variant single|split|both|step1|all]\n", argv[0]);
     return 2;
 }
