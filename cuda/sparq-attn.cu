@@ -1166,16 +1166,15 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
     float al = 0.0f; // lane h < G: alpha of head h over this warp's rows
     // row i0 + warp + b*warps: a block with few rows still gives every warp one
     for (int i0 = 0; i0 < nrows; i0 += SPARQ_SPLIT_WARPS*RB) {
-        float kv[RB][DE], vv[RB][DE], mvj[RB];
-        int   jr[RB];
+        float kv[RB][DE], vv[RB][DE], mvj[RB], scj[RB];
 #pragma unroll
         for (int b = 0; b < RB; ++b) {
             const int  i  = i0 + warp + b*SPARQ_SPLIT_WARPS;
             const bool ok = i < nrows;
             const int  j  = ok ? (int) (0xFFFFFFFFu - (uint32_t) own[i]) : 0;
             const KT * kr = (const KT *) (kb + (int64_t) j*a.k_nb1);
-            jr[b]  = j;
             mvj[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
+            scj[b] = ok && blend && lane < G ? scb[lane*a.sc_ld + j] : -INFINITY; // step-1 score of head lane
 #pragma unroll
             for (int e = 0; e < DE; ++e) {
                 const int d = lane + WARP_SIZE*e;
@@ -1211,7 +1210,7 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
                 m[h] = mn;
             }
             if (blend && lane < G) {
-                al += expf(scb[lane*a.sc_ld + jr[b]] - s_m[lane])*s_rz[lane];
+                al += expf(scj[b] - s_m[lane])*s_rz[lane];
             }
         }
     }
@@ -1311,9 +1310,16 @@ static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine
     const bool    blend = a.k_top < s_nvis && (a.flags & 1) != 0;
     const float * pa    = a.pacc + uh*a.nseg*a.Dv;
     for (int d = tid; d < a.Dv; d += SPARQ_COMB_THREADS) {
+        // every segment's load in flight before the sum (a segment without rows wrote zeros, f = 0)
+        float v[SPARQ_SPLIT_NSEG];
+#pragma unroll
+        for (int i = 0; i < SPARQ_SPLIT_NSEG; ++i) {
+            v[i] = i < a.nseg ? pa[(int64_t) i*a.Dv + d] : 0.0f;
+        }
         float y = 0.0f;
-        for (int i = 0; i < a.nseg; ++i) {
-            y += s_f[i] != 0.0f ? pa[(int64_t) i*a.Dv + d]*s_f[i] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPARQ_SPLIT_NSEG; ++i) {
+            y += i < a.nseg ? v[i]*s_f[i] : 0.0f;
         }
         y *= s_inv;
         if (blend) {
