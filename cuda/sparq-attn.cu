@@ -1440,30 +1440,39 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
     ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE>, p, a);
 }
 
+// most dynamic shared memory sparq_split_attend<KT, MT, DE> may use (opted in once per device)
 template <typename KT, typename MT, int DE>
-static void sparq_launch_split(const sparq_args & a, const int units, cudaStream_t stream) {
-    const dim3 grid(a.nseg, a.Hkv, units);
-    ggml_cuda_kernel_launch(sparq_seg_select, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), 0, stream), a);
-
-    // the lists of a head: up to SPARQ_SPLIT_NSEG*SPARQ_CUDA_MAX_KTOP entries (128 KiB), past the 48 KiB default
-    const size_t smem = sparq_split_attend_smem(a);
-    static int smem_set[GGML_CUDA_MAX_DEVICES] = { 0 };
+static int sparq_split_attend_smem_max() {
+    static int smem_max[GGML_CUDA_MAX_DEVICES] = { 0 };
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    if (smem_set[device] == 0) {
+    if (smem_max[device] == 0) {
         int optin;
         CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         cudaFuncAttributes fa;
         CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_split_attend<KT, MT, DE>));
         const int dyn = optin - (int) fa.sharedSizeBytes;
         CUDA_CHECK(cudaFuncSetAttribute(sparq_split_attend<KT, MT, DE>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
-        smem_set[device] = dyn;
+        smem_max[device] = dyn;
     }
-    GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: too many split candidates for shared memory");
-    ggml_cuda_kernel_launch(sparq_split_attend<KT, MT, DE>, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), smem, stream), a);
+    return smem_max[device];
+}
 
+// false (nothing launched) where the head's lists do not fit into shared memory (large k on a GPU with less
+// than Hopper's 227 KiB): the single variant takes the call
+template <typename KT, typename MT, int DE>
+static bool sparq_launch_split(const sparq_args & a, const int units, cudaStream_t stream) {
+    // the lists of a head: up to SPARQ_SPLIT_NSEG*SPARQ_CUDA_MAX_KTOP entries (128 KiB), past the 48 KiB default
+    const size_t smem = sparq_split_attend_smem(a);
+    if (smem > (size_t) sparq_split_attend_smem_max<KT, MT, DE>()) {
+        return false;
+    }
+    const dim3 grid(a.nseg, a.Hkv, units);
+    ggml_cuda_kernel_launch(sparq_seg_select, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), 0, stream), a);
+    ggml_cuda_kernel_launch(sparq_split_attend<KT, MT, DE>, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), smem, stream), a);
     ggml_cuda_kernel_launch(sparq_split_combine,
             ggml_cuda_kernel_launch_params(dim3(a.H, units, 1), dim3(SPARQ_COMB_THREADS, 1, 1), 0, stream), a);
+    return true;
 }
 
 // step 2 split over segments (default) or one block (cluster) per KV head; LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 picks
@@ -1488,12 +1497,11 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
         return; // step 1 alone: a timing aid of the standalone bench (dst is not written)
     }
     if (sparq_use_split(a)) {
-        if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {
-            sparq_launch_split<KT, MT, 4>(a, units, stream);
-        } else {
-            sparq_launch_split<KT, MT, 8>(a, units, stream);
+        const bool done = std::max(a.D, a.Dv) <= 4*WARP_SIZE ? sparq_launch_split<KT, MT, 4>(a, units, stream) :
+                                                                 sparq_launch_split<KT, MT, 8>(a, units, stream);
+        if (done) {
+            return;
         }
-        return;
     }
     if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {
         sparq_launch_attend<KT, MT, 4>(a, units, stream);
