@@ -1035,11 +1035,11 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
     __shared__ float    s_wl[SPARQ_SPLIT_WARPS][SPARQ_CUDA_MAX_G];      // per warp: running sum
     __shared__ float    s_bm[SPARQ_CUDA_MAX_G], s_bl[SPARQ_CUDA_MAX_G]; // block max and sum
     __shared__ float    s_alpha[SPARQ_CUDA_MAX_G];
-    __shared__ int      s_cnt[SPARQ_SPLIT_NSEG], s_off[SPARQ_SPLIT_NSEG + 1];
+    __shared__ int      s_cnt[SPARQ_SPLIT_NSEG];
     __shared__ int      s_nvis, s_nrows;
     __shared__ uint64_t s_thr;
 
-    uint64_t * s_list = (uint64_t *) sparq_split_smem; // the head's lists back to back, s_off[j] = start of list j
+    uint64_t * s_list = (uint64_t *) sparq_split_smem; // the head's lists as in global memory: list j at j*kseg
 
     const int seg  = blockIdx.x;
     const int kh   = blockIdx.y;
@@ -1071,23 +1071,12 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
         s_cnt[tid] = a.ccnt[ui + tid];
     }
     __syncthreads();
-    if (tid == 0) {
-        int off = 0;
-        for (int j = 0; j < nseg; ++j) {
-            s_off[j] = off;
-            off     += s_cnt[j];
-        }
-        s_off[nseg] = off;
-    }
-    __syncthreads();
     {
         const uint64_t * cl = a.cand + ui*a.kseg;
 #pragma unroll 4
         for (int e = tid; e < nseg*a.kseg; e += SPARQ_SPLIT_THREADS) {
-            const int j = e / a.kseg;
-            const int i = e % a.kseg;
-            if (i < s_cnt[j]) {
-                s_list[s_off[j] + i] = cl[e];
+            if (e % a.kseg < s_cnt[e / a.kseg]) {
+                s_list[e] = cl[e];
             }
         }
     }
@@ -1097,13 +1086,13 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
         uint64_t thr = 0;
         for (int j = 0; j < nseg; ++j) {
             if (s_cnt[j] == a.k_top) {
-                thr = max(thr, s_list[s_off[j] + a.k_top - 1]);
+                thr = max(thr, s_list[(int64_t) j*a.kseg + a.k_top - 1]);
             }
         }
         s_thr = thr;
     }
     const int        c_own = s_cnt[seg];
-    const uint64_t * own   = s_list + s_off[seg];
+    const uint64_t * own   = s_list + (int64_t) seg*a.kseg;
     for (int i = tid; i < c_own; i += SPARQ_SPLIT_THREADS) {
         s_rank[i] = i;
     }
@@ -1117,7 +1106,7 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
         if (j == seg || ci < thr) {
             continue;
         }
-        const uint64_t * lj = s_list + s_off[j];
+        const uint64_t * lj = s_list + (int64_t) j*a.kseg;
         int l = 0;
         int h = s_cnt[j];
         while (l < h) { // first entry of the descending list j below ci
