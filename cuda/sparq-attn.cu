@@ -1,7 +1,9 @@
 // llama-sparse: GGML_OP_SPARQ_ATTN on CUDA (SparQ attention at decode; contract in ggml-sparse/ggml-sparse.h,
 // algorithm in docs/sparq.md).
 //
-// Two kernels per call, no host synchronization (CUDA-graph safe):
+// Two kernels per call (single step 2) or four (split step 2, the default: see "split step 2" below;
+// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 or sparq_args::step2 = 1 keeps the single one), no host synchronization
+// (CUDA-graph safe):
 //  1. sparq_scores, grid (chunks of 512 positions, KV heads, tokens x streams), 64 threads, 8 positions each:
 //     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
 //     reads the r rows of k_t over its chunk with one 16-byte load per row and thread, and writes the
@@ -90,13 +92,28 @@ static __device__ __forceinline__ uint32_t sparq_warp_max_u32(uint32_t v) {
 }
 
 // q of the G heads of KV head kh into s_q[h][d], zero past D (the head-element loops run to a multiple of 32)
+// (U elements per thread loaded before any is stored: a small block does not wait for its loads one by one)
 static __device__ __forceinline__ void sparq_load_q(const sparq_args & a, const int kh, const int t, const int s,
         const int G, float (*s_q)[SPARQ_CUDA_MAX_D]) {
-    for (int e = threadIdx.x; e < G*SPARQ_CUDA_MAX_D; e += blockDim.x) {
-        const int h = e / SPARQ_CUDA_MAX_D;
-        const int d = e % SPARQ_CUDA_MAX_D;
-        s_q[h][d] = d < a.D ?
-            *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3) : 0.0f;
+    constexpr int U = 8;
+    const int n = G*SPARQ_CUDA_MAX_D;
+    for (int e0 = threadIdx.x; e0 < n; e0 += U*blockDim.x) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int e = e0 + u*blockDim.x;
+            const int h = e / SPARQ_CUDA_MAX_D;
+            const int d = e % SPARQ_CUDA_MAX_D;
+            v[u] = e < n && d < a.D ?
+                *(const float *) (a.q + (int64_t) d*sizeof(float) + t*a.q_nb1 + (int64_t) (kh*G + h)*a.q_nb2 + s*a.q_nb3) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int e = e0 + u*blockDim.x;
+            if (e < n) {
+                s_q[e / SPARQ_CUDA_MAX_D][e % SPARQ_CUDA_MAX_D] = v[u];
+            }
+        }
     }
 }
 
@@ -122,7 +139,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     // all r rows in flight at once where the registers allow
     constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 32 : 16;
     __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
-    __shared__ float s_abs[SPARQ_CUDA_MAX_D];
+    __shared__ __align__(16) float s_abs[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
     __shared__ float s_coef[SPARQ_CUDA_MAX_D][SPARQ_CUDA_MAX_G]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
     __shared__ float s_max[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
@@ -152,24 +169,51 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
-    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
-        float v = 0.0f;
-        for (int h = 0; h < G; ++h) {
-            v += fabsf(s_q[h][d]);
+    // |q| summed over the group; -inf pads it to a multiple of 4 (never above or equal to a real component)
+    const int D4 = (D + 3) & ~3;
+    for (int d = tid; d < D4; d += SPARQ_SC_THREADS) {
+        float v = -INFINITY;
+        if (d < D) {
+            v = 0.0f;
+            for (int h = 0; h < G; ++h) {
+                v += fabsf(s_q[h][d]);
+            }
         }
         s_abs[d] = v;
     }
     __syncthreads();
-    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction
-    for (int d = tid; d < D; d += SPARQ_SC_THREADS) {
-        const float ad = s_abs[d];
-        int rank = 0;
-        for (int e = 0; e < D; ++e) {
-            const float ae = s_abs[e];
-            rank += ae > ad || (ae == ad && e < d);
+    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
+    // A thread ranks all its components in one pass of 16-byte reads.
+    {
+        constexpr int DPT = SPARQ_CUDA_MAX_D/SPARQ_SC_THREADS;
+        float ad[DPT];
+        int   rank[DPT];
+#pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = tid + c*SPARQ_SC_THREADS;
+            ad[c]   = d < D ? s_abs[d] : 0.0f;
+            rank[c] = 0;
         }
-        if (rank < rr) {
-            s_i1[rank] = d;
+        for (int e4 = 0; e4 < D4; e4 += 4) {
+            const float4 v4    = *(const float4 *) &s_abs[e4];
+            const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
+#pragma unroll
+            for (int c = 0; c < DPT; ++c) {
+                if (c*SPARQ_SC_THREADS < D) { // the same for the whole block
+                    const int d = tid + c*SPARQ_SC_THREADS;
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        rank[c] += ve[u] > ad[c] || (ve[u] == ad[c] && e4 + u < d);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < DPT; ++c) {
+            const int d = tid + c*SPARQ_SC_THREADS;
+            if (d < D && rank[c] < rr) {
+                s_i1[rank[c]] = d;
+            }
         }
     }
     __syncthreads();
@@ -803,26 +847,516 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     }
 }
 
+// ---- split step 2: many blocks per KV head (LLAMA_SPARSE_CUDA_SPARQ_SPLIT, default on) ----
+//  2a. sparq_seg_select, grid (segments, KV heads, units): the keys of one segment (as sparq_attend computes them),
+//      its top min(k, visible) by (key desc, position asc) (radix select + gather), sorted by exact ranks,
+//      written as a descending list. The global top k lies in the union of these lists.
+//  2b. sparq_split_attend, same grid: every block loads all lists of its head, ranks its own segment's entries in
+//      the union (binary search per other list; entries below the best segment's k-th cannot be chosen), so its
+//      chosen rows are a prefix of its list, and runs the exact attention over them: partial (max, sum, output,
+//      alpha) per head.
+//  2c. sparq_split_combine, grid (q heads, units): merges the partials of the segments, divides, blends mean V.
+// Each kernel waits for the one before (PDL sync at its start), so the counts never leave the device.
+
+#define SPARQ_SPLIT_THREADS  256
+#define SPARQ_SPLIT_WARPS    (SPARQ_SPLIT_THREADS/WARP_SIZE)
+#define SPARQ_COMB_THREADS   128
+
+static_assert(SPARQ_SPLIT_NSEG*SPARQ_SPLIT_SEG_MAX >= SPARQ_CUDA_MAX_NKV, "split segments must cover MAX_NKV");
+static_assert(SPARQ_SPLIT_NSEG <= WARP_SIZE, "the combine kernel merges the segments in one warp");
+static_assert(SPARQ_SPLIT_THREADS >= 256, "sparq_radix_kth needs 256 threads");
+
+// step-1 softmax statistics of the G heads of (unit, kh): s_m = max, s_rz = 1/sum; *s_nvis = visible positions
+static __device__ void sparq_head_stats(const sparq_args & a, const int unit, const int kh, const int G, float * s_m,
+        float * s_rz, int * s_nvis) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, nw = blockDim.x / WARP_SIZE;
+    for (int h = warp; h < G; h += nw) {
+        const float2 * p = a.part + ((int64_t) unit*a.H + kh*G + h)*a.nblk;
+        float mx = -INFINITY;
+        for (int b = lane; b < a.nblk; b += WARP_SIZE) {
+            mx = fmaxf(mx, p[b].x);
+        }
+        mx = warp_reduce_max<WARP_SIZE>(mx);
+        float z = 0.0f;
+        for (int b = lane; b < a.nblk; b += WARP_SIZE) {
+            z += p[b].x != -INFINITY ? p[b].y*expf(p[b].x - mx) : 0.0f;
+        }
+        z = warp_reduce_sum<WARP_SIZE>(z);
+        if (lane == 0) {
+            s_m[h]  = mx;
+            s_rz[h] = z > 0.0f ? 1.0f/z : 0.0f;
+        }
+    }
+    if (warp == nw - 1) {
+        int c = 0;
+        for (int b = lane; b < a.nblk; b += WARP_SIZE) {
+            c += a.nvis[(int64_t) unit*a.nblk + b];
+        }
+        c = warp_reduce_sum<WARP_SIZE>(c);
+        if (lane == 0) {
+            *s_nvis = c;
+        }
+    }
+}
+
+// keys[j - lo] for j in [lo, hi), the same values as sparq_keys; returns how many of this thread's are visible
+template <int G>
+static __device__ __forceinline__ int sparq_seg_keys(const float * scb, const int64_t ld, const int lo, const int hi,
+        const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    int nv = 0;
+#pragma unroll 4
+    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        float p   = 0.0f;
+        bool  vis = false;
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            const float sv = scb[h*ld + j];
+            vis = vis || sv != -INFINITY;
+            p  += sv != -INFINITY && !dense ? expf(sv - s_m[h])*s_rz[h] : 0.0f;
+        }
+        keys[j - lo] = vis ? __float_as_uint(p) + 1u : 0u;
+        nv += vis;
+    }
+    return nv;
+}
+
+template <int G>
+static __device__ __forceinline__ int sparq_seg_keys_g(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    return g == G ? sparq_seg_keys<G>(scb, ld, lo, hi, dense, s_m, s_rz, keys) :
+                    sparq_seg_keys_g<G - 1>(g, scb, ld, lo, hi, dense, s_m, s_rz, keys);
+}
+
+template <>
+__device__ __forceinline__ int sparq_seg_keys_g<1>(const int g, const float * scb, const int64_t ld, const int lo,
+        const int hi, const bool dense, const float * s_m, const float * s_rz, uint32_t * keys) {
+    (void) g;
+    return sparq_seg_keys<1>(scb, ld, lo, hi, dense, s_m, s_rz, keys);
+}
+
+static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS) sparq_seg_select(const sparq_args a) {
+    __shared__ uint32_t s_key[SPARQ_SPLIT_SEG_MAX];
+    __shared__ int      s_sel[SPARQ_CUDA_MAX_KTOP];
+    __shared__ uint64_t s_cand[SPARQ_CUDA_MAX_KTOP];
+    __shared__ int      s_rank[SPARQ_CUDA_MAX_KTOP];
+    __shared__ int      s_hist[4*256];
+    __shared__ int      s_cnt[256];
+    __shared__ int      s_tmp[WARP_SIZE];
+    __shared__ float    s_m[SPARQ_CUDA_MAX_G], s_rz[SPARQ_CUDA_MAX_G];
+    __shared__ int      s_nvis, s_nv, s_kk;
+    __shared__ uint32_t s_prefix;
+
+    const int seg  = blockIdx.x;
+    const int kh   = blockIdx.y;
+    const int unit = blockIdx.z;
+    const int G    = a.H / a.Hkv;
+    const int tid  = threadIdx.x;
+    const int lo   = seg*a.seg_len;
+    const int hi   = min(a.n_kv, lo + a.seg_len);
+    const int n    = hi - lo; // >= 1: nseg = ceil(n_kv / seg_len)
+
+    for (int e = tid; e < a.kseg; e += SPARQ_SPLIT_THREADS) {
+        s_rank[e] = 0;
+    }
+    if (tid == 0) {
+        s_nv = 0;
+    }
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+
+    sparq_head_stats(a, unit, kh, G, s_m, s_rz, &s_nvis);
+    __syncthreads();
+    const bool    dense = a.k_top >= s_nvis;
+    const float * scb   = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
+    int nv = sparq_seg_keys_g<SPARQ_CUDA_MAX_G>(G, scb, a.sc_ld, lo, hi, dense, s_m, s_rz, s_key);
+    nv = warp_reduce_sum<WARP_SIZE>(nv);
+    if (tid % WARP_SIZE == 0 && nv > 0) {
+        atomicAdd(&s_nv, nv);
+    }
+    __syncthreads();
+
+    // this segment's top min(k, visible) in position order (a dense unit has <= k visible: all of them)
+    int nsel;
+    if (s_nv <= a.k_top) {
+        nsel = sparq_gather(s_key, n, 0u, 0, s_sel, s_tmp);
+    } else {
+        uint32_t thr;
+        int      kk;
+        sparq_radix_kth(s_key, n, a.k_top, s_hist, s_cnt, &s_prefix, &s_kk, thr, kk);
+        nsel = sparq_gather(s_key, n, thr, kk, s_sel, s_tmp);
+    }
+    __syncthreads();
+    for (int i = tid; i < nsel; i += SPARQ_SPLIT_THREADS) {
+        const int j = s_sel[i];
+        s_cand[i] = (uint64_t) s_key[j] << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) (lo + j)); // larger = earlier
+    }
+    __syncthreads();
+    // exact ranks (distinct): pairs (entry, part of the entries) over the threads
+    const int nsplit = max(1, SPARQ_SPLIT_THREADS/max(nsel, 1));
+    for (int e = tid; e < nsel*nsplit; e += SPARQ_SPLIT_THREADS) {
+        const int      i  = e % nsel;
+        const int      g  = e / nsel;
+        const uint64_t ci = s_cand[i];
+        const int      c1 = nsel*(g + 1)/nsplit;
+        int rank = 0;
+        for (int c = nsel*g/nsplit; c < c1; ++c) {
+            rank += s_cand[c] > ci;
+        }
+        if (rank > 0) {
+            atomicAdd(&s_rank[i], rank);
+        }
+    }
+    __syncthreads();
+    const int64_t ui  = ((int64_t) unit*a.Hkv + kh)*a.nseg + seg;
+    uint64_t    * out = a.cand + ui*a.kseg;
+    for (int i = tid; i < nsel; i += SPARQ_SPLIT_THREADS) {
+        out[s_rank[i]] = s_cand[i];
+    }
+    if (tid == 0) {
+        a.ccnt[ui] = nsel;
+    }
+}
+
+// dynamic shared memory of sparq_split_attend: every list of the head
+static size_t sparq_split_attend_smem(const sparq_args & a) {
+    return (size_t) a.nseg*a.kseg*sizeof(uint64_t);
+}
+
+// DE: head elements per lane (D, Dv <= 32*DE); RB: rows a warp loads before using them
+template <typename KT, typename MT, int DE>
+static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_attend(const sparq_args a) {
+    constexpr int RB = DE <= 4 ? 4 : 1;
+    extern __shared__ __align__(16) char sparq_split_smem[];
+    __shared__ float    s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
+    __shared__ float    s_y[SPARQ_CUDA_MAX_G*SPARQ_CUDA_MAX_D];
+    __shared__ int      s_rank[SPARQ_CUDA_MAX_KTOP];
+    __shared__ float    s_m[SPARQ_CUDA_MAX_G], s_rz[SPARQ_CUDA_MAX_G];  // step-1 softmax max, 1/sum
+    __shared__ float    s_wm[SPARQ_SPLIT_WARPS][SPARQ_CUDA_MAX_G];      // per warp: running max
+    __shared__ float    s_wl[SPARQ_SPLIT_WARPS][SPARQ_CUDA_MAX_G];      // per warp: running sum
+    __shared__ float    s_bm[SPARQ_CUDA_MAX_G], s_bl[SPARQ_CUDA_MAX_G]; // block max and sum
+    __shared__ float    s_alpha[SPARQ_CUDA_MAX_G];
+    __shared__ int      s_cnt[SPARQ_SPLIT_NSEG];
+    __shared__ int      s_nvis, s_nrows;
+    __shared__ uint64_t s_thr;
+
+    uint64_t * s_list = (uint64_t *) sparq_split_smem; // the head's lists as in global memory: list j at j*kseg
+
+    const int seg  = blockIdx.x;
+    const int kh   = blockIdx.y;
+    const int unit = blockIdx.z;
+    const int t    = unit % a.n_tok;
+    const int s    = unit / a.n_tok;
+    const int G    = a.H / a.Hkv;
+    const int nseg = a.nseg;
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+
+    for (int e = tid; e < G*a.Dv; e += SPARQ_SPLIT_THREADS) {
+        s_y[e] = 0.0f;
+    }
+    if (tid < G) {
+        s_alpha[tid] = 0.0f;
+    }
+    if (tid == 0) {
+        s_nrows = 0;
+    }
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+
+    sparq_load_q(a, kh, t, s, G, s_q);
+    sparq_head_stats(a, unit, kh, G, s_m, s_rz, &s_nvis);
+    const int64_t ui = ((int64_t) unit*a.Hkv + kh)*nseg;
+    if (tid < nseg) {
+        s_cnt[tid] = a.ccnt[ui + tid];
+    }
+    __syncthreads();
+    {
+        const uint64_t * cl = a.cand + ui*a.kseg;
+#pragma unroll 4
+        for (int e = tid; e < nseg*a.kseg; e += SPARQ_SPLIT_THREADS) {
+            if (e % a.kseg < s_cnt[e / a.kseg]) {
+                s_list[e] = cl[e];
+            }
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        // a full list's last entry: k entries are >= it, so anything below the largest such entry is out
+        uint64_t thr = 0;
+        for (int j = 0; j < nseg; ++j) {
+            if (s_cnt[j] == a.k_top) {
+                thr = max(thr, s_list[(int64_t) j*a.kseg + a.k_top - 1]);
+            }
+        }
+        s_thr = thr;
+    }
+    const int        c_own = s_cnt[seg];
+    const uint64_t * own   = s_list + (int64_t) seg*a.kseg;
+    for (int i = tid; i < c_own; i += SPARQ_SPLIT_THREADS) {
+        s_rank[i] = i;
+    }
+    __syncthreads();
+    const uint64_t thr = s_thr;
+    // rank in the union = index in the own list + entries above it in every other list
+    for (int e = tid; e < c_own*nseg; e += SPARQ_SPLIT_THREADS) {
+        const int i = e % c_own;
+        const int j = e / c_own;
+        const uint64_t ci = own[i];
+        if (j == seg || ci < thr) {
+            continue;
+        }
+        const uint64_t * lj = s_list + (int64_t) j*a.kseg;
+        int l = 0;
+        int h = s_cnt[j];
+        while (l < h) { // first entry of the descending list j below ci
+            const int mid = (l + h) >> 1;
+            if (lj[mid] > ci) {
+                l = mid + 1;
+            } else {
+                h = mid;
+            }
+        }
+        if (l > 0) {
+            atomicAdd(&s_rank[i], l);
+        }
+    }
+    __syncthreads();
+    // ranks grow along the own list, so the chosen entries (rank < k) are a prefix of it
+    {
+        int c = 0;
+        for (int i = tid; i < c_own; i += SPARQ_SPLIT_THREADS) {
+            c += own[i] >= thr && s_rank[i] < a.k_top;
+        }
+        c = warp_reduce_sum<WARP_SIZE>(c);
+        if (lane == 0 && c > 0) {
+            atomicAdd(&s_nrows, c);
+        }
+    }
+    __syncthreads();
+    const int nrows = s_nrows;
+
+    // exact attention over own[0..nrows): online softmax per warp (K and V of RB rows in flight)
+    const bool   blend = a.k_top < s_nvis && (a.flags & 1) != 0;
+    const MT   * mrow  = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    const char * kb    = a.k + kh*a.k_nb2 + s*a.k_nb3;
+    const char * vb    = a.v + kh*a.v_nb2 + s*a.v_nb3;
+    const float * scb  = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld;
+    float m[SPARQ_CUDA_MAX_G], l[SPARQ_CUDA_MAX_G], acc[SPARQ_CUDA_MAX_G][DE];
+#pragma unroll
+    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DE; ++e) {
+            acc[h][e] = 0.0f;
+        }
+    }
+    float al = 0.0f; // lane h < G: alpha of head h over this warp's rows
+    // row i0 + warp + b*warps: a block with few rows still gives every warp one
+    for (int i0 = 0; i0 < nrows; i0 += SPARQ_SPLIT_WARPS*RB) {
+        float kv[RB][DE], vv[RB][DE], mvj[RB], scj[RB];
+#pragma unroll
+        for (int b = 0; b < RB; ++b) {
+            const int  i  = i0 + warp + b*SPARQ_SPLIT_WARPS;
+            const bool ok = i < nrows;
+            const int  j  = ok ? (int) (0xFFFFFFFFu - (uint32_t) own[i]) : 0;
+            const KT * kr = (const KT *) (kb + (int64_t) j*a.k_nb1);
+            mvj[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
+            scj[b] = ok && blend && lane < G ? scb[lane*a.sc_ld + j] : -INFINITY; // step-1 score of head lane
+#pragma unroll
+            for (int e = 0; e < DE; ++e) {
+                const int d = lane + WARP_SIZE*e;
+                kv[b][e] = ok && d < a.D  ? sparq_f<KT>(kr[d]) : 0.0f;
+                vv[b][e] = ok && d < a.Dv ? sparq_f<KT>(*(const KT *) (vb + (int64_t) d*a.v_nb0 + (int64_t) j*a.v_nb1)) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < RB; ++b) {
+            if (i0 + warp + b*SPARQ_SPLIT_WARPS >= nrows) {
+                break;
+            }
+#pragma unroll
+            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                if (h >= G) {
+                    break;
+                }
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < DE; ++e) {
+                    dot += s_q[h][lane + WARP_SIZE*e]*kv[b][e];
+                }
+                dot = warp_reduce_sum<WARP_SIZE>(dot);
+                const float sc   = a.scale*dot + mvj[b];
+                const float mn   = fmaxf(m[h], sc);
+                const float corr = expf(m[h] - mn);
+                const float p    = expf(sc - mn);
+                l[h] = l[h]*corr + p;
+#pragma unroll
+                for (int e = 0; e < DE; ++e) {
+                    acc[h][e] = acc[h][e]*corr + p*vv[b][e];
+                }
+                m[h] = mn;
+            }
+            if (blend && lane < G) {
+                al += expf(scj[b] - s_m[lane])*s_rz[lane];
+            }
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+            if (h < G) {
+                s_wm[warp][h] = m[h];
+                s_wl[warp][h] = l[h];
+            }
+        }
+    }
+    if (blend && lane < G && al != 0.0f) {
+        atomicAdd(&s_alpha[lane], al);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+        if (h >= G) {
+            break;
+        }
+        float mb = -INFINITY;
+        for (int w = 0; w < SPARQ_SPLIT_WARPS; ++w) {
+            mb = fmaxf(mb, s_wm[w][h]);
+        }
+        if (m[h] != -INFINITY) { // a warp without rows adds nothing (and a block without rows has mb = -inf)
+            const float f = expf(m[h] - mb);
+#pragma unroll
+            for (int e = 0; e < DE; ++e) {
+                const int d = lane + WARP_SIZE*e;
+                if (d < a.Dv) {
+                    atomicAdd(&s_y[h*a.Dv + d], acc[h][e]*f);
+                }
+            }
+        }
+        if (tid == h) {
+            float lb = 0.0f;
+            for (int w = 0; w < SPARQ_SPLIT_WARPS; ++w) {
+                lb += s_wm[w][h] != -INFINITY ? s_wl[w][h]*expf(s_wm[w][h] - mb) : 0.0f;
+            }
+            s_bm[h] = mb;
+            s_bl[h] = lb;
+        }
+    }
+    __syncthreads();
+
+    // partials of this segment; every block writes all of its own (rows or not)
+    if (tid < G) {
+        a.pml[((int64_t) unit*a.H + kh*G + tid)*nseg + seg] = make_float4(s_bm[tid], s_bl[tid], s_alpha[tid], 0.0f);
+    }
+    for (int e = tid; e < G*a.Dv; e += SPARQ_SPLIT_THREADS) {
+        const int h = e / a.Dv;
+        const int d = e % a.Dv;
+        a.pacc[(((int64_t) unit*a.H + kh*G + h)*nseg + seg)*a.Dv + d] = s_y[e];
+    }
+}
+
+static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine(const sparq_args a) {
+    __shared__ float s_f[SPARQ_SPLIT_NSEG];
+    __shared__ float s_inv, s_alpha;
+    __shared__ int   s_nvis;
+
+    const int h    = blockIdx.x;
+    const int unit = blockIdx.y;
+    const int t    = unit % a.n_tok;
+    const int s    = unit / a.n_tok;
+    const int G    = a.H / a.Hkv;
+    const int kh   = h / G;
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+
+    const int64_t uh = (int64_t) unit*a.H + h;
+    if (tid < WARP_SIZE) {
+        const float4 p = lane < a.nseg ? a.pml[uh*a.nseg + lane] : make_float4(-INFINITY, 0.0f, 0.0f, 0.0f);
+        const float  mx = warp_reduce_max<WARP_SIZE>(p.x);
+        const float  f  = p.x != -INFINITY ? expf(p.x - mx) : 0.0f;
+        const float  lb = warp_reduce_sum<WARP_SIZE>(p.y*f);
+        const float  al = warp_reduce_sum<WARP_SIZE>(p.z);
+        int c = 0;
+        for (int b = lane; b < a.nblk; b += WARP_SIZE) {
+            c += a.nvis[(int64_t) unit*a.nblk + b];
+        }
+        c = warp_reduce_sum<WARP_SIZE>(c);
+        if (lane < a.nseg) {
+            s_f[lane] = f;
+        }
+        if (lane == 0) {
+            s_inv   = lb > 0.0f ? 1.0f/lb : 0.0f; // no visible position: zeros
+            s_alpha = al;
+            s_nvis  = c;
+        }
+    }
+    __syncthreads();
+    const bool    blend = a.k_top < s_nvis && (a.flags & 1) != 0;
+    const float * pa    = a.pacc + uh*a.nseg*a.Dv;
+    for (int d = tid; d < a.Dv; d += SPARQ_COMB_THREADS) {
+        // every segment's load in flight before the sum (a segment without rows wrote zeros, f = 0)
+        float v[SPARQ_SPLIT_NSEG];
+#pragma unroll
+        for (int i = 0; i < SPARQ_SPLIT_NSEG; ++i) {
+            v[i] = i < a.nseg ? pa[(int64_t) i*a.Dv + d] : 0.0f;
+        }
+        float y = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPARQ_SPLIT_NSEG; ++i) {
+            y += i < a.nseg ? v[i]*s_f[i] : 0.0f;
+        }
+        y *= s_inv;
+        if (blend) {
+            const int   tv = a.vm_ne2 == 1 ? 0 : t;
+            const int   sv = a.vm_ne3 == 1 ? 0 : s;
+            const float vm = *(const float *) (a.vm + (int64_t) d*sizeof(float) + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3);
+            y = s_alpha*y + (1.0f - s_alpha)*vm;
+        }
+        a.dst[uh*a.Dv + d] = y;
+    }
+}
+
 static size_t sparq_align256(const size_t n) {
     return (n + 255) & ~(size_t) 255;
 }
 
-static void sparq_scratch_layout(const sparq_args & a, int64_t & sc_ld, int & nblk, size_t & off_part, size_t & off_nvis,
-        size_t & total) {
+// split step 2: segments of at least SPARQ_SPLIT_SEG_MIN positions (multiples of 256), at most SPARQ_SPLIT_NSEG
+static void sparq_split_dims(const int n_kv, const int k_top, int & seg_len, int & nseg, int & kseg) {
+    const int per = (n_kv + SPARQ_SPLIT_NSEG - 1)/SPARQ_SPLIT_NSEG;
+    seg_len = std::max(SPARQ_SPLIT_SEG_MIN, (per + 255) & ~255);
+    nseg    = std::max(1, (n_kv + seg_len - 1)/seg_len);
+    kseg    = std::max(1, std::min(k_top, seg_len));
+}
+
+struct sparq_scratch_offsets {
+    int64_t sc_ld;
+    int     nblk, seg_len, nseg, kseg;
+    size_t  part, nvis, cand, ccnt, pml, pacc, total;
+};
+
+static sparq_scratch_offsets sparq_scratch_layout(const sparq_args & a) {
+    sparq_scratch_offsets o;
     const int64_t units = (int64_t) a.n_tok*a.ns;
-    sc_ld    = (a.n_kv + 7) & ~7; // rows of whole 32-byte pieces: vector stores
-    nblk     = (a.n_kv + SPARQ_SC_POS - 1)/SPARQ_SC_POS;
-    off_part = sparq_align256((size_t) units*a.H*sc_ld*sizeof(float));
-    off_nvis = off_part + sparq_align256((size_t) units*a.H*nblk*sizeof(float2));
-    total    = off_nvis + sparq_align256((size_t) units*nblk*sizeof(int));
+    o.sc_ld = (a.n_kv + 7) & ~7; // rows of whole 32-byte pieces: vector stores
+    o.nblk  = (a.n_kv + SPARQ_SC_POS - 1)/SPARQ_SC_POS;
+    sparq_split_dims(a.n_kv, a.k_top, o.seg_len, o.nseg, o.kseg);
+    o.part  = sparq_align256((size_t) units*a.H*o.sc_ld*sizeof(float));
+    o.nvis  = o.part + sparq_align256((size_t) units*a.H*o.nblk*sizeof(float2));
+    o.cand  = o.nvis + sparq_align256((size_t) units*o.nblk*sizeof(int));
+    o.ccnt  = o.cand + sparq_align256((size_t) units*a.Hkv*o.nseg*o.kseg*sizeof(uint64_t));
+    o.pml   = o.ccnt + sparq_align256((size_t) units*a.Hkv*o.nseg*sizeof(int));
+    o.pacc  = o.pml  + sparq_align256((size_t) units*a.H*o.nseg*sizeof(float4));
+    o.total = o.pacc + sparq_align256((size_t) units*a.H*o.nseg*a.Dv*sizeof(float));
+    return o;
 }
 
 size_t sparq_attn_scratch_size(const sparq_args & a) {
-    int64_t sc_ld;
-    int     nblk;
-    size_t  off_part, off_nvis, total;
-    sparq_scratch_layout(a, sc_ld, nblk, off_part, off_nvis, total);
-    return total;
+    return sparq_scratch_layout(a).total;
 }
 
 // blocks per KV head in the select kernel: a cluster of up to 8 on sm_90 from 8k positions on (one block per
@@ -895,6 +1429,51 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
     ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE>, p, a);
 }
 
+// most dynamic shared memory sparq_split_attend<KT, MT, DE> may use (opted in once per device)
+template <typename KT, typename MT, int DE>
+static int sparq_split_attend_smem_max() {
+    static int smem_max[GGML_CUDA_MAX_DEVICES] = { 0 };
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (smem_max[device] == 0) {
+        int optin;
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        cudaFuncAttributes fa;
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_split_attend<KT, MT, DE>));
+        const int dyn = optin - (int) fa.sharedSizeBytes;
+        CUDA_CHECK(cudaFuncSetAttribute(sparq_split_attend<KT, MT, DE>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+        smem_max[device] = dyn;
+    }
+    return smem_max[device];
+}
+
+// false (nothing launched) where the head's lists do not fit into shared memory (large k on a GPU with less
+// than Hopper's 227 KiB): the single variant takes the call
+template <typename KT, typename MT, int DE>
+static bool sparq_launch_split(const sparq_args & a, const int units, cudaStream_t stream) {
+    // the lists of a head: up to SPARQ_SPLIT_NSEG*SPARQ_CUDA_MAX_KTOP entries (128 KiB), past the 48 KiB default
+    const size_t smem = sparq_split_attend_smem(a);
+    if (smem > (size_t) sparq_split_attend_smem_max<KT, MT, DE>()) {
+        return false;
+    }
+    const dim3 grid(a.nseg, a.Hkv, units);
+    ggml_cuda_kernel_launch(sparq_seg_select, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), 0, stream), a);
+    ggml_cuda_kernel_launch(sparq_split_attend<KT, MT, DE>, ggml_cuda_kernel_launch_params(grid, dim3(SPARQ_SPLIT_THREADS, 1, 1), smem, stream), a);
+    ggml_cuda_kernel_launch(sparq_split_combine,
+            ggml_cuda_kernel_launch_params(dim3(a.H, units, 1), dim3(SPARQ_COMB_THREADS, 1, 1), 0, stream), a);
+    return true;
+}
+
+// step 2 split over segments (default) or one block (cluster) per KV head; LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 picks
+// the latter unless the caller asks (sparq_args::step2)
+static bool sparq_use_split(const sparq_args & a) {
+    if (a.step2 != 0) {
+        return a.step2 == 2;
+    }
+    static const bool env_split = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_SPLIT"); return e == nullptr || atoi(e) != 0; }();
+    return env_split;
+}
+
 template <typename KT, typename MT>
 static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
     const ggml_cuda_kernel_launch_params p(dim3(a.nblk, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
@@ -902,6 +1481,16 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
     } else {
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
+    }
+    if (a.step2 == 3) {
+        return; // step 1 alone: a timing aid of the standalone bench (dst is not written)
+    }
+    if (sparq_use_split(a)) {
+        const bool done = std::max(a.D, a.Dv) <= 4*WARP_SIZE ? sparq_launch_split<KT, MT, 4>(a, units, stream) :
+                                                                 sparq_launch_split<KT, MT, 8>(a, units, stream);
+        if (done) {
+            return;
+        }
     }
     if (std::max(a.D, a.Dv) <= 4*WARP_SIZE) {
         sparq_launch_attend<KT, MT, 4>(a, units, stream);
@@ -922,11 +1511,20 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     if (!a.vm) {
         a.flags &= ~1; // no mean of V: no blend
     }
-    size_t off_part, off_nvis, total;
-    sparq_scratch_layout(a, a.sc_ld, a.nblk, off_part, off_nvis, total);
+    const sparq_scratch_offsets o = sparq_scratch_layout(a);
+    a.sc_ld   = o.sc_ld;
+    a.nblk    = o.nblk;
+    a.seg_len = o.seg_len;
+    a.nseg    = o.nseg;
+    a.kseg    = o.kseg;
+    GGML_ASSERT(a.kseg <= SPARQ_CUDA_MAX_KTOP && a.seg_len <= SPARQ_SPLIT_SEG_MAX && a.nseg <= SPARQ_SPLIT_NSEG);
     a.sc     = (float *) scratch;
-    a.part   = (float2 *) ((char *) scratch + off_part);
-    a.nvis   = (int *) ((char *) scratch + off_nvis);
+    a.part   = (float2 *) ((char *) scratch + o.part);
+    a.nvis   = (int *) ((char *) scratch + o.nvis);
+    a.cand   = (uint64_t *) ((char *) scratch + o.cand);
+    a.ccnt   = (int *) ((char *) scratch + o.ccnt);
+    a.pml    = (float4 *) ((char *) scratch + o.pml);
+    a.pacc   = (float *) ((char *) scratch + o.pacc);
     a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
     GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
 

@@ -7,6 +7,9 @@
 #define SPARQ_CUDA_MAX_D    256   // head sizes of q/K and V
 #define SPARQ_CUDA_MAX_KTOP 1024  // positions kept in step 2
 #define SPARQ_CUDA_MAX_NKV  45056 // positions (their sort keys live in shared memory)
+#define SPARQ_SPLIT_NSEG    16    // split step 2: most position segments per KV head
+#define SPARQ_SPLIT_SEG_MIN 512   // split step 2: fewest positions per segment
+#define SPARQ_SPLIT_SEG_MAX 2816  // split step 2: most positions per segment (NSEG*SEG_MAX >= MAX_NKV)
 
 // launch arguments: the op fills them from its tensors, the standalone test (cuda/tests) directly.
 // Byte strides; shapes and semantics as in ggml-sparse.h. Every dimension must be within the limits above.
@@ -21,6 +24,8 @@ struct sparq_args {
     int   D, Dv, n_kv, H, Hkv, n_tok, ns, r, k_top, flags;
     float scale;
     bool  kv_f16, mask_f16;                                   // K/k_t/V type, mask type (else F32)
+    int   step2;   // 0: LLAMA_SPARSE_CUDA_SPARQ_SPLIT decides (unset or != 0: split), 1: one block per KV head, 2: split,
+                   // 3: step 1 only (timing aid; dst not written)
 
     // set by sparq_attn_launch
     float  * sc;   int64_t sc_ld; // scratch [units][H][sc_ld]: approximate scores, -INF where masked
@@ -28,6 +33,12 @@ struct sparq_args {
     int    * nvis;                // scratch [units][nblk]: visible positions per chunk
     int      nblk;
     bool     kt_vec;              // k_t rows 16-byte aligned: vector loads
+    // split step 2 (scratch too): nseg segments of seg_len positions per (unit, KV head)
+    uint64_t * cand;              // [units][Hkv][nseg][kseg]: a segment's top keys, (key << 32 | ~position) descending
+    int      * ccnt;              // [units][Hkv][nseg]: how many
+    float4   * pml;               // [units][H][nseg]: per segment block (max, sum of exp, alpha, -) of the exact softmax
+    float    * pacc;              // [units][H][nseg][Dv]: per segment block, output not yet divided by the sum
+    int        seg_len, nseg, kseg;
 };
 
 // bytes of device scratch sparq_attn_launch needs

@@ -1,10 +1,15 @@
 // llama-sparse: standalone correctness test and microbenchmark of the CUDA SparQ attention op
 // (cuda/sparq-attn.cu), calling sparq_attn_launch directly, not through ggml graphs.
 //
-//   test_sparq_cuda test                       correctness; last line "N passed, N failed", exit 1 on failure
-//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N]
+//   test_sparq_cuda test [--variant single|split|both]
+//                                              correctness; last line "N passed, N failed", exit 1 on failure;
+//                                              every case with both step-2 variants unless --variant
+//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|both|step1|all]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
-//                                              f16 K/V), r 32, k 128, timed inside a CUDA graph
+//                                              f16 K/V), r 32, k 128, timed inside a CUDA graph; default all:
+//                                              both variants and step 1 alone (step1: time of kernel 1 only)
+// Step-2 variants (sparq_args::step2): "single" = one select block (or cluster) per KV head, "split" = segments
+// over many blocks plus a combine kernel.
 //
 // The reference is the CPU op's scalar one (ggml_sparse_cpu_sparq_ref: fp64, full sorts, ties to the lower
 // position) on the same host tensors, laid out as in the KV cache (heads inside a row, more cells than the
@@ -353,22 +358,23 @@ static double boundary_gap(const sparq_case & c, const sparq_data & x, int64_t k
     return hi > 0.0 ? (hi - lo)/hi : 0.0;
 }
 
-static void run_case(const sparq_case & c, cudaStream_t stream) {
-    sparq_data x;
-    make_data(c, x, true);
+static const char * variant_name(int step2) {
+    return step2 == 3 ? "step1" : step2 == 2 ? "split" : "single";
+}
+
+static void check_variant(const sparq_case & c, const sparq_data & x, const std::vector<float> & ref, int step2,
+        cudaStream_t stream) {
     const int64_t G = c.H/c.Hkv, n_out = c.Dv*c.H*c.n_tok*c.ns;
 
-    char name[256];
-    snprintf(name, sizeof(name), "D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s",
-             (long long) c.D, (long long) c.Dv, (long long) c.H, (long long) c.Hkv, (long long) c.n_kv,
+    char name[288];
+    snprintf(name, sizeof(name), "[%s] D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s",
+             variant_name(step2), (long long) c.D, (long long) c.Dv, (long long) c.H, (long long) c.Hkv, (long long) c.n_kv,
              (long long) c.n_tok, (long long) c.ns, (long long) c.n_seq, ggml_type_name(c.kv_type),
              ggml_type_name(c.mask_type), c.r, c.k_top, c.flags, c.v_trans ? " v_trans" : "", c.q_zero ? " q=0" : "");
 
-    std::vector<float> ref(n_out), out(n_out), out_graph(n_out);
-    x.tdst.data = ref.data();
-    ggml_sparse_cpu_sparq_ref(&x.tdst);
-
-    const sparq_args a = make_args(c, x);
+    std::vector<float> out(n_out), out_graph(n_out);
+    sparq_args a = make_args(c, x);
+    a.step2 = step2;
     void * scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&scratch, std::max<size_t>(16, sparq_attn_scratch_size(a))));
 
@@ -430,10 +436,27 @@ static void run_case(const sparq_case & c, cudaStream_t stream) {
            n_tie ? " (near ties at the k-th key taken either way in some units)" : "");
 
     CUDA_CHECK(cudaFree(scratch));
+}
+
+// variants: bit 0 = single (step2 1), bit 1 = split (step2 2); the reference is computed once for both
+static void run_case(const sparq_case & c, int variants, cudaStream_t stream) {
+    sparq_data x;
+    make_data(c, x, true);
+    const int64_t n_out = c.Dv*c.H*c.n_tok*c.ns;
+
+    std::vector<float> ref(n_out);
+    x.tdst.data = ref.data();
+    ggml_sparse_cpu_sparq_ref(&x.tdst);
+
+    for (int step2 = 1; step2 <= 2; ++step2) {
+        if (variants & step2) {
+            check_variant(c, x, ref, step2, stream);
+        }
+    }
     free_device(x);
 }
 
-static int cmd_test() {
+static int cmd_test(int variants) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     const ggml_type F16 = GGML_TYPE_F16, F32 = GGML_TYPE_F32;
@@ -466,17 +489,23 @@ static int cmd_test() {
         { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: radix select
         { 128, 128, 32,  8,    700, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: exact ranks
         {  64,  64,  9,  3,   5000, 2, 1, 1, F16, F16, 100,  300, 0, false, false, 256 }, // r > D
+        // split step 2: sparse visibility (segments with fewer than k visible, empty ones), the largest S
+        { 128, 128, 32,  8,  16384, 4, 1, 4, F16, F16,  32,  128, GGML_SPARQ_MEAN_V, false, false, 256 },
+        { 128, 128, 32,  8,  45056, 1, 1, 1, F16, F16,  32, 1024, GGML_SPARQ_MEAN_V, false, false, 256 },
+        { 128, 128, 32,  8,   9000, 1, 1, 1, F16, F16,  32,    1, 0, false, false, -1 }, // k = 1
+        { 128, 128, 32,  8,  20000, 1, 1, 1, F16, F16,  32,  128, 0, false, true, -1 },  // ties over segments
     };
     for (const sparq_case & c : cases) {
-        run_case(c, stream);
+        run_case(c, variants, stream);
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail == 0 ? 0 : 1;
 }
 
-// batch 1, Llama-3-8B attention; K/V rotate through copies > 2x L2 unless --warm (test-backend-ops perf is warm)
-static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters) {
+// batch 1, Llama-3-8B attention; K/V rotate through copies > 2x L2 unless --warm (test-backend-ops perf is warm).
+// Both variants time the same data; their outputs are compared too (relative L2 between them).
+static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device, l2;
@@ -486,7 +515,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     printf("device: %s, L2 %d MiB; batch 1, H 32, Hkv 8, D 128, f16 K/V, r 32, k 128; %s\n", prop.name, l2 >> 20,
            warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (> 2x L2)");
-    printf("%8s %12s %14s %16s %12s\n", "S", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
+    printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
         const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256 };
         const double kv_bytes = 3.0*8*S*128*2; // K, k_t, V
@@ -497,39 +526,58 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             make_data(c, xs[i], false);
             as[i] = make_args(c, xs[i]);
         }
+        const int64_t n_out = 128*32;
+        std::vector<float> outs[4];
+        float us_of[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
         void * scratch;
         CUDA_CHECK(cudaMalloc(&scratch, sparq_attn_scratch_size(as[0])));
-        sparq_attn_launch(as[0], scratch, stream); // one-time setup (shared-memory attribute) outside the capture
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        cudaGraph_t     graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        for (int it = 0; it < iters; ++it) {
-            sparq_attn_launch(as[it % n_copy], scratch, stream);
+        for (int step2 = 1; step2 <= 3; ++step2) {
+            if (!(variants & (1 << (step2 - 1)))) {
+                continue;
+            }
+            for (sparq_args & a : as) {
+                a.step2 = step2;
+            }
+            sparq_attn_launch(as[0], scratch, stream); // one-time setup (shared-memory attribute) outside the capture
+            outs[step2].resize(n_out);
+            CUDA_CHECK(cudaMemcpyAsync(outs[step2].data(), xs[0].d_dst, n_out*sizeof(float), cudaMemcpyDeviceToHost, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            cudaGraph_t     graph;
+            cudaGraphExec_t exec;
+            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            for (int it = 0; it < iters; ++it) {
+                sparq_attn_launch(as[it % n_copy], scratch, stream);
+            }
+            CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
+            cudaEvent_t e0, e1;
+            CUDA_CHECK(cudaEventCreate(&e0));
+            CUDA_CHECK(cudaEventCreate(&e1));
+            float best = INFINITY;
+            for (int rep = 0; rep < 5; ++rep) {
+                CUDA_CHECK(cudaEventRecord(e0, stream));
+                CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                CUDA_CHECK(cudaEventRecord(e1, stream));
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms;
+                CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                best = std::min(best, ms);
+            }
+            const double us    = 1e3*best/iters;
+            const double bytes = 8.0*(32.0*S*2 + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
+            us_of[step2] = (float) us;
+            printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
+                   2.0*8*S*128*2/1e6, bytes/us/1e3);
+            CUDA_CHECK(cudaEventDestroy(e0));
+            CUDA_CHECK(cudaEventDestroy(e1));
+            CUDA_CHECK(cudaGraphExecDestroy(exec));
+            CUDA_CHECK(cudaGraphDestroy(graph));
         }
-        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
-        float best = INFINITY;
-        for (int rep = 0; rep < 5; ++rep) {
-            CUDA_CHECK(cudaEventRecord(e0, stream));
-            CUDA_CHECK(cudaGraphLaunch(exec, stream));
-            CUDA_CHECK(cudaEventRecord(e1, stream));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            best = std::min(best, ms);
+        if ((variants & 3) == 3) {
+            printf("%8lld    split/single time %.3f, outputs rel L2 %.2g\n", (long long) S, us_of[2]/us_of[1],
+                   zz_rel_l2(outs[2].data(), outs[1].data(), n_out));
         }
-        const double us    = 1e3*best/iters;
-        const double bytes = 8.0*(32.0*S*2 + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
-        printf("%8lld %12.2f %14.2f %16.1f %12.0f\n", (long long) S, us, bytes/1e6, 2.0*8*S*128*2/1e6, bytes/us/1e3);
-        CUDA_CHECK(cudaEventDestroy(e0));
-        CUDA_CHECK(cudaEventDestroy(e1));
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
         CUDA_CHECK(cudaFree(scratch));
         for (sparq_data & x : xs) {
             free_device(x);
@@ -539,10 +587,26 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     return 0;
 }
 
+// bit step2 - 1 per sparq_args::step2 value: "single" 1, "split" 2, "both" 3, "step1" (bench only) 4, "all" 7;
+// 0 = unknown
+static int parse_variants(const std::string & v) {
+    return v == "single" ? 1 : v == "split" ? 2 : v == "both" ? 3 : v == "step1" ? 4 : v == "all" ? 7 : 0;
+}
+
 int main(int argc, char ** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
+    int variants = cmd == "bench" ? 7 : 3;
     if (cmd == "test") {
-        return cmd_test();
+        for (int i = 2; i < argc; ++i) {
+            const std::string arg = argv[i];
+            if (arg == "--variant" && i + 1 < argc && (parse_variants(argv[i + 1]) & 3)) {
+                variants = parse_variants(argv[++i]) & 3;
+            } else {
+                fprintf(stderr, "unknown argument %s\n", argv[i]);
+                return 2;
+            }
+        }
+        return cmd_test(variants);
     }
     if (cmd == "bench") {
         std::vector<int64_t> seq_lens = { 4096, 16384, 32768 };
@@ -552,6 +616,8 @@ int main(int argc, char ** argv) {
             const std::string arg = argv[i];
             if (arg == "--warm") {
                 warm = true;
+            } else if (arg == "--variant" && i + 1 < argc && parse_variants(argv[i + 1])) {
+                variants = parse_variants(argv[++i]);
             } else if (arg == "--iters" && i + 1 < argc) {
                 iters = std::max(1, atoi(argv[++i]));
             } else if (arg == "--S" && i + 1 < argc) {
@@ -564,8 +630,9 @@ int main(int argc, char ** argv) {
                 return 2;
             }
         }
-        return cmd_bench(seq_lens, warm, iters);
+        return cmd_bench(seq_lens, warm, iters, variants);
     }
-    fprintf(stderr, "usage: %s test | bench [--S 4096,16384,32768] [--warm] [--iters N]\n", argv[0]);
+    fprintf(stderr, "usage: %s test [--variant single|split|both] | bench [--S 4096,16384,32768] [--warm] [--iters N] "
+            "[--variant single|split|both|step1|all]\n", argv[0]);
     return 2;
 }

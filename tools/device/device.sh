@@ -21,12 +21,14 @@
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
-#   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`
-#   sparq-perf test-backend-ops perf SPARQ_ATTN and stock FLASH_ATTN_EXT, Llama-3-8B shapes, S 4k/16k/32k
+#   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
+#              both step-2 variants (single / split)
+#   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
+#              Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   model8b-bg, model8b-wait, sparq-e2e8b   random Llama-3-8B-shaped Q4_K; tg32 at depth 16k/32k, stock vs fork
 #              dense vs fork SparQ r 32 k 128
-#   sparq-ncu  ncu device time of the two SparQ kernels; sparq-diag: one SparQ llama-bench run with its exit code
+#   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
 #   convert    llama-sparse convert -> zigzag q4_k
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
@@ -163,26 +165,37 @@ remote() {
             done
             ;;
         sparq-test)
-            # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, then its bench
-            # (Llama-3-8B shapes, S 4k/16k/32k, K/V rotated past L2 and L2-warm); needs build-base (or build)
+            # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, every case with both
+            # step-2 variants (single: one block/cluster per KV head; split: segments over many blocks), then its
+            # bench of both (Llama-3-8B shapes, S 4k/16k/32k, K/V rotated past L2 and L2-warm); needs build-base
             GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
                 > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
             local rc=0
-            timeout 150 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
-            echo "test_sparq_cuda test: rc $rc"
-            grep -E "^(ok|FAIL)|unit|error|passed" "$out/sparq-test.log" | tail -45 || true
-            rc=0   # the same with one select block per KV head (no thread block cluster)
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 150 /tmp/sparq-test/t test > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
-            echo "test_sparq_cuda test, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
-            timeout 60 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
-            timeout 60 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
-            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 60 /tmp/sparq-test/t bench 2>&1 | sed 's/^/no-cluster /' |
+            timeout 200 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test (both variants): rc $rc; ok lines: single $(grep -c '^ok *\[single\]' "$out/sparq-test.log"), split $(grep -c '^ok *\[split\]' "$out/sparq-test.log")"
+            grep -E "^FAIL|unit |error|passed" "$out/sparq-test.log" | tail -40 || true
+            rc=0   # the single variant with one select block per KV head (no thread block cluster)
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 120 /tmp/sparq-test/t test --variant single > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test --variant single, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
+            timeout 75 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
+            timeout 75 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
+            LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 45 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |
                 tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
             ;;
         sparq-perf)
-            # SparQ (r 32, k 128) against stock flash-attention decode, Llama-3-8B attention shapes, S 4k/16k/32k
-            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 | tee "$out/perf-sparq.log" | grep -E "us/run"
-            /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
+            # SparQ (r 32, k 128) with both step-2 variants against stock flash-attention decode, Llama-3-8B
+            # attention shapes, S 4k/16k/32k
+            for v in 0 1; do
+                echo "-- SPARQ_ATTN, LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v ($([ $v = 1 ] && echo split || echo single))"
+                local rc=0
+                LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v timeout 150 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_ATTN \
+                    > "$out/test-backend-ops-SPARQ_ATTN-split$v.log" 2>&1 || rc=$?
+                echo "vs CPU: rc $rc, $(grep -c 'OK$' "$out/test-backend-ops-SPARQ_ATTN-split$v.log") OK, $(grep -c FAIL "$out/test-backend-ops-SPARQ_ATTN-split$v.log") FAIL"
+                LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 |
+                    tee "$out/perf-sparq-split$v.log" | grep -E "us/run" || echo "perf SPARQ_ATTN failed"
+            done
+            echo "-- FLASH_ATTN_EXT (stock kernels)"
+            timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
                 tee "$out/perf-fa.log" | grep -E "us/run" | head -12
             ;;
         mm-perf)
@@ -212,9 +225,13 @@ remote() {
             ;;
         sparq-ncu)
             # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
-            ncu --kernel-name regex:sparq --launch-count 6 --metrics gpu__time_duration.sum \
-                /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN > "$out/ncu-sparq.log" 2>&1 || true
-            grep -E "sparq_|gpu__time_duration" "$out/ncu-sparq.log" | head -24
+            # (split variant: scores, seg_select, split_attend, split_combine; single: scores, attend)
+            for v in 1 0; do
+                echo "-- LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v"
+                LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v ncu --kernel-name regex:sparq --launch-count 8 --metrics gpu__time_duration.sum \
+                    /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN > "$out/ncu-sparq-split$v.log" 2>&1 || true
+                grep -E "sparq_|gpu__time_duration" "$out/ncu-sparq-split$v.log" | head -16
+            done
             ;;
         sparq-diag)
             ( LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 8 -d 4096 -r 1 -o md ) \
