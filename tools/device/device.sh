@@ -136,7 +136,9 @@ remote() {
                 /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
                 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
                 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                    tee "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq /"
+                    tee "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq split /"
+                LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                    tee "$out/sparq8b-sparq-single-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
             done
             ;;
         stock|stock-bg)
