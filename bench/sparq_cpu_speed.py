@@ -9,8 +9,7 @@ process per LLAMA_SPARQ value); this measures the same decode steps with one pre
 
 Compression c (the paper's attention data per KV head and step over dense's 2*S*d_h, c = r/(2*d_h) + k/D) is
 turned into (r, k) by bench/sparq_needle.py's split_rk: the share --split of c goes to the r term (default
-sparq_needle.DEFAULT_SPLIT), the exact rest to k. Results made before 2026-11-23 used the even split 0.5
-(r = d_h*c, k = D*c/2).
+sparq_needle.DEFAULT_SPLIT = 0.5, the even split r = d_h*c, k = D*c/2), the exact rest to k.
 
 usage: python bench/sparq_cpu_speed.py MODEL.gguf [--depths 4096,8192] [--comp 0.5,0.25,0.125] [--split F] [--gen 32]
        [--rounds 2] [--threads 2] [--head-dim 64] [--out results.json]

@@ -11,10 +11,9 @@ when the greedy answer contains its number.
 Compression c is the paper's: the attention data read per KV head and step, over dense's 2*S*d_h. SparQ reads
 S*r (r components of every key) + 2*k*d_h (full K and V of k rows), so c = r/(2*d_h) + k/S, S = cached positions
 when the question starts. --split f gives the share f of c to the r term: r = round(2*d_h*c*f), and the rest to
-k: k = round(S*(c - r/(2*d_h))), so c stays exact whatever r rounds to. The default f = 0.75 (DEFAULT_SPLIT, chosen
-on a development needle set, see bench/results/sparq_needle_split_2026-11-23.md) gives for d_h = 64:
-c=1/2 -> r=48, k=S/8; c=1/4 -> r=24, k=S/16; c=1/8 -> r=12, k=S/32. The even split f = 0.5 (the default before
-2026-11-23) gives r=32, k=S/4; r=16, k=S/8; r=8, k=S/16. Several splits and --mean-v both run every
+k: k = round(S*(c - r/(2*d_h))), so c stays exact whatever r rounds to. The default, the even split f = 0.5
+(DEFAULT_SPLIT; other splits compared in bench/results/sparq_needle_split_2026-11-23.md), gives for d_h = 64:
+c=1/2 -> r=32, k=S/4; c=1/4 -> r=16, k=S/8; c=1/8 -> r=8, k=S/16. Several splits and --mean-v both run every
 combination on the same needles (one dense prefill per needle; the settings only re-decode the question).
 
 usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.5,0.9]
@@ -33,8 +32,9 @@ from pathlib import Path
 
 AUSTEN = Path("/work/shared/data/austen")
 HEAD_DIM = 64  # SmolLM2-135M
-# share of the compression on the r term; chosen on a development needle set (bench/results/sparq_needle_split_2026-11-23.md)
-DEFAULT_SPLIT = 0.75
+# share of the compression on the r term: even. 0.75 won on a development needle set but not on the evaluation
+# needles (bench/results/sparq_needle_split_2026-11-23.md), so the even split stays.
+DEFAULT_SPLIT = 0.5
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 USER = "<|im_start|>user\nRead the following text and remember the special magic number hidden in it.\n\n"
 QUESTION = ("\n\nWhat is the special magic number mentioned in the text above? Answer with the number only."
