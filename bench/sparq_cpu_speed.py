@@ -7,10 +7,11 @@ next --gen tokens are timed one llama_decode each. Settings alternate within eac
 prefill is extended to the next depth. llama-bench -d would redo the whole prefill for every setting (a separate
 process per LLAMA_SPARQ value); this measures the same decode steps with one prefill per model.
 
-Compression c (the paper's attention data per KV head and step over dense's 2*S*d_h): r = d_h*c and
-k = round(D*c/2), so that S*r and 2*k*d_h each take half of the budget; see bench/sparq_needle.py.
+Compression c (the paper's attention data per KV head and step over dense's 2*S*d_h, c = r/(2*d_h) + k/D) is
+turned into (r, k) by bench/sparq_needle.py's split_rk: the share --split of c goes to the r term (default
+sparq_needle.DEFAULT_SPLIT = 0.5, the even split r = d_h*c, k = D*c/2), the exact rest to k.
 
-usage: python bench/sparq_cpu_speed.py MODEL.gguf [--depths 4096,8192] [--comp 0.5,0.25,0.125] [--gen 32]
+usage: python bench/sparq_cpu_speed.py MODEL.gguf [--depths 4096,8192] [--comp 0.5,0.25,0.125] [--split F] [--gen 32]
        [--rounds 2] [--threads 2] [--head-dim 64] [--out results.json]
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ import statistics
 import time
 from pathlib import Path
 
+from sparq_needle import DEFAULT_SPLIT, split_rk  # bench/ is on sys.path when this file runs as a script
+
 AUSTEN = Path("/work/shared/data/austen/emma.txt")
 
 
@@ -30,6 +33,7 @@ def main() -> int:
     ap.add_argument("model", type=Path)
     ap.add_argument("--depths", default="4096,8192")
     ap.add_argument("--comp", default="0.5,0.25,0.125")
+    ap.add_argument("--split", type=float, default=DEFAULT_SPLIT, help="share of c on the r term (0.5 = even)")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
@@ -64,8 +68,7 @@ def main() -> int:
         llm.eval(toks[done:D])
         done = D
         print(f"# prefill to {D}: {time.time() - t:.1f}s", flush=True)
-        settings = [("dense", None)] + [(f"c={c:g}", SparQ(r=max(1, round(a.head_dim * c)), k=max(1, round(D * c / 2))))
-                                       for c in comps]
+        settings = [("dense", None)] + [(f"c={c:g}", SparQ(*split_rk(D, c, a.split, a.head_dim))) for c in comps]
         times: dict[str, list[float]] = {n: [] for n, _ in settings}
         for rnd in range(a.rounds):
             for name, sp in settings:

@@ -9,12 +9,16 @@ the whole haystack for those tokens and for the answer (SparQ acts at decode onl
 when the greedy answer contains its number.
 
 Compression c is the paper's: the attention data read per KV head and step, over dense's 2*S*d_h. SparQ reads
-S*r (r components of every key) + 2*k*d_h (full K and V of k rows), so c is split evenly: r = d_h*c (half of c)
-and k = round(S*c/2) (the other half), S = cached positions when the question starts. For d_h = 64:
-c=1/2 -> r=32, k=S/4; c=1/4 -> r=16, k=S/8; c=1/8 -> r=8, k=S/16.
+S*r (r components of every key) + 2*k*d_h (full K and V of k rows), so c = r/(2*d_h) + k/S, S = cached positions
+when the question starts. --split f gives the share f of c to the r term: r = round(2*d_h*c*f), and the rest to
+k: k = round(S*(c - r/(2*d_h))), so c stays exact whatever r rounds to. The default, the even split f = 0.5
+(DEFAULT_SPLIT; other splits compared in bench/results/sparq_needle_split_2026-11-23.md), gives for d_h = 64:
+c=1/2 -> r=32, k=S/4; c=1/4 -> r=16, k=S/8; c=1/8 -> r=8, k=S/16. Several splits and --mean-v both run every
+combination on the same needles (one dense prefill per needle; the settings only re-decode the question).
 
 usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.5,0.9]
-       [--comp 0.5,0.25,0.125] [--needles 3] [--seed 7] [--mean-v] [--out results.json]
+       [--comp 0.5,0.25,0.125] [--split 0.5[,0.25,...]] [--needles 3] [--seed 7] [--mean-v [off|on|both]]
+       [--out results.json]
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ from pathlib import Path
 
 AUSTEN = Path("/work/shared/data/austen")
 HEAD_DIM = 64  # SmolLM2-135M
+# share of the compression on the r term: even. 0.75 won on a development needle set but not on the evaluation
+# needles (bench/results/sparq_needle_split_2026-11-23.md), so the even split stays.
+DEFAULT_SPLIT = 0.5
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 USER = "<|im_start|>user\nRead the following text and remember the special magic number hidden in it.\n\n"
 QUESTION = ("\n\nWhat is the special magic number mentioned in the text above? Answer with the number only."
@@ -42,13 +49,26 @@ def haystack_text() -> str:
     return "\n".join(parts)
 
 
-def settings_for(S: int, comps: list[float], mean_v: bool):
+def split_rk(S: int, c: float, f: float, head_dim: int = HEAD_DIM) -> tuple[int, int]:
+    """(r, k) for compression c with the share f of it on the r term (c = r/(2*head_dim) + k/S)."""
+    r = min(head_dim, max(1, round(2 * head_dim * c * f)))
+    k = max(1, round(S * (c - r / (2 * head_dim))))
+    return r, k
+
+
+def setting_names(comps: list[float], splits: list[float], mean_vs: list[bool]) -> list[tuple]:
+    """(name, c, f, mean_v) per SparQ setting; plain "c=X" names when one split and one mean-V mode run."""
+    plain = len(splits) == 1 and len(mean_vs) == 1
+    return [(f"c={c:g}" if plain else f"c={c:g},f={f:g}{',mv' if mv else ''}", c, f, mv)
+            for c in comps for f in splits for mv in mean_vs]
+
+
+def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[bool]):
     from llama_sparse import SparQ
-    out = [("dense", None)]
-    for c in comps:
-        r = max(1, round(HEAD_DIM * c))
-        k = max(1, round(S * c / 2))
-        out.append((f"c={c:g}", SparQ(r=r, k=k, mean_v=mean_v)))
+    out = [("dense", None, None)]
+    for name, c, f, mv in setting_names(comps, splits, mean_vs):
+        r, k = split_rk(S, c, f)
+        out.append((name, f, SparQ(r=r, k=k, mean_v=mv)))
     return out
 
 
@@ -60,7 +80,10 @@ def main() -> int:
     ap.add_argument("--comp", default="0.5,0.25,0.125")
     ap.add_argument("--needles", type=int, default=3, help="needles (random numbers) per (context, depth)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--mean-v", action="store_true")
+    ap.add_argument("--split", default=str(DEFAULT_SPLIT),
+                    help="share(s) of c given to the r term, comma-separated (0.5 = even; see the docstring)")
+    ap.add_argument("--mean-v", nargs="?", const="on", default="off", choices=("off", "on", "both"),
+                    help="paper's mean-V blend (step 3): off (default), on (bare --mean-v), or both")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-threads", type=int, default=0,
                     help="threads for single-token decodes (default: --threads); 1 avoids stalls on a busy CPU")
@@ -72,6 +95,10 @@ def main() -> int:
     ctxs = [int(x) for x in a.ctx.split(",")]
     depths = [float(x) for x in a.depths.split(",")]
     comps = [float(x) for x in a.comp.split(",")]
+    splits = [float(x) for x in a.split.split(",")]
+    mean_vs = {"off": [False], "on": [True], "both": [False, True]}[a.mean_v]
+    meta = {"model": str(a.model), "seed": a.seed, "needles": a.needles, "comp": comps, "split": splits,
+            "mean_v": a.mean_v, "argv": sys.argv[1:]}
     llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 128, n_batch=512,
                              n_threads=a.decode_threads or a.threads, n_threads_batch=a.threads, verbose=False)
     hay = llm.tokenize(haystack_text().encode(), add_bos=False)
@@ -112,7 +139,7 @@ def main() -> int:
                 llm.n_tokens = len(prefix)
                 llm.eval(needle + body[cut:])  # dense prefill of the rest of the haystack
                 S = llm.n_tokens
-                for name, sp in settings_for(S, comps, a.mean_v):
+                for name, f, sp in settings_for(S, comps, splits, mean_vs):
                     llm.set_sparq(sp)
                     llm.n_tokens = S  # drop what the previous setting decoded
                     for t in question:  # decoded: SparQ reads the haystack here
@@ -127,29 +154,35 @@ def main() -> int:
                     text = llm.detokenize(out).decode(errors="replace")
                     ok = str(number) in text.replace(",", "")
                     rows.append({"ctx": n_ctx, "S": S, "depth": depth, "setting": name, "number": number,
-                                 "r": sp.r if sp else None, "k": sp.k if sp else None,
+                                 "split": f, "r": sp.r if sp else None, "k": sp.k if sp else None,
                                  "mean_v": bool(sp and sp.mean_v), "answer": text.strip(), "retrieved": ok})
                     log(f"ctx {n_ctx} S {S} depth {depth:.2f} {name:8s} r={rows[-1]['r']} k={rows[-1]['k']} "
                         f"{'OK ' if ok else 'MISS'} {text.strip()!r} (needle {number})")
                 llm.set_sparq(None)
             if a.out:  # partial results survive a stopped run
-                a.out.write_text(json.dumps({"model": str(a.model), "mean_v": a.mean_v, "rows": rows}, indent=1))
+                a.out.write_text(json.dumps({**meta, "rows": rows}, indent=1))
 
-    names = ["dense"] + [f"c={c:g}" for c in comps]
+    names = ["dense"] + [n for n, *_ in setting_names(comps, splits, mean_vs)]
+    w = max(8, *map(len, names))
     print("\nretrieved (needles) per context and setting:")
-    print(f"{'ctx':>6s} " + " ".join(f"{n:>8s}" for n in names))
+    print(f"{'ctx':>6s} " + " ".join(f"{n:>{w}s}" for n in names))
     for n_ctx in ctxs:
         cells = []
         for n in names:
             sel = [r for r in rows if r["ctx"] == n_ctx and r["setting"] == n]
             cells.append(f"{sum(r['retrieved'] for r in sel)}/{len(sel)}")
-        print(f"{n_ctx:6d} " + " ".join(f"{c:>8s}" for c in cells))
+        print(f"{n_ctx:6d} " + " ".join(f"{c:>{w}s}" for c in cells))
     dense = {(r["ctx"], r["depth"], r["number"]): r["retrieved"] for r in rows if r["setting"] == "dense"}
     sparse = [r for r in rows if r["setting"] != "dense"]
     agree = sum(r["retrieved"] == dense[(r["ctx"], r["depth"], r["number"])] for r in sparse)
     print(f"SparQ runs agreeing with dense: {agree}/{len(sparse)}")
+    for n in names[1:]:
+        sel = [r for r in rows if r["setting"] == n]
+        both = sum(r["retrieved"] and dense[(r["ctx"], r["depth"], r["number"])] for r in sel)
+        print(f"  {n:{w}s} retrieved {sum(r['retrieved'] for r in sel)}/{len(sel)}, "
+              f"of dense's hits {both}/{sum(dense.values())}")
     if a.out:
-        a.out.write_text(json.dumps({"model": str(a.model), "mean_v": a.mean_v, "rows": rows}, indent=1))
+        a.out.write_text(json.dumps({**meta, "rows": rows}, indent=1))
         print(f"wrote {a.out}")
     return 0
 
