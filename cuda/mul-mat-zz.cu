@@ -1331,8 +1331,9 @@ static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y
     }
 }
 
-// LLAMA_SPARSE_CUDA_TICKET: 1 (default) = cross-block reduction by ticket (no memset node, no float atomics),
-// 0 = atomicAdd into y zeroed by a memset node (the earlier default); zz_gemv_set_ticket overrides it
+// LLAMA_SPARSE_CUDA_TICKET: 1 = cross-block reduction by ticket (no memset node, no float atomics, deterministic),
+// 0 (default) = atomicAdd into y zeroed by a memset node; zz_gemv_set_ticket overrides it. Ticket measured slower
+// end to end on the H100 (7B tg128 at 0.50: 245 t/s against 261 with atomics; bench/results/cuda_e2e_h100_2026-11-23.md)
 static std::atomic<int> zz_ticket_override{-1};
 
 int zz_gemv_set_ticket(const int on) {
@@ -1342,7 +1343,7 @@ int zz_gemv_set_ticket(const int on) {
 static bool zz_ticket_enabled() {
     static const int env = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
-        return e == nullptr ? 1 : atoi(e) != 0;
+        return e != nullptr && atoi(e) != 0;
     }();
     const int o = zz_ticket_override.load(std::memory_order_relaxed);
     return o >= 0 ? o != 0 : env != 0;

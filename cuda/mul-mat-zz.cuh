@@ -31,7 +31,7 @@ struct zz_gemv_config {
 };
 
 // process-wide choice of the cross-block reduction when not a cluster: 1 = ticket, 0 = memset + atomics,
-// -1 = back to LLAMA_SPARSE_CUDA_TICKET (default 1). Returns the previous override (tests, benchmarks).
+// -1 = back to LLAMA_SPARSE_CUDA_TICKET (default 0). Returns the previous override (tests, benchmarks).
 int zz_gemv_set_ticket(int on);
 
 // ticket counters of this stream (current device) that are not zero after the stream's work so far (synchronizes

@@ -1,8 +1,8 @@
 // llama-sparse: GGML_OP_SPARQ_ATTN on CUDA (SparQ attention at decode; contract in ggml-sparse/ggml-sparse.h,
 // algorithm in docs/sparq.md).
 //
-// Two kernels per call (single step 2) or four (split step 2, the default: see "split step 2" below;
-// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 or sparq_args::step2 = 1 keeps the single one), no host synchronization
+// Two kernels per call (single step 2, the default) or four (split step 2: see "split step 2" below;
+// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 or sparq_args::step2 = 2 picks it), no host synchronization
 // (CUDA-graph safe):
 //  1. sparq_scores, grid (chunks of 512 positions, KV heads, tokens x streams), 64 threads, 8 positions each:
 //     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
@@ -847,7 +847,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     }
 }
 
-// ---- split step 2: many blocks per KV head (LLAMA_SPARSE_CUDA_SPARQ_SPLIT, default on) ----
+// ---- split step 2: many blocks per KV head (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1; measured no faster on the H100) ----
 //  2a. sparq_seg_select, grid (segments, KV heads, units): the keys of one segment (as sparq_attend computes them),
 //      its top min(k, visible) by (key desc, position asc) (radix select + gather), sorted by exact ranks,
 //      written as a descending list. The global top k lies in the union of these lists.
@@ -1464,13 +1464,14 @@ static bool sparq_launch_split(const sparq_args & a, const int units, cudaStream
     return true;
 }
 
-// step 2 split over segments (default) or one block (cluster) per KV head; LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 picks
-// the latter unless the caller asks (sparq_args::step2)
+// step 2 on one block (cluster) per KV head (default) or split over segments (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1)
+// unless the caller asks (sparq_args::step2); the split one measured 0.85-1.04x the single one's time in the
+// standalone bench and slower through test-backend-ops (bench/results/cuda_sparq_h100_2026-11-23.md)
 static bool sparq_use_split(const sparq_args & a) {
     if (a.step2 != 0) {
         return a.step2 == 2;
     }
-    static const bool env_split = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_SPLIT"); return e == nullptr || atoi(e) != 0; }();
+    static const bool env_split = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_SPLIT"); return e != nullptr && atoi(e) != 0; }();
     return env_split;
 }
 

@@ -130,16 +130,22 @@ remote() {
             ;;
         sparq-e2e8b)
             # decode at depth 16k / 32k on the 8B-shaped model, flash attention on: stock build, fork dense, fork
-            # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models), 3 repetitions each
-            local d lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md)
+            # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models). One llama-bench process per
+            # repetition (-r 1): llama-bench restores the depth from a saved state on later repetitions, and a
+            # state load makes SparQ rebuild its K copy on the host inside the timed decode
+            local d i lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md)
             for d in 16384 32768; do
-                /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
-                /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
-                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                    tee "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq split /"
-                LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                    tee "$out/sparq8b-sparq-single-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
+                for i in 1 2 3; do
+                    /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
+                    /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
+                    LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                        tee -a "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
+                    LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                        tee -a "$out/sparq8b-sparq-split-$d.log" | grep -E "tg32|error" | sed "s/^/sparq split /"
+                done
             done
+            echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
+            LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
             ;;
         stock|stock-bg)
             # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
@@ -314,10 +320,10 @@ EOF
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            echo "-- tg128 t/s: ticket reduction (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | ticket, no dense L2 prefetch (PREFETCH=0) | ticket, fused prefetch 64 (PREFETCH_FUSED=64)"
+            echo "-- tg128 t/s: ticket reduction (LLAMA_SPARSE_CUDA_TICKET=1) | memset + atomics (TICKET=0, default) | atomics, no dense L2 prefetch (PREFETCH=0) | atomics, fused prefetch 64 (PREFETCH_FUSED=64)"
             for lv in dense 0.50; do
                 [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH_FUSED=64)"
+                echo "$lv: $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=1) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH_FUSED=64)"
             done
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
