@@ -504,6 +504,36 @@ static size_t sparq_attend_smem(const int n_kv, const int G, const int k_top, co
            (size_t) (4*256 + G*Dv)*sizeof(int);
 }
 
+// online-softmax update of one K/V row (this lane's DE components of each) for the G heads of a group:
+// score = scale*q.k + mv, then the running max m, sum l and output acc of every head
+template <int DE>
+static __device__ __forceinline__ void sparq_online_row(const float (*s_q)[SPARQ_CUDA_MAX_D], const float (&kv)[DE],
+        const float (&vv)[DE], const float scale, const float mv, const int G, const int lane,
+        float (&m)[SPARQ_CUDA_MAX_G], float (&l)[SPARQ_CUDA_MAX_G], float (&acc)[SPARQ_CUDA_MAX_G][DE]) {
+#pragma unroll
+    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+        if (h >= G) {
+            break;
+        }
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DE; ++e) {
+            dot += s_q[h][lane + WARP_SIZE*e]*kv[e];
+        }
+        dot = warp_reduce_sum<WARP_SIZE>(dot);
+        const float sc   = scale*dot + mv;
+        const float mn   = fmaxf(m[h], sc);
+        const float corr = expf(m[h] - mn);
+        const float p    = expf(sc - mn);
+        l[h] = l[h]*corr + p;
+#pragma unroll
+        for (int e = 0; e < DE; ++e) {
+            acc[h][e] = acc[h][e]*corr + p*vv[e];
+        }
+        m[h] = mn;
+    }
+}
+
 // DE: head elements per lane (D, Dv <= 32*DE); RB: rows a warp loads before using them
 template <typename KT, typename MT, int DE>
 static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sparq_args a) {
@@ -766,28 +796,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             if (i0 + b >= nsel) {
                 break;
             }
-#pragma unroll
-            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-                if (h >= G) {
-                    break;
-                }
-                float dot = 0.0f;
-#pragma unroll
-                for (int e = 0; e < DE; ++e) {
-                    dot += s_q[h][lane + WARP_SIZE*e]*kv[b][e];
-                }
-                dot = warp_reduce_sum<WARP_SIZE>(dot);
-                const float sc   = a.scale*dot + mvj[b];
-                const float mn   = fmaxf(m[h], sc);
-                const float corr = expf(m[h] - mn);
-                const float p    = expf(sc - mn);
-                l[h] = l[h]*corr + p;
-#pragma unroll
-                for (int e = 0; e < DE; ++e) {
-                    acc[h][e] = acc[h][e]*corr + p*vv[b][e];
-                }
-                m[h] = mn;
-            }
+            sparq_online_row<DE>(s_q, kv[b], vv[b], a.scale, mvj[b], G, lane, m, l, acc);
             if (blend && lane < G) {
                 al += expf(scb[lane*a.sc_ld + jr[b]] - s_m[lane])*s_rz[lane];
             }
@@ -1176,28 +1185,7 @@ static __global__ void __launch_bounds__(SPARQ_SPLIT_THREADS, 1) sparq_split_att
             if (i0 + warp + b*SPARQ_SPLIT_WARPS >= nrows) {
                 break;
             }
-#pragma unroll
-            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-                if (h >= G) {
-                    break;
-                }
-                float dot = 0.0f;
-#pragma unroll
-                for (int e = 0; e < DE; ++e) {
-                    dot += s_q[h][lane + WARP_SIZE*e]*kv[b][e];
-                }
-                dot = warp_reduce_sum<WARP_SIZE>(dot);
-                const float sc   = a.scale*dot + mvj[b];
-                const float mn   = fmaxf(m[h], sc);
-                const float corr = expf(m[h] - mn);
-                const float p    = expf(sc - mn);
-                l[h] = l[h]*corr + p;
-#pragma unroll
-                for (int e = 0; e < DE; ++e) {
-                    acc[h][e] = acc[h][e]*corr + p*vv[b][e];
-                }
-                m[h] = mn;
-            }
+            sparq_online_row<DE>(s_q, kv[b], vv[b], a.scale, mvj[b], G, lane, m, l, acc);
             if (blend && lane < G) {
                 al += expf(scj[b] - s_m[lane])*s_rz[lane];
             }
