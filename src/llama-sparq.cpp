@@ -306,6 +306,25 @@ llama_kv_cache * context_kv(llama_context * ctx) {
     return dynamic_cast<llama_kv_cache *>(llama_get_memory(ctx));
 }
 
+// decode: every token is the only one of its (single) sequence in the ubatch. The graphs reserved at
+// context creation carry no sequence ids (n_seq_id 0): one token per sequence counts as decode there.
+bool sparq_ubatch_is_decode(const llama_ubatch & ub, const uint32_t n_seq_max) {
+    bool decode = ub.n_tokens > 0;
+    std::vector<bool> seen(n_seq_max, false);
+    for (uint32_t t = 0; t < ub.n_tokens && decode; ++t) {
+        if (ub.n_seq_id[t] == 0) {
+            decode = ub.n_seq_tokens == 1;
+            continue;
+        }
+        const llama_seq_id q = ub.seq_id[t][0];
+        decode = ub.n_seq_id[t] == 1 && q >= 0 && (size_t) q < seen.size() && !seen[q];
+        if (decode) {
+            seen[q] = true;
+        }
+    }
+    return decode;
+}
+
 } // namespace
 
 //
@@ -320,11 +339,19 @@ public:
 
     void set_input(const llama_ubatch * ubatch) override;
 
-    // a graph built with SparQ off carries a tensor-less marker (kv == nullptr) and stays reusable until a
-    // SparQ setting changes; one with SparQ on is rebuilt every time (its copies may need a rebuild)
+    // a graph stays reusable until a SparQ setting changes. With SparQ on it must also be for the same cache
+    // and the same kind of ubatch (decode or not); upstream's KV input already pins n_kv, on which the
+    // dense fallback (k >= n_kv) was decided. Stale copies are rebuilt by set_input, which reuse still calls.
     bool can_reuse(const llm_graph_params & params) override {
-        GGML_UNUSED(params);
-        return kv == nullptr && generation == g_sparq_generation.load();
+        if (generation != g_sparq_generation.load()) {
+            return false;
+        }
+        if (kv == nullptr) {
+            return true;
+        }
+        const auto * mctx = dynamic_cast<const llama_kv_cache_context *>(params.mctx);
+        return mctx != nullptr && acc::kv(mctx) == kv && kt_idxs->ne[0] == n_embd_k*params.ubatch.n_tokens &&
+               decode == sparq_ubatch_is_decode(params.ubatch, acc::n_seq_max(*kv));
     }
 
     llama_kv_cache       * kv;
@@ -518,23 +545,7 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         ggml_set_input(inp->inv_count);
         ggml_set_name(inp->kt_idxs, "sparq_kt_idxs");
 
-        // decode: every token is the only one of its (single) sequence in the ubatch. The graphs reserved at
-        // context creation carry no sequence ids (n_seq_id 0): one token per sequence counts as decode there.
-        const auto & ub = g.ubatch;
-        bool decode = ub.n_tokens > 0;
-        std::vector<bool> seen(acc::n_seq_max(*kv), false);
-        for (uint32_t t = 0; t < ub.n_tokens && decode; ++t) {
-            if (ub.n_seq_id[t] == 0) {
-                decode = ub.n_seq_tokens == 1;
-                continue;
-            }
-            const llama_seq_id q = ub.seq_id[t][0];
-            decode = ub.n_seq_id[t] == 1 && q >= 0 && (size_t) q < seen.size() && !seen[q];
-            if (decode) {
-                seen[q] = true;
-            }
-        }
-        inp->decode = decode;
+        inp->decode = sparq_ubatch_is_decode(g.ubatch, acc::n_seq_max(*kv));
         g.inp_sparq = inp.get();
         g.res->add_input(std::move(inp));
     }

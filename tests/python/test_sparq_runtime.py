@@ -156,6 +156,31 @@ def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: 
     assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
+def test_graph_reuse_with_sparq_on(smollm2_gguf: Path, tokens: list[int], monkeypatch):
+    """Decode graphs with SparQ on are reused token to token (like upstream's), with the same logits as when
+    every graph is rebuilt; a knob change or a removal (stale V sums, rebuilt in set_input) must still hold."""
+    import llama_cpp
+    prompt, gen = tokens[:150], tokens[150:162]
+    spec = "r=16,k=24,mean_v=1"
+
+    def run(llm):
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        out = [_decode(llm, prompt, gen[:8])]
+        llm.n_tokens -= 3  # removal: V sums rebuilt on the host before the next graph runs
+        out.append(_decode(llm, prompt, gen[5:], fresh=False))
+        llm.set_sparq("r=8,k=16")  # a retune: no graph built for the old knobs may run
+        out.append(_decode(llm, prompt, gen[:4]))
+        return out, llama_cpp.llama_perf_context(llm.ctx).n_reused
+
+    monkeypatch.setenv("LLAMA_GRAPH_REUSE_DISABLE", "1")
+    ref, reused_off = run(_llm(smollm2_gguf, sparq=spec))
+    monkeypatch.delenv("LLAMA_GRAPH_REUSE_DISABLE")
+    got, reused_on = run(_llm(smollm2_gguf, sparq=spec))
+    assert reused_off == 0 and reused_on >= len(gen), (reused_off, reused_on)
+    for a, b in zip(ref, got):
+        assert np.array_equal(a, b)
+
+
 def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
     prompt, gen = tokens[:150], tokens[150:160]
     a = _llm(smollm2_gguf, sparq="r=16,k=24")
