@@ -1033,6 +1033,12 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 //   (|x| >= thr for any token: a ballot per 32 columns, compacted into a small per-warp queue in shared
 //   memory), so no LIST launch and no list round trip; the price is the lost load balancing.
 #define ZZ_DIRECT_STEPS 2
+// The direct kernel runs n2 <= 4 warps a block. At ~170 registers a thread (its 64 accumulators + two steps
+// of blocks) an SM holds only 2 such blocks; bounding it to 168 lets 3 fit (12 warps, +50 % loads in flight).
+#define ZZ_DIRECT_MAX_WARPS 4
+#ifndef ZZ_DIRECT_MIN_BLOCKS
+#define ZZ_DIRECT_MIN_BLOCKS 3
+#endif
 #define ZZ_DIRECT_QUEUE 64 // queued active columns per warp (< 16*ZZ_DIRECT_STEPS left + 32 new)
 
 // shared bytes of one warp's FUSED queue: columns and their x
@@ -1064,7 +1070,7 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
 }
 
 template <int T, int mode>
-static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_q4_K_direct(
+static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
         const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
         float * ws, int * tickets, const int prefetch_cols) {
@@ -1507,16 +1513,23 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
 
 template <int T, int mode>
 static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
-        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,
+        const int32_t * idx, float * y, const int64_t y_stride, zz_gemv_config cfg, const zz_caps caps,
         const float thr, cudaStream_t stream) {
     constexpr int B = QK_K;
     GGML_ASSERT(m/B <= 65535);
+    if (cfg.n2 > ZZ_DIRECT_MAX_WARPS) {
+        // a tune entry or LLAMA_SPARSE_CUDA_N2 asked for bigger blocks: as many warps in blocks of 4
+        cfg.n1 *= (cfg.n2 + ZZ_DIRECT_MAX_WARPS - 1)/ZZ_DIRECT_MAX_WARPS;
+        cfg.n2  = ZZ_DIRECT_MAX_WARPS;
+        cfg.cluster = cfg.n1 <= 8 ? cfg.cluster : 0;
+    }
     float * ws;
     int   * tickets;
     const int red_mode  = zz_red_prepare(cfg, caps, m/B, T, B, y, m, y_stride, &ws, &tickets, stream);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode>, grid, block, smem, red_mode, stream,

@@ -10,6 +10,7 @@
 #                          on the device: the fork build's bin/)
 #   WITH_GGML_CUDA=1       also link libggml + libggml-cuda from GGML_LIB_DIR and time stock ggml_mul_mat
 #   CUDA_ARCH              default 90
+#   NVCC_FLAGS             extra nvcc flags, e.g. -DZZ_DIRECT_MIN_BLOCKS=1 for an A/B of a compile-time knob
 #   CUBLAS_ROOT            dir with include/cublas_v2.h and lib*/libcublas.so* (default: the toolkit's, then
 #                          the nvidia-cublas Python wheel); without cuBLAS the prefill falls back to the GEMV
 set -euo pipefail
@@ -71,7 +72,7 @@ if [ "${WITH_GGML_CUDA:-0}" = "1" ]; then
 fi
 
 set -x
-"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -lineinfo \
+"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -lineinfo ${NVCC_FLAGS:-} \
     "${defs[@]}" \
     -I "$ggml_include" -I "$upstream/ggml/src" \
     -I "$root/ggml-sparse" -I "$cuda_dir" "${inc[@]}" \

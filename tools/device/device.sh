@@ -27,7 +27,9 @@
 #              Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   model8b-bg, model8b-wait, sparq-e2e8b   random Llama-3-8B-shaped Q4_K; tg32 at depth 16k/32k, stock vs fork
-#              dense vs fork SparQ r 32 k 128
+#              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
+#   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
+#   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
 #   convert    llama-sparse convert -> zigzag q4_k
@@ -130,7 +132,8 @@ remote() {
             ;;
         sparq-e2e8b)
             # decode at depth 16k / 32k on the 8B-shaped model, flash attention on: stock build, fork dense, fork
-            # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models). One llama-bench process per
+            # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models), and SparQ with every decode graph
+            # rebuilt (LLAMA_GRAPH_REUSE_DISABLE=1, as before graphs with SparQ on were reused). One llama-bench process per
             # repetition (-r 1): llama-bench restores the depth from a saved state on later repetitions, and a
             # state load makes SparQ rebuild its K copy on the host inside the timed decode
             local d i lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md)
@@ -140,8 +143,8 @@ remote() {
                     /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
                     LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
-                    LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                        tee -a "$out/sparq8b-sparq-split-$d.log" | grep -E "tg32|error" | sed "s/^/sparq split /"
+                    LLAMA_GRAPH_REUSE_DISABLE=1 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                        tee -a "$out/sparq8b-sparq-noreuse-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single, graph reuse off /"
                 done
             done
             echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
@@ -230,6 +233,38 @@ remote() {
                 env $v timeout 140 /tmp/zz-test/t bench --batch 1 --reduction both --shapes 4096x4096,11008x4096,4096x11008 2>&1 |
                     tee -a "$out/bench-red.log" | grep -E "^(type|q4_K)"
             done
+            ;;
+        bench-occ)
+            # direct Q4_K GEMV with 3 blocks of 4 warps an SM (<= 168 registers, the default) against the earlier
+            # 2 (ZZ_DIRECT_MIN_BLOCKS=1: ~170 registers), alternating binaries, batch 1 and 4, atomics
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+                NVCC_FLAGS=-DZZ_DIRECT_MIN_BLOCKS=1 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t-occ1 \
+                > "$out/build-zztest-occ1.log" 2>&1 || { tail -40 "$out/build-zztest-occ1.log"; exit 1; }
+            local b i sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336
+            for i in 1 2; do
+                for b in t-occ1 t; do
+                    echo "-- round $i: $b ($([ $b = t ] && echo '3 blocks/SM, default' || echo '2 blocks/SM, before'))"
+                    timeout 120 /tmp/zz-test/$b bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
+                        tee -a "$out/bench-occ-$b.log" | grep -E "^(type|q4_K)"
+                done
+            done
+            ;;
+        ncu-gemv)
+            # where the direct Q4_K GEMV waits: speed of light, occupancy, warp states, 11008x4096 batch 1
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            timeout 240 ncu --kernel-name regex:direct --launch-count 4 --section SpeedOfLight --section Occupancy \
+                --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+                /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes 11008x4096 > "$out/ncu-gemv.log" 2>&1 || true
+            grep -E "mul_mat_zz_gemv_q4_K_direct|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Waves Per SM|Block Limit" "$out/ncu-gemv.log" | head -80
+            ;;
+        ncu-sparq)
+            # the same view of the two SparQ kernels (single variant), S = 32k, Llama-3-8B shapes
+            [ -x /tmp/sparq-test/t ] || { echo "no test binary (sparq-test step)"; exit 1; }
+            timeout 240 ncu --kernel-name regex:sparq --launch-count 4 --section SpeedOfLight --section Occupancy \
+                --section LaunchStats --section WarpStateStats --section SchedulerStats \
+                /tmp/sparq-test/t bench --S 32768 --variant single --iters 2 > "$out/ncu-sparq.log" 2>&1 || true
+            grep -E "sparq_|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Waves Per SM|Issued Warp|No Eligible" "$out/ncu-sparq.log" | head -80
             ;;
         sparq-ncu)
             # per-kernel device time of the SparQ op (step 1 scores, step 2 select + attend) at S 4k/16k/32k
