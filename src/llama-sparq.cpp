@@ -6,7 +6,8 @@
 //   v_sum[il] [n_embd_v_gqa, n_seq_max] F32: sum of V over the cells of each sequence
 // Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq)). Whatever else
 // changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
-// the next graph's input step rebuilds them on the host from the K/V cache, before the graph runs.
+// the next graph's input step rebuilds them from the K/V cache before the graph runs: k_t by a transposing
+// copy on the cache's backend (host round trip as the fallback), the V sums on the host and only with mean-V on.
 #include "llama-sparq.h"
 #include "llama-sparse.h"
 
@@ -155,7 +156,65 @@ void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
     st.stale_k = st.stale_v = true;
 }
 
-// rebuild k_t from the K cache (host round trip)
+// rebuild k_t from the K cache where both live: one ggml_cpy of K's transposed view per layer, computed by the
+// first backend of the scheduler that takes the layer's buffer type (GPU before CPU). A whole 32k-cell cache
+// of an 8B model is ~1 ms on a GPU this way, against seconds through the host. False: not possible here.
+bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
+    if (sched == nullptr) {
+        return false;
+    }
+    const size_t n_layers = acc::n_layers(kv);
+    const ggml_init_params params = {
+        /*.mem_size   =*/ (4*n_layers + 16)*ggml_tensor_overhead() + 2*ggml_graph_overhead_custom(4*n_layers + 8, false),
+        /*.mem_buffer =*/ nullptr,
+        /*.no_alloc   =*/ true,
+    };
+    ggml_context_ptr ctx(ggml_init(params));
+    if (!ctx) {
+        return false;
+    }
+    std::map<ggml_backend_t, ggml_cgraph *> graphs;
+    for (size_t i = 0; i < n_layers; ++i) {
+        ggml_tensor * k  = acc::layer_k(kv, i);
+        ggml_tensor * kt = st.k_t[i];
+        ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(k->buffer);
+        if (ggml_backend_buffer_get_type(kt->buffer) != buft) {
+            return false;
+        }
+        ggml_backend_t backend = nullptr;
+        for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && backend == nullptr; ++b) {
+            ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
+            if (ggml_backend_supports_buft(cand, buft)) {
+                backend = cand;
+            }
+        }
+        // K [n_embd, kv_size, n_stream] -> k_t [kv_size, n_embd, n_stream]
+        ggml_tensor * cpy = ggml_cpy(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), kt);
+        if (backend == nullptr || !ggml_backend_supports_op(backend, cpy)) {
+            return false;
+        }
+        ggml_cgraph *& gf = graphs[backend];
+        if (gf == nullptr) {
+            gf = ggml_new_graph_custom(ctx.get(), 4*n_layers + 8, false); // a permute and a copy node, two leafs a layer
+        }
+        ggml_build_forward_expand(gf, cpy);
+    }
+    // every tensor here is a view of the cache or of k_t
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
+        if (t->view_src != nullptr && t->buffer == nullptr && ggml_backend_view_init(t) != GGML_STATUS_SUCCESS) {
+            return false;
+        }
+    }
+    for (auto & [backend, gf] : graphs) {
+        if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
+            return false;
+        }
+        LLAMA_LOG_DEBUG("%s: SparQ K copy rebuilt on %s (%d layers)\n", __func__, ggml_backend_name(backend), ggml_graph_n_nodes(gf)/2);
+    }
+    return true;
+}
+
+// rebuild k_t from the K cache (host round trip; the fallback of sparq_rebuild_k_backend)
 void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st) {
     const int64_t kv_size = kv.get_size();
     std::vector<uint8_t> src, dst;
@@ -381,12 +440,18 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     GGML_ASSERT(ggml_backend_buffer_is_host(k_idxs->buffer) && k_idxs->ne[0] == n_tokens);
     const int64_t * rows = (const int64_t *) k_idxs->data;
 
-    if (st.stale_k || st.stale_v) {
+    // the V sums are only read with mean-V on: until then they stay stale (graph appends to them are moot)
+    if (st.stale_k || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
         if (st.stale_k) {
-            sparq_rebuild_k(*kv, st);
+            static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
+            if (!host_only && sparq_rebuild_k_backend(*kv, st, sched)) {
+                st.stale_k = false;
+            } else {
+                sparq_rebuild_k(*kv, st);
+            }
         }
-        if (st.stale_v) {
+        if (st.stale_v && st.mean_v) {
             std::vector<uint8_t> skip(kv_size*acc::n_stream(*kv), 0);
             for (int64_t t = 0; t < n_tokens; ++t) {
                 skip[rows[t]] = 1;
