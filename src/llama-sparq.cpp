@@ -4,7 +4,8 @@
 // State (per llama_kv_cache, allocated when SparQ is first enabled, same buffer type as each layer's K):
 //   k_t[il]   [kv_size, n_embd_k_gqa, n_stream], K's type: cell-contiguous per K component
 //   v_sum[il] [n_embd_v_gqa, n_seq_max] F32: sum of V over the cells of each sequence
-// Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq)). Whatever else
+// Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq), only with mean-V
+// on: the sums are not kept otherwise and count as stale). Whatever else
 // changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
 // the next graph's input step rebuilds them from the K/V cache before the graph runs: k_t by a transposing
 // copy on the cache's backend (host round trip as the fallback), the V sums on the host and only with mean-V on.
@@ -355,6 +356,9 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v) {
     sp->r      = r;
     sp->k      = k;
     sp->mean_v = mean_v;
+    if (!mean_v) {
+        sp->stale_v = true; // graphs stop keeping the V sums up to date
+    }
     return 0;
 }
 
@@ -460,7 +464,7 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
-    GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer) && ggml_backend_buffer_is_host(onehot->buffer));
+    GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer));
     int64_t * idx = (int64_t *) kt_idxs->data;
     for (int64_t t = 0; t < n_tokens; ++t) {
         const int64_t strm = rows[t]/kv_size, cell = rows[t] % kv_size;
@@ -468,6 +472,10 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
             idx[t*n_embd_k + e] = (strm*n_embd_k + e)*kv_size + cell;
         }
     }
+    if (onehot->buffer == nullptr) {
+        return; // mean-V off: no V-sum nodes in the graph
+    }
+    GGML_ASSERT(ggml_backend_buffer_is_host(onehot->buffer));
     float * oh = (float *) onehot->data;
     memset(oh, 0, ggml_nbytes(onehot));
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -625,7 +633,11 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     ggml_build_forward_expand(g.gf, kt_res);
     inp->kt_cur[il] = kt_res;
 
-    // V sums: v_sum += V_cur^T onehot
+    // V sums: v_sum += V_cur^T onehot. Only read with mean-V on; with it off they are not kept (stale_v, set by
+    // sparq_set, has them rebuilt when mean-V comes on), which saves ~6 small kernels a layer at decode.
+    if (!sp->mean_v) {
+        return;
+    }
     ggml_tensor * v_sum = sp->v_sum[ikv];
     ggml_tensor * v2 = ggml_is_contiguous(v_cur) ? v_cur : ggml_cont(ctx0, v_cur);
     v2 = ggml_reshape_2d(ctx0, v2, v_sum->ne[0], n_tokens);

@@ -181,6 +181,36 @@ def test_graph_reuse_with_sparq_on(smollm2_gguf: Path, tokens: list[int], monkey
         assert np.array_equal(a, b)
 
 
+def test_mean_v_turned_on_later(smollm2_gguf: Path, tokens: list[int]):
+    """With mean-V off the graphs do not keep the V sums; turning it on must rebuild them from the cache."""
+    prompt, gen = tokens[:150], tokens[150:158]
+    ref = _decode(_llm(smollm2_gguf, sparq="r=16,k=24,mean_v=1"), prompt, gen)
+    late = _llm(smollm2_gguf, sparq="r=16,k=24")
+    late.reset()
+    late.eval(prompt)
+    off = _decode(late, prompt, gen[:3], fresh=False)  # decode with the sums not kept
+    late.n_tokens -= 3
+    late.set_sparq("r=16,k=24,mean_v=1")
+    kl, top1 = _kl(ref, _decode(late, prompt, gen, fresh=False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
+    assert _kl(ref[:3], off)[0] > 1e-4  # mean-V changes the output, so the check above can fail
+
+    # on, off for 3 decoded tokens that stay in the cache, on again: the sums must count those tokens too.
+    # Reference: the same steps with every copy rebuilt from the cache (a state load) before mean-V comes back.
+    def on_off_on(reload: bool) -> np.ndarray:
+        llm = _llm(smollm2_gguf, sparq="r=16,k=24,mean_v=1")
+        llm.reset()
+        llm.eval(prompt)
+        llm.set_sparq("r=16,k=24")
+        _decode(llm, prompt, gen[:3], fresh=False)
+        if reload:
+            llm.load_state(llm.save_state())
+        llm.set_sparq("r=16,k=24,mean_v=1")
+        return _decode(llm, prompt, gen[3:], fresh=False)
+    kl, top1 = _kl(on_off_on(True), on_off_on(False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
+
+
 def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
     prompt, gen = tokens[:150], tokens[150:160]
     a = _llm(smollm2_gguf, sparq="r=16,k=24")
