@@ -1328,8 +1328,34 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-// graph safe: a memset node in the same stream
+// y = 0 as a kernel launched like its neighbours (PDL): a memset node between two kernels breaks their
+// programmatic overlap. It waits for the earlier kernels first: y may reuse memory one of them still reads.
+static __global__ void zz_zero_kernel(float * y, const int64_t m, const int64_t n, const int64_t y_stride) {
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+    for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < n; e += (int64_t) gridDim.x*blockDim.x) {
+        y[(e/m)*y_stride + e % m] = 0.0f;
+    }
+}
+
+// LLAMA_SPARSE_CUDA_ZERO_KERNEL=1: zero y with zz_zero_kernel instead of a memset node (an experiment)
+static bool zz_zero_by_kernel() {
+    static const bool on = [] {
+        const char * env = getenv("LLAMA_SPARSE_CUDA_ZERO_KERNEL");
+        return env != nullptr && atoi(env) != 0;
+    }();
+    return on;
+}
+
+// graph safe: a memset node (or zz_zero_kernel) in the same stream
 static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y_stride, cudaStream_t stream) {
+    if (zz_zero_by_kernel()) {
+        const int64_t n = m*T;
+        const ggml_cuda_kernel_launch_params params(dim3((unsigned) std::min<int64_t>(64, (n + 255)/256), 1, 1),
+                                                    dim3(256, 1, 1), 0, stream);
+        ggml_cuda_kernel_launch(zz_zero_kernel, params, y, m, n, y_stride);
+        return;
+    }
     if (y_stride == m || T == 1) {
         CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
     } else {

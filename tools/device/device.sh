@@ -28,6 +28,7 @@
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   model8b-bg, model8b-wait, sparq-e2e8b   random Llama-3-8B-shaped Q4_K; tg32 at depth 16k/32k, stock vs fork
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
+#   sparq-state  bench/sparq_state_check.py on the 8B model at depth 16k: K copy rebuilt on the GPU after a state load
 #   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
@@ -168,9 +169,11 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            for o in MUL_MAT_ZZ SPARSE_IDX SPARQ_ATTN; do
+            for o in MUL_MAT_ZZ SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel; do
                 echo "-- test-backend-ops -b CUDA0 -o $o"
-                timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o $o > "$out/test-backend-ops-$o.log" 2>&1
+                local env=()
+                [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
+                env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
             done
@@ -233,6 +236,14 @@ remote() {
                 env $v timeout 140 /tmp/zz-test/t bench --batch 1 --reduction both --shapes 4096x4096,11008x4096,4096x11008 2>&1 |
                     tee -a "$out/bench-red.log" | grep -E "^(type|q4_K)"
             done
+            ;;
+        sparq-state)
+            # after a state load the transposed K copy is rebuilt on the GPU: same logits as the graph-kept copy, and
+            # the first decode's time against the host round trip (LLAMA_SPARSE_SPARQ_HOST_REBUILD=1)
+            python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 2>&1 | tee "$out/sparq-state.log" | grep -v "^llama\|^load"
+            echo "-- host round trip"
+            LLAMA_SPARSE_SPARQ_HOST_REBUILD=1 python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 2>&1 |
+                tee "$out/sparq-state-host.log" | grep -v "^llama\|^load"
             ;;
         bench-occ)
             # direct Q4_K GEMV with 3 blocks of 4 warps an SM (<= 168 registers, the default) against the earlier
@@ -355,10 +366,12 @@ EOF
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            echo "-- tg128 t/s: ticket reduction (LLAMA_SPARSE_CUDA_TICKET=1) | memset + atomics (TICKET=0, default) | atomics, no dense L2 prefetch (PREFETCH=0) | atomics, fused prefetch 64 (PREFETCH_FUSED=64)"
-            for lv in dense 0.50; do
-                [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                echo "$lv: $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=1) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH=0) | $(tg_of $lv LLAMA_SPARSE_CUDA_PREFETCH_FUSED=64)"
+            echo "-- tg128 t/s, two rounds: memset node + atomics (default) | zero kernel + atomics (LLAMA_SPARSE_CUDA_ZERO_KERNEL=1) | ticket reduction (TICKET=1)"
+            for i in 1 2; do
+                for lv in dense 0.50; do
+                    [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
+                    echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_ZERO_KERNEL=1) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=1)"
+                done
             done
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
