@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,8 +25,12 @@ def main() -> int:
     ap.add_argument("--sparq", default="r=32,k=128")
     a = ap.parse_args()
 
-    import llama_sparse  # first: it points llama_cpp at the fork's library
+    # llama_sparse first (it points llama_cpp at the fork's library), numpy after the native libraries: on the H100
+    # machine this script crashed in the model load with numpy imported first, where `import llama_sparse` first
+    # (python -c) did not
+    import llama_sparse
     import llama_cpp
+    import numpy as np
 
     def ctx():
         return llama_sparse.Llama(a.model, n_ctx=a.depth + a.gen + 16, n_batch=512, n_gpu_layers=a.ngl, flash_attn=True,
