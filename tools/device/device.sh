@@ -28,7 +28,9 @@
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
 #   model8b-bg, model8b-wait, sparq-e2e8b   random Llama-3-8B-shaped Q4_K; tg32 at depth 16k/32k, stock vs fork
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
-#   sparq-state  bench/sparq_state_check.py on the 8B model at depth 16k: K copy rebuilt on the GPU after a state load
+#   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
+#              after a state load, against the host round trip
+#   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
@@ -239,11 +241,38 @@ remote() {
             ;;
         sparq-state)
             # after a state load the transposed K copy is rebuilt on the GPU: same logits as the graph-kept copy, and
-            # the first decode's time against the host round trip (LLAMA_SPARSE_SPARQ_HOST_REBUILD=1)
-            python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 2>&1 | tee "$out/sparq-state.log" | grep -v "^llama\|^load"
-            echo "-- host round trip"
-            LLAMA_SPARSE_SPARQ_HOST_REBUILD=1 python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 2>&1 |
-                tee "$out/sparq-state-host.log" | grep -v "^llama\|^load"
+            # the first decode's time against the host round trip (LLAMA_SPARSE_SPARQ_HOST_REBUILD=1); on a 4-layer
+            # Llama-3-8B-shaped model (made here if missing: a minute)
+            local m4=$work/r8b-4l.q4_k.gguf rc=0
+            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" > "$out/model8b-4l.log" 2>&1 ||
+                { tail -5 "$out/model8b-4l.log"; exit 1; }
+            python3 "$repo/bench/sparq_state_check.py" "$m4" --ngl 99 --depth 16384 > "$out/sparq-state.log" 2>&1 || rc=$?
+            echo "device rebuild: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-state.log" | tail -6
+            rc=0
+            LLAMA_SPARSE_SPARQ_HOST_REBUILD=1 python3 "$repo/bench/sparq_state_check.py" "$m4" --ngl 99 --depth 16384 \
+                > "$out/sparq-state-host.log" 2>&1 || rc=$?
+            echo "host round trip: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-state-host.log" | tail -6
+            ;;
+        test-bins)
+            # both standalone CUDA test programs, built only (for sanitize without the full test runs)
+            WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+                bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 & local p1=$!
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
+                > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
+            wait $p1 || { tail -40 "$out/build-zztest.log"; exit 1; }
+            ;;
+        sanitize)
+            # compute-sanitizer over a few cases of both standalone CUDA tests (after zztest / sparq-test built them):
+            # memcheck (out-of-bounds, misaligned, uninitialised global reads) and racecheck (shared memory hazards)
+            local cs tool
+            cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+            [ -n "$cs" ] || { echo "no compute-sanitizer"; exit 1; }
+            for tool in memcheck racecheck; do
+                timeout 280 "$cs" --tool $tool --error-exitcode 9 /tmp/zz-test/t test --cases 1 > "$out/sanitize-zz-$tool.log" 2>&1
+                echo "test_zz_cuda test --cases 1 under $tool: rc $?"; grep -E "ERROR SUMMARY|PASSED|FAIL" "$out/sanitize-zz-$tool.log" | tail -3
+            done
+            timeout 280 "$cs" --tool memcheck --error-exitcode 9 /tmp/sparq-test/t test --variant single > "$out/sanitize-sparq-memcheck.log" 2>&1
+            echo "test_sparq_cuda test --variant single under memcheck: rc $?"; grep -E "ERROR SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
         bench-occ)
             # direct Q4_K GEMV with 3 blocks of 4 warps an SM (<= 168 registers, the default) against the earlier
