@@ -267,12 +267,17 @@ remote() {
             local cs tool
             cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
             [ -n "$cs" ] || { echo "no compute-sanitizer"; exit 1; }
+            # (rc 1 with "ticket counters ... never ran" is the test's own check: one case may not reach the ticket
+            # reduction; the sanitizer's verdict is its SUMMARY line, and rc 9)
+            local rc
             for tool in memcheck racecheck; do
-                timeout 280 "$cs" --tool $tool --error-exitcode 9 /tmp/zz-test/t test --cases 1 > "$out/sanitize-zz-$tool.log" 2>&1
-                echo "test_zz_cuda test --cases 1 under $tool: rc $?"; grep -E "ERROR SUMMARY|PASSED|FAIL" "$out/sanitize-zz-$tool.log" | tail -3
+                rc=0
+                timeout 280 "$cs" --tool $tool --error-exitcode 9 /tmp/zz-test/t test --cases 1 > "$out/sanitize-zz-$tool.log" 2>&1 || rc=$?
+                echo "test_zz_cuda test --cases 1 under $tool: rc $rc"; grep -E "SUMMARY|PASSED|FAIL" "$out/sanitize-zz-$tool.log" | tail -3
             done
-            timeout 280 "$cs" --tool memcheck --error-exitcode 9 /tmp/sparq-test/t test --variant single > "$out/sanitize-sparq-memcheck.log" 2>&1
-            echo "test_sparq_cuda test --variant single under memcheck: rc $?"; grep -E "ERROR SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
+            rc=0
+            timeout 280 "$cs" --tool memcheck --error-exitcode 9 /tmp/sparq-test/t test --variant single > "$out/sanitize-sparq-memcheck.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test --variant single under memcheck: rc $rc"; grep -E "SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
         bench-occ)
             # direct Q4_K GEMV with 3 blocks of 4 warps an SM (<= 168 registers, the default) against the earlier
