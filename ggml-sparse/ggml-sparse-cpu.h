@@ -66,10 +66,11 @@ static inline int ggml_sparse_zz_layout(const struct ggml_tensor * w) {
 // reorders the n*nr blocks of one weight from the row layout to column-major (src != dst)
 void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst);
 
-// GEMV over a column-major weight (nr block-rows of B outputs), all block-rows, list entries k0 <= k < k1:
+// GEMV over nr block-rows (of B outputs) of a column-major weight, block (r, j) at w + (j*ldc + r)*block size,
+// list entries k0 <= k < k1:
 //   y[t*ldy + i] = sum_{k0 <= k < k1} x[t*ldx + col(k)] * W[i, col(k)],  i < nr*B, t < nt
 // y is overwritten; mins: nt*nr*8 floats of scratch; k0 is a multiple of GGML_SPARSE_ZZ_CHUNK
-typedef void (*ggml_sparse_zz_gemv_cm_t)(const void * w, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+typedef void (*ggml_sparse_zz_gemv_cm_t)(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
                                          const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins);
 
 // column-major kernels of this build for a type, NULL where there are none

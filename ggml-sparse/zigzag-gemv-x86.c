@@ -463,6 +463,14 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #define ZZ_CM_PF 2
 #endif
 
+#ifndef ZZ_CM_PF_DENSE
+#define ZZ_CM_PF_DENSE 1
+#endif
+
+#ifndef ZZ_CM_PF_LINEAR
+#define ZZ_CM_PF_LINEAR 1
+#endif
+
 #ifndef ZZ_CM_PFC
 #define ZZ_CM_PFC 1
 #endif
@@ -476,11 +484,11 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #endif
 
 // the blocks of block-row r of a chunk's columns (cb: first block of each column; dense: contiguous columns)
-ZZ_INLINE void zz_cm_prefetch_row(const block_q4_K * const * cb, int ncol, bool dense, int64_t nr, int64_t r) {
+ZZ_INLINE void zz_cm_prefetch_row(const block_q4_K * const * cb, int ncol, bool dense, int64_t ldc, int64_t r) {
     if (dense) {
         // contiguous columns: the row's blocks are nr blocks apart, prefetch each block's lines
         const char * p = (const char *) (cb[0] + r);
-        for (int c = 0; c < ncol; ++c, p += nr*sizeof(block_q4_K)) {
+        for (int c = 0; c < ncol; ++c, p += ldc*sizeof(block_q4_K)) {
             _mm_prefetch(p, ZZ_CM_PF_HINT); _mm_prefetch(p + 64, ZZ_CM_PF_HINT); _mm_prefetch(p + 143, ZZ_CM_PF_HINT);
         }
     } else {
@@ -536,7 +544,7 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, int np, const 
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
-ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
                                const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy,
                                float * mins) {
     enum { NG = ZZ_CHUNK };
@@ -563,7 +571,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
     // of the columns for the d/dmin gathers; the next chunk's bases for the prefetches
     const block_q4_K * cb[NG], * cb_next[NG];
     int ncol_next = 0;
-    const int64_t col_dw = nr*(int64_t) (sizeof(block_q4_K)/4);
+    const int64_t col_dw = ldc*(int64_t) (sizeof(block_q4_K)/4);
 
     for (int64_t kg = k0; kg < k1; kg += NG) {
         const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
@@ -575,7 +583,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
         for (int c = 0; c < NG; ++c) {
             const int     cc = c < ncol ? c : ncol - 1;
             const int64_t j  = dense ? kg + cc : cols[kg + cc];
-            cb[c]    = w + j*nr;
+            cb[c]    = w + j*ldc;
             // dword offset of the column's first block (int32: the repack checks the size)
             voffs[c] = (int32_t) (j*col_dw);
             for (int t = 0; t < nt; ++t) {
@@ -586,25 +594,26 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
         ncol_next = k1 - kn < NG ? (int) (k1 - kn) : NG;
         ncol_next = ncol_next < 0 ? 0 : ncol_next;
         for (int c = 0; c < ncol_next; ++c) {
-            cb_next[c] = w + (dense ? kn + c : cols[kn + c])*nr;
+            cb_next[c] = w + (dense ? kn + c : cols[kn + c])*ldc;
         }
-        // linear sweep of the next chunk: column pc_col, byte pc_off of its run; lines per product batch
-        const size_t run_bytes = (size_t) nr*sizeof(block_q4_K);
-        int    pc_col = 0;
-        size_t pc_off = 0;
-        const int pf_lines = (int) ((ncol_next*run_bytes/64 + 4*nr - 1)/(4*nr)) + 1;
+        // prefetch of the next chunk over this one's block-rows: contiguous (dense) as one linear sweep,
+        // pf_lines lines per product batch; scattered runs block-row by block-row, 4 columns per batch
+        const char * pf_ptr   = ncol_next > 0 ? (const char *) cb_next[0] : NULL;
+        const int    pf_lines = (int) ((ncol_next*sizeof(block_q4_K)/4 + 63)/64);
 
         for (int64_t r = 0; r < nr; ++r) {
             if (ZZ_CM_PF == 1) {
                 const int64_t rp = r + ZZ_CM_PFD;
                 if (rp < nr) {
-                    zz_cm_prefetch_row(cb, ncol, dense, nr, rp);
+                    zz_cm_prefetch_row(cb, ncol, dense, ldc, rp);
                 } else if (rp - nr < nr && ncol_next > 0) {
-                    zz_cm_prefetch_row(cb_next, ncol_next, dense, nr, rp - nr);
+                    zz_cm_prefetch_row(cb_next, ncol_next, dense, ldc, rp - nr);
                 }
             }
+            // scattered columns: block pointers; contiguous ones (one token) are addressed by stride
             const block_q4_K * blk[NG];
-            for (int c = 0; c < NG; ++c) {
+            const bool strided = dense && nt == 1 && ncol == NG;
+            for (int c = 0; !strided && c < NG; ++c) {
                 blk[c] = cb[c] + r;
             }
 
@@ -636,8 +645,11 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
                 macc[t] = _mm256_setzero_si256();
                 pmax[t] = _mm256_setzero_si256();
             }
+            #pragma GCC unroll 1
             for (int p = 0; p < np; ++p) {
-                const __m256i smv = zz_q4_K_scales_mins_x2(blk[2*p], blk[2*p + 1]);
+                const block_q4_K * ba = strided ? cb[0] + r + 2*p*ldc : blk[2*p];
+                const block_q4_K * bb = strided ? ba + ldc            : blk[2*p + 1];
+                const __m256i smv = zz_q4_K_scales_mins_x2(ba, bb);
                 const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
                 const __m256i sc9 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr)), 9);
                 const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
@@ -667,24 +679,26 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
             if (nt == 1) {
                 float * yr = y + (ZZ_CM_HACK_Y ? 0 : r)*QK_K;
                 for (int sp = 0; sp < QK_K/64; ++sp) {
-                    if (ZZ_CM_PF == 2) {
-                        for (int l = 0; l < pf_lines && pc_col < ncol_next; ++l) {
-                            _mm_prefetch((const char *) cb_next[pc_col] + pc_off, ZZ_CM_PF_HINT);
-                            pc_off += 64;
-                            if (pc_off >= run_bytes) {
-                                // the next run starts where this one's last line ended, unless it is elsewhere
-                                pc_col++;
-                                pc_off = 0;
-                            }
+                    if (ZZ_CM_PF == 2 && dense && !ZZ_CM_PF_DENSE) {
+                        // contiguous runs: the hardware prefetchers follow the 16 streams
+                    } else if (ZZ_CM_PF == 2 && ZZ_CM_PF_LINEAR && dense && ldc == nr && pf_ptr) {
+                        for (int l = 0; l < pf_lines; ++l, pf_ptr += 64) {
+                            _mm_prefetch(pf_ptr, ZZ_CM_PF_HINT);
+                        }
+                    } else if (ZZ_CM_PF == 2) {
+                        const int c1 = 4*sp + 4 < ncol_next ? 4*sp + 4 : ncol_next;
+                        for (int c = 4*sp; c < c1; ++c) {
+                            const char * pb = (const char *) (cb_next[c] + r);
+                            _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 72, ZZ_CM_PF_HINT); _mm_prefetch(pb + 143, ZZ_CM_PF_HINT);
                         }
                     }
                     __m256i s0 = _mm256_setzero_si256();
                     __m256i s1 = _mm256_setzero_si256();
                     __m256i s2 = _mm256_setzero_si256();
                     __m256i s3 = _mm256_setzero_si256();
-                    if (np == NG/2 && dense) {
+                    if (strided) {
                         // contiguous columns: blocks nr apart, addresses without pointer loads
-                        zz_q4_K_sums_t1_strided((const char *) (cb[0] + r), nr*sizeof(block_q4_K), coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                        zz_q4_K_sums_t1_strided((const char *) (cb[0] + r), ldc*sizeof(block_q4_K), coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
                     } else {
                         zz_q4_K_sums_t1_ptr(blk, np, coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
                     }
@@ -751,16 +765,16 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t nr, const int32_t *
     }
 }
 
-static void zz_gemv_cm_q4_K(const void * w, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+static void zz_gemv_cm_q4_K(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins) {
     if (nt == 1) {
         if (cols == NULL) {
-            zz_q4_K_cm_impl(w, nr, NULL, k0, k1, x, ldx, 1, true,  y, ldy, mins);
+            zz_q4_K_cm_impl(w, ldc, nr, NULL, k0, k1, x, ldx, 1, true,  y, ldy, mins);
         } else {
-            zz_q4_K_cm_impl(w, nr, cols, k0, k1, x, ldx, 1, false, y, ldy, mins);
+            zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, 1, false, y, ldy, mins);
         }
     } else {
-        zz_q4_K_cm_impl(w, nr, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy, mins);
+        zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy, mins);
     }
 }
 
