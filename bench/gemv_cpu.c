@@ -321,7 +321,7 @@ int main(int argc, char ** argv) {
             for (int c = 0; c < copies; ++c) {
                 ggml_sparse_zz_to_colmajor(wtype, n, m/bk, (char *) b.w + c*wbytes, (char *) b.w_cm + c*wbytes);
                 b.wcopy_cm[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w_cm + c*wbytes);
-                b.wcopy_cm[c].op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT] = GGML_SPARSE_ZZ_LAYOUT_COLS;
+                ggml_sparse_zz_set_layout(&b.wcopy_cm[c], GGML_SPARSE_ZZ_LAYOUT_COLS);
             }
         }
         b.wt = b.wcopy[0];

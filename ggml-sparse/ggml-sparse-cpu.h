@@ -53,17 +53,8 @@ typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, int64_t 
 // multi-row kernels of this build for a type, NULL where there are none
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type);
 
-// runtime layouts of a zigzag weight on the CPU, in op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT] of the weight
-// (0 = the file's row layout: block (r, j) at r*n + j; see ggml_sparse_zz_to_colmajor)
-#define GGML_SPARSE_ZZ_PARAM_LAYOUT 3
-#define GGML_SPARSE_ZZ_LAYOUT_ROWS  0
-#define GGML_SPARSE_ZZ_LAYOUT_COLS  1 // column-major: block (r, j) at j*nr + r
-
-static inline int ggml_sparse_zz_layout(const struct ggml_tensor * w) {
-    return w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT];
-}
-
-// reorders the n*nr blocks of one weight from the row layout to column-major (src != dst)
+// reorders the n*nr blocks of one weight from the row layout to column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
+// src != dst); the caller then tags the weight with ggml_sparse_zz_set_layout
 void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst);
 
 // GEMV over nr block-rows (of B outputs) of a column-major weight, block (r, j) at w + (j*ldc + r)*block size,
