@@ -435,20 +435,6 @@ static void zz_reduce_partials(const struct ggml_compute_params * params, const 
     }
 }
 
-// column-major decode: split block-rows over threads (true) or the active list (false); experiment switch
-// LLAMA_SPARSE_CM_SPLIT=rows|cols|dense-rows (dense-rows: rows for dense calls, the list for sparse ones)
-static bool zz_cm_split_rows(const struct zz_shape * s, int nth, bool dense) {
-    static int env_split = -1; // benign race: every thread computes the same value
-    if (env_split < 0) {
-        const char * e = getenv("LLAMA_SPARSE_CM_SPLIT");
-        env_split = e == NULL ? 0 : strcmp(e, "rows") == 0 ? 1 : strcmp(e, "dense-rows") == 0 ? 2 : 0;
-    }
-    if (nth == 1 || s->nr < nth) {
-        return false;
-    }
-    return env_split == 1 || (env_split == 2 && dense);
-}
-
 // decode on a column-major weight: the active list split evenly over threads in whole chunks, each thread
 // streams its columns' runs through all block-rows into its own partial sums, then one reduction
 static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const struct zz_shape * s,
@@ -477,16 +463,6 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     const int64_t mstride = zz_round16(s->nt*s->nr*8);
     float * partial0 = (float *) zz_align64(params->wdata);
     float * mins     = partial0 + nth*pstride + ith*mstride;
-
-    if (zz_cm_split_rows(s, nth, cols == NULL)) {
-        // block-rows split over threads: every thread walks all listed columns over its part of each run
-        const int64_t r0 = s->nr*ith/nth;
-        const int64_t r1 = s->nr*(ith + 1)/nth;
-        if (r0 < r1) {
-            fast(w + r0*s->bs, s->nr, r1 - r0, cols, 0, count, x, ldx, nt, y + r0*s->bk, ldy, mins);
-        }
-        return;
-    }
 
     const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
     const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;

@@ -452,54 +452,22 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 // outputs, kept in slot order in y until the end.
 //
 
-// software prefetch distance in block-rows of the walk (chunk k, row r) -> (k, r + D) or the next chunk
-#ifndef ZZ_CM_PFD
-#define ZZ_CM_PFD 4
-#endif
-
-// prefetch mode: 1 = blocks ZZ_CM_PFD block-rows ahead, 2 = the next chunk's column runs swept linearly
-// (a cursor, advanced by an even share per batch of products), 0 = none
+// software prefetch (1) of the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
+// columns (dense) as one linear sweep, scattered runs block-row by block-row. Needed for dense too: with the
+// hardware prefetchers alone it ran at 0.6-0.8x the row layout (2 threads, cold; 0: none; see
+// bench/results/gemv_cpu_colmajor_2026-11-23.md)
 #ifndef ZZ_CM_PF
-#define ZZ_CM_PF 2
-#endif
-
-#ifndef ZZ_CM_PF_DENSE
-#define ZZ_CM_PF_DENSE 1
-#endif
-
-#ifndef ZZ_CM_PF_LINEAR
-#define ZZ_CM_PF_LINEAR 1
+#define ZZ_CM_PF 1
 #endif
 
 #ifndef ZZ_CM_PFC
 #define ZZ_CM_PFC 1
 #endif
 
-#ifndef ZZ_CM_HACK_Y
-#define ZZ_CM_HACK_Y 0
-#endif
-
 #ifndef ZZ_CM_PF_HINT
 #define ZZ_CM_PF_HINT _MM_HINT_T0
 #endif
 
-// the blocks of block-row r of a chunk's columns (cb: first block of each column; dense: contiguous columns)
-ZZ_INLINE void zz_cm_prefetch_row(const block_q4_K * const * cb, int ncol, bool dense, int64_t ldc, int64_t r) {
-    if (dense) {
-        // contiguous columns: the row's blocks are nr blocks apart, prefetch each block's lines
-        const char * p = (const char *) (cb[0] + r);
-        for (int c = 0; c < ncol; ++c, p += ldc*sizeof(block_q4_K)) {
-            _mm_prefetch(p, ZZ_CM_PF_HINT); _mm_prefetch(p + 64, ZZ_CM_PF_HINT); _mm_prefetch(p + 143, ZZ_CM_PF_HINT);
-        }
-    } else {
-        for (int c = 0; c < ncol; ++c) {
-            const char * p = (const char *) (cb[c] + r);
-            _mm_prefetch(p, ZZ_CM_PF_HINT); _mm_prefetch(p + 64, ZZ_CM_PF_HINT); _mm_prefetch(p + 143, ZZ_CM_PF_HINT);
-        }
-    }
-}
-
-// y[t*ldy + ...] (nr*256 floats per token) is overwritten; mins: nt*nr*8 floats of scratch
 // zz_q4_K_sums_t1 over 8 pairs of blocks ws bytes apart from wb, as a rolled loop with one running pointer
 // (unrolled, the 16 addresses are hoisted out of the sp loop and spilled)
 ZZ_INLINE void zz_q4_K_sums_t1_strided(const char * wb, size_t ws, const int32_t * cf, int sp,
@@ -544,6 +512,7 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, int np, const 
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
+// y[t*ldy + ...] (nr*256 floats per token) is overwritten; mins: nt*nr*8 floats of scratch
 ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
                                const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy,
                                float * mins) {
@@ -602,14 +571,6 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
         const int    pf_lines = (int) ((ncol_next*sizeof(block_q4_K)/4 + 63)/64);
 
         for (int64_t r = 0; r < nr; ++r) {
-            if (ZZ_CM_PF == 1) {
-                const int64_t rp = r + ZZ_CM_PFD;
-                if (rp < nr) {
-                    zz_cm_prefetch_row(cb, ncol, dense, ldc, rp);
-                } else if (rp - nr < nr && ncol_next > 0) {
-                    zz_cm_prefetch_row(cb_next, ncol_next, dense, ldc, rp - nr);
-                }
-            }
             // scattered columns: block pointers; contiguous ones (one token) are addressed by stride
             const block_q4_K * blk[NG];
             const bool strided = dense && nt == 1 && ncol == NG;
@@ -676,22 +637,24 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
                 }
             }
 
+            // a quarter of this block-row's share of the prefetch, before each batch of products
+            #define ZZ_CM_PREFETCH(sp)                                                                          \
+                if (ZZ_CM_PF && dense && ldc == nr && pf_ptr) {                                                 \
+                    for (int l = 0; l < pf_lines; ++l, pf_ptr += 64) {                                          \
+                        _mm_prefetch(pf_ptr, ZZ_CM_PF_HINT);                                                    \
+                    }                                                                                           \
+                } else if (ZZ_CM_PF) {                                                                          \
+                    const int c1 = 4*(sp) + 4 < ncol_next ? 4*(sp) + 4 : ncol_next;                             \
+                    for (int c = 4*(sp); c < c1; ++c) {                                                         \
+                        const char * pb = (const char *) (cb_next[c] + r);                                      \
+                        _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 72, ZZ_CM_PF_HINT); _mm_prefetch(pb + 143, ZZ_CM_PF_HINT); \
+                    }                                                                                           \
+                }
+
             if (nt == 1) {
-                float * yr = y + (ZZ_CM_HACK_Y ? 0 : r)*QK_K;
+                float * yr = y + r*QK_K;
                 for (int sp = 0; sp < QK_K/64; ++sp) {
-                    if (ZZ_CM_PF == 2 && dense && !ZZ_CM_PF_DENSE) {
-                        // contiguous runs: the hardware prefetchers follow the 16 streams
-                    } else if (ZZ_CM_PF == 2 && ZZ_CM_PF_LINEAR && dense && ldc == nr && pf_ptr) {
-                        for (int l = 0; l < pf_lines; ++l, pf_ptr += 64) {
-                            _mm_prefetch(pf_ptr, ZZ_CM_PF_HINT);
-                        }
-                    } else if (ZZ_CM_PF == 2) {
-                        const int c1 = 4*sp + 4 < ncol_next ? 4*sp + 4 : ncol_next;
-                        for (int c = 4*sp; c < c1; ++c) {
-                            const char * pb = (const char *) (cb_next[c] + r);
-                            _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 72, ZZ_CM_PF_HINT); _mm_prefetch(pb + 143, ZZ_CM_PF_HINT);
-                        }
-                    }
+                    ZZ_CM_PREFETCH(sp)
                     __m256i s0 = _mm256_setzero_si256();
                     __m256i s1 = _mm256_setzero_si256();
                     __m256i s2 = _mm256_setzero_si256();
@@ -712,6 +675,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
                 }
             } else {
                 for (int sp = 0; sp < QK_K/64; ++sp) {
+                    ZZ_CM_PREFETCH(sp)
                     __m256i a16[ZZ_MAX_T][4];
                     for (int t = 0; t < nt; ++t) {
                         for (int q = 0; q < 4; ++q) {
@@ -749,6 +713,8 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
             }
         }
     }
+
+    #undef ZZ_CM_PREFETCH
 
     // slot order -> output order, minus the min terms
     for (int t = 0; t < nt; ++t) {
