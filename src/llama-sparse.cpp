@@ -301,17 +301,18 @@ static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
 }
 #endif
 
-// CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h), where the
-// build has a kernel for it. Done when the model's first context is created (every weight is loaded by
-// then): in place through one tensor-sized temporary where the weight is writable, else (mmap) into a
-// new buffer, giving the mapped pages back. LLAMA_SPARSE_CPU_LAYOUT=rows keeps the file's layout.
+// LLAMA_SPARSE_CPU_LAYOUT=cols: CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
+// ggml-sparse.h), where the build has a kernel for it. Opt-in: faster from ~50 % sparsity, slower dense
+// (bench/results/gemv_cpu_colmajor_2026-11-23.md). Done when the model's first context is created (every
+// weight is loaded by then): in place through one tensor-sized temporary where the weight is writable,
+// else (mmap) into a new buffer, giving the mapped pages back.
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
     if (info.cpu_layout_done) {
         return;
     }
     info.cpu_layout_done = true;
     const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
-    if (env != nullptr && strcmp(env, "rows") == 0) {
+    if (env == nullptr || strcmp(env, "cols") != 0) {
         return;
     }
 #if defined(__linux__)
