@@ -4,7 +4,9 @@
 // the timing). Prints a markdown table.
 // usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1]
 // -q: weight type of both sides (stock mul_mat of that type against zigzag of that type);
-// -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's, -S 2: 4096x4096 only; -p s: only sparsity s
+// -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's, -S 2: 4096x4096 only; -p s: only sparsity s;
+// -L rows|cols|both: zigzag weights in the file's row layout (default), in the column-major runtime layout
+// (ggml_sparse_zz_to_colmajor), or both side by side (the two layouts' calls alternate in every round)
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
@@ -136,6 +138,8 @@ struct zz_bench {
     int     copies;
     void  * w;
     struct ggml_tensor wcopy[64];
+    void  * w_cm;
+    struct ggml_tensor wcopy_cm[64];
     float * x;
     float * y;
     int32_t * idx;
@@ -177,6 +181,7 @@ static float thr_for(const float * x, int64_t n, double sparsity) {
 
 // one zigzag configuration: dense (sparsity < 0) or an index list for a sparsity
 struct zz_conf {
+    bool      cm;
     int32_t * idx;
     struct ggml_tensor idxt, yt;
     int64_t active;
@@ -217,7 +222,8 @@ static void zz_conf_init(struct zz_conf * c, struct zz_bench * b, struct zz_test
 
 // one timed MUL_MAT_ZZ call on the next weight copy
 static double zz_conf_run(struct zz_conf * c, struct zz_bench * b, struct zz_test_pool * pool) {
-    c->yt.src[0] = &b->wcopy[b->next++ % b->copies];
+    const int k = b->next++ % b->copies;
+    c->yt.src[0] = c->cm ? &b->wcopy_cm[k] : &b->wcopy[k];
     const double t0 = now_us();
     zz_test_pool_run(pool, ggml_sparse_cpu_forward_mul_mat_zz, &c->yt, b->wdata, b->wsize, false);
     return now_us() - t0;
@@ -229,6 +235,7 @@ int main(int argc, char ** argv) {
     bool cold     = false;
     int shape_set = 0; // 0: Llama-2-7B shapes, 1: SmolLM2-135M shapes
     double only_sp = -1.0;
+    int layouts = 1; // bit 0: row layout, bit 1: column-major
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
@@ -237,6 +244,7 @@ int main(int argc, char ** argv) {
         if (strcmp(argv[i], "-q") == 0) wtype     = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
         if (strcmp(argv[i], "-S") == 0) shape_set = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-p") == 0) only_sp   = atof(argv[i + 1]);
+        if (strcmp(argv[i], "-L") == 0) layouts   = strcmp(argv[i + 1], "cols") == 0 ? 2 : strcmp(argv[i + 1], "both") == 0 ? 3 : 1;
     }
     reps = reps > MAX_REPS ? MAX_REPS : reps;
     ggml_cpu_init();
@@ -257,13 +265,24 @@ int main(int argc, char ** argv) {
     printf("threads %d, batch 1, %s, %s of %d rounds (each round times stock and every zigzag column once, interleaved), weights %s, times in us; ratio = stock time / zigzag time\n\n",
            n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
            cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
-    printf("| m x n | stock | zz dense | ratio |");
-    for (int s = 0; s < nsp; ++s) {
-        printf(" zz %d%% | ratio |", (int) lround(100*sps[s]));
+    printf("layout: %s\n\n", layouts == 1 ? "rows (the file's)" : layouts == 2 ? "column-major" :
+           "rows (the file's), then column-major (C)");
+    printf("| m x n | stock |");
+    for (int l = 0; l < 2; ++l) {
+        if (!(layouts & (1 << l))) {
+            continue;
+        }
+        const char * tag = l == 1 && layouts == 3 ? " C" : "";
+        printf(" zz%s dense | ratio |", tag);
+        for (int s = 0; s < nsp; ++s) {
+            printf(" zz%s %d%% | ratio |", tag, (int) lround(100*sps[s]));
+        }
     }
-    printf(" idx op |\n|---|---|---|---|");
-    for (int s = 0; s < nsp; ++s) {
-        printf("---|---|");
+    printf(" idx op |\n|---|---|");
+    for (int l = 0; l < 2; ++l) {
+        for (int s = 0; (layouts & (1 << l)) && s <= nsp; ++s) {
+            printf("---|---|");
+        }
     }
     printf("---|\n");
 
@@ -296,19 +315,31 @@ int main(int argc, char ** argv) {
         for (int c = 0; c < copies; ++c) {
             b.wcopy[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w + c*wbytes);
         }
+        b.w_cm = NULL;
+        if (layouts & 2) {
+            b.w_cm = malloc(wbytes*copies);
+            for (int c = 0; c < copies; ++c) {
+                ggml_sparse_zz_to_colmajor(wtype, n, m/bk, (char *) b.w + c*wbytes, (char *) b.w_cm + c*wbytes);
+                b.wcopy_cm[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w_cm + c*wbytes);
+                ggml_sparse_zz_set_layout(&b.wcopy_cm[c], GGML_SPARSE_ZZ_LAYOUT_COLS);
+            }
+        }
         b.wt = b.wcopy[0];
         b.xt = mk(GGML_TYPE_F32, n, 1, sizeof(float)*n, b.x);
         b.wsize = 64*1024*1024;
         b.wdata = malloc(b.wsize);
 
-        // configurations: 0 = stock, 1 = zigzag dense, 2.. = zigzag at each sparsity; measured in rounds,
-        // one call of each per round, so every configuration sees the same machine load
-        struct zz_conf conf[8];
-        const int nconf = 1 + 1 + nsp;
-        for (int k = 1; k < nconf; ++k) {
-            zz_conf_init(&conf[k], &b, &pool, k == 1 ? -1.0 : sps[k - 2], reps);
+        // configurations: 0 = stock, then per layout zigzag dense and zigzag at each sparsity; measured in
+        // rounds, one call of each per round, so every configuration sees the same machine load
+        struct zz_conf conf[16];
+        int nconf = 1;
+        for (int l = 0; l < 2; ++l) {
+            for (int s = 0; (layouts & (1 << l)) && s <= nsp; ++s) {
+                zz_conf_init(&conf[nconf], &b, &pool, s == 0 ? -1.0 : sps[s - 1], reps);
+                conf[nconf++].cm = l == 1;
+            }
         }
-        static double t[8][MAX_REPS];
+        static double t[16][MAX_REPS];
         for (int i = -20; i < reps; ++i) {
             for (int k = 0; k < nconf; ++k) {
                 const double dt = k == 0 ? stock_run(&sb) : zz_conf_run(&conf[k], &b, &pool);
@@ -317,12 +348,31 @@ int main(int argc, char ** argv) {
                 }
             }
         }
-        double tm[8];
+        if (layouts == 3) {
+            // the two layouts must agree (same chunks, so same coefficient rounding): relative error to stderr
+            float * y0 = malloc(sizeof(float)*m);
+            for (int s = 0; s <= nsp; ++s) {
+                struct zz_conf * cr = &conf[1 + s], * cc = &conf[2 + nsp + s];
+                cr->yt.src[0] = &b.wcopy[0];
+                zz_test_pool_run(&pool, ggml_sparse_cpu_forward_mul_mat_zz, &cr->yt, b.wdata, b.wsize, false);
+                memcpy(y0, b.y, sizeof(float)*m);
+                cc->yt.src[0] = &b.wcopy_cm[0];
+                zz_test_pool_run(&pool, ggml_sparse_cpu_forward_mul_mat_zz, &cc->yt, b.wdata, b.wsize, false);
+                double num = 0.0, den = 0.0;
+                for (int64_t i = 0; i < m; ++i) {
+                    num += (double) (b.y[i] - y0[i])*(b.y[i] - y0[i]);
+                    den += (double) y0[i]*y0[i];
+                }
+                fprintf(stderr, "%lldx%lld conf %d: rows vs cols rel err %.3g\n", (long long) m, (long long) n, s, sqrt(num/den));
+            }
+            free(y0);
+        }
+        double tm[16];
         for (int k = 0; k < nconf; ++k) {
             tm[k] = median(t[k], reps);
         }
-        printf("| %lldx%lld | %.1f | %.1f | %.2f |", (long long) m, (long long) n, tm[0], tm[1], tm[0]/tm[1]);
-        for (int k = 2; k < nconf; ++k) {
+        printf("| %lldx%lld | %.1f |", (long long) m, (long long) n, tm[0]);
+        for (int k = 1; k < nconf; ++k) {
             printf(" %.1f | %.2f |", tm[k], tm[0]/tm[k]);
         }
         printf(" %.1f |\n", conf[nconf - 1].t_idx);
@@ -332,7 +382,7 @@ int main(int argc, char ** argv) {
             free(conf[k].idx);
         }
         stock_free(&sb);
-        free(b.w); free(b.x); free(b.y); free(b.idx); free(b.wdata);
+        free(b.w); free(b.w_cm); free(b.x); free(b.y); free(b.idx); free(b.wdata);
     }
     zz_test_pool_free(&pool);
     return 0;

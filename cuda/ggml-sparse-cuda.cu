@@ -21,6 +21,9 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
             if (!zz_type_supported(src0->type) || !ggml_is_contiguous(src0) || src0->ne[2] != 1 || src0->ne[3] != 1) {
                 return false;
             }
+            if (ggml_sparse_zz_layout(src0) != GGML_SPARSE_ZZ_LAYOUT_ROWS) { // a CPU-repacked weight
+                return false;
+            }
             if (src0->ne[1] > 65535) { // block-rows are grid.y
                 return false;
             }

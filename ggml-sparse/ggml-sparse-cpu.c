@@ -106,11 +106,11 @@ void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float *
     }
 }
 
-// plain axpy per active column on dequantized blocks; the specification the fast kernels are tested against
-static void zz_gemv_ref(enum ggml_type type, const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+// plain axpy per active column on dequantized blocks (block j at wrow + j*cs); the specification the fast
+// kernels are tested against
+static void zz_gemv_ref(enum ggml_type type, const void * wrow, size_t cs, const int32_t * cols, int64_t k0, int64_t k1,
                         const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
-    const int    bk = (int) ggml_blck_size(type);
-    const size_t bs = ggml_type_size(type);
+    const int bk = (int) ggml_blck_size(type);
     float w[QK_K];
 
     for (int t = 0; t < nt; ++t) {
@@ -120,7 +120,7 @@ static void zz_gemv_ref(enum ggml_type type, const void * wrow, const int32_t * 
     }
     for (int64_t k = k0; k < k1; ++k) {
         const int64_t j = cols ? cols[k] : k;
-        ggml_sparse_zz_dequant_block(type, (const char *) wrow + j*bs, w);
+        ggml_sparse_zz_dequant_block(type, (const char *) wrow + j*cs, w);
         for (int t = 0; t < nt; ++t) {
             const float xv = x[t*ldx + j];
             for (int i = 0; i < bk; ++i) {
@@ -310,6 +310,7 @@ struct zz_shape {
     int64_t  m;    // outputs
     int64_t  nr;   // block-rows
     int64_t  nt;   // tokens
+    int      layout; // GGML_SPARSE_ZZ_LAYOUT_*
 };
 
 static struct zz_shape zz_shape_of(const struct ggml_tensor * node) {
@@ -322,10 +323,40 @@ static struct zz_shape zz_shape_of(const struct ggml_tensor * node) {
     s.nr   = w->ne[1];
     s.m    = s.nr*s.bk;
     s.nt   = node->src[1]->ne[1];
+    s.layout = ggml_sparse_zz_layout(w);
     return s;
 }
 
+// first block of block-row r and the byte step between its columns, in either layout
+static const char * zz_block_row(const struct zz_shape * s, const char * w, size_t wnb1, int64_t r, size_t * cs) {
+    if (s->layout == GGML_SPARSE_ZZ_LAYOUT_COLS) {
+        *cs = s->nr*s->bs;
+        return w + r*s->bs;
+    }
+    *cs = s->bs;
+    return w + r*wnb1;
+}
+
+void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst) {
+    const size_t bs = ggml_type_size(type);
+    // the column-major kernels address blocks by int32 dword offsets
+    GGML_ASSERT((size_t) n*nr*bs/4 <= INT32_MAX);
+    // block-rows in tiles of a few, so both sides are read and written in runs of at least a few lines
+    for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+        const int64_t r1 = r0 + 8 < nr ? r0 + 8 : nr;
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t r = r0; r < r1; ++r) {
+                memcpy((char *) dst + (j*nr + r)*bs, (const char *) src + (r*n + j)*bs, bs);
+            }
+        }
+    }
+}
+
+// column-major: per thread a partial y (none with one thread) and the kernel's min-term scratch
 static size_t zz_gemv_work_size(const struct zz_shape * s, int n_tasks) {
+    if (s->layout == GGML_SPARSE_ZZ_LAYOUT_COLS) {
+        return (size_t) n_tasks*(zz_round16(s->m*s->nt) + zz_round16(s->nt*s->nr*8))*sizeof(float) + 64;
+    }
     return n_tasks > 1 ? (size_t) n_tasks*zz_round16(s->m*s->nt)*sizeof(float) + 64 : 0;
 }
 
@@ -376,10 +407,76 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         if (t0 >= t1) {
             continue;
         }
-        ggml_sparse_zz_gemm_block_row(s->type, wdata0 + r*wnb1, s->n, x + t0*ldx, ldx, t1 - t0,
+        size_t cs;
+        const char * wr = zz_block_row(s, wdata0, wnb1, r, &cs);
+        ggml_sparse_zz_gemm_block_row(s->type, wr, cs, s->n, x + t0*ldx, ldx, t1 - t0,
                                       y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
     }
     free(panel_own);
+}
+
+// sum of the threads' partial outputs (nth of them, pstride floats apart), each thread a disjoint range
+static void zz_reduce_partials(const struct ggml_compute_params * params, const struct zz_shape * s,
+                               const float * partial0, int64_t pstride, float * y, int64_t ldy) {
+    const int ith = params->ith;
+    const int nth = params->nth;
+    const int64_t n16 = (s->m + 15)/16;
+    const int64_t i0  = 16*(n16*ith/nth)       < s->m ? 16*(n16*ith/nth)       : s->m;
+    const int64_t i1  = 16*(n16*(ith + 1)/nth) < s->m ? 16*(n16*(ith + 1)/nth) : s->m;
+    for (int t = 0; t < (int) s->nt; ++t) {
+        float * yt = y + t*ldy;
+        for (int64_t i = i0; i < i1; ++i) {
+            float sum = 0.0f;
+            for (int p = 0; p < nth; ++p) {
+                sum += partial0[p*pstride + t*s->m + i];
+            }
+            yt[i] = sum;
+        }
+    }
+}
+
+// decode on a column-major weight: the active list split evenly over threads in whole chunks, each thread
+// streams its columns' runs through all block-rows into its own partial sums, then one reduction
+static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const struct zz_shape * s,
+                               const char * w, const int32_t * cols, int64_t count,
+                               const float * x, int64_t ldx, float * y, int64_t ldy, bool use_ref) {
+    const int ith = params->ith;
+    const int nth = params->nth;
+    const int nt  = (int) s->nt;
+
+    const ggml_sparse_zz_gemv_cm_t fast = use_ref ? NULL : ggml_sparse_zz_gemv_cm_x86(s->type);
+    const bool has_ws = params->wdata != NULL && params->wsize >= zz_gemv_work_size(s, nth);
+
+    if (fast == NULL || !has_ws) {
+        // reference: block-rows split over threads, columns nr blocks apart
+        const int64_t r0 = s->nr*ith/nth;
+        const int64_t r1 = s->nr*(ith + 1)/nth;
+        for (int64_t r = r0; r < r1; ++r) {
+            size_t cs;
+            const char * wr = zz_block_row(s, w, 0, r, &cs);
+            zz_gemv_ref(s->type, wr, cs, cols, 0, count, x, ldx, nt, y + r*s->bk, ldy);
+        }
+        return;
+    }
+
+    const int64_t pstride = zz_round16(s->m*s->nt);
+    const int64_t mstride = zz_round16(s->nt*s->nr*8);
+    float * partial0 = (float *) zz_align64(params->wdata);
+    float * mins     = partial0 + nth*pstride + ith*mstride;
+
+    const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
+    const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
+    const int64_t k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+
+    if (nth == 1) {
+        fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, y, ldy, mins);
+        return;
+    }
+    fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m, mins);
+
+    ggml_barrier(params->threadpool);
+
+    zz_reduce_partials(params, s, partial0, pstride, y, ldy);
 }
 
 void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
@@ -391,6 +488,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     GGML_ASSERT(s.type == GGML_TYPE_Q4_0 || s.type == GGML_TYPE_Q8_0 || s.type == GGML_TYPE_Q4_K || s.type == GGML_TYPE_Q6_K);
     GGML_ASSERT(w->nb[0] == s.bs && w->nb[1] >= (size_t) s.n*s.bs);
+    GGML_ASSERT(s.layout == GGML_SPARSE_ZZ_LAYOUT_ROWS || (s.layout == GGML_SPARSE_ZZ_LAYOUT_COLS && w->nb[1] == (size_t) s.n*s.bs));
     GGML_ASSERT(xt->type == GGML_TYPE_F32 && xt->nb[0] == sizeof(float) && xt->nb[1] % sizeof(float) == 0);
     GGML_ASSERT(xt->ne[0] == s.n && xt->ne[2] == 1 && xt->ne[3] == 1);
     GGML_ASSERT(dst->type == GGML_TYPE_F32 && dst->nb[0] == sizeof(float) && dst->nb[1] % sizeof(float) == 0);
@@ -423,6 +521,12 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     }
 
     const bool use_ref = zz_use_ref(params);
+
+    if (s.layout == GGML_SPARSE_ZZ_LAYOUT_COLS) {
+        zz_mul_mat_gemv_cm(params, &s, wdata0, cols, count, x, ldx, y, ldy, use_ref);
+        return;
+    }
+
     const ggml_sparse_zz_gemv_t      fast = use_ref ? NULL : zz_gemv_fast(s.type);
     const ggml_sparse_zz_gemv_rows_t rows = use_ref ? NULL : ggml_sparse_zz_gemv_rows_x86(s.type);
 
@@ -441,7 +545,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
             if (fast) {
                 fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
             } else {
-                zz_gemv_ref(s.type, wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+                zz_gemv_ref(s.type, wdata0 + r*wnb1, s.bs, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
             }
         }
         return;
@@ -467,19 +571,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     ggml_barrier(params->threadpool);
 
-    const int64_t n16 = (s.m + 15)/16;
-    const int64_t i0  = 16*(n16*ith/nth)       < s.m ? 16*(n16*ith/nth)       : s.m;
-    const int64_t i1  = 16*(n16*(ith + 1)/nth) < s.m ? 16*(n16*(ith + 1)/nth) : s.m;
-    for (int t = 0; t < nt; ++t) {
-        float * yt = y + t*ldy;
-        for (int64_t i = i0; i < i1; ++i) {
-            float sum = 0.0f;
-            for (int p = 0; p < nth; ++p) {
-                sum += partial0[p*pstride + t*s.m + i];
-            }
-            yt[i] = sum;
-        }
-    }
+    zz_reduce_partials(params, &s, partial0, pstride, y, ldy);
 }
 
 int ggml_sparse_cpu_n_tasks(const struct ggml_tensor * node, int n_threads) {

@@ -53,9 +53,24 @@ typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, int64_t 
 // multi-row kernels of this build for a type, NULL where there are none
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type);
 
-// prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(wrow[j])[i] for i < B and any nt, dense;
-// each weight block is dequantized once into panel (panel_floats floats, >= 8*B) for all nt tokens
-void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64_t n,
+// reorders the n*nr blocks of one weight from the row layout to column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
+// src != dst); the caller then tags the weight with ggml_sparse_zz_set_layout
+void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst);
+
+// GEMV over nr block-rows (of B outputs) of a column-major weight, block (r, j) at w + (j*ldc + r)*block size,
+// list entries k0 <= k < k1:
+//   y[t*ldy + i] = sum_{k0 <= k < k1} x[t*ldx + col(k)] * W[i, col(k)],  i < nr*B, t < nt
+// y is overwritten; mins: nt*nr*8 floats of scratch; k0 is a multiple of GGML_SPARSE_ZZ_CHUNK
+typedef void (*ggml_sparse_zz_gemv_cm_t)(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+                                         const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins);
+
+// column-major kernels of this build for a type, NULL where there are none
+ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type);
+
+// prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(block j)[i] for i < B and any nt, dense, block j at
+// wrow + j*cs (cs: the block size in the row layout, nr blocks in the column-major one); each weight block is
+// dequantized once into panel (panel_floats floats, >= 8*B) for all nt tokens
+void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_t cs, int64_t n,
                                    const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
                                    float * panel, int64_t panel_floats);
 

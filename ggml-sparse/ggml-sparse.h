@@ -34,6 +34,22 @@ GGML_API int32_t ggml_sparse_zigzag_group(const struct ggml_tensor * w);
 GGML_API int64_t ggml_sparse_zz_n(const struct ggml_tensor * w);
 GGML_API int64_t ggml_sparse_zz_m(const struct ggml_tensor * w);
 
+// runtime layout of a zigzag weight's blocks (the file always holds ROWS; docs/format.md). The CPU repacks
+// Q4_K weights to COLS at load where it has a kernel for it (src/llama-sparse.cpp): each column's blocks
+// of all block-rows form one contiguous run, so a skipped column skips the run. Kept in op_params[3]
+// of the weight; backends that read only ROWS must refuse the others in supports_op.
+#define GGML_SPARSE_ZZ_PARAM_LAYOUT 3
+#define GGML_SPARSE_ZZ_LAYOUT_ROWS  0 // block (r, j) at r*n + j (the file's)
+#define GGML_SPARSE_ZZ_LAYOUT_COLS  1 // block (r, j) at j*nr + r, nr = m/B block-rows
+
+static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
+    return w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT];
+}
+
+static inline void ggml_sparse_zz_set_layout(struct ggml_tensor * w, int32_t layout) {
+    w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT] = layout;
+}
+
 // true if type can be stored zigzag (Q4_0, Q8_0, Q4_K, Q6_K)
 GGML_API bool ggml_sparse_zz_type_ok(enum ggml_type type);
 

@@ -101,11 +101,10 @@ static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const floa
     }
 }
 
-void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64_t n,
+void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_t cs, int64_t n,
                                    const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
                                    float * panel, int64_t panel_floats) {
     const int64_t bk = ggml_blck_size(type);
-    const size_t  bs = ggml_type_size(type);
     const int64_t jp = panel_floats/bk;
     GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && jp >= 8);
 
@@ -124,7 +123,7 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, int64
     for (int64_t j0 = 0; j0 < n; j0 += jp) {
         const int64_t nj = n - j0 < jp ? n - j0 : jp;
         for (int64_t j = 0; j < nj; ++j) {
-            const void * blk = (const char *) wrow + (j0 + j)*bs;
+            const void * blk = (const char *) wrow + (j0 + j)*cs;
             if (dequant) {
                 dequant(blk, blk_f32);
             } else {

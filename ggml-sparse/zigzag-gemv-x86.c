@@ -14,6 +14,7 @@
 #include "ggml-impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -140,6 +141,14 @@ ZZ_INLINE void zz_flush_i16_eo(float * yv, __m256i v, __m256 s) {
     _mm256_store_ps(yv + 8, _mm256_fmadd_ps(s, fo, _mm256_load_ps(yv + 8)));
 }
 
+// the same into memory of any alignment (the column-major kernel accumulates in the caller's y)
+ZZ_INLINE void zz_flush_i16_eo_u(float * yv, __m256i v, __m256 s) {
+    const __m256 fe = _mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi32(0x00000001)));
+    const __m256 fo = _mm256_cvtepi32_ps(_mm256_madd_epi16(v, _mm256_set1_epi32(0x00010000)));
+    _mm256_storeu_ps(yv + 0, _mm256_fmadd_ps(s, fe, _mm256_loadu_ps(yv + 0)));
+    _mm256_storeu_ps(yv + 8, _mm256_fmadd_ps(s, fo, _mm256_loadu_ps(yv + 8)));
+}
+
 // output (within a 64-output group) of accumulator slot i = 32h + 16q + 8odd + 4L + e, which holds
 // word 2e + odd of lane L of int16 sum 2h + q, i.e. output 32h + 16L + 8q + 2e + odd
 static const uint8_t zz_q4_K_slot_out[64] = {
@@ -150,16 +159,16 @@ static const uint8_t zz_q4_K_slot_out[64] = {
 };
 
 // one token, one 64-output group sp: int16 sums over np column pairs, blocks from bp (pairs of pointers)
-// or, when bp is NULL, contiguous from wb; cf walks the coefficient table (8 dwords per pair)
-ZZ_INLINE void zz_q4_K_sums_t1(const block_q4_K * const * bp, const block_q4_K * wb, int np, const int32_t * cf, int sp,
+// or, when bp is NULL, from wb on, ws blocks apart; cf walks the coefficient table (8 dwords per pair)
+ZZ_INLINE void zz_q4_K_sums_t1(const block_q4_K * const * bp, const block_q4_K * wb, int64_t ws, int np, const int32_t * cf, int sp,
                                __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
     // full chunks unroll completely: no loop-carried register copies
     #pragma GCC unroll 8
     for (int p = 0; p < np; ++p) {
-        const block_q4_K * ba = bp ? bp[2*p + 0] : wb + 2*p;
-        const block_q4_K * bb = bp ? bp[2*p + 1] : wb + 2*p + 1;
+        const block_q4_K * ba = bp ? bp[2*p + 0] : wb + (2*p + 0)*ws;
+        const block_q4_K * bb = bp ? bp[2*p + 1] : wb + (2*p + 1)*ws;
         const __m256i qa = _mm256_loadu_si256((const __m256i *) (ba->qs + 32*sp));
         const __m256i qb = _mm256_loadu_si256((const __m256i *) (bb->qs + 32*sp));
         const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
@@ -355,9 +364,9 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 __m256i s3 = _mm256_setzero_si256();
                 if (dense && ncol >= (ch + 1)*ZZ_CHUNK) {
                     // contiguous full chunk (no padding column): blocks at fixed offsets, no pointer loads
-                    zz_q4_K_sums_t1(NULL, w + kg + 2*p0, ZZ_CHUNK/2, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                    zz_q4_K_sums_t1(NULL, w + kg + 2*p0, 1, ZZ_CHUNK/2, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
                 } else {
-                    zz_q4_K_sums_t1(blk + 2*p0, NULL, p1 - p0, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                    zz_q4_K_sums_t1(blk + 2*p0, NULL, 1, p1 - p0, coef[0][p0] + 2*sp, sp, &s0, &s1, &s2, &s3);
                 }
                 const __m256 sl = _mm256_set1_ps(sf[0][ch][2*sp + 0]);
                 const __m256 su = _mm256_set1_ps(sf[0][ch][2*sp + 1]);
@@ -434,6 +443,309 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
     } else {
         zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy);
     }
+}
+
+//
+// Q4_K, column-major layout: block (r, j) at w[j*nr + r], so each column's blocks of all block-rows form
+// one contiguous run (nr*144 bytes) and a skipped column skips the whole run. One chunk of 16 list
+// entries is walked block-row by block-row (16 concurrent runs), accumulating into every block-row's
+// outputs, kept in slot order in y until the end.
+//
+
+// software prefetch (1) of the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
+// columns (dense) as one linear sweep, scattered runs block-row by block-row. Needed for dense too: with the
+// hardware prefetchers alone it ran at 0.6-0.8x the row layout (2 threads, cold; 0: none; see
+// bench/results/gemv_cpu_colmajor_2026-11-23.md)
+#ifndef ZZ_CM_PF
+#define ZZ_CM_PF 1
+#endif
+
+#ifndef ZZ_CM_PFC
+#define ZZ_CM_PFC 1
+#endif
+
+#ifndef ZZ_CM_PF_HINT
+#define ZZ_CM_PF_HINT _MM_HINT_T0
+#endif
+
+// zz_q4_K_sums_t1 over 8 pairs of blocks ws bytes apart from wb, as a rolled loop with one running pointer
+// (unrolled, the 16 addresses are hoisted out of the sp loop and spilled)
+ZZ_INLINE void zz_q4_K_sums_t1_strided(const char * wb, size_t ws, const int32_t * cf, int sp,
+                                       __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
+    const char * pa = wb + offsetof(block_q4_K, qs) + 32*sp;
+    #pragma GCC unroll 1
+    for (int p = 0; p < ZZ_CHUNK/2; ++p, pa += 2*ws) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) pa);
+        const __m256i qb = _mm256_loadu_si256((const __m256i *) (pa + ws));
+        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+        const __m256i cl = _mm256_set1_epi32(cf[8*p + 0]);
+        const __m256i cu = _mm256_set1_epi32(cf[8*p + 1]);
+        a0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u0, m4), cl), a0);
+        a1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u1, m4), cl), a1);
+        a2 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m4), cu), a2);
+        a3 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m4), cu), a3);
+    }
+    *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
+}
+
+// the same over np pairs of blocks from pointer pairs bp
+ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, int np, const int32_t * cf, int sp,
+                                   __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
+    #pragma GCC unroll 1
+    for (int p = 0; p < np; ++p) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) (bp[2*p + 0]->qs + 32*sp));
+        const __m256i qb = _mm256_loadu_si256((const __m256i *) (bp[2*p + 1]->qs + 32*sp));
+        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+        const __m256i cl = _mm256_set1_epi32(cf[8*p + 0]);
+        const __m256i cu = _mm256_set1_epi32(cf[8*p + 1]);
+        a0 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u0, m4), cl), a0);
+        a1 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(u1, m4), cl), a1);
+        a2 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u0, 4), m4), cu), a2);
+        a3 = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(u1, 4), m4), cu), a3);
+    }
+    *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
+}
+
+// y[t*ldy + ...] (nr*256 floats per token) is overwritten; mins: nt*nr*8 floats of scratch
+ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+                               const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy,
+                               float * mins) {
+    enum { NG = ZZ_CHUNK };
+
+    for (int t = 0; t < nt; ++t) {
+        memset(y + t*ldy, 0, (size_t) nr*QK_K*sizeof(float));
+    }
+    memset(mins, 0, (size_t) nt*nr*8*sizeof(float));
+
+    const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    const __m256i pair_idx = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                              0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    const __m256i m4       = _mm256_set1_epi8(0x0F);
+
+    float    xd[ZZ_MAX_T][NG]        __attribute__((aligned(32)));
+    float    xm[ZZ_MAX_T][NG]        __attribute__((aligned(32)));
+    int32_t  fq[ZZ_MAX_T][NG/2]      __attribute__((aligned(32)));
+    int32_t  mq[ZZ_MAX_T][NG/2]      __attribute__((aligned(32)));
+    int32_t  coef[ZZ_MAX_T][NG/2][8] __attribute__((aligned(32)));
+    float    sf[ZZ_MAX_T][8]         __attribute__((aligned(32)));
+
+    // per chunk: first block of each column (padding repeats the last), x per column, dword offsets
+    // of the columns for the d/dmin gathers; the next chunk's bases for the prefetches
+    const block_q4_K * cb[NG], * cb_next[NG];
+    int ncol_next = 0;
+    const int64_t col_dw = ldc*(int64_t) (sizeof(block_q4_K)/4);
+
+    for (int64_t kg = k0; kg < k1; kg += NG) {
+        const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
+        const int np   = (ncol + 1)/2;
+
+        // kept in memory, not registers, across the block-row loop: its products need all 16
+        float   xs[ZZ_MAX_T][NG] __attribute__((aligned(32)));
+        int32_t voffs[NG]        __attribute__((aligned(32)));
+        for (int c = 0; c < NG; ++c) {
+            const int     cc = c < ncol ? c : ncol - 1;
+            const int64_t j  = dense ? kg + cc : cols[kg + cc];
+            cb[c]    = w + j*ldc;
+            // dword offset of the column's first block (int32: the repack checks the size)
+            voffs[c] = (int32_t) (j*col_dw);
+            for (int t = 0; t < nt; ++t) {
+                xs[t][c] = c < ncol ? x[t*ldx + j] : 0.0f;
+            }
+        }
+        const int64_t kn = kg + ZZ_CM_PFC*NG; // the chunk the linear sweep prefetches
+        ncol_next = k1 - kn < NG ? (int) (k1 - kn) : NG;
+        ncol_next = ncol_next < 0 ? 0 : ncol_next;
+        for (int c = 0; c < ncol_next; ++c) {
+            cb_next[c] = w + (dense ? kn + c : cols[kn + c])*ldc;
+        }
+        // prefetch of the next chunk over this one's block-rows: contiguous (dense) as one linear sweep,
+        // pf_lines lines per product batch; scattered runs block-row by block-row, 4 columns per batch
+        const char * pf_ptr   = ncol_next > 0 ? (const char *) cb_next[0] : NULL;
+        const int    pf_lines = (int) ((ncol_next*sizeof(block_q4_K)/4 + 63)/64);
+
+        for (int64_t r = 0; r < nr; ++r) {
+            // scattered columns: block pointers; contiguous ones (one token) are addressed by stride
+            const block_q4_K * blk[NG];
+            const bool strided = dense && nt == 1 && ncol == NG;
+            for (int c = 0; !strided && c < NG; ++c) {
+                blk[c] = cb[c] + r;
+            }
+
+            // xd = x*d, xm = x*dmin
+            for (int h = 0; h < 2; ++h) {
+                const __m256i dm = _mm256_i32gather_epi32((const int *) (w + r), _mm256_load_si256((const __m256i *) (voffs + 8*h)), 4);
+                const __m256i v  = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dm_idx), 0xD8);
+                const __m256  d  = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+                const __m256  dn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 xv = _mm256_load_ps(xs[t] + 8*h);
+                    _mm256_store_ps(xd[t] + 8*h, _mm256_mul_ps(xv, d));
+                    _mm256_store_ps(xm[t] + 8*h, _mm256_mul_ps(xv, dn));
+                }
+            }
+
+            // coefficients as in zz_q4_K_impl (one chunk)
+            float sa[ZZ_MAX_T], sm[ZZ_MAX_T];
+            for (int t = 0; t < nt; ++t) {
+                const float amax = zz_amax16(xd[t]);
+                const float mmax = zz_amax16(xm[t]);
+                sa[t] = amax;
+                sm[t] = mmax/32767.0f;
+                zz_round16_i16(xd[t], amax > 0.0f ? 32767.0f/amax : 0.0f, (int16_t *) fq[t]);
+                zz_round16_i16(xm[t], mmax > 0.0f ? 32767.0f/mmax : 0.0f, (int16_t *) mq[t]);
+            }
+            __m256i macc[ZZ_MAX_T], pmax[ZZ_MAX_T];
+            for (int t = 0; t < nt; ++t) {
+                macc[t] = _mm256_setzero_si256();
+                pmax[t] = _mm256_setzero_si256();
+            }
+            #pragma GCC unroll 1
+            for (int p = 0; p < np; ++p) {
+                const block_q4_K * ba = strided ? cb[0] + r + 2*p*ldc : blk[2*p];
+                const block_q4_K * bb = strided ? ba + ldc            : blk[2*p + 1];
+                const __m256i smv = zz_q4_K_scales_mins_x2(ba, bb);
+                const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
+                const __m256i sc9 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr)), 9);
+                const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
+                for (int t = 0; t < nt; ++t) {
+                    const __m256i pw = _mm256_mulhrs_epi16(sc9, _mm256_set1_epi32(fq[t][p]));
+                    _mm256_store_si256((__m256i *) coef[t][p], pw);
+                    pmax[t] = _mm256_max_epi16(pmax[t], _mm256_abs_epi16(pw));
+                    macc[t] = _mm256_add_epi32(macc[t], _mm256_madd_epi16(mw, _mm256_set1_epi32(mq[t][p])));
+                }
+            }
+            for (int t = 0; t < nt; ++t) {
+                float * mr = mins + (t*nr + r)*8;
+                _mm256_storeu_ps(mr, _mm256_fmadd_ps(_mm256_set1_ps(sm[t]), _mm256_cvtepi32_ps(macc[t]), _mm256_loadu_ps(mr)));
+                const __m256i mx = _mm256_and_si256(_mm256_max_epi16(pmax[t], _mm256_srli_epi32(pmax[t], 16)), _mm256_set1_epi32(0xFFFF));
+                const __m256  mf = _mm256_cvtepi32_ps(mx);
+                const __m256  rf = _mm256_floor_ps(_mm256_mul_ps(_mm256_set1_ps(127.0f*32768.0f), zz_rcp(_mm256_max_ps(mf, _mm256_set1_ps(127.0f)))));
+                const __m256i ri = _mm256_cvtps_epi32(rf);
+                _mm256_store_ps(sf[t], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t]/32767.0f), zz_rcp(rf)));
+                const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
+                for (int p = 0; p < np; ++p) {
+                    const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
+                    const __m256i cbb = _mm256_packs_epi16(cw, cw);
+                    _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cbb, cbb));
+                }
+            }
+
+            // a quarter of this block-row's share of the prefetch, before each batch of products
+            #define ZZ_CM_PREFETCH(sp)                                                                          \
+                if (ZZ_CM_PF && dense && ldc == nr && pf_ptr) {                                                 \
+                    for (int l = 0; l < pf_lines; ++l, pf_ptr += 64) {                                          \
+                        _mm_prefetch(pf_ptr, ZZ_CM_PF_HINT);                                                    \
+                    }                                                                                           \
+                } else if (ZZ_CM_PF) {                                                                          \
+                    const int c1 = 4*(sp) + 4 < ncol_next ? 4*(sp) + 4 : ncol_next;                             \
+                    for (int c = 4*(sp); c < c1; ++c) {                                                         \
+                        const char * pb = (const char *) (cb_next[c] + r);                                      \
+                        _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 72, ZZ_CM_PF_HINT); _mm_prefetch(pb + 143, ZZ_CM_PF_HINT); \
+                    }                                                                                           \
+                }
+
+            if (nt == 1) {
+                float * yr = y + r*QK_K;
+                for (int sp = 0; sp < QK_K/64; ++sp) {
+                    ZZ_CM_PREFETCH(sp)
+                    __m256i s0 = _mm256_setzero_si256();
+                    __m256i s1 = _mm256_setzero_si256();
+                    __m256i s2 = _mm256_setzero_si256();
+                    __m256i s3 = _mm256_setzero_si256();
+                    if (strided) {
+                        // contiguous columns: blocks nr apart, addresses without pointer loads
+                        zz_q4_K_sums_t1_strided((const char *) (cb[0] + r), ldc*sizeof(block_q4_K), coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                    } else {
+                        zz_q4_K_sums_t1_ptr(blk, np, coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                    }
+                    const __m256 sl = _mm256_set1_ps(sf[0][2*sp + 0]);
+                    const __m256 su = _mm256_set1_ps(sf[0][2*sp + 1]);
+                    float * yo = yr + 64*sp;
+                    zz_flush_i16_eo_u(yo +  0, s0, sl);
+                    zz_flush_i16_eo_u(yo + 16, s1, sl);
+                    zz_flush_i16_eo_u(yo + 32, s2, su);
+                    zz_flush_i16_eo_u(yo + 48, s3, su);
+                }
+            } else {
+                for (int sp = 0; sp < QK_K/64; ++sp) {
+                    ZZ_CM_PREFETCH(sp)
+                    __m256i a16[ZZ_MAX_T][4];
+                    for (int t = 0; t < nt; ++t) {
+                        for (int q = 0; q < 4; ++q) {
+                            a16[t][q] = _mm256_setzero_si256();
+                        }
+                    }
+                    for (int p = 0; p < np; ++p) {
+                        const __m256i qa = _mm256_loadu_si256((const __m256i *) (blk[2*p + 0]->qs + 32*sp));
+                        const __m256i qb = _mm256_loadu_si256((const __m256i *) (blk[2*p + 1]->qs + 32*sp));
+                        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+                        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+                        const __m256i l0 = _mm256_and_si256(u0, m4);
+                        const __m256i l1 = _mm256_and_si256(u1, m4);
+                        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
+                        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
+                        for (int t = 0; t < nt; ++t) {
+                            const __m256i cl = _mm256_set1_epi32(coef[t][p][2*sp + 0]);
+                            const __m256i cu = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
+                            a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
+                            a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
+                            a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, cu));
+                            a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, cu));
+                        }
+                    }
+                    for (int t = 0; t < nt; ++t) {
+                        const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
+                        const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
+                        float * yo = y + t*ldy + r*QK_K + 64*sp;
+                        zz_flush_i16_eo_u(yo +  0, a16[t][0], sl);
+                        zz_flush_i16_eo_u(yo + 16, a16[t][1], sl);
+                        zz_flush_i16_eo_u(yo + 32, a16[t][2], su);
+                        zz_flush_i16_eo_u(yo + 48, a16[t][3], su);
+                    }
+                }
+            }
+        }
+    }
+
+    #undef ZZ_CM_PREFETCH
+
+    // slot order -> output order, minus the min terms
+    for (int t = 0; t < nt; ++t) {
+        for (int64_t r = 0; r < nr; ++r) {
+            float * yr = y + t*ldy + r*QK_K;
+            const float * mr = mins + (t*nr + r)*8;
+            float tmp[QK_K];
+            memcpy(tmp, yr, sizeof(tmp));
+            for (int i = 0; i < QK_K; ++i) {
+                const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
+                yr[o] = tmp[i] - mr[o >> 5];
+            }
+        }
+    }
+}
+
+static void zz_gemv_cm_q4_K(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+                            const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins) {
+    if (nt == 1) {
+        if (cols == NULL) {
+            zz_q4_K_cm_impl(w, ldc, nr, NULL, k0, k1, x, ldx, 1, true,  y, ldy, mins);
+        } else {
+            zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, 1, false, y, ldy, mins);
+        }
+    } else {
+        zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy, mins);
+    }
+}
+
+ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
+    return type == GGML_TYPE_Q4_K ? zz_gemv_cm_q4_K : NULL;
 }
 
 //
@@ -882,6 +1194,11 @@ ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
 }
 
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
+    GGML_UNUSED(type);
+    return NULL;
+}
+
+ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
 }

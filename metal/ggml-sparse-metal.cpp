@@ -141,6 +141,9 @@ bool ggml_metal_sparse_supports_op(const ggml_tensor * op, bool has_simd_reducti
             x->nb[0] != sizeof(float) || op->type != GGML_TYPE_F32 || op->nb[0] != sizeof(float)) {
             return false;
         }
+        if (ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS) { // a CPU-repacked weight
+            return false;
+        }
         if (idx != nullptr && (idx->type != GGML_TYPE_I32 || x->ne[1] > GGML_SPARSE_MAX_BATCH)) {
             return false;
         }

@@ -117,6 +117,7 @@ struct llama_sparse_calib {
 };
 
 // c_j += ||W[:, j]||^2 over the rows of one zigzag weight: stored block j of stored row r holds W[rB .. rB+B-1, j]
+// (read as runs of n blocks; in the CPU's column-major layout block b of the tensor belongs to column b/nr)
 static bool add_col_norms(llama_sparse_calib * calib, const ggml_tensor * w, std::vector<double> & col_norm2) {
     const ggml_type_traits * traits = ggml_get_type_traits(w->type);
     if (traits->to_float == nullptr || w->buffer == nullptr) {
@@ -127,6 +128,7 @@ static bool add_col_norms(llama_sparse_calib * calib, const ggml_tensor * w, std
     const int64_t values = B*n;
     const size_t  bytes  = ggml_row_size(w->type, values);
     const bool    host   = ggml_backend_buffer_is_host(w->buffer);
+    const bool    cm     = ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_COLS;
 
     calib->wbuf.resize(values);
     if (!host) {
@@ -147,7 +149,7 @@ static bool add_col_norms(llama_sparse_calib * calib, const ggml_tensor * w, std
             for (int64_t i = 0; i < B; ++i) {
                 s += (double) v[j*B + i] * v[j*B + i];
             }
-            col_norm2[j] += s;
+            col_norm2[cm ? (r*n + j)/w->ne[1] : j] += s;
         }
     }
     return true;

@@ -7,6 +7,8 @@
 #include "llama-model-loader.h"
 #include "llama-model.h"
 
+#include "ggml-backend.h"
+#include "ggml-sparse-cpu.h"
 #include "gguf.h"
 
 #include <atomic>
@@ -21,6 +23,11 @@
 #include <string>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 namespace {
 
 struct sparse_level {
@@ -33,6 +40,8 @@ struct sparse_model_info {
     int32_t                   n_zigzag = 0;
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
+    bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
+    std::vector<void *>       cpu_buffers;             // repacked copies of read-only (mapped) weights
 };
 
 std::mutex                                       g_mutex;
@@ -258,7 +267,104 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
 
 void llama_sparse_model_free(const llama_model * model) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_models.erase(model);
+    auto it = g_models.find(model);
+    if (it != g_models.end()) {
+        for (void * p : it->second.cpu_buffers) {
+            free(p);
+        }
+        g_models.erase(it);
+    }
+}
+
+//
+// CPU runtime layout
+//
+
+#if defined(__linux__)
+// writable mappings of this process ([start, end) pairs): a weight inside one is repacked in place
+static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
+    std::vector<std::pair<uintptr_t, uintptr_t>> res;
+    FILE * f = fopen("/proc/self/maps", "r");
+    if (f == nullptr) {
+        return res;
+    }
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long a, b;
+        char perms[8] = {};
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3 && perms[1] == 'w') {
+            res.emplace_back((uintptr_t) a, (uintptr_t) b);
+        }
+    }
+    fclose(f);
+    return res;
+}
+#endif
+
+// LLAMA_SPARSE_CPU_LAYOUT=cols: CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
+// ggml-sparse.h), where the build has a kernel for it. Opt-in: faster from ~50 % sparsity, slower dense
+// (bench/results/gemv_cpu_colmajor_2026-11-23.md). Done when the model's first context is created (every
+// weight is loaded by then): in place through one tensor-sized temporary where the weight is writable,
+// else (mmap) into a new buffer, giving the mapped pages back.
+static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
+    if (info.cpu_layout_done) {
+        return;
+    }
+    info.cpu_layout_done = true;
+    const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
+    if (env == nullptr || strcmp(env, "cols") != 0) {
+        return;
+    }
+#if defined(__linux__)
+    const auto   rw   = writable_ranges();
+    const size_t page = (size_t) sysconf(_SC_PAGESIZE);
+#endif
+    int    n_done = 0;
+    size_t bytes  = 0;
+    for (const auto & nt : model.tensors_by_name) {
+        ggml_tensor * t = nt.second;
+        if (!ggml_sparse_is_zigzag(t) || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
+            ggml_sparse_zz_gemv_cm_x86(t->type) == nullptr || t->buffer == nullptr ||
+            !ggml_backend_buffer_is_host(t->buffer) || !ggml_is_contiguous(t) || t->ne[2] != 1 || t->ne[3] != 1) {
+            continue;
+        }
+        const size_t size = ggml_nbytes(t);
+        void * packed = malloc(size);
+        if (packed == nullptr) {
+            LLAMA_LOG_WARN("%s: out of memory repacking %s, keeping the row layout\n", __func__, t->name);
+            continue;
+        }
+        ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
+        bool writable = false;
+#if defined(__linux__)
+        const uintptr_t a = (uintptr_t) t->data;
+        for (const auto & r : rw) {
+            writable = writable || (a >= r.first && a + size <= r.second);
+        }
+#endif
+        if (writable) {
+            memcpy(t->data, packed, size);
+            free(packed);
+        } else {
+#if defined(__linux__)
+            // the file pages of the old layout are not read again: drop them from this process
+            const uintptr_t p0 = (a + page - 1) & ~(uintptr_t) (page - 1);
+            const uintptr_t p1 = (a + size) & ~(uintptr_t) (page - 1);
+            if (p1 > p0) {
+                madvise((void *) p0, p1 - p0, MADV_DONTNEED);
+            }
+#endif
+            t->data = packed;
+            info.cpu_buffers.push_back(packed);
+        }
+        ggml_sparse_zz_set_layout(t, GGML_SPARSE_ZZ_LAYOUT_COLS);
+        n_done++;
+        bytes += size;
+    }
+    if (n_done > 0) {
+        LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) in the column-major CPU layout (%zu copied out of read-only mappings)\n",
+                __func__, n_done, bytes/1048576.0, info.cpu_buffers.size());
+    }
 }
 
 bool llama_sparse_check_dims(const ggml_tensor * cur, const std::vector<int64_t> & ne) {
@@ -359,6 +465,14 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
 }
 
 llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const llama_model & model) {
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        auto it = g_models.find(&model);
+        if (it != g_models.end()) {
+            repack_cpu_weights(model, it->second);
+        }
+    }
+
     auto * sctx = new llama_sparse_context();
     sctx->model = &model;
 
