@@ -183,6 +183,31 @@ ZZ_INLINE void zz_q4_K_sums_t1(const block_q4_K * const * bp, const block_q4_K *
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
+// a16[t][0..3] += the nibbles of the 32-byte run sp of two blocks (a column pair) times the pair's
+// coefficients c[t*cstride + 2*sp] (low nibbles) and c[t*cstride + 2*sp + 1] (high), t < nt: the inner step
+// of the batch (T > 1) paths of both Q4_K kernels
+ZZ_INLINE void zz_q4_K_pair_step(const uint8_t * qs_a, const uint8_t * qs_b, const int32_t * c, int cstride, int sp,
+                                 int nt, __m256i a16[ZZ_MAX_T][4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i qa = _mm256_loadu_si256((const __m256i *) (qs_a + 32*sp));
+    const __m256i qb = _mm256_loadu_si256((const __m256i *) (qs_b + 32*sp));
+    // byte pairs (a_l, b_l): u0 holds l = 0..7 | 16..23, u1 holds l = 8..15 | 24..31
+    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
+    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
+    const __m256i l0 = _mm256_and_si256(u0, m4);
+    const __m256i l1 = _mm256_and_si256(u1, m4);
+    const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
+    const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
+    for (int t = 0; t < nt; ++t) {
+        const __m256i cl = _mm256_set1_epi32(c[t*cstride + 2*sp + 0]);
+        const __m256i cu = _mm256_set1_epi32(c[t*cstride + 2*sp + 1]);
+        a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
+        a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
+        a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, cu));
+        a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, cu));
+    }
+}
+
 ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t k0, int64_t k1,
                             const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy) {
     enum { NG = ZZ_GROUP*ZZ_CHUNK }; // columns per group
@@ -197,7 +222,6 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
         vmin[t] = _mm256_setzero_ps();
     }
 
-    const __m256i m4       = _mm256_set1_epi8(0x0F);
     const __m256i lane_id  = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     // fp16 (d, dmin) dwords -> d halves in qword 0, dmin halves in qword 1 of each lane
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
@@ -388,23 +412,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                     }
                 }
                 for (int p = p0; p < p1; ++p) {
-                    const __m256i qa = _mm256_loadu_si256((const __m256i *) (ZZ_BLK(2*p + 0)->qs + 32*sp));
-                    const __m256i qb = _mm256_loadu_si256((const __m256i *) (ZZ_BLK(2*p + 1)->qs + 32*sp));
-                    // byte pairs (a_l, b_l): u0 holds l = 0..7 | 16..23, u1 holds l = 8..15 | 24..31
-                    const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
-                    const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
-                    const __m256i l0 = _mm256_and_si256(u0, m4);
-                    const __m256i l1 = _mm256_and_si256(u1, m4);
-                    const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
-                    const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
-                    for (int t = 0; t < nt; ++t) {
-                        const __m256i cl = _mm256_set1_epi32(coef[t][p][2*sp + 0]);
-                        const __m256i cu = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
-                        a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
-                        a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
-                        a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, cu));
-                        a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, cu));
-                    }
+                    zz_q4_K_pair_step(ZZ_BLK(2*p + 0)->qs, ZZ_BLK(2*p + 1)->qs, &coef[0][p][0], (NG/2)*8, sp, nt, a16);
                 }
                 for (int t = 0; t < nt; ++t) {
                     const __m256 sl = _mm256_set1_ps(sf[t][ch][2*sp + 0]);
@@ -527,7 +535,6 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
     const __m256i pair_idx = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
                                               0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-    const __m256i m4       = _mm256_set1_epi8(0x0F);
 
     float    xd[ZZ_MAX_T][NG]        __attribute__((aligned(32)));
     float    xm[ZZ_MAX_T][NG]        __attribute__((aligned(32)));
@@ -683,22 +690,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
                         }
                     }
                     for (int p = 0; p < np; ++p) {
-                        const __m256i qa = _mm256_loadu_si256((const __m256i *) (blk[2*p + 0]->qs + 32*sp));
-                        const __m256i qb = _mm256_loadu_si256((const __m256i *) (blk[2*p + 1]->qs + 32*sp));
-                        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
-                        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
-                        const __m256i l0 = _mm256_and_si256(u0, m4);
-                        const __m256i l1 = _mm256_and_si256(u1, m4);
-                        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
-                        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
-                        for (int t = 0; t < nt; ++t) {
-                            const __m256i cl = _mm256_set1_epi32(coef[t][p][2*sp + 0]);
-                            const __m256i cu = _mm256_set1_epi32(coef[t][p][2*sp + 1]);
-                            a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(l0, cl));
-                            a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(l1, cl));
-                            a16[t][2] = _mm256_add_epi16(a16[t][2], _mm256_maddubs_epi16(h0, cu));
-                            a16[t][3] = _mm256_add_epi16(a16[t][3], _mm256_maddubs_epi16(h1, cu));
-                        }
+                        zz_q4_K_pair_step(blk[2*p + 0]->qs, blk[2*p + 1]->qs, &coef[0][p][0], (NG/2)*8, sp, nt, a16);
                     }
                     for (int t = 0; t < nt; ++t) {
                         const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
