@@ -49,6 +49,25 @@
 #define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
 #define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
 
+// -DSPARQ_PHASE_TIMING (diagnostics, standalone test builds): thread 0 of the first block of each kernel stamps
+// %globaltimer at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns)
+#ifdef SPARQ_PHASE_TIMING
+__device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
+#define SPARQ_MARK(kern, i)                                                                                    \
+    do {                                                                                                         \
+        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {                         \
+            unsigned long long t_;                                                                               \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
+            sparq_phase_ns[kern][i] = t_;                                                                        \
+        }                                                                                                        \
+    } while (0)
+void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]) {
+    CUDA_CHECK(cudaMemcpyFromSymbol(out, sparq_phase_ns, sizeof(sparq_phase_ns)));
+}
+#else
+#define SPARQ_MARK(kern, i) do {} while (0)
+#endif // SPARQ_PHASE_TIMING
+
 template <typename T> static __device__ __forceinline__ float sparq_f(const T v);
 template <> __device__ __forceinline__ float sparq_f<float>(const float v) { return v; }
 template <> __device__ __forceinline__ float sparq_f<half>(const half v) { return __half2float(v); }
@@ -157,8 +176,10 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     const int warp = tid / WARP_SIZE;
     const int rr   = min(a.r, D);
 
+    SPARQ_MARK(0, 0);
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc(); // the select kernel may get its blocks resident; it waits for this grid's end itself
+    SPARQ_MARK(0, 1);
 
     const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
@@ -236,6 +257,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
         }
     }
     __syncthreads();
+    SPARQ_MARK(0, 2); // i1, temperature and coefficients ready
 
     const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
     float acc[GM][SPARQ_SC_PPT];
@@ -279,6 +301,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
         }
     }
 
+    SPARQ_MARK(0, 3); // products of the r rows done
     float mv[SPARQ_SC_PPT];
     int   nv = 0;
 #pragma unroll
@@ -363,6 +386,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
         }
         a.nvis[(int64_t) unit*a.nblk + blockIdx.x] = c;
     }
+    SPARQ_MARK(0, 4);
 }
 
 // thr = the k-th largest of keys[0..n), kk = how many keys equal to thr belong to the k largest; 8 bits a pass
@@ -591,8 +615,10 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     }
 #endif
 
+    SPARQ_MARK(1, 0);
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc(); // the next kernel waits for this grid's end itself
+    SPARQ_MARK(1, 1);
 
     sparq_load_q(a, kh, t, s, G, s_q);
     for (int h = warp; h < G; h += SPARQ_AT_WARPS) {
@@ -623,6 +649,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         }
     }
     __syncthreads();
+    SPARQ_MARK(1, 2); // step-1 statistics merged
 
     const int nvis  = s_nvis;
     float   * dst_u = a.dst + ((int64_t) unit*a.H + kh*G)*a.Dv;
@@ -669,6 +696,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         }
     }
 #endif
+    SPARQ_MARK(1, 3); // keys in block 0's shared memory
 
     int nsel;
     if (dense) {
@@ -713,6 +741,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             }
         }
         __syncthreads();
+        SPARQ_MARK(1, 4); // candidates above the bound collected
         const int nc = s_ncand; // >= k_top
         if (nc <= SPARQ_CAND_MAX) {
             // exact ranks (distinct): pairs (candidate, segment of the candidates) over the threads
@@ -744,6 +773,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         }
     }
     __syncthreads();
+    SPARQ_MARK(1, 5); // the k positions chosen
 
     // exact attention over the rows s_sel[0..nsel): online softmax per warp (K and V of RB rows in flight)
     const bool   blend = !dense && (a.flags & 1) != 0;
@@ -854,6 +884,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         }
         dst_u[e] = y;
     }
+    SPARQ_MARK(1, 6);
 }
 
 // ---- split step 2: many blocks per KV head (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1; measured no faster on the H100) ----

@@ -10,6 +10,7 @@
 #define SPARQ_SPLIT_NSEG    16    // split step 2: most position segments per KV head
 #define SPARQ_SPLIT_SEG_MIN 512   // split step 2: fewest positions per segment
 #define SPARQ_SPLIT_SEG_MAX 2816  // split step 2: most positions per segment (NSEG*SEG_MAX >= MAX_NKV)
+#define SPARQ_PHASES        8     // phase stamps per kernel (-DSPARQ_PHASE_TIMING diagnostics)
 
 // launch arguments: the op fills them from its tensors, the standalone test (cuda/tests) directly.
 // Byte strides; shapes and semantics as in ggml-sparse.h. Every dimension must be within the limits above.
@@ -46,6 +47,9 @@ size_t sparq_attn_scratch_size(const sparq_args & a);
 
 // two kernels on stream, no host synchronization (graph safe); scratch: sparq_attn_scratch_size bytes
 void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream);
+#ifdef SPARQ_PHASE_TIMING
+void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]); // the last call's phase stamps (ns, %globaltimer)
+#endif
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // whether the CUDA kernels take this GGML_OP_SPARQ_ATTN node (shapes, types and the limits above)

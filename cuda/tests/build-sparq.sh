@@ -8,6 +8,7 @@
 #   GGML_LIB_DIR           directory with libggml-base.so (default ~/.cache/llama-sparse/stock-build/bin;
 #                          on the device: the fork build's bin/)
 #   CUDA_ARCH              default 90;  CC  host C compiler for the CPU reference (default gcc)
+#   NVCC_FLAGS             extra nvcc flags, e.g. -DSPARQ_PHASE_TIMING (per-phase stamps printed by `bench`)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,7 +27,7 @@ ref_obj="$(dirname "$out")/ggml-sparse-cpu-sparq.o"
 set -x
 "${CC:-gcc}" -std=c11 -O2 -D_GNU_SOURCE -Dggml_barrier=sparq_test_barrier "${inc[@]}" -I "$upstream/ggml/src/ggml-cpu" \
     -c "$root/ggml-sparse/ggml-sparse-cpu-sparq.c" -o "$ref_obj"
-"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -lineinfo -DGGML_SPARSE_CUDA_STANDALONE \
+"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -lineinfo ${NVCC_FLAGS:-} -DGGML_SPARSE_CUDA_STANDALONE \
     "${inc[@]}" -I "$cuda_dir/compat" \
     "$here/test_sparq_cuda.cu" "$cuda_dir/sparq-attn.cu" "$ref_obj" \
     -L "$libdir" -lggml-base -Xlinker -rpath -Xlinker "$libdir" \

@@ -569,6 +569,19 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             us_of[step2] = (float) us;
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
                    2.0*8*S*128*2/1e6, bytes/us/1e3);
+#ifdef SPARQ_PHASE_TIMING
+            if (step2 == 1) {
+                // single variant: where the first block of each kernel spent the last call (us between stamps)
+                unsigned long long ph[2][SPARQ_PHASES];
+                sparq_phase_read(ph);
+                auto d = [&](int k1, int i1, int k0, int i0) { return 1e-3*(double) (long long) (ph[k1][i1] - ph[k0][i0]); };
+                printf("%8lld   phases us: scores [pdl wait %.2f, i1+coef %.2f, r-row products %.2f, mask+stats %.2f]"
+                       " gap %.2f attend [pdl wait %.2f, stats merge %.2f, keys %.2f, bound+candidates %.2f,"
+                       " ranks %.2f, attention+out %.2f]\n", (long long) S,
+                       d(0, 1, 0, 0), d(0, 2, 0, 1), d(0, 3, 0, 2), d(0, 4, 0, 3), d(1, 0, 0, 4), d(1, 1, 1, 0),
+                       d(1, 2, 1, 1), d(1, 3, 1, 2), d(1, 4, 1, 3), d(1, 5, 1, 4), d(1, 6, 1, 5));
+            }
+#endif
             CUDA_CHECK(cudaEventDestroy(e0));
             CUDA_CHECK(cudaEventDestroy(e1));
             CUDA_CHECK(cudaGraphExecDestroy(exec));

@@ -30,6 +30,7 @@
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
+#   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
@@ -252,6 +253,15 @@ remote() {
             LLAMA_SPARSE_SPARQ_HOST_REBUILD=1 python3 "$repo/bench/sparq_state_check.py" "$m4" --ngl 99 --depth 16384 \
                 > "$out/sparq-state-host.log" 2>&1 || rc=$?
             echo "host round trip: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-state-host.log" | tail -6
+            ;;
+        sparq-phases)
+            # where the single SparQ variant spends its time: per-phase %globaltimer stamps of the first block of
+            # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
+                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 ||
+                { tail -40 "$out/build-sparq-phases.log"; exit 1; }
+            timeout 120 /tmp/sparq-test/t-phases bench --variant single 2>&1 | tee "$out/sparq-phases.log" || echo "bench failed"
+            timeout 120 /tmp/sparq-test/t-phases bench --variant single --warm 2>&1 | tee -a "$out/sparq-phases.log" || echo "bench --warm failed"
             ;;
         test-bins)
             # both standalone CUDA test programs, built only (for sanitize without the full test runs)
