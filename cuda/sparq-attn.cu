@@ -41,7 +41,9 @@
 #define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
-#define SPARQ_SC_THREADS  64
+#ifndef SPARQ_SC_THREADS
+#define SPARQ_SC_THREADS  64                                // step-1 block: a power of two, 64..256
+#endif
 #define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
 #define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
 #define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)

@@ -257,11 +257,22 @@ remote() {
         sparq-phases)
             # where the single SparQ variant spends its time: per-phase %globaltimer stamps of the first block of
             # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
+            # and the same with 256-thread step-1 blocks (SPARQ_SC_THREADS=256: a quarter of the blocks, so a quarter
+            # of the per-block top-r and coefficient work), checked against the CPU reference first
             GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 ||
-                { tail -40 "$out/build-sparq-phases.log"; exit 1; }
-            timeout 120 /tmp/sparq-test/t-phases bench --variant single 2>&1 | tee "$out/sparq-phases.log" || echo "bench failed"
-            timeout 120 /tmp/sparq-test/t-phases bench --variant single --warm 2>&1 | tee -a "$out/sparq-phases.log" || echo "bench --warm failed"
+                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 & local p1=$!
+            mkdir -p /tmp/sparq-test/b256
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="-DSPARQ_PHASE_TIMING -DSPARQ_SC_THREADS=256" \
+                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/b256/t > "$out/build-sparq-phases256.log" 2>&1 ||
+                { tail -40 "$out/build-sparq-phases256.log"; exit 1; }
+            wait $p1 || { tail -40 "$out/build-sparq-phases.log"; exit 1; }
+            local rc=0
+            timeout 200 /tmp/sparq-test/b256/t test > "$out/sparq-test-256.log" 2>&1 || rc=$?
+            echo "SPARQ_SC_THREADS=256: test_sparq_cuda test (both variants): rc $rc"; tail -1 "$out/sparq-test-256.log"
+            for b in t-phases b256/t t-phases b256/t; do
+                echo "-- $b"
+                timeout 60 /tmp/sparq-test/$b bench --variant single 2>&1 | tee -a "$out/sparq-phases.log" | grep -v "^device\|step2" || echo "bench failed"
+            done
             ;;
         test-bins)
             # both standalone CUDA test programs, built only (for sanitize without the full test runs)
