@@ -4,7 +4,7 @@
 // Two kernels per call (single step 2, the default) or four (split step 2: see "split step 2" below;
 // LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 or sparq_args::step2 = 2 picks it), no host synchronization
 // (CUDA-graph safe):
-//  1. sparq_scores, grid (chunks of 512 positions, KV heads, tokens x streams), 64 threads, 8 positions each:
+//  1. sparq_scores, grid (chunks of 2048 positions, KV heads, tokens x streams), 256 threads, 8 positions each:
 //     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
 //     reads the r rows of k_t over its chunk with one 16-byte load per row and thread, and writes the
 //     approximate scores of the G heads plus, per head, the chunk's max and sum of exp (a split softmax)
@@ -41,8 +41,11 @@
 #define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
+// step-1 block: a power of two, 64..256. Every block finds i1 and the coefficients itself; at 256 threads there
+// are a quarter of the blocks of 64 and that work took 4.6-6.0 us instead of 8.3-10.3 (H100, S 4k-32k), the op
+// 47.3 / 50.2 / 57.0-58.3 us instead of 48.6 / 51.4 / 60.9-61.2 (bench/results/cuda_h100_2026-11-23b.md)
 #ifndef SPARQ_SC_THREADS
-#define SPARQ_SC_THREADS  64                                // step-1 block: a power of two, 64..256
+#define SPARQ_SC_THREADS  256
 #endif
 #define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
 #define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
