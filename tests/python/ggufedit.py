@@ -33,3 +33,19 @@ def rewrite_gguf(src: Path, dst: Path, set_kv: dict[str, tuple[Any, GGUFValueTyp
     w.write_tensors_to_file()
     w.close()
     return dst
+
+
+def zigzag_with_levels(src: Path, d: Path, zz_type: str, levels: dict[str, tuple[float, float]]) -> Path:
+    """src converted to zigzag zz_type in d, with hand-set levels: name -> (target, one threshold for every group).
+    Mechanics only: real thresholds come from calibrate."""
+    from llama_sparse.convert import convert
+    zz = convert(src, d / "zz.gguf", zz_type, progress=False).output
+    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
+    V = GGUFValueType
+    kv: dict[str, tuple[Any, GGUFValueType, Any]] = {
+        "llama_sparse.levels": (list(levels), V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([t for t, _ in levels.values()], V.ARRAY, V.FLOAT32)}
+    for name, (_, thr) in levels.items():
+        kv[f"llama_sparse.thresholds.{name}"] = ([thr] * (4 * n_layer), V.ARRAY, V.FLOAT32)
+    return rewrite_gguf(zz, d / "zz-levels.gguf", kv)
+

@@ -14,9 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader, GGUFValueType as V
 
-from ggufedit import rewrite_gguf
+from ggufedit import zigzag_with_levels
 
 CLI = [sys.executable, "-m", "llama_sparse"]
 WIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
@@ -25,15 +24,8 @@ WIKI = Path(__file__).resolve().parents[3] / "shared" / "data" / "wikitext-2-raw
 @pytest.fixture(scope="module")
 def leveled(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A zigzag SmolLM2 with two hand-set levels (mechanics only; real thresholds come from calibrate)."""
-    from llama_sparse.convert import convert
-    d = tmp_path_factory.mktemp("cli")
-    zz = convert(smollm2_gguf, d / "zz.gguf", "q8_0", progress=False).output
-    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
-    return rewrite_gguf(zz, d / "zz-levels.gguf", {
-        "llama_sparse.levels": (["0.25", "0.50"], V.ARRAY, V.STRING),
-        "llama_sparse.level_targets": ([0.25, 0.5], V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.25": ([0.02] * (4 * n_layer), V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.50": ([0.05] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("cli"), "q8_0",
+                              {"0.25": (0.25, 0.02), "0.50": (0.5, 0.05)})
 
 
 def test_chat_from_pipe(leveled: Path):

@@ -5,25 +5,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType as V
 
-from ggufedit import rewrite_gguf
+from ggufedit import zigzag_with_levels
 from test_runtime import _kl_top1, _logprobs, _text_tokens
 
 
 @pytest.fixture(scope="module")
 def leveled(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Zigzag SmolLM2 with hand-set thresholds; a "0.00" level whose thresholds are all zero."""
-    from llama_sparse.convert import convert
-    d = tmp_path_factory.mktemp("sparse")
-    zz = convert(smollm2_gguf, d / "zz.gguf", "q8_0", progress=False).output
-    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
-    return rewrite_gguf(zz, d / "zz-levels.gguf", {
-        "llama_sparse.levels": (["0.00", "0.25", "0.50"], V.ARRAY, V.STRING),
-        "llama_sparse.level_targets": ([0.0, 0.25, 0.5], V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.00": ([0.0] * (4 * n_layer), V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.25": ([0.02] * (4 * n_layer), V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.50": ([0.05] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("sparse"), "q8_0",
+                              {"0.00": (0.0, 0.0), "0.25": (0.25, 0.02), "0.50": (0.5, 0.05)})
 
 
 def _greedy(llm, prompt: str, n: int = 24) -> str:
@@ -107,14 +98,7 @@ def test_small_batches_use_the_union(leveled: Path):
 @pytest.fixture(scope="module")
 def leveled_q4k(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same levels on a q4_k zigzag SmolLM2 (gate/up Q4_K, 1536 rows; the 576-row weights Q8_0)."""
-    from llama_sparse.convert import convert
-    d = tmp_path_factory.mktemp("sparse_q4k")
-    zz = convert(smollm2_gguf, d / "zz.gguf", "q4_k", progress=False).output
-    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
-    return rewrite_gguf(zz, d / "zz-levels.gguf", {
-        "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
-        "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32),
-        "llama_sparse.thresholds.0.50": ([0.05] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("sparse_q4k"), "q4_k", {"0.50": (0.5, 0.05)})
 
 
 def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch):
