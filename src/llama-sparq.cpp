@@ -160,7 +160,7 @@ void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
 // rebuild k_t from the K cache where both live: one ggml_cpy of K's transposed view per layer, computed by the
 // first backend of the scheduler that takes the layer's buffer type (GPU before CPU). A whole 32k-cell cache
 // of an 8B model is ~1 ms on a GPU this way, against seconds through the host. False: not possible here.
-bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
+static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
     if (sched == nullptr) {
         return false;
     }
@@ -215,8 +215,8 @@ bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, ggml_back
     return true;
 }
 
-// rebuild k_t from the K cache (host round trip; the fallback of sparq_rebuild_k_backend)
-void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st) {
+// rebuild k_t from the K cache through the host (the fallback of sparq_rebuild_k_backend)
+static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
     const int64_t kv_size = kv.get_size();
     std::vector<uint8_t> src, dst;
     for (size_t i = 0; i < acc::n_layers(kv); ++i) {
@@ -236,6 +236,14 @@ void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st) {
             }
         }
         ggml_backend_tensor_set(kt, dst.data(), 0, dst.size());
+    }
+}
+
+// rebuild k_t from the K cache: on the cache's backend, else (or with LLAMA_SPARSE_SPARQ_HOST_REBUILD) the host
+void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
+    static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
+    if (host_only || !sparq_rebuild_k_backend(kv, st, sched)) {
+        sparq_rebuild_k_host(kv, st);
     }
     st.stale_k = false;
 }
@@ -448,12 +456,7 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     if (st.stale_k || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
         if (st.stale_k) {
-            static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
-            if (!host_only && sparq_rebuild_k_backend(*kv, st, sched)) {
-                st.stale_k = false;
-            } else {
-                sparq_rebuild_k(*kv, st);
-            }
+            sparq_rebuild_k(*kv, st, sched);
         }
         if (st.stale_v && st.mean_v) {
             std::vector<uint8_t> skip(kv_size*acc::n_stream(*kv), 0);
