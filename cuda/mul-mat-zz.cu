@@ -1338,12 +1338,11 @@ static __global__ void zz_zero_kernel(float * y, const int64_t m, const int64_t 
     }
 }
 
+static int zz_env_int(const char * name);
+
 // LLAMA_SPARSE_CUDA_ZERO_KERNEL=1: zero y with zz_zero_kernel instead of a memset node (an experiment)
 static bool zz_zero_by_kernel() {
-    static const bool on = [] {
-        const char * env = getenv("LLAMA_SPARSE_CUDA_ZERO_KERNEL");
-        return env != nullptr && atoi(env) != 0;
-    }();
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_ZERO_KERNEL") > 0;
     return on;
 }
 
@@ -1546,8 +1545,7 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
     if (cfg.n2 > ZZ_DIRECT_MAX_WARPS) {
         // a tune entry or LLAMA_SPARSE_CUDA_N2 asked for bigger blocks: as many warps in blocks of 4
         cfg.n1 *= (cfg.n2 + ZZ_DIRECT_MAX_WARPS - 1)/ZZ_DIRECT_MAX_WARPS;
-        cfg.n2  = ZZ_DIRECT_MAX_WARPS;
-        cfg.cluster = cfg.n1 <= 8 ? cfg.cluster : 0;
+        cfg.n2  = ZZ_DIRECT_MAX_WARPS; // (zz_red_mode drops a cluster when n1 > 8)
     }
     float * ws;
     int   * tickets;
