@@ -2,6 +2,7 @@
 # llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
 # usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]
+#                          [-L rows|cols|both] [-P procs (default 4; 0: both sides in one process, the old way)]
 #   env: NO_SAVE=1 to only print; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros
 set -euo pipefail
 
@@ -24,7 +25,8 @@ mkdir -p "$out"
     -L"$bin" -Wl,-rpath,"$bin" -lggml-cpu -lggml-base -lpthread -lm \
     -o "$out/gemv_cpu"
 
-# stock runs on OpenMP threads: keep them spinning between calls like the zigzag pool does
+# stock runs on OpenMP threads: keep them spinning between calls like the zigzag pool does (the bench runs
+# each side in its own processes, so neither side's spinners compete with the other's calls; -P in gemv_cpu.c)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-active}"
 table="$("$out/gemv_cpu" "$@")"
 echo "$table"
