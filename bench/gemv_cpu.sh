@@ -3,7 +3,7 @@
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
 # usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]
 #                          [-L rows|cols|both] [-P procs (default 4; 0: both sides in one process, the old way)]
-#   env: NO_SAVE=1 to only print; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros
+#   env: NO_SAVE=1 to only print; GEMV_RES=file to append to another results file; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,21 +28,22 @@ mkdir -p "$out"
 # stock runs on OpenMP threads: keep them spinning between calls like the zigzag pool does (the bench runs
 # each side in its own processes, so neither side's spinners compete with the other's calls; -P in gemv_cpu.c)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-active}"
+up_start="$(uptime)"
 table="$("$out/gemv_cpu" "$@")"
 echo "$table"
 
 if [ "${NO_SAVE:-0}" != "1" ]; then
     # one section per run, appended: a day's runs (hot/cold, thread counts) share a file
-    res="$root/bench/results/gemv_cpu_$(date +%Y-%m-%d).md"
+    res="${GEMV_RES:-$root/bench/results/gemv_cpu_$(date +%Y-%m-%d).md}"
     [ -f "$res" ] || printf '# CPU decode GEMV: stock Q4_K mul_mat vs zigzag MUL_MAT_ZZ\n' > "$res"
     {
         echo
-        echo "## $(date -u +%H:%MZ): \`${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }bench/gemv_cpu.sh $*\`"
+        echo "## $(date -u +%H:%MZ): \`${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }OMP_WAIT_POLICY=$OMP_WAIT_POLICY bench/gemv_cpu.sh $*\`"
         echo
         echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
              "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
         echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)," \
-             "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+             "load average at start: $(echo "$up_start" | sed 's/.*load average: //'), at end: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo
         echo "$table"
     } >> "$res"
