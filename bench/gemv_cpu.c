@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -275,6 +276,7 @@ struct side_out {
     double  t[MAX_CONF][MAX_REPS];
     double  t_idx;
     int64_t active[MAX_CONF];
+    long    preempt; // involuntary context switches of its threads during the timed rounds
     int     ok;
     float   y[]; // [MAX_CONF][m]: outputs on weight copy 0, for the check
 };
@@ -288,6 +290,15 @@ static struct side_out * side_out_new(int64_t m) {
 
 static void side_out_free(struct side_out * o, int64_t m) {
     munmap(o, sizeof(struct side_out) + sizeof(float)*MAX_CONF*m);
+}
+
+// involuntary context switches of this process's threads: with 2 threads on 2 cores any foreign work
+// during the timed rounds preempts ours (a spinning worker's sched_yield then switches too), so every
+// process reports how often that happened (CPU-time shares are too coarse over a few ms of stock calls)
+static long nivcsw_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nivcsw;
 }
 
 // times reps rounds of the chosen side(s), each round one call of every configuration (a warm-up of 20
@@ -307,7 +318,11 @@ static void side_run(struct stock_bench * sb, struct zz_bench * b, bool do_stock
         }
         out->t_idx = conf[nconf - 1].t_idx;
     }
+    long nivcsw0 = 0;
     for (int i = -20; i < reps; ++i) {
+        if (i == 0) {
+            nivcsw0 = nivcsw_now();
+        }
         for (int k = do_stock ? 0 : 1; k < (do_zz ? nconf : 1); ++k) {
             const double dt = k == 0 ? stock_run(sb) : zz_conf_run(&conf[k], b, &pool, -1);
             if (i >= 0) {
@@ -315,6 +330,7 @@ static void side_run(struct stock_bench * sb, struct zz_bench * b, bool do_stock
             }
         }
     }
+    out->preempt = nivcsw_now() - nivcsw0;
     if (do_stock) {
         memcpy(out->y, stock_run_copy0(sb), sizeof(float)*b->m);
     }
@@ -577,6 +593,7 @@ int main(int argc, char ** argv) {
     const int n_runs   = n_procs > 0 ? n_procs : 1;
     static double t_all[MAX_CONF][MAX_PROCS*MAX_REPS];
     static double t_proc[3][MAX_PROCS][MAX_CONF]; // per process (or the one run): its fastest/median
+    static long   preempt[3][MAX_PROCS][2];        // stock's process preemptions, zigzag's
     char checks[3][512];
     int  failures = 0;
     for (int si = 0; si < n_shapes; ++si) {
@@ -647,6 +664,8 @@ int main(int argc, char ** argv) {
                 t_proc[si][p][k] = median(tmp, reps);
             }
             t_idx = oz->t_idx;
+            preempt[si][p][0] = os->preempt;
+            preempt[si][p][1] = oz->preempt;
         }
         double tm[MAX_CONF];
         for (int k = 0; k < nconf; ++k) {
@@ -678,10 +697,11 @@ int main(int argc, char ** argv) {
 
     if (n_procs > 0) {
         // each process's own figure: the spread across processes (machine-load swings) next to the pooled one
-        printf("\nper process (%s of its %d rounds; row p: the p-th stock process and the p-th zigzag process):\n\n",
+        printf("\nper process (%s of its %d rounds; row p: the p-th stock process and the p-th zigzag process; preempt: the "
+               "process's involuntary context switches during its timed rounds, ~0 when nothing else ran on the cores):\n\n",
                use_min ? "fastest" : "median", reps);
-        printf("| m x n | p | stock |%s\n|---|---|---|", hdr);
-        for (int k = 1; k < nconf; ++k) {
+        printf("| m x n | p | stock |%s preempt stock | preempt zz |\n|---|---|---|", hdr);
+        for (int k = 1; k < nconf + 2; ++k) {
             printf("---|");
         }
         printf("\n");
@@ -691,7 +711,7 @@ int main(int argc, char ** argv) {
                 for (int k = 0; k < nconf; ++k) {
                     printf(" %.1f |", t_proc[si][p][k]);
                 }
-                printf("\n");
+                printf(" %ld | %ld |\n", preempt[si][p][0], preempt[si][p][1]);
             }
         }
     }
