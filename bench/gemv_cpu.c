@@ -7,8 +7,8 @@
 // -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's, -S 2: 4096x4096 only; -p s: only sparsity s;
 // -L rows|cols|both: zigzag weights in the file's row layout (default), in the column-major runtime layout
 // (ggml_sparse_zz_to_colmajor), or both side by side (the two layouts' calls alternate in every round);
-// -P procs (default 4): each side runs in its own processes, procs of each, alternating (stock, zigzag,
-// zigzag, stock, ...), each timing -r rounds; the table takes the fastest/median over all of a side's
+// -P procs (default 6): each side runs in its own processes, procs of each, alternating (stock, zigzag,
+// zigzag, stock, ...), each timing -r rounds (stock: each round as many calls as zigzag's, the first timed); the table takes the fastest/median over all of a side's
 // rounds. Two threads on two cores leave no room for a foreign thread: stock's OpenMP workers keep
 // spinning after a call (OMP_WAIT_POLICY=active) and the zigzag pool's workers spin between jobs, so
 // in one process either side's spinners slow the other side's calls. A process that exits takes its
@@ -318,6 +318,9 @@ static void side_run(struct stock_bench * sb, struct zz_bench * b, bool do_stock
         }
         out->t_idx = conf[nconf - 1].t_idx;
     }
+    // stock alone: a round makes as many calls as a zigzag round (back to back, over as long a time) and
+    // times the first, so both sides' samples are as many and spread over as much of the machine's swings
+    const int stock_calls = do_zz ? 1 : nconf - 1;
     long nivcsw0 = 0;
     for (int i = -20; i < reps; ++i) {
         if (i == 0) {
@@ -328,6 +331,9 @@ static void side_run(struct stock_bench * sb, struct zz_bench * b, bool do_stock
             if (i >= 0) {
                 out->t[k][i] = dt;
             }
+        }
+        for (int c = 1; do_stock && c < stock_calls; ++c) {
+            stock_run(sb);
         }
     }
     out->preempt = nivcsw_now() - nivcsw0;
@@ -522,7 +528,7 @@ int main(int argc, char ** argv) {
     bool cold     = false;
     int shape_set = 0; // 0: Llama-2-7B shapes, 1: SmolLM2-135M shapes
     double only_sp = -1.0;
-    int n_procs   = 4;
+    int n_procs   = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) n_threads = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-r") == 0) reps      = atoi(argv[i + 1]);
@@ -551,8 +557,9 @@ int main(int argc, char ** argv) {
 
     if (n_procs > 0) {
         printf("threads %d, batch 1, %s, %s of %d x %d rounds: each side in its own processes, %d of each, "
-               "alternating (stock, zigzag, zigzag, stock, ...), %d rounds each (a round: every column of the "
-               "side once, interleaved; stock OpenMP threads, zigzag the bench pool, never both at once), weights %s, "
+               "alternating (stock, zigzag, zigzag, stock, ...), %d rounds each (a zigzag round: every zigzag column once, "
+               "interleaved; a stock round: as many stock calls, the first timed; stock on OpenMP threads, zigzag on the "
+               "bench pool, never both at once), weights %s, "
                "times in us; ratio = stock time / zigzag time\n\n",
                n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", n_procs, reps, n_procs, reps,
                cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");

@@ -2,7 +2,7 @@
 # llama-sparse: builds bench/gemv_cpu.c against the stock ggml build and runs it; the table, the
 # command and the CPU model go to bench/results/gemv_cpu_<date>.md.
 # usage: bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]
-#                          [-L rows|cols|both] [-P procs (default 4; 0: both sides in one process, the old way)]
+#                          [-L rows|cols|both] [-P procs (default 6; 0: both sides in one process, the old way)]
 #   env: NO_SAVE=1 to only print; GEMV_RES=file to append to another results file; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros
 set -euo pipefail
 
