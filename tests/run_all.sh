@@ -23,6 +23,9 @@ export LLAMA_SPARSE_UPSTREAM
 section "CPU kernels against the scalar reference (tests/c)"
 if [ -x tests/c/build_and_run.sh ]; then run tests/c/build_and_run.sh; else echo "FAILED: tests/c/build_and_run.sh missing"; fail=1; fi
 
+section "GEMV bench smoke: stock and zigzag outputs agree, one process per side at a time (bench/gemv_cpu.sh)"
+run env NO_SAVE=1 bench/gemv_cpu.sh -t 2 -r 3 -m hot -S 2 -L both -P 2
+
 section "SparQ attention CPU kernel against its scalar reference (tests/c)"
 if [ -x tests/c/test_sparq.sh ]; then run tests/c/test_sparq.sh; else echo "FAILED: tests/c/test_sparq.sh missing"; fail=1; fi
 
