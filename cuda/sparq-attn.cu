@@ -17,8 +17,9 @@
 //     maximum keys (kw = ceil(k / warps)); the minimum over warps is a lower bound of the k-th largest key,
 //     since at least k distinct positions reach it. The few keys above it are ranked exactly
 //     (key desc, position asc); if there are too many (ties), an 8-bit radix select over all keys finds
-//     the k-th key instead. Then exact attention of the G heads over the k rows: every warp runs an online
-//     softmax over its rows with K and V loads in flight together, warps merge through shared memory;
+//     the k-th key instead. Then exact attention of the G heads over the k rows, 128 rows at a time with the
+//     whole block on each chunk: scores by groups of 8 lanes per row, softmax bookkeeping by one warp per head,
+//     P.V by one thread per (pair of V components, subset of rows) with the V rows requested before the K rows;
 //     alpha and the mean-V blend last.
 // k >= the visible count: every visible position is taken, no blend (dense attention).
 //
@@ -52,7 +53,13 @@
 #define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)
 #define SPARQ_AT_THREADS  512
 #define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
+#ifndef SPARQ_AT_RA
+#define SPARQ_AT_RA       2                                 // exact attention: K rows in flight per lane group
+#endif
+#define SPARQ_AT_CH       (SPARQ_AT_WARPS*4*SPARQ_AT_RA)    // rows per chunk (4 lane groups a warp)
 #define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
+static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_CH*sizeof(float) <= SPARQ_CAND_MAX*sizeof(uint64_t),
+              "a chunk's probabilities live where the candidates were");
 
 // -DSPARQ_PHASE_TIMING (diagnostics, standalone test builds): thread 0 of the first block of each kernel stamps
 // %globaltimer at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns)
@@ -105,6 +112,83 @@ static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<half> & r, fl
 static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<float> & r, float * out) {
     out[0] = r.x.x; out[1] = r.x.y; out[2] = r.x.z; out[3] = r.x.w;
     out[4] = r.y.x; out[5] = r.y.y; out[6] = r.y.z; out[7] = r.y.w;
+}
+
+// 8 consecutive components from p, n >= 1 of them inside the row: one 16-byte load where vec and n >= 8, else one
+// load each (zeros past n)
+static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<half> & r, const half * p, const int n, const bool vec) {
+    if (vec && n >= 8) {
+        r.u = *(const uint4 *) p;
+        return;
+    }
+    half2 h[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        h[i] = __halves2half2(2*i < n ? p[2*i] : __float2half(0.0f), 2*i + 1 < n ? p[2*i + 1] : __float2half(0.0f));
+    }
+    memcpy(&r.u, h, sizeof(r.u));
+}
+
+static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<float> & r, const float * p, const int n, const bool vec) {
+    if (vec && n >= 8) {
+        sparq_ld8(r, p);
+        return;
+    }
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        f[i] = i < n ? p[i] : 0.0f;
+    }
+    r.x = make_float4(f[0], f[1], f[2], f[3]);
+    r.y = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+static __device__ __forceinline__ void sparq_zero8(sparq_raw8<half> & r)  { r.u = make_uint4(0, 0, 0, 0); }
+static __device__ __forceinline__ void sparq_zero8(sparq_raw8<float> & r) { r.x = r.y = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+// V[j][d], V[j][d + 1] as loaded (d < Dv; zero past Dv): one 2-element load where vec (rows contiguous, aligned,
+// Dv even); converted only when used, so that all of a thread's rows can be requested at once
+template <typename T> struct sparq_raw2;
+template <> struct sparq_raw2<half>  { half2  v; };
+template <> struct sparq_raw2<float> { float2 v; };
+
+template <typename KT>
+static __device__ __forceinline__ sparq_raw2<KT> sparq_ld_v2(const sparq_args & a, const char * vb, const int j,
+        const int d, const bool vec) {
+    const char *    p = vb + (int64_t) j*a.v_nb1 + (int64_t) d*a.v_nb0;
+    sparq_raw2<KT>  r;
+    if (vec) {
+        if constexpr (sizeof(KT) == 2) {
+            r.v = *(const half2 *) p;
+        } else {
+            r.v = *(const float2 *) p;
+        }
+        return r;
+    }
+    const KT x = *(const KT *) p;
+    const KT y = d + 1 < a.Dv ? *(const KT *) (p + a.v_nb0) : KT(0.0f);
+    if constexpr (sizeof(KT) == 2) {
+        r.v = __halves2half2(x, y);
+    } else {
+        r.v = make_float2(x, y);
+    }
+    return r;
+}
+
+static __device__ __forceinline__ float2 sparq_cvt2(const sparq_raw2<half> & r)  { return __half22float2(r.v); }
+static __device__ __forceinline__ float2 sparq_cvt2(const sparq_raw2<float> & r) { return r.v; }
+
+// cacc[h] += p[h][i] * v for the G heads (p: [G][SPARQ_AT_CH] in shared memory)
+static __device__ __forceinline__ void sparq_pv_row(float (&cacc)[SPARQ_CUDA_MAX_G][2], const float * s_p, const int i,
+        const float2 v, const int G) {
+#pragma unroll
+    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+        if (h < G) {
+            const float p = s_p[h*SPARQ_AT_CH + i];
+            cacc[h][0] += p*v.x;
+            cacc[h][1] += p*v.y;
+        }
+    }
 }
 
 static __device__ __forceinline__ uint32_t sparq_warp_max_u32(uint32_t v) {
@@ -563,16 +647,15 @@ static __device__ __forceinline__ void sparq_online_row(const float (*s_q)[SPARQ
     }
 }
 
-// DE: head elements per lane (D, Dv <= 32*DE); RB: rows a warp loads before using them
+// DE: D, Dv <= 32*DE (K rows are read in DE/2 slices of 64 components)
 template <typename KT, typename MT, int DE>
 static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sparq_args a) {
-    constexpr int RB = DE <= 4 ? 4 : 1;
     extern __shared__ __align__(16) char sparq_smem[];
-    __shared__ float    s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
+    __shared__ __align__(16) float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
     __shared__ float    s_m[SPARQ_CUDA_MAX_G], s_rz[SPARQ_CUDA_MAX_G]; // step-1 softmax max, 1/sum
-    __shared__ float    s_wm[SPARQ_AT_WARPS][SPARQ_CUDA_MAX_G];         // per warp: step-2 running max
-    __shared__ float    s_wl[SPARQ_AT_WARPS][SPARQ_CUDA_MAX_G];         // per warp: step-2 running sum
+    __shared__ float    s_mrun[SPARQ_CUDA_MAX_G];                       // step 2: running max, sum, rescale
     __shared__ float    s_l[SPARQ_CUDA_MAX_G];
+    __shared__ float    s_corr[SPARQ_CUDA_MAX_G];
     __shared__ float    s_alpha[SPARQ_CUDA_MAX_G];
     __shared__ uint32_t s_wthr[SPARQ_AT_WARPS];
     __shared__ int      s_cnt[256];
@@ -780,13 +863,17 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     __syncthreads();
     SPARQ_MARK(1, 5); // the k positions chosen
 
-    // exact attention over the rows s_sel[0..nsel): online softmax per warp (K and V of RB rows in flight)
+    // exact attention over the rows s_sel[0..nsel), SPARQ_AT_CH rows at a time (all 16 warps busy on every row,
+    // short dependency chains; one warp per row ran 8 rows back to back and took 17-19 us for 128 rows):
+    //  A. scores: 8 lanes per row, 8 consecutive components per lane and load, K rows of SPARQ_AT_RA passes in flight;
+    //  B. one warp per head: running max and sum over the chunks, the chunk's probabilities into s_p;
+    //  C. P.V: one thread per (pair of V components, subset of the rows), the G heads in registers.
     const bool   blend = !dense && (a.flags & 1) != 0;
     const MT   * mrow  = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     const char * kb    = a.k + kh*a.k_nb2 + s*a.k_nb3;
     const char * vb    = a.v + kh*a.v_nb2 + s*a.v_nb3;
     {
-        // ask L2 for every chosen K and V row now: a warp's later row batches then wait for L2, not DRAM
+        // ask L2 for every chosen K and V row now: the loads below then wait for L2, not DRAM
         const int kl = (a.D*(int) sizeof(KT) + 127)/128;                                   // lines of a K row
         const int vl = a.v_nb0 == (int64_t) sizeof(KT) ? (a.Dv*(int) sizeof(KT) + 127)/128 : 0; // V rows only
         const int np = min(nsel, SPARQ_CUDA_MAX_KTOP);
@@ -798,81 +885,184 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
         }
     }
-    float m[SPARQ_CUDA_MAX_G], l[SPARQ_CUDA_MAX_G], acc[SPARQ_CUDA_MAX_G][DE];
+    SPARQ_MARK(1, 7);
+    constexpr int DC = DE/2;                   // 64-component slices of a K row (8 lanes x 8)
+    float * s_p = (float *) s_cand;            // [G][SPARQ_AT_CH] scores, then probabilities (candidates are done)
+    const int grp = lane / 8;                  // phase A: row slot of this lane group
+    const int sl  = lane % 8;
+    const int DP  = (a.Dv + 1)/2;              // phase C: V component pairs
+    const int NRS = SPARQ_AT_THREADS / DP;     // row subsets
+    const int dp  = tid % DP;
+    const int rs  = tid / DP;
+    const bool k_vec = a.k_vec;
+    const bool v_vec = a.v_vec;
+    float al = 0.0f;                           // lane sl < G: alpha of head sl over this lane group's rows
+    float cacc[SPARQ_CUDA_MAX_G][2];
 #pragma unroll
     for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DE; ++e) {
-            acc[h][e] = 0.0f;
-        }
+        cacc[h][0] = cacc[h][1] = 0.0f;
     }
-    float al = 0.0f; // lane h < G: alpha of head h over this warp's rows
-    for (int i0 = warp*RB; i0 < nsel; i0 += SPARQ_AT_WARPS*RB) {
-        float kv[RB][DE], vv[RB][DE], mvj[RB];
-        int   jr[RB];
+    if (tid < SPARQ_CUDA_MAX_G) {
+        s_mrun[tid] = -INFINITY;
+        s_l[tid]    = 0.0f;
+    }
+    for (int c0 = 0; c0 < nsel; c0 += SPARQ_AT_CH) {
+        const int cn = min(SPARQ_AT_CH, nsel - c0);
+        // the first VE V rows of this thread's subset are requested before the K rows: phase C then does not wait
+        // for memory again (each round trip costs ~3 us in this kernel: phase stamps, H100)
+        constexpr int VE = DE <= 4 ? 16 : 8;
+        sparq_raw2<KT> ve[VE];
 #pragma unroll
-        for (int b = 0; b < RB; ++b) {
-            const bool ok = i0 + b < nsel;
-            const int  j  = ok ? s_sel[i0 + b] : 0;
+        for (int u = 0; u < VE; ++u) {
+            const int i = rs + u*NRS;
+            if (rs < NRS && i < cn) {
+                ve[u] = sparq_ld_v2<KT>(a, vb, s_sel[c0 + i], 2*dp, v_vec);
+            }
+        }
+        // A: scores of the chunk's rows
+        sparq_raw8<KT> raw[SPARQ_AT_RA][DC];
+        float          mvr[SPARQ_AT_RA];
+        int            jr[SPARQ_AT_RA];
+#pragma unroll
+        for (int b = 0; b < SPARQ_AT_RA; ++b) {
+            const int  i  = b*SPARQ_AT_WARPS*4 + warp*4 + grp;
+            const bool ok = i < cn;
+            const int  j  = s_sel[c0 + (ok ? i : 0)];
             const KT * kr = (const KT *) (kb + (int64_t) j*a.k_nb1);
-            jr[b]  = j;
-            mvj[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
+            jr[b]  = ok ? j : -1;
+            mvr[b] = ok ? sparq_f<MT>(mrow[j]) : 0.0f;
 #pragma unroll
-            for (int e = 0; e < DE; ++e) {
-                const int d = lane + WARP_SIZE*e;
-                kv[b][e] = ok && d < a.D  ? sparq_f<KT>(kr[d]) : 0.0f;
-                vv[b][e] = ok && d < a.Dv ? sparq_f<KT>(*(const KT *) (vb + (int64_t) d*a.v_nb0 + (int64_t) j*a.v_nb1)) : 0.0f;
+            for (int c = 0; c < DC; ++c) {
+                const int d0 = 64*c + 8*sl;
+                if (ok && d0 < a.D) {
+                    sparq_ld8_row(raw[b][c], kr + d0, a.D - d0, k_vec);
+                } else {
+                    sparq_zero8(raw[b][c]);
+                }
             }
         }
 #pragma unroll
-        for (int b = 0; b < RB; ++b) {
-            if (i0 + b >= nsel) {
-                break;
+        for (int b = 0; b < SPARQ_AT_RA; ++b) {
+            float part[SPARQ_CUDA_MAX_G];
+#pragma unroll
+            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                part[h] = 0.0f;
             }
-            sparq_online_row<DE>(s_q, kv[b], vv[b], a.scale, mvj[b], G, lane, m, l, acc);
-            if (blend && lane < G) {
-                al += expf(scb[lane*a.sc_ld + jr[b]] - s_m[lane])*s_rz[lane];
+#pragma unroll
+            for (int c = 0; c < DC; ++c) {
+                if (64*c < a.D) {
+                    float kf[8];
+                    sparq_cvt8(raw[b][c], kf);
+                    const int d0 = 64*c + 8*sl;
+#pragma unroll
+                    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                        if (h < G) {
+                            const float4 q0 = *(const float4 *) &s_q[h][d0];
+                            const float4 q1 = *(const float4 *) &s_q[h][d0 + 4];
+                            part[h] += q0.x*kf[0] + q0.y*kf[1] + q0.z*kf[2] + q0.w*kf[3] +
+                                       q1.x*kf[4] + q1.y*kf[5] + q1.z*kf[6] + q1.w*kf[7];
+                        }
+                    }
+                }
+            }
+            float mine = 0.0f; // the dot product of head sl
+#pragma unroll
+            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                if (h < G) {
+#pragma unroll
+                    for (int off = 4; off > 0; off >>= 1) {
+                        part[h] += __shfl_xor_sync(0xFFFFFFFF, part[h], off, WARP_SIZE);
+                    }
+                    mine = h == sl ? part[h] : mine;
+                }
+            }
+            if (jr[b] >= 0 && sl < G) {
+                s_p[sl*SPARQ_AT_CH + b*SPARQ_AT_WARPS*4 + warp*4 + grp] = a.scale*mine + mvr[b];
+                if (blend) {
+                    al += expf(scb[sl*a.sc_ld + jr[b]] - s_m[sl])*s_rz[sl];
+                }
             }
         }
+        __syncthreads();
+        SPARQ_MARK(1, 8);
+        // B: running max and sum per head; s_p becomes exp(score - max)
+        for (int h = warp; h < G; h += SPARQ_AT_WARPS) {
+            float cm = -INFINITY;
+            for (int i = lane; i < cn; i += WARP_SIZE) {
+                cm = fmaxf(cm, s_p[h*SPARQ_AT_CH + i]);
+            }
+            cm = warp_reduce_max<WARP_SIZE>(cm);
+            const float mo = s_mrun[h];
+            const float mn = fmaxf(mo, cm);
+            float sum = 0.0f;
+            for (int i = lane; i < cn; i += WARP_SIZE) {
+                const float p = mn == -INFINITY ? 0.0f : expf(s_p[h*SPARQ_AT_CH + i] - mn);
+                s_p[h*SPARQ_AT_CH + i] = p;
+                sum += p;
+            }
+            sum = warp_reduce_sum<WARP_SIZE>(sum);
+            __syncwarp();
+            if (lane == 0) {
+                const float corr = mn == -INFINITY ? 1.0f : expf(mo - mn);
+                s_corr[h] = corr;
+                s_l[h]    = s_l[h]*corr + sum;
+                s_mrun[h] = mn;
+            }
+        }
+        __syncthreads();
+        SPARQ_MARK(1, 9);
+        // C: P.V over the chunk
+        if (rs < NRS) {
+#pragma unroll
+            for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
+                if (h < G) {
+                    cacc[h][0] *= s_corr[h];
+                    cacc[h][1] *= s_corr[h];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < VE; ++u) {
+                const int i = rs + u*NRS;
+                if (i < cn) {
+                    sparq_pv_row(cacc, s_p, i, sparq_cvt2(ve[u]), G);
+                }
+            }
+            constexpr int VB = 8; // rows past the first VE (few row subsets: Dv > 128): V loads in flight
+            for (int i0 = rs + VE*NRS; i0 < cn; i0 += VB*NRS) {
+                sparq_raw2<KT> vv[VB];
+#pragma unroll
+                for (int u = 0; u < VB; ++u) {
+                    const int i = i0 + u*NRS;
+                    if (i < cn) {
+                        vv[u] = sparq_ld_v2<KT>(a, vb, s_sel[c0 + i], 2*dp, v_vec);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < VB; ++u) {
+                    const int i = i0 + u*NRS;
+                    if (i < cn) {
+                        sparq_pv_row(cacc, s_p, i, sparq_cvt2(vv[u]), G);
+                    }
+                }
+            }
+        }
+        __syncthreads(); // s_p is the next chunk's
+        SPARQ_MARK(1, 10);
     }
-    if (lane == 0) {
+    if (blend && sl < G) {
+        atomicAdd(&s_alpha[sl], al);
+    }
+    if (rs < NRS) {
 #pragma unroll
         for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
             if (h < G) {
-                s_wm[warp][h] = m[h];
-                s_wl[warp][h] = l[h];
-            }
-        }
-    }
-    if (blend && lane < G) {
-        atomicAdd(&s_alpha[lane], al);
-    }
-    __syncthreads();
 #pragma unroll
-    for (int h = 0; h < SPARQ_CUDA_MAX_G; ++h) {
-        if (h >= G) {
-            break;
-        }
-        float mb = -INFINITY;
-        for (int w = 0; w < SPARQ_AT_WARPS; ++w) {
-            mb = fmaxf(mb, s_wm[w][h]);
-        }
-        const float f = expf(m[h] - mb); // 0 for a warp without rows
-#pragma unroll
-        for (int e = 0; e < DE; ++e) {
-            const int d = lane + WARP_SIZE*e;
-            if (d < a.Dv) {
-                atomicAdd(&s_y[h*a.Dv + d], acc[h][e]*f);
+                for (int e = 0; e < 2; ++e) {
+                    if (2*dp + e < a.Dv) {
+                        atomicAdd(&s_y[h*a.Dv + 2*dp + e], cacc[h][e]);
+                    }
+                }
             }
-        }
-        if (tid == h) {
-            float lb = 0.0f;
-            for (int w = 0; w < SPARQ_AT_WARPS; ++w) {
-                lb += s_wl[w][h]*expf(s_wm[w][h] - mb);
-            }
-            s_l[h] = lb;
         }
     }
     __syncthreads();
@@ -1551,6 +1741,10 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     a.pml    = (float4 *) ((char *) scratch + o.pml);
     a.pacc   = (float *) ((char *) scratch + o.pacc);
     a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
+    a.k_vec  = (((uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3) & 15) == 0;
+    const uintptr_t v2 = a.kv_f16 ? 2*sizeof(half) : 2*sizeof(float); // one V component pair
+    a.v_vec  = a.v_nb0 == (int64_t) (v2/2) && a.Dv % 2 == 0 &&
+               (((uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3) & (v2 - 1)) == 0;
     GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
 
     if (a.kv_f16 && a.mask_f16) {

@@ -10,7 +10,7 @@
 #define SPARQ_SPLIT_NSEG    16    // split step 2: most position segments per KV head
 #define SPARQ_SPLIT_SEG_MIN 512   // split step 2: fewest positions per segment
 #define SPARQ_SPLIT_SEG_MAX 2816  // split step 2: most positions per segment (NSEG*SEG_MAX >= MAX_NKV)
-#define SPARQ_PHASES        8     // phase stamps per kernel (-DSPARQ_PHASE_TIMING diagnostics)
+#define SPARQ_PHASES        12    // phase stamps per kernel (-DSPARQ_PHASE_TIMING diagnostics)
 
 // launch arguments: the op fills them from its tensors, the standalone test (cuda/tests) directly.
 // Byte strides; shapes and semantics as in ggml-sparse.h. Every dimension must be within the limits above.
@@ -34,6 +34,8 @@ struct sparq_args {
     int    * nvis;                // scratch [units][nblk]: visible positions per chunk
     int      nblk;
     bool     kt_vec;              // k_t rows 16-byte aligned: vector loads
+    bool     k_vec;               // K rows 16-byte aligned: vector loads (step 2)
+    bool     v_vec;               // V rows contiguous, Dv even, pairs aligned: 2-element loads (step 2)
     // split step 2 (scratch too): nseg segments of seg_len positions per (unit, KV head)
     uint64_t * cand;              // [units][Hkv][nseg][kseg]: a segment's top keys, (key << 32 | ~position) descending
     int      * ccnt;              // [units][Hkv][nseg]: how many

@@ -30,6 +30,9 @@
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
+#   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
+#   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
+#   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
@@ -139,7 +142,8 @@ remote() {
             # SparQ r 32 k 128 (mean-V off: GQA, as the paper does for GQA models), and SparQ with every decode graph
             # rebuilt (LLAMA_GRAPH_REUSE_DISABLE=1, as before graphs with SparQ on were reused). One llama-bench process per
             # repetition (-r 1): llama-bench restores the depth from a saved state on later repetitions, and a
-            # state load makes SparQ rebuild its K copy on the host inside the timed decode
+            # state load makes SparQ rebuild its K copy on the host inside the timed decode (SPARQ_E2E_NOREUSE=0: no
+            # reuse-off rows)
             local d i lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md)
             for d in 16384 32768; do
                 for i in 1 2 3; do
@@ -147,12 +151,50 @@ remote() {
                     /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
                     LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
+                    [ "${SPARQ_E2E_NOREUSE:-1}" = 1 ] || continue
                     LLAMA_GRAPH_REUSE_DISABLE=1 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/sparq8b-sparq-noreuse-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single, graph reuse off /"
                 done
             done
             echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
             LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
+            ;;
+        sparq-graphs)
+            # whether decode runs as CUDA graphs with SparQ on: tg32 at depth 16k, dense and SparQ, each with CUDA
+            # graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1); plus what ggml-cuda logs about its graphs
+            # (the 4-layer Llama-3-8B-shaped model, made here if missing; the full one where model8b made it)
+            local g cfg m4=$work/r8b-4l.q4_k.gguf mg=$r8b
+            if [ ! -f "$r8b" ]; then
+                mg=$m4
+                [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
+                    > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            fi
+            for g in 0 1; do
+                for cfg in dense sparq; do
+                    local envs=(GGML_CUDA_DISABLE_GRAPHS=$g); [ $g = 0 ] && envs=(); [ $cfg = sparq ] && envs+=(LLAMA_SPARQ=r=32,k=128)
+                    env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$mg" -ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md -d 16384 -v \
+                        > "$out/graphs-$g-$cfg.log" 2>&1
+                    grep -E "tg32" "$out/graphs-$g-$cfg.log" | sed "s/^/graphs-off=$g $cfg /"
+                    grep -i -E "cuda graph|graphs" "$out/graphs-$g-$cfg.log" | grep -v "^|" | sed 's/[0-9]\+/N/g' | sort | uniq -c | head -8
+                done
+            done
+            ls /usr/local/cuda*/bin 2>/dev/null | grep -i -E "nsys|ncu" | head -3; which nsys ncu 2>/dev/null || true
+            ;;
+        sparq-ncu-e2e)
+            # device time of the attention kernels inside llama-bench decode (tg8 at depth 16k, 4-layer 8B-shaped model):
+            # FA's vec kernel (dense) against the two SparQ kernels, as ncu times them one by one
+            local m4=$work/r8b-4l.q4_k.gguf
+            [ -f "$m4" ] || { echo "no 4-layer model (sparq-graphs or sparq-state makes it)"; exit 1; }
+            # (dense: the vec and combine kernels only appear in decode; the first 8 are llama-bench's warm-up token at
+            # depth 0 -- not checked yet: the 2026-11-23 run matched prefill kernels with a broader pattern)
+            timeout 200 ncu --kernel-name regex:"flash_attn_ext_vec|flash_attn_combine" --launch-skip 8 --launch-count 16 --metrics gpu__time_duration.sum \
+                /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 -d 16384 > "$out/ncu-e2e-dense.log" 2>&1 || true
+            LLAMA_SPARQ=r=32,k=128 timeout 200 ncu --kernel-name regex:sparq --launch-skip 8 --launch-count 16 \
+                --metrics gpu__time_duration.sum /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 -d 16384 \
+                > "$out/ncu-e2e-sparq.log" 2>&1 || true
+            for f in dense sparq; do
+                echo "-- $f"; grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-e2e-$f.log" | sed -E 's/\(sparq_args\)|Context.*//' | paste - - | awk '{print $1, $(NF)}' | sort | uniq -c | head -20
+            done
             ;;
         stock|stock-bg)
             # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
@@ -257,12 +299,12 @@ remote() {
         sparq-phases)
             # where the single SparQ variant spends its time: per-phase %globaltimer stamps of the first block of
             # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
-            # and the same with 256-thread step-1 blocks (SPARQ_SC_THREADS=256: a quarter of the blocks, so a quarter
-            # of the per-block top-r and coefficient work), checked against the CPU reference first
+            # and the same built with $PHASES_VARIANT (default -DSPARQ_SC_THREADS=256; b256 is that build's name),
+            # checked against the CPU reference first
             GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
                 bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 & local p1=$!
             mkdir -p /tmp/sparq-test/b256
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="-DSPARQ_PHASE_TIMING -DSPARQ_SC_THREADS=256" \
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="-DSPARQ_PHASE_TIMING ${PHASES_VARIANT:--DSPARQ_SC_THREADS=256}" \
                 bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/b256/t > "$out/build-sparq-phases256.log" 2>&1 ||
                 { tail -40 "$out/build-sparq-phases256.log"; exit 1; }
             wait $p1 || { tail -40 "$out/build-sparq-phases.log"; exit 1; }
@@ -272,6 +314,23 @@ remote() {
             for b in t-phases b256/t t-phases b256/t; do
                 echo "-- $b"
                 timeout 60 /tmp/sparq-test/$b bench --variant single 2>&1 | tee -a "$out/sparq-phases.log" | grep -v "^device\|step2" || echo "bench failed"
+            done
+            ;;
+        sparq-src)
+            # ncu details of sparq_attend and sparq_scores (single variant, S 32k, K/V rotated): registers, spills, warp
+            # stalls (builds test_sparq_cuda if sparq-test did not; needs build-base)
+            if [ ! -x /tmp/sparq-test/t ]; then
+                GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
+                    > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
+            fi
+            local kn
+            for kn in sparq_attend sparq_scores; do
+                timeout 240 ncu --kernel-name regex:$kn --launch-skip 3 --launch-count 1 --set full \
+                    -f -o "$out/ncu-$kn" /tmp/sparq-test/t bench --S 32768 --variant single --iters 4 \
+                    > "$out/ncu-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/ncu-$kn-run.log"; continue; }
+                ncu -i "$out/ncu-$kn.ncu-rep" --page details > "$out/ncu-$kn-details.txt" 2>&1 || true
+                grep -E "Duration|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|Local Memory|Stall|spill" \
+                    "$out/ncu-$kn-details.txt" | head -20
             done
             ;;
         test-bins)
