@@ -75,7 +75,7 @@ class LevelResult:
 class CalibrationSummary:
     source:           Path
     output:           Path
-    text_source:      str     # "files", "texts" or "generated"
+    text_source:      str     # "files", "texts", "generated" or "random token ids (seed N)"
     n_tokens:         int     # tokens run through the model (per capture point)
     n_chunks:         int
     levels:           list[LevelResult] = field(default_factory=list)
@@ -268,7 +268,8 @@ def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[st
 
 
 _TOKENIZER_HINT = ("the model's tokenizer must cover the calibration text (a dummy vocabulary like "
-                   "bench/make_random_gguf.py's has no byte tokens to fall back on)")
+                   "bench/make_random_gguf.py's has no byte tokens to fall back on; for speed tests of such "
+                   "a model, calibrate on random token ids: --random-tokens SEED)")
 
 
 def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_tokens: Optional[int] = None,
@@ -447,13 +448,31 @@ class _Capture:
             self.model = None
 
 
-def _run_texts(cap: _Capture, text_list: list[str], n_tokens: int, ctx: int, desc: str, progress: bool,
-               log: Callable[[str], None], sample_slots: int = 0, sample_rows: int = 0, seed: int = 0) -> int:
+def _random_ids(vocab, n: int, seed: int) -> list[int]:
+    """n seeded-random ids of the vocabulary's ordinary tokens (no control or end-of-generation tokens)."""
+    import llama_cpp
+
+    n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+    ok = np.array([not (llama_cpp.llama_vocab_is_control(vocab, t) or llama_cpp.llama_vocab_is_eog(vocab, t))
+                   for t in range(n_vocab)])
+    ids = np.flatnonzero(ok)
+    if ids.size == 0:
+        raise CalibrationError("the vocabulary has no ordinary tokens to draw random ids from")
+    return [int(t) for t in np.random.default_rng(seed).choice(ids, size=n)]
+
+
+def _run_texts(cap: _Capture, text_list: Optional[list[str]], n_tokens: int, ctx: int, desc: str, progress: bool,
+               log: Callable[[str], None], sample_slots: int = 0, sample_rows: int = 0, seed: int = 0,
+               random_tokens: Optional[int] = None) -> int:
     """Decode at most n_tokens of the texts in windows of ctx tokens; returns the number of windows.
+    random_tokens (a seed): n_tokens seeded-random token ids instead of text.
     With sample_slots > 0, a uniformly random set of that many windows (reservoir sampling over the windows
     at least sample_rows long, or the longest ones if none is) keeps its sampled rows."""
     # spread the token budget evenly over the texts; a short text leaves its share to the next
     token_lists, left = [], n_tokens
+    if random_tokens is not None:
+        token_lists = [_random_ids(cap.vocab, n_tokens, random_tokens)]
+        text_list = []
     for i, text in enumerate(text_list):
         quota = left // (len(text_list) - i)
         toks = _tokenize(cap.vocab, text, cap.add_bos, quota) if quota > 0 else []
@@ -807,6 +826,7 @@ def calibrate(
     greedy_queries: int = GREEDY_QUERIES,
     greedy_increment: float = GREEDY_INCREMENT,
     greedy_proxy: bool = False,
+    random_tokens: Optional[int] = None,
 ) -> CalibrationSummary:
     """Calibrate TEAL thresholds of the zigzag GGUF `model` and write them with the model to `output`.
 
@@ -819,6 +839,9 @@ def calibrate(
     whose block inputs are kept, query positions per window) and the block sparsity added per step.
     greedy_proxy: allocate greedy levels with the first-order proxy instead of the block search (the
     method of earlier versions; for comparisons).
+    random_tokens: a seed: calibrate on n_tokens seeded-random token ids instead of text (texts must be None).
+    For speed tests of random-weight models, whose placeholder vocabulary cannot tokenize text; the levels then
+    hit their targets on that model's activations, with no claim about accuracy.
     """
     start = time.perf_counter()
     log = log or _default_log
@@ -845,11 +868,18 @@ def calibrate(
     _check_model_path(src)
     _check_output(out, src, in_place)
     summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
-    if texts is not None:
+    text_list = None
+    if random_tokens is not None:
+        if texts is not None:
+            raise CalibrationError("pass either calibration texts or random_tokens, not both")
+        if not isinstance(random_tokens, int) or isinstance(random_tokens, bool) or random_tokens < 0:
+            raise CalibrationError(f"random_tokens must be a seed (an int >= 0), got {random_tokens!r}")
+        summary.text_source = f"random token ids (seed {random_tokens})"
+    elif texts is not None:
         text_list, summary.text_source = _read_texts(texts)
     reader = _open_model(src)
 
-    if texts is None:
+    if texts is None and random_tokens is None:
         gen_start = time.perf_counter()
         if progress:
             log(f"no --text given: {src.name} writes its own calibration text from {len(DEFAULT_PROMPTS)} prompts")
@@ -868,7 +898,7 @@ def calibrate(
             slots = _sample_slots(reader, greedy_windows, ctx, log if progress else None)
             cap.sample(slots, ctx, _sample_points())
         summary.n_chunks = _run_texts(cap, text_list, n_tokens, ctx, f"calibrating {src.name}", progress, log,
-                                      sample_slots=slots, sample_rows=ctx)
+                                      sample_slots=slots, sample_rows=ctx, random_tokens=random_tokens)
         summary.n_tokens = int(cn.llama_sparse_calib_n_tokens(cap.calib))
         st = _stats(cn, cap.calib)
         if not st.valid.any():
@@ -1026,8 +1056,12 @@ def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("-o", "--outfile", type=Path, help="output .gguf: the model with the calibrated levels")
     out.add_argument("--in-place", action="store_true", help="replace the input file (atomically) instead")
-    parser.add_argument("--text", type=Path, nargs="+", default=None, metavar="FILE",
-                        help="calibration text files (default: text the model writes itself)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--text", type=Path, nargs="+", default=None, metavar="FILE",
+                     help="calibration text files (default: text the model writes itself)")
+    src.add_argument("--random-tokens", type=int, default=None, metavar="SEED",
+                     help="calibrate on seeded-random token ids instead of text: for speed tests of random-weight "
+                          "models whose placeholder vocabulary cannot tokenize text (says nothing about accuracy)")
     parser.add_argument("--levels", default=",".join(f"{t:g}" for t in DEFAULT_LEVELS),
                         help="comma-separated target sparsities (default: 0.25,0.4,0.5,0.65)")
     parser.add_argument("--mode", choices=MODES + ("both",), default="both",
@@ -1057,6 +1091,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             modes=MODES if args.mode == "both" else (args.mode,), n_tokens=args.n_tokens, ctx=args.ctx_size,
             threads=args.threads, n_gpu_layers=args.n_gpu_layers, progress=not args.quiet,
             greedy_windows=args.greedy_windows, greedy_increment=args.greedy_step,
+            random_tokens=args.random_tokens,
         )
     except CalibrationError as exc:
         print(f"llama-sparse calibrate: error: {exc}", file=sys.stderr)

@@ -96,3 +96,40 @@ def test_guarded_tokenize_matches_stock(smollm2_gguf: Path) -> None:
             llm.set_sparq("r=8,k=16")
     finally:
         llm.close()
+
+
+def test_calibrate_random_tokens(dummy_zz: Path, tmp_path: Path) -> None:
+    """--random-tokens calibrates a model that cannot tokenize text: the levels load, and on other random ids the
+    share of skipped columns lands near each target (the thresholds come from this model's own activations)."""
+    import numpy as np
+
+    import llama_sparse
+
+    out = tmp_path / "rand.gguf"
+    res = _cli("calibrate", str(dummy_zz), "-o", str(out), "--levels", "0.3,0.6", "--mode", "unified",
+               "--random-tokens", "3", "-n", "512", "-c", "128", "-t", "2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "random token ids (seed 3)" in res.stdout + res.stderr
+
+    llm = llama_sparse.Llama(out, n_ctx=128, n_threads=2, verbose=False)
+    try:
+        toks = [int(t) for t in np.random.default_rng(11).integers(3, 1000, 24)]
+        for name, target in (("0.30", 0.3), ("0.60", 0.6)):
+            llm.set_sparsity(name)
+            llm.reset()
+            llm.reset_stats()
+            for t in toks:
+                llm.eval([t])
+            skipped = llm.sparse_stats()["skipped"]
+            assert abs(skipped - target) < 0.1, (name, skipped)
+    finally:
+        llm.close()
+
+    # text and random ids together are an error, and nothing is written
+    res = _cli("calibrate", str(dummy_zz), "-o", str(tmp_path / "both.gguf"), "--random-tokens", "1", "--text",
+               str(tmp_path / "x.txt"))
+    assert res.returncode == 2 and "not allowed with" in res.stderr, res.stderr[-500:]
+    from llama_sparse.calibrate import CalibrationError, calibrate
+    with pytest.raises(CalibrationError, match="either calibration texts or random_tokens"):
+        calibrate(dummy_zz, output=tmp_path / "both.gguf", texts=["x"], random_tokens=1, progress=False)
+    assert not (tmp_path / "both.gguf").exists()

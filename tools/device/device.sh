@@ -443,19 +443,9 @@ remote() {
             ;;
         calib)
             # the random model's vocab is a dummy (<tN>, no byte tokens: llama.cpp's tokenizer throws on text),
-            # so the calibration windows are seeded-random token ids instead of tokenized Austen text
-            # (from a file: the same script fed on stdin segfaulted at model load on the device)
-            cat > "$work/calib.py" <<'EOF'
-import sys
-import numpy as np
-import llama_sparse.calibrate as c
-rng = np.random.default_rng(0)
-c._tokenize = lambda vocab, text, add_bos, n: [int(t) for t in rng.integers(3, 32000, size=n)]
-s = c.calibrate(sys.argv[1], output=sys.argv[2], texts=["random token ids"], levels=[0.25, 0.4, 0.5, 0.65],
-                modes=["unified"], n_tokens=1024, ctx=512, threads=int(sys.argv[3]), n_gpu_layers=int(sys.argv[4]), progress=False)
-print(s.report())
-EOF
-            python3 "$work/calib.py" "$z7b" "$zc7b" "$jobs" "${LS_CALIB_NGL:-99}" > "$out/calib.log" 2>&1 ||
+            # so the calibration windows are seeded-random token ids (--random-tokens) instead of Austen text
+            python3 -m llama_sparse calibrate "$z7b" -o "$zc7b" --random-tokens 0 --levels 0.25,0.4,0.5,0.65 --mode unified \
+                -n 1024 -c 512 -t "$jobs" -ngl "${LS_CALIB_NGL:-99}" > "$out/calib.log" 2>&1 ||
                 { tail -30 "$out/calib.log"; echo "calib failed"; }
             tail -14 "$out/calib.log"
             ;;
