@@ -301,18 +301,22 @@ static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
 }
 #endif
 
-// LLAMA_SPARSE_CPU_LAYOUT=cols: CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
-// ggml-sparse.h), where the build has a kernel for it. Opt-in: faster from ~50 % sparsity, slower dense
-// (bench/results/gemv_cpu_colmajor_2026-11-23.md). Done when the model's first context is created (every
-// weight is loaded by then): in place through one tensor-sized temporary where the weight is writable,
-// else (mmap) into a new buffer, giving the mapped pages back.
-static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
+// CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h) where the build
+// has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
+// the model's first context starts at a level calibrated for >= 40 % (LLAMA_SPARSE). Column-major was the faster
+// layout end to end from 40 %, the row layout dense and at 25 % (bench/results/cpu_e2e-r7b-2026-11-23-randomcal.md).
+// Done when the first
+// context is created (every weight is loaded by then): in place through one tensor-sized temporary where the
+// weight is writable, else (mmap) into a new buffer, giving the mapped pages back.
+static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
     if (info.cpu_layout_done) {
         return;
     }
     info.cpu_layout_done = true;
     const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
-    if (env == nullptr || strcmp(env, "cols") != 0) {
+    const bool   cols = env != nullptr && strcmp(env, "cols") == 0;
+    const bool   auto_ = env == nullptr || env[0] == '\0' || strcmp(env, "auto") == 0;
+    if (!cols && !(auto_ && sparse_start)) {
         return;
     }
 #if defined(__linux__)
@@ -465,14 +469,6 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
 }
 
 llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const llama_model & model) {
-    {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        auto it = g_models.find(&model);
-        if (it != g_models.end()) {
-            repack_cpu_weights(model, it->second);
-        }
-    }
-
     auto * sctx = new llama_sparse_context();
     sctx->model = &model;
 
@@ -483,6 +479,20 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
     if (env_level && set_level(sctx, env_level) != 0) {
         delete sctx;
         throw std::runtime_error("LLAMA_SPARSE: " + g_last_error);
+    }
+    {
+        // the CPU layout follows the level the first context starts at (emulation runs the batched dense path)
+        std::lock_guard<std::mutex> lock(g_mutex);
+        auto it = g_models.find(&model);
+        if (it != g_models.end()) {
+            // LLAMA_SPARSE_START_LEVEL: the level a caller sets right after creating the context (the Python
+            // Llama(sparsity=...)); only the layout reads it
+            const sparse_model_info & info = it->second;
+            const char * hint  = getenv("LLAMA_SPARSE_START_LEVEL");
+            const int    level = sctx->level >= 0 ? sctx->level : hint != nullptr ? find_level(info, hint) : -1;
+            const bool   sparse_start = level >= 0 && !sctx->emulate && info.levels[level].target >= 0.4f - 1e-6f;
+            repack_cpu_weights(model, it->second, sparse_start);
+        }
     }
     if (env_level && sctx->level >= 0) {
         LLAMA_LOG_INFO("%s: sparsity level %s (from LLAMA_SPARSE)%s\n", __func__,

@@ -1,6 +1,7 @@
 """Sparse decode end to end: counters follow the level, level 0 is dense, masking emulation is exact."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,8 @@ def test_small_batches_use_the_union(leveled: Path):
 @pytest.fixture(scope="module")
 def leveled_q4k(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same levels on a q4_k zigzag SmolLM2 (gate/up Q4_K, 1536 rows; the 576-row weights Q8_0)."""
-    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("sparse_q4k"), "q4_k", {"0.50": (0.5, 0.05)})
+    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("sparse_q4k"), "q4_k",
+                              {"0.50": (0.5, 0.05), "0.25": (0.25, 0.02)})
 
 
 def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch):
@@ -107,7 +109,7 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch)
     threads it matches the row layout's list split, LLAMA_SPARSE_CPU_SPLIT=cols, exactly; that split and the
     default block-row split differ by ~1-5 % in logits on this model, both ~1-6 % from the reference.)"""
     import llama_sparse
-    monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
+    monkeypatch.setenv("LLAMA_SPARSE_CPU_LAYOUT", "rows")
     rows = llama_sparse.Llama(leveled_q4k, n_ctx=256, logits_all=True, n_threads=1, verbose=False)
     tokens = _text_tokens(rows, 40)
     ref = {}
@@ -125,3 +127,38 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch)
         got = _logprobs(cols, tokens, stepwise=True)
         assert np.abs(got - ref[level]).max() < 1e-4, level
     assert not np.allclose(ref[None], ref["0.50"])  # the level is really sparse
+
+
+@pytest.mark.parametrize("start, layout_env, expect_cols", [
+    (None, None, False), ("0.50", None, True), ("0.50", "auto", True), ("0.50", "rows", False), (None, "cols", True),
+    ("0.25", None, False)])
+def test_cpu_layout_follows_starting_level(leveled_q4k: Path, capfd, monkeypatch, start, layout_env, expect_cols):
+    """LLAMA_SPARSE_CPU_LAYOUT unset or auto: the Q4_K weights go column-major when the model's first context
+    starts at a level calibrated for >= 40 % (Llama(sparsity=...) or LLAMA_SPARSE), and stay in the row layout
+    dense and below; rows / cols force either. The caller's environment is left as it was."""
+    import llama_sparse
+    if layout_env is None:
+        monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
+    else:
+        monkeypatch.setenv("LLAMA_SPARSE_CPU_LAYOUT", layout_env)
+    capfd.readouterr()
+    llm = llama_sparse.Llama(leveled_q4k, n_ctx=64, n_threads=1, verbose=True, sparsity=start)
+    try:
+        assert ("column-major CPU layout" in capfd.readouterr().err) == expect_cols
+        assert llm.sparsity == (start or "dense")
+    finally:
+        llm.close()
+    assert os.environ.get("LLAMA_SPARSE_CPU_LAYOUT") == layout_env
+
+
+def test_cpu_layout_from_llama_sparse_env(leveled_q4k: Path, capfd, monkeypatch):
+    """The fork's CLI tools start at the level in LLAMA_SPARSE: the layout follows it the same way."""
+    import llama_sparse
+    monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
+    monkeypatch.setenv("LLAMA_SPARSE", "0.50")
+    capfd.readouterr()
+    llm = llama_sparse.Llama(leveled_q4k, n_ctx=64, n_threads=1, verbose=True)
+    try:
+        assert "column-major CPU layout" in capfd.readouterr().err
+    finally:
+        llm.close()
