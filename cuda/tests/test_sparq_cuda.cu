@@ -580,7 +580,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                        " ranks %.2f, attention+out %.2f]\n", (long long) S,
                        d(0, 1, 0, 0), d(0, 2, 0, 1), d(0, 3, 0, 2), d(0, 4, 0, 3), d(1, 0, 0, 4), d(1, 1, 1, 0),
                        d(1, 2, 1, 1), d(1, 3, 1, 2), d(1, 4, 1, 3), d(1, 5, 1, 4), d(1, 6, 1, 5));
-                // inside the attention (stamps of the first chunk: prefetch, A scores, B softmax, C P.V, tail)
+                // inside the attention (prefetch, A scores, B softmax, C P.V: the last chunk's stamps; one chunk at k 128)
                 printf("%8lld   attention us: [prefetch %.2f, scores %.2f, softmax %.2f, P.V %.2f, merge+out %.2f]\n",
                        (long long) S, d(1, 7, 1, 5), d(1, 8, 1, 7), d(1, 9, 1, 8), d(1, 10, 1, 9), d(1, 6, 1, 10));
             }

@@ -468,16 +468,16 @@ def _run_texts(cap: _Capture, text_list: Optional[list[str]], n_tokens: int, ctx
     random_tokens (a seed): n_tokens seeded-random token ids instead of text.
     With sample_slots > 0, a uniformly random set of that many windows (reservoir sampling over the windows
     at least sample_rows long, or the longest ones if none is) keeps its sampled rows."""
-    # spread the token budget evenly over the texts; a short text leaves its share to the next
-    token_lists, left = [], n_tokens
     if random_tokens is not None:
         token_lists = [_random_ids(cap.vocab, n_tokens, random_tokens)]
-        text_list = []
-    for i, text in enumerate(text_list):
-        quota = left // (len(text_list) - i)
-        toks = _tokenize(cap.vocab, text, cap.add_bos, quota) if quota > 0 else []
-        token_lists.append(toks)
-        left -= len(toks)
+    else:
+        # spread the token budget evenly over the texts; a short text leaves its share to the next
+        token_lists, left = [], n_tokens
+        for i, text in enumerate(text_list):
+            quota = left // (len(text_list) - i)
+            toks = _tokenize(cap.vocab, text, cap.add_bos, quota) if quota > 0 else []
+            token_lists.append(toks)
+            left -= len(toks)
     chunks = _chunks(token_lists, ctx, cap.bos)
     total = sum(len(c) for c in chunks)
     if total < 16:
