@@ -4,11 +4,12 @@
 // Two kernels per call (single step 2, the default) or four (split step 2: see "split step 2" below;
 // LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 or sparq_args::step2 = 2 picks it), no host synchronization
 // (CUDA-graph safe):
-//  1. sparq_scores, grid (chunks of 2048 positions, KV heads, tokens x streams), 256 threads, 8 positions each:
-//     every block finds i1 (top-r components of the group's summed |q|, ties to the lower index) itself,
-//     reads the r rows of k_t over its chunk with one 16-byte load per row and thread, and writes the
-//     approximate scores of the G heads plus, per head, the chunk's max and sum of exp (a split softmax)
-//     and the chunk's count of visible positions.
+//  1. sparq_scores, grid (blocks per head, KV heads, tokens x streams), 256 threads: every block finds i1 (top-r
+//     components of the group's summed |q|, ties to the lower index) itself, then loops over chunks of 512
+//     positions (1024 for G > 4): 4 (2) row groups of 64 (128) threads split the r rows of k_t, one 16-byte load
+//     per row and thread, all rows of a group in flight at once; group 0 adds the others' partial products and
+//     writes the approximate scores of the G heads plus, per chunk and head, the max and sum of exp (a split
+//     softmax) and the count of visible positions. The grid is capped near one resident wave.
 //  2. sparq_attend, one block of 512 threads per (KV head, token, stream): merges the chunk statistics and
 //     turns the group-summed softmax of every position into a sort key in shared memory (bits of a
 //     non-negative float + 1; 0 = masked). On sm_90 from 8k positions on, a thread block cluster of up to 8
@@ -42,15 +43,22 @@
 #define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
-// step-1 block: a power of two, 64..256. Every block finds i1 and the coefficients itself; at 256 threads there
-// are a quarter of the blocks of 64 and that work took 4.6-6.0 us instead of 8.3-10.3 (H100, S 4k-32k), the op
-// 47.3 / 50.2 / 57.0-58.3 us instead of 48.6 / 51.4 / 60.9-61.2 (bench/results/cuda_h100_2026-11-23b.md)
-#ifndef SPARQ_SC_THREADS
+// step 1: blocks of 256 threads, RG row groups of PT threads with 8 positions each (one 16-byte load of f16 per
+// row): every group takes a share of the r rows of the same POS positions, so a block has all r rows in flight at
+// once with few registers (the earlier one-group kernel needed 255 registers and spilled), and there are 4x the
+// blocks. G <= 4: 4 groups of 64 threads (512 positions a block); G <= 8: 2 groups of 128 (1024).
 #define SPARQ_SC_THREADS  256
-#endif
-#define SPARQ_SC_PPT      8                                 // positions per thread: one 16-byte load of f16
-#define SPARQ_SC_POS      (SPARQ_SC_THREADS*SPARQ_SC_PPT)   // positions per step-1 block
+#define SPARQ_SC_PPT      8
 #define SPARQ_SC_WARPS    (SPARQ_SC_THREADS/WARP_SIZE)
+template <int GM> struct sparq_sc_cfg {
+    static constexpr int RG  = GM <= 4 ? 4 : 2;
+    static constexpr int PT  = SPARQ_SC_THREADS/RG;
+    static constexpr int POS = PT*SPARQ_SC_PPT;
+};
+// positions per step-1 block for G heads per KV head (the launch picks GM = 4 or SPARQ_CUDA_MAX_G the same way)
+static int sparq_sc_pos(const int G) {
+    return G <= 4 ? sparq_sc_cfg<4>::POS : sparq_sc_cfg<SPARQ_CUDA_MAX_G>::POS;
+}
 #define SPARQ_AT_THREADS  512
 #define SPARQ_AT_WARPS    (SPARQ_AT_THREADS/WARP_SIZE)
 #ifndef SPARQ_AT_RA
@@ -241,18 +249,27 @@ static __device__ __forceinline__ void sparq_fma_row(float (&acc)[GM][SPARQ_SC_P
     }
 }
 
-// GM: most heads per group the registers are sized for (G <= GM)
+// GM: most heads per group the registers are sized for (G <= GM). Thread (g, p) = (tid / PT, tid % PT) takes
+// positions j0 .. j0+7 of the block's chunk and the rows g, g + RG, g + 2 RG, ... of the r; row group 0 adds
+// the others' partial products (shared memory) and finishes: mask, scores, chunk statistics.
 template <typename KT, typename MT, int GM>
-static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sparq_args a) {
-    // all r rows in flight at once where the registers allow
-    constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 32 : 16;
-    __shared__ float s_q[SPARQ_CUDA_MAX_G][SPARQ_CUDA_MAX_D];
+static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const sparq_args a) {
+    using cfg = sparq_sc_cfg<GM>;
+    constexpr int RG    = cfg::RG;
+    constexpr int PT    = cfg::PT;
+    constexpr int POS   = cfg::POS;
+    constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 8 : 4;       // rows in flight per thread
+    constexpr int NBUF  = (RG - 1)*GM*POS > SPARQ_CUDA_MAX_G*SPARQ_CUDA_MAX_D ? (RG - 1)*GM*POS : SPARQ_CUDA_MAX_G*SPARQ_CUDA_MAX_D;
+    constexpr int W0    = PT/WARP_SIZE;                             // warps of row group 0
+    // q (until the coefficients are made), then the partial products of row groups 1 .. RG-1
+    __shared__ __align__(16) float s_buf[NBUF];
     __shared__ __align__(16) float s_abs[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
-    __shared__ float s_coef[SPARQ_CUDA_MAX_D][SPARQ_CUDA_MAX_G]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
-    __shared__ float s_max[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
-    __shared__ float s_sum[SPARQ_SC_WARPS][SPARQ_CUDA_MAX_G];
-    __shared__ int   s_nv[SPARQ_SC_WARPS];
+    __shared__ float s_coef[SPARQ_CUDA_MAX_D][GM]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
+    __shared__ float s_max[W0][GM];
+    __shared__ float s_sum[W0][GM];
+    __shared__ int   s_nv[W0];
+    float (*s_q)[SPARQ_CUDA_MAX_D] = (float (*)[SPARQ_CUDA_MAX_D]) s_buf;
 
     const int kh   = blockIdx.y;
     const int unit = blockIdx.z;
@@ -263,19 +280,14 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
     const int warp = tid / WARP_SIZE;
+    const int g    = tid / PT;
+    const int p    = tid % PT;
     const int rr   = min(a.r, D);
 
     SPARQ_MARK(0, 0);
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc(); // the select kernel may get its blocks resident; it waits for this grid's end itself
     SPARQ_MARK(0, 1);
-
-    const int  j0   = blockIdx.x*SPARQ_SC_POS + tid*SPARQ_SC_PPT;
-    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
-    if (j0 < a.n_kv) {
-        // the mask is read after the k_t rows: have it in L2 by then
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(mrow + j0));
-    }
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
@@ -304,6 +316,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
             ad[c]   = d < D ? s_abs[d] : 0.0f;
             rank[c] = 0;
         }
+#pragma unroll 4
         for (int e4 = 0; e4 < D4; e4 += 4) {
             const float4 v4    = *(const float4 *) &s_abs[e4];
             const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
@@ -345,135 +358,177 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS) sparq_scores(const sp
             s_coef[c][h] = s_q[h][s_i1[c]]*tf;
         }
     }
-    __syncthreads();
+    __syncthreads(); // s_q is dead from here: s_buf takes the partial products
     SPARQ_MARK(0, 2); // i1, temperature and coefficients ready
 
-    const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
-    float acc[GM][SPARQ_SC_PPT];
-#pragma unroll
-    for (int h = 0; h < GM; ++h) {
-#pragma unroll
-        for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-            acc[h][u] = 0.0f;
-        }
-    }
-    const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
-    if (full && a.kt_vec) {
-        // batches of BATCH rows: all their loads in flight before the first FMA
-        for (int c0 = 0; c0 < rr; c0 += BATCH) {
-            sparq_raw8<KT> raw[BATCH];
-#pragma unroll
-            for (int u = 0; u < BATCH; ++u) {
-                if (c0 + u < rr) {
-                    sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + u]*a.kt_nb1));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < BATCH; ++u) {
-                if (c0 + u < rr) {
-                    float kv[SPARQ_SC_PPT];
-                    sparq_cvt8(raw[u], kv);
-                    sparq_fma_row(acc, kv, s_coef[c0 + u], G);
-                }
-            }
-        }
-    } else if (j0 < a.n_kv) {
-#pragma unroll 4
-        for (int c = 0; c < rr; ++c) {
-            const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
-            float kv[SPARQ_SC_PPT];
-#pragma unroll
-            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-                kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[u]) : 0.0f;
-            }
-            sparq_fma_row(acc, kv, s_coef[c], G);
-        }
-    }
-
-    SPARQ_MARK(0, 3); // products of the r rows done
-    float mv[SPARQ_SC_PPT];
-    int   nv = 0;
-#pragma unroll
-    for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-        mv[u] = j0 + u < a.n_kv ? sparq_f<MT>(mrow[j0 + u]) : -INFINITY;
-        nv += mv[u] != -INFINITY;
-    }
-
-    float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld + j0;
-    float   mx[GM];
-#pragma unroll
-    for (int h = 0; h < GM; ++h) {
-        mx[h] = -INFINITY;
-        if (h >= G) {
-            continue;
-        }
+    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    // chunks blockIdx.x, + gridDim.x, ...: the launch caps the grid near what is resident at once, so i1 and the
+    // coefficients are made once per block, not once per chunk
+    for (int blk = blockIdx.x; blk < a.nblk; blk += gridDim.x) {
+        const int  j0   = blk*POS + p*SPARQ_SC_PPT;
+        const bool full = j0 + SPARQ_SC_PPT <= a.n_kv;
+        // row group 0 needs the mask at the end: request it with the rows
+        float mv[SPARQ_SC_PPT];
 #pragma unroll
         for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-            acc[h][u] = mv[u] != -INFINITY ? acc[h][u] + mv[u] : -INFINITY;
-            mx[h]     = fmaxf(mx[h], acc[h][u]);
+            mv[u] = g == 0 && j0 + u < a.n_kv ? sparq_f<MT>(mrow[j0 + u]) : -INFINITY;
         }
-        float * row = scb + h*a.sc_ld;
-        if (full) { // sc_ld and j0 are multiples of 8: 32-byte aligned
-            ((float4 *) row)[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
-            ((float4 *) row)[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
-        } else {
+
+        float acc[GM][SPARQ_SC_PPT];
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
 #pragma unroll
             for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-                if (j0 + u < a.n_kv) {
-                    row[u] = acc[h][u];
+                acc[h][u] = 0.0f;
+            }
+        }
+        const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
+        if (full && a.kt_vec) {
+            // BATCH rows of this group in flight before the first FMA
+            for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
+                sparq_raw8<KT> raw[BATCH];
+#pragma unroll
+                for (int u = 0; u < BATCH; ++u) {
+                    if (c0 + RG*u < rr) {
+                        sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < BATCH; ++u) {
+                    if (c0 + RG*u < rr) {
+                        float kv[SPARQ_SC_PPT];
+                        sparq_cvt8(raw[u], kv);
+                        sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
+                    }
+                }
+            }
+        } else if (j0 < a.n_kv) {
+#pragma unroll 2
+            for (int c = g; c < rr; c += RG) {
+                const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
+                float kv[SPARQ_SC_PPT];
+#pragma unroll
+                for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                    kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[u]) : 0.0f;
+                }
+                sparq_fma_row(acc, kv, s_coef[c], G);
+            }
+        }
+        SPARQ_MARK(0, 3); // products of the r rows done (this thread's)
+
+        // partial products of groups 1 .. RG-1: [g-1][h][POS], 16-byte pieces
+        if (g > 0) {
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+                    float4 * o = (float4 *) &s_buf[((g - 1)*GM + h)*POS + p*SPARQ_SC_PPT];
+                    o[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+                    o[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
                 }
             }
         }
-        mx[h] = warp_reduce_max<WARP_SIZE>(mx[h]);
-        if (lane == 0) {
-            s_max[warp][h] = mx[h];
-        }
-    }
-    nv = warp_reduce_sum<WARP_SIZE>(nv);
-    if (lane == 0) {
-        s_nv[warp] = nv;
-    }
-    __syncthreads();
+        __syncthreads();
 #pragma unroll
-    for (int h = 0; h < GM; ++h) {
-        if (h >= G) {
-            continue;
-        }
-        float m = -INFINITY;
+        for (int gg = 1; gg < RG; ++gg) {
 #pragma unroll
-        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
-            m = fmaxf(m, s_max[w][h]);
-        }
-        float sum = 0.0f;
-        if (m != -INFINITY) {
-#pragma unroll
-            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-                sum += acc[h][u] != -INFINITY ? expf(acc[h][u] - m) : 0.0f;
+            for (int h = 0; h < GM; ++h) {
+                if (g == 0 && h < G) {
+                    const float4 * o = (const float4 *) &s_buf[((gg - 1)*GM + h)*POS + p*SPARQ_SC_PPT];
+                    const float4 x0 = o[0];
+                    const float4 x1 = o[1];
+                    acc[h][0] += x0.x; acc[h][1] += x0.y; acc[h][2] += x0.z; acc[h][3] += x0.w;
+                    acc[h][4] += x1.x; acc[h][5] += x1.y; acc[h][6] += x1.z; acc[h][7] += x1.w;
+                }
             }
         }
-        sum = warp_reduce_sum<WARP_SIZE>(sum);
+        __syncthreads(); // s_buf read: the other groups may go on to the next chunk
+        if (g > 0) {
+            continue; // no barrier below involves the other groups
+        }
+
+        int nv = 0;
+#pragma unroll
+        for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+            nv += mv[u] != -INFINITY;
+        }
+
+        float * scb = a.sc + ((int64_t) unit*a.H + kh*G)*a.sc_ld + j0;
+        float   mx[GM];
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            mx[h] = -INFINITY;
+            if (h >= G) {
+                continue;
+            }
+#pragma unroll
+            for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                acc[h][u] = mv[u] != -INFINITY ? acc[h][u] + mv[u] : -INFINITY;
+                mx[h]     = fmaxf(mx[h], acc[h][u]);
+            }
+            float * row = scb + h*a.sc_ld;
+            if (full) { // sc_ld and j0 are multiples of 8: 32-byte aligned
+                ((float4 *) row)[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+                ((float4 *) row)[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+            } else {
+#pragma unroll
+                for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                    if (j0 + u < a.n_kv) {
+                        row[u] = acc[h][u];
+                    }
+                }
+            }
+            mx[h] = warp_reduce_max<WARP_SIZE>(mx[h]);
+            if (lane == 0) {
+                s_max[warp][h] = mx[h];
+            }
+        }
+        nv = warp_reduce_sum<WARP_SIZE>(nv);
         if (lane == 0) {
-            s_sum[warp][h] = sum;
+            s_nv[warp] = nv;
         }
-    }
-    __syncthreads();
-    if (tid < G) {
-        float sum = 0.0f;
-        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
-            sum += s_sum[w][tid];
+        // row group 0 is warps 0 .. W0-1: a named barrier over them alone
+        asm volatile("bar.sync 1, %0;" :: "r"(PT) : "memory");
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            if (h >= G) {
+                continue;
+            }
+            float m = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < W0; ++w) {
+                m = fmaxf(m, s_max[w][h]);
+            }
+            float sum = 0.0f;
+            if (m != -INFINITY) {
+#pragma unroll
+                for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                    sum += acc[h][u] != -INFINITY ? expf(acc[h][u] - m) : 0.0f;
+                }
+            }
+            sum = warp_reduce_sum<WARP_SIZE>(sum);
+            if (lane == 0) {
+                s_sum[warp][h] = sum;
+            }
         }
-        float m = -INFINITY;
-        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
-            m = fmaxf(m, s_max[w][tid]);
+        asm volatile("bar.sync 1, %0;" :: "r"(PT) : "memory");
+        if (tid < G) {
+            float sum = 0.0f;
+            float m   = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < W0; ++w) {
+                sum += s_sum[w][tid];
+                m    = fmaxf(m, s_max[w][tid]);
+            }
+            a.part[((int64_t) unit*a.H + kh*G + tid)*a.nblk + blk] = make_float2(m, sum);
         }
-        a.part[((int64_t) unit*a.H + kh*G + tid)*a.nblk + blockIdx.x] = make_float2(m, sum);
-    }
-    if (tid == 0 && kh == 0) {
-        int c = 0;
-        for (int w = 0; w < SPARQ_SC_WARPS; ++w) {
-            c += s_nv[w];
+        if (tid == 0 && kh == 0) {
+            int c = 0;
+#pragma unroll
+            for (int w = 0; w < W0; ++w) {
+                c += s_nv[w];
+            }
+            a.nvis[(int64_t) unit*a.nblk + blk] = c;
         }
-        a.nvis[(int64_t) unit*a.nblk + blockIdx.x] = c;
     }
     SPARQ_MARK(0, 4);
 }
@@ -1557,7 +1612,8 @@ static sparq_scratch_offsets sparq_scratch_layout(const sparq_args & a) {
     sparq_scratch_offsets o;
     const int64_t units = (int64_t) a.n_tok*a.ns;
     o.sc_ld = (a.n_kv + 7) & ~7; // rows of whole 32-byte pieces: vector stores
-    o.nblk  = (a.n_kv + SPARQ_SC_POS - 1)/SPARQ_SC_POS;
+    const int pos = sparq_sc_pos(a.Hkv > 0 ? a.H/a.Hkv : 1);
+    o.nblk  = (a.n_kv + pos - 1)/pos;
     sparq_split_dims(a.n_kv, a.k_top, o.seg_len, o.nseg, o.kseg);
     o.part  = sparq_align256((size_t) units*a.H*o.sc_ld*sizeof(float));
     o.nvis  = o.part + sparq_align256((size_t) units*a.H*o.nblk*sizeof(float2));
@@ -1574,16 +1630,16 @@ size_t sparq_attn_scratch_size(const sparq_args & a) {
 }
 
 // blocks per KV head in the select kernel: a cluster of up to 8 on sm_90 from 8k positions on (one block per
-// 4096 positions); LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 keeps one block
+// 4096 positions); LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 keeps one block, =n (2..8) takes n from 8k on
 static int sparq_cluster_blocks(const int device, const int n_kv) {
 #ifdef SPARQ_CLUSTER_AVAILABLE
-    static const bool env_off = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_CLUSTER"); return e && atoi(e) == 0; }();
+    static const int env = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_CLUSTER"); return e ? atoi(e) : -1; }();
     static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
     if (cc_major[device] == 0) {
         CUDA_CHECK(cudaDeviceGetAttribute(&cc_major[device], cudaDevAttrComputeCapabilityMajor, device));
     }
-    if (!env_off && cc_major[device] >= 9) {
-        return std::max(1, std::min(8, n_kv/4096));
+    if (env != 0 && cc_major[device] >= 9) {
+        return env > 1 && n_kv >= 8192 ? std::min(8, env) : std::max(1, std::min(8, n_kv/4096));
     }
 #else
     (void) device;
@@ -1689,10 +1745,32 @@ static bool sparq_use_split(const sparq_args & a) {
     return env_split;
 }
 
+// step-1 blocks per (KV head, unit): all nblk chunks, or fewer (each looping over several) where that many would not
+// be resident at once (LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES=w allows w rounds; 0: one block per chunk)
+static int sparq_sc_grid_x(const void * kern, const int nblk, const int heads_units) {
+    static const int waves = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES"); return e ? atoi(e) : 1; }();
+    if (waves <= 0) {
+        return nblk;
+    }
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    static int nsm[GGML_CUDA_MAX_DEVICES] = { 0 };
+    if (nsm[device] == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&nsm[device], cudaDevAttrMultiProcessorCount, device));
+    }
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, SPARQ_SC_THREADS, 0));
+    const int resident = std::max(1, waves*nsm[device]*std::max(1, per_sm));
+    return std::max(1, std::min(nblk, (resident + heads_units - 1)/heads_units));
+}
+
 template <typename KT, typename MT>
 static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
-    const ggml_cuda_kernel_launch_params p(dim3(a.nblk, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
-    if (a.H/a.Hkv <= 4) {
+    const bool g4 = a.H/a.Hkv <= 4;
+    const int  nb = sparq_sc_grid_x(g4 ? (const void *) sparq_scores<KT, MT, 4> : (const void *) sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>,
+                                    a.nblk, a.Hkv*units);
+    const ggml_cuda_kernel_launch_params p(dim3(nb, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
+    if (g4) {
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
     } else {
         ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
