@@ -300,9 +300,9 @@ remote() {
             ;;
         sparq-knobs)
             # test_sparq_cuda bench (single variant) under run-time knobs, each against the default in the same step:
-            # step-1 grid (LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES 0 = a block per chunk, 2) and cluster size (8); needs sparq-test
+            # step-1 grid (LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES 0 = a block per chunk) and cluster size (4, 2); needs sparq-test
             local kv
-            for kv in "" LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES=0 LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES=2 LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=8 "" ; do
+            for kv in "" LLAMA_SPARSE_CUDA_SPARQ_SC_WAVES=0 LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=4 LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=2 "" ; do
                 echo "-- ${kv:-default}"
                 env $kv timeout 60 /tmp/sparq-test/t bench --variant single 2>&1 | grep -v "^device\|step2" || echo "bench failed"
                 env $kv timeout 60 /tmp/sparq-test/t bench --variant step1 2>&1 | grep "step1" || true
