@@ -457,7 +457,9 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 // Q4_K, column-major layout: block (r, j) at w[j*nr + r], so each column's blocks of all block-rows form
 // one contiguous run (nr*144 bytes) and a skipped column skips the whole run. One chunk of 16 list
 // entries is walked block-row by block-row (16 concurrent runs), accumulating into every block-row's
-// outputs, kept in slot order in y until the end.
+// outputs, kept in slot order in y until the end: one thread puts them in order itself, with several threads
+// each leaves its partial y raw and zz_q4_K_cm_reduce sums the partials and orders them, each thread for its
+// own block-rows.
 //
 
 // software prefetch (1) of the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
