@@ -462,21 +462,26 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     const int64_t pstride = zz_round16(s->m*s->nt);
     const int64_t mstride = zz_round16(s->nt*s->nr*8);
     float * partial0 = (float *) zz_align64(params->wdata);
-    float * mins     = partial0 + nth*pstride + ith*mstride;
+    float * mins0    = partial0 + nth*pstride;
+    float * mins     = mins0 + ith*mstride;
 
     const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
     const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
     const int64_t k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
 
     if (nth == 1) {
-        fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, y, ldy, mins);
+        fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, y, ldy, mins, false);
         return;
     }
-    fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m, mins);
+    // partial sums left in the kernel's raw form, put in order once while reducing, by every thread for its
+    // own block-rows (the kernel's final pass over all nr block-rows would run on every thread)
+    fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m, mins, true);
 
     ggml_barrier(params->threadpool);
 
-    zz_reduce_partials(params, s, partial0, pstride, y, ldy);
+    const int64_t r0 = s->nr*ith/nth;
+    const int64_t r1 = s->nr*(ith + 1)/nth;
+    ggml_sparse_zz_cm_reduce_x86(s->type)(partial0, nth, pstride, s->m, mins0, mstride, s->nr, nt, r0, r1, y, ldy);
 }
 
 void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {

@@ -60,12 +60,20 @@ void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, cons
 // GEMV over nr block-rows (of B outputs) of a column-major weight, block (r, j) at w + (j*ldc + r)*block size,
 // list entries k0 <= k < k1:
 //   y[t*ldy + i] = sum_{k0 <= k < k1} x[t*ldx + col(k)] * W[i, col(k)],  i < nr*B, t < nt
-// y is overwritten; mins: nt*nr*8 floats of scratch; k0 is a multiple of GGML_SPARSE_ZZ_CHUNK
+// y is overwritten; mins: nt*nr*8 floats of scratch; k0 is a multiple of GGML_SPARSE_ZZ_CHUNK.
+// raw: y is left in the kernel's internal order and the min terms in mins, for ggml_sparse_zz_cm_reduce_t
 typedef void (*ggml_sparse_zz_gemv_cm_t)(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
-                                         const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins);
+                                         const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins, bool raw);
 
-// column-major kernels of this build for a type, NULL where there are none
-ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type);
+// the sum of np raw partial results of ggml_sparse_zz_gemv_cm_t (partial p: y at part0 + p*pstride, token
+// stride ldp; mins at mins0 + p*mstride), for block-rows r0 <= r < r1, written in order to y
+typedef void (*ggml_sparse_zz_cm_reduce_t)(const float * part0, int np, int64_t pstride, int64_t ldp,
+                                           const float * mins0, int64_t mstride, int64_t nr, int nt, int64_t r0, int64_t r1,
+                                           float * y, int64_t ldy);
+
+// column-major kernels of this build for a type, NULL where there are none; the reducer exists where the kernel does
+ggml_sparse_zz_gemv_cm_t   ggml_sparse_zz_gemv_cm_x86(enum ggml_type type);
+ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type);
 
 // prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(block j)[i] for i < B and any nt, dense, block j at
 // wrow + j*cs (cs: the block size in the row layout, nr blocks in the column-major one); each weight block is

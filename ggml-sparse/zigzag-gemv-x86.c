@@ -457,7 +457,9 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 // Q4_K, column-major layout: block (r, j) at w[j*nr + r], so each column's blocks of all block-rows form
 // one contiguous run (nr*144 bytes) and a skipped column skips the whole run. One chunk of 16 list
 // entries is walked block-row by block-row (16 concurrent runs), accumulating into every block-row's
-// outputs, kept in slot order in y until the end.
+// outputs, kept in slot order in y until the end: one thread puts them in order itself, with several threads
+// each leaves its partial y raw and zz_q4_K_cm_reduce sums the partials and orders them, each thread for its
+// own block-rows.
 //
 
 // software prefetch (1) of the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
@@ -472,18 +474,35 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #define ZZ_CM_PFC 1
 #endif
 
+// mode 2: block-rows ZZ_CM_PFD ahead of the current one in the chunk's own columns (then the next chunk's)
+#ifndef ZZ_CM_PFD
+#define ZZ_CM_PFD 2
+#endif
+
 #ifndef ZZ_CM_PF_HINT
 #define ZZ_CM_PF_HINT _MM_HINT_T0
 #endif
 
-// zz_q4_K_sums_t1 over 8 pairs of blocks ws bytes apart from wb, as a rolled loop with one running pointer
-// (unrolled, the 16 addresses are hoisted out of the sp loop and spilled)
+#define ZZ_STR(x) #x
+#define ZZ_UNROLL(n) _Pragma(ZZ_STR(GCC unroll n))
+
+// unroll factors of the column-major loops over a chunk's 8 column pairs: contiguous (strided) products,
+// scattered (pointer) products and the coefficients. Rolled (1) costs loop overhead, fully unrolled (8) the
+// strided addresses are hoisted and spilled (1.2x the time of 2 or 4 in L2, 1 thread)
+#ifndef ZZ_CM_UNROLL_S
+#define ZZ_CM_UNROLL_S 2
+#endif
+#ifndef ZZ_CM_UNROLL
+#define ZZ_CM_UNROLL 4
+#endif
+
+// zz_q4_K_sums_t1 over 8 pairs of blocks ws bytes apart from wb
 ZZ_INLINE void zz_q4_K_sums_t1_strided(const char * wb, size_t ws, const int32_t * cf, int sp,
                                        __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
     const char * pa = wb + offsetof(block_q4_K, qs) + 32*sp;
-    #pragma GCC unroll 1
+    ZZ_UNROLL(ZZ_CM_UNROLL_S)
     for (int p = 0; p < ZZ_CHUNK/2; ++p, pa += 2*ws) {
         const __m256i qa = _mm256_loadu_si256((const __m256i *) pa);
         const __m256i qb = _mm256_loadu_si256((const __m256i *) (pa + ws));
@@ -499,15 +518,16 @@ ZZ_INLINE void zz_q4_K_sums_t1_strided(const char * wb, size_t ws, const int32_t
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
-// the same over np pairs of blocks from pointer pairs bp
-ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, int np, const int32_t * cf, int sp,
+// the same over np pairs of blocks at bp[c] + roff bytes (each column's block of the current block-row)
+ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, const int np, const int32_t * cf, int sp,
                                    __m256i * s0, __m256i * s1, __m256i * s2, __m256i * s3) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i a0 = *s0, a1 = *s1, a2 = *s2, a3 = *s3;
-    #pragma GCC unroll 1
+    const size_t off = roff + offsetof(block_q4_K, qs) + 32*sp;
+    ZZ_UNROLL(ZZ_CM_UNROLL)
     for (int p = 0; p < np; ++p) {
-        const __m256i qa = _mm256_loadu_si256((const __m256i *) (bp[2*p + 0]->qs + 32*sp));
-        const __m256i qb = _mm256_loadu_si256((const __m256i *) (bp[2*p + 1]->qs + 32*sp));
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) ((const char *) bp[2*p + 0] + off));
+        const __m256i qb = _mm256_loadu_si256((const __m256i *) ((const char *) bp[2*p + 1] + off));
         const __m256i u0 = _mm256_unpacklo_epi8(qa, qb);
         const __m256i u1 = _mm256_unpackhi_epi8(qa, qb);
         const __m256i cl = _mm256_set1_epi32(cf[8*p + 0]);
@@ -520,16 +540,117 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, int np, const 
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
-// y[t*ldy + ...] (nr*256 floats per token) is overwritten; mins: nt*nr*8 floats of scratch
-ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
-                               const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy,
-                               float * mins) {
-    enum { NG = ZZ_CHUNK };
+// lines of a full contiguous chunk prefetched per batch of products (a chunk over nr block-rows, 4 batches each)
+#define ZZ_CM_PF_LINES ((int) (ZZ_CHUNK*sizeof(block_q4_K)/4/64))
+static_assert(ZZ_CHUNK*sizeof(block_q4_K) % (4*64) == 0, "a chunk's block-row is a whole number of lines per batch");
 
-    for (int t = 0; t < nt; ++t) {
-        memset(y + t*ldy, 0, (size_t) nr*QK_K*sizeof(float));
+// the next chunk's prefetch, issued a quarter per batch of products: dense (lin != NULL) as one linear sweep of
+// ZZ_CM_PF_LINES lines per batch over the contiguous next chunk (for a shorter last chunk it runs past the
+// list's end: prefetches never fault); scattered (cols: the next chunk's columns) either (ZZ_CM_PF 1) as
+// block r of 4 columns, the lines at +0, +64, +128 (a 144-byte block's last line is the next block's first),
+// or (ZZ_CM_PF 3) in run order, column after column, an even share of their lines per batch
+struct zz_cm_pf {
+    const char * lin;
+    const block_q4_K * const * cols;
+    int      c, nc;       // run order: current column, columns
+    int64_t  k, nl;       // line within the current column's run, its lines
+    const char * base;    // the run's first line
+    size_t   runb;        // bytes of a run (nr blocks)
+    int64_t  q, rem, acc, S; // lines per batch: q, plus one more for rem of every S batches
+};
+
+ZZ_INLINE void zz_cm_pf_col(struct zz_cm_pf * pf) {
+    const uintptr_t st = (uintptr_t) pf->cols[pf->c];
+    pf->base = (const char *) (st & ~(uintptr_t) 63);
+    pf->nl   = (int64_t) (((st + pf->runb - 1) >> 6) - (st >> 6) + 1);
+    pf->k    = 0;
+}
+
+ZZ_INLINE void zz_cm_pf_init(struct zz_cm_pf * pf, const char * lin, const block_q4_K * const * cols, int nc, int64_t nr) {
+    pf->lin  = lin;
+    pf->cols = cols;
+    pf->nc   = cols ? nc : 0;
+    pf->c    = 0;
+    pf->runb = nr*sizeof(block_q4_K);
+    pf->k = pf->nl = pf->q = pf->rem = pf->acc = 0;
+    pf->S = 1;
+    pf->base = NULL;
+    if (ZZ_CM_PF == 3 && pf->nc > 0) {
+        zz_cm_pf_col(pf);
+        const int64_t total = nc*(int64_t) ((pf->runb + 63)/64 + 1); // an upper bound on the lines
+        pf->S   = 4*nr;
+        pf->q   = total/pf->S;
+        pf->rem = total%pf->S;
+        pf->acc = 0;
     }
-    memset(mins, 0, (size_t) nt*nr*8*sizeof(float));
+}
+
+ZZ_INLINE void zz_q4_K_cm_prefetch(struct zz_cm_pf * pf, int64_t r, int sp, const block_q4_K * const * cb, int64_t nr) {
+    if (!ZZ_CM_PF) {
+        return;
+    }
+    if (pf->lin) {
+        const char * p = pf->lin;
+        ZZ_UNROLL(16)
+        for (int l = 0; l < ZZ_CM_PF_LINES; ++l) {
+            _mm_prefetch(p + 64*l, ZZ_CM_PF_HINT);
+        }
+        pf->lin = p + 64*ZZ_CM_PF_LINES;
+        return;
+    }
+    if (ZZ_CM_PF == 2) {
+        const int64_t rr = r + ZZ_CM_PFD;
+        const block_q4_K * const * pc = rr < nr ? cb : pf->cols;
+        const int64_t rb = rr < nr ? rr : rr - nr;
+        if (pc && rb < nr) {
+            ZZ_UNROLL(4)
+            for (int c = 4*sp; c < 4*sp + 4; ++c) {
+                const char * pb = (const char *) (pc[c] + rb);
+                _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 64, ZZ_CM_PF_HINT); _mm_prefetch(pb + 128, ZZ_CM_PF_HINT);
+            }
+        }
+        return;
+    }
+    if (ZZ_CM_PF == 3) {
+        int64_t n = pf->q;
+        pf->acc += pf->rem;
+        if (pf->acc >= pf->S) {
+            pf->acc -= pf->S;
+            ++n;
+        }
+        while (n > 0 && pf->c < pf->nc) {
+            const int64_t take = n < pf->nl - pf->k ? n : pf->nl - pf->k;
+            const char * p = pf->base + 64*pf->k;
+            for (int64_t l = 0; l < take; ++l) {
+                _mm_prefetch(p + 64*l, ZZ_CM_PF_HINT);
+            }
+            pf->k += take;
+            n     -= take;
+            if (pf->k == pf->nl && ++pf->c < pf->nc) {
+                zz_cm_pf_col(pf);
+            }
+        }
+        return;
+    }
+    if (pf->cols) {
+        ZZ_UNROLL(4)
+        for (int c = 4*sp; c < 4*sp + 4; ++c) {
+            const char * pb = (const char *) (pf->cols[c] + r);
+            _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 64, ZZ_CM_PF_HINT); _mm_prefetch(pb + 128, ZZ_CM_PF_HINT);
+        }
+    }
+}
+
+// one chunk of ncol list entries through the nr block-rows: cb: each column's first block (padded to ZZ_CHUNK by
+// repeating the last), voffs: their dword offsets from w, xs: x per column and token (0 past ncol); contiguous
+// columns (strided: dense, one token, ncol = ZZ_CHUNK) are addressed from cb[0] by stride. Accumulates into y
+// (slot order) and the min terms into mins; prefetches the next chunk meanwhile (zz_q4_K_cm_prefetch)
+ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, const block_q4_K * const * cb,
+                                const int32_t * voffs, const float (* xs)[ZZ_CHUNK], const int ncol, const int nt,
+                                const bool strided, struct zz_cm_pf * pf,
+                                float * y, int64_t ldy, float * mins) {
+    enum { NG = ZZ_CHUNK };
+    const int np = (ncol + 1)/2;
 
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -543,17 +664,174 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
     int32_t  coef[ZZ_MAX_T][NG/2][8] __attribute__((aligned(32)));
     float    sf[ZZ_MAX_T][8]         __attribute__((aligned(32)));
 
-    // per chunk: first block of each column (padding repeats the last), x per column, dword offsets
-    // of the columns for the d/dmin gathers; the next chunk's bases for the prefetches
+    const size_t cstride = ldc*sizeof(block_q4_K);
+
+    for (int64_t r = 0; r < nr; ++r) {
+        const size_t roff = r*sizeof(block_q4_K);
+
+        // xd = x*d, xm = x*dmin
+        for (int h = 0; h < 2; ++h) {
+            const __m256i dm = _mm256_i32gather_epi32((const int *) (w + r), _mm256_load_si256((const __m256i *) (voffs + 8*h)), 4);
+            const __m256i v  = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dm_idx), 0xD8);
+            const __m256  d  = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+            const __m256  dn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+            for (int t = 0; t < nt; ++t) {
+                const __m256 xv = _mm256_load_ps(xs[t] + 8*h);
+                _mm256_store_ps(xd[t] + 8*h, _mm256_mul_ps(xv, d));
+                _mm256_store_ps(xm[t] + 8*h, _mm256_mul_ps(xv, dn));
+            }
+        }
+
+        // coefficients as in zz_q4_K_impl (one chunk)
+        float sa[ZZ_MAX_T], sm[ZZ_MAX_T];
+        for (int t = 0; t < nt; ++t) {
+            const float amax = zz_amax16(xd[t]);
+            const float mmax = zz_amax16(xm[t]);
+            sa[t] = amax;
+            sm[t] = mmax/32767.0f;
+            zz_round16_i16(xd[t], amax > 0.0f ? 32767.0f/amax : 0.0f, (int16_t *) fq[t]);
+            zz_round16_i16(xm[t], mmax > 0.0f ? 32767.0f/mmax : 0.0f, (int16_t *) mq[t]);
+        }
+        __m256i macc[ZZ_MAX_T], pmax[ZZ_MAX_T];
+        for (int t = 0; t < nt; ++t) {
+            macc[t] = _mm256_setzero_si256();
+            pmax[t] = _mm256_setzero_si256();
+        }
+        ZZ_UNROLL(ZZ_CM_UNROLL)
+        for (int p = 0; p < np; ++p) {
+            const block_q4_K * ba = strided ? (const block_q4_K *) ((const char *) cb[0] + roff + 2*p*cstride)
+                                            : (const block_q4_K *) ((const char *) cb[2*p] + roff);
+            const block_q4_K * bb = strided ? (const block_q4_K *) ((const char *) ba + cstride)
+                                            : (const block_q4_K *) ((const char *) cb[2*p + 1] + roff);
+            const __m256i smv = zz_q4_K_scales_mins_x2(ba, bb);
+            const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
+            const __m256i sc9 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr)), 9);
+            const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
+            for (int t = 0; t < nt; ++t) {
+                const __m256i pw = _mm256_mulhrs_epi16(sc9, _mm256_set1_epi32(fq[t][p]));
+                _mm256_store_si256((__m256i *) coef[t][p], pw);
+                pmax[t] = _mm256_max_epi16(pmax[t], _mm256_abs_epi16(pw));
+                macc[t] = _mm256_add_epi32(macc[t], _mm256_madd_epi16(mw, _mm256_set1_epi32(mq[t][p])));
+            }
+        }
+        for (int t = 0; t < nt; ++t) {
+            float * mr = mins + (t*nr + r)*8;
+            _mm256_storeu_ps(mr, _mm256_fmadd_ps(_mm256_set1_ps(sm[t]), _mm256_cvtepi32_ps(macc[t]), _mm256_loadu_ps(mr)));
+            const __m256i mx = _mm256_and_si256(_mm256_max_epi16(pmax[t], _mm256_srli_epi32(pmax[t], 16)), _mm256_set1_epi32(0xFFFF));
+            const __m256  mf = _mm256_cvtepi32_ps(mx);
+            const __m256  rf = _mm256_floor_ps(_mm256_mul_ps(_mm256_set1_ps(127.0f*32768.0f), zz_rcp(_mm256_max_ps(mf, _mm256_set1_ps(127.0f)))));
+            const __m256i ri = _mm256_cvtps_epi32(rf);
+            _mm256_store_ps(sf[t], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t]/32767.0f), zz_rcp(rf)));
+            const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
+            ZZ_UNROLL(ZZ_CM_UNROLL)
+            for (int p = 0; p < np; ++p) {
+                const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
+                const __m256i cbb = _mm256_packs_epi16(cw, cw);
+                _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cbb, cbb));
+            }
+        }
+
+        if (nt == 1) {
+            float * yr = y + r*QK_K;
+            for (int sp = 0; sp < QK_K/64; ++sp) {
+                zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
+                __m256i s0 = _mm256_setzero_si256();
+                __m256i s1 = _mm256_setzero_si256();
+                __m256i s2 = _mm256_setzero_si256();
+                __m256i s3 = _mm256_setzero_si256();
+                if (strided) {
+                    // contiguous columns: blocks ldc apart, addresses without pointer loads
+                    zz_q4_K_sums_t1_strided((const char *) cb[0] + roff, cstride, coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                } else {
+                    zz_q4_K_sums_t1_ptr(cb, roff, np, coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
+                }
+                const __m256 sl = _mm256_set1_ps(sf[0][2*sp + 0]);
+                const __m256 su = _mm256_set1_ps(sf[0][2*sp + 1]);
+                float * yo = yr + 64*sp;
+                zz_flush_i16_eo_u(yo +  0, s0, sl);
+                zz_flush_i16_eo_u(yo + 16, s1, sl);
+                zz_flush_i16_eo_u(yo + 32, s2, su);
+                zz_flush_i16_eo_u(yo + 48, s3, su);
+            }
+        } else {
+            for (int sp = 0; sp < QK_K/64; ++sp) {
+                zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
+                __m256i a16[ZZ_MAX_T][4];
+                for (int t = 0; t < nt; ++t) {
+                    for (int q = 0; q < 4; ++q) {
+                        a16[t][q] = _mm256_setzero_si256();
+                    }
+                }
+                for (int p = 0; p < np; ++p) {
+                    zz_q4_K_pair_step((const uint8_t *) cb[2*p + 0] + roff + offsetof(block_q4_K, qs),
+                                      (const uint8_t *) cb[2*p + 1] + roff + offsetof(block_q4_K, qs),
+                                      &coef[0][p][0], (NG/2)*8, sp, nt, a16);
+                }
+                for (int t = 0; t < nt; ++t) {
+                    const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
+                    const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
+                    float * yo = y + t*ldy + r*QK_K + 64*sp;
+                    zz_flush_i16_eo_u(yo +  0, a16[t][0], sl);
+                    zz_flush_i16_eo_u(yo + 16, a16[t][1], sl);
+                    zz_flush_i16_eo_u(yo + 32, a16[t][2], su);
+                    zz_flush_i16_eo_u(yo + 48, a16[t][3], su);
+                }
+            }
+        }
+    }
+}
+
+// the np raw partials summed, slot order -> output order, minus the summed min terms, block-rows r0 .. r1-1
+// (y may be partial 0 itself: each block-row is read whole before it is written)
+static void zz_q4_K_cm_reduce(const float * part0, int np, int64_t pstride, int64_t ldp, const float * mins0, int64_t mstride,
+                              int64_t nr, int nt, int64_t r0, int64_t r1, float * y, int64_t ldy) {
+    for (int t = 0; t < nt; ++t) {
+        for (int64_t r = r0; r < r1; ++r) {
+            float sum[QK_K] __attribute__((aligned(32)));
+            float mr[8]     __attribute__((aligned(32)));
+            const float * p0 = part0 + t*ldp + r*QK_K;
+            const float * m0 = mins0 + (t*nr + r)*8;
+            for (int i = 0; i < QK_K; i += 8) {
+                __m256 v = _mm256_loadu_ps(p0 + i);
+                for (int p = 1; p < np; ++p) {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(p0 + p*pstride + i));
+                }
+                _mm256_store_ps(sum + i, v);
+            }
+            __m256 mv = _mm256_loadu_ps(m0);
+            for (int p = 1; p < np; ++p) {
+                mv = _mm256_add_ps(mv, _mm256_loadu_ps(m0 + p*mstride));
+            }
+            _mm256_store_ps(mr, mv);
+            float * yr = y + t*ldy + r*QK_K;
+            for (int i = 0; i < QK_K; ++i) {
+                const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
+                yr[o] = sum[i] - mr[o >> 5];
+            }
+        }
+    }
+}
+
+// y[t*ldy + ...] (nr*256 floats per token) is overwritten; mins: nt*nr*8 floats of scratch; raw: see
+// ggml_sparse_zz_gemv_cm_t
+ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
+                               const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy,
+                               float * mins, bool raw) {
+    enum { NG = ZZ_CHUNK };
+
+    for (int t = 0; t < nt; ++t) {
+        memset(y + t*ldy, 0, (size_t) nr*QK_K*sizeof(float));
+    }
+    memset(mins, 0, (size_t) nt*nr*8*sizeof(float));
+
+    // per chunk: first block of each column (padding repeats the last), x per column, dword offsets of the
+    // columns for the d/dmin gathers; the next chunk's first blocks for the prefetches
     const block_q4_K * cb[NG], * cb_next[NG];
-    int ncol_next = 0;
     const int64_t col_dw = ldc*(int64_t) (sizeof(block_q4_K)/4);
 
     for (int64_t kg = k0; kg < k1; kg += NG) {
         const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
-        const int np   = (ncol + 1)/2;
 
-        // kept in memory, not registers, across the block-row loop: its products need all 16
         float   xs[ZZ_MAX_T][NG] __attribute__((aligned(32)));
         int32_t voffs[NG]        __attribute__((aligned(32)));
         for (int c = 0; c < NG; ++c) {
@@ -566,178 +844,55 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
                 xs[t][c] = c < ncol ? x[t*ldx + j] : 0.0f;
             }
         }
-        const int64_t kn = kg + ZZ_CM_PFC*NG; // the chunk the linear sweep prefetches
-        ncol_next = k1 - kn < NG ? (int) (k1 - kn) : NG;
-        ncol_next = ncol_next < 0 ? 0 : ncol_next;
-        for (int c = 0; c < ncol_next; ++c) {
-            cb_next[c] = w + (dense ? kn + c : cols[kn + c])*ldc;
-        }
-        // prefetch of the next chunk over this one's block-rows: contiguous (dense) as one linear sweep,
-        // pf_lines lines per product batch; scattered runs block-row by block-row, 4 columns per batch
-        const char * pf_ptr   = ncol_next > 0 ? (const char *) cb_next[0] : NULL;
-        const int    pf_lines = (int) ((ncol_next*sizeof(block_q4_K)/4 + 63)/64);
-
-        for (int64_t r = 0; r < nr; ++r) {
-            // scattered columns: block pointers; contiguous ones (one token) are addressed by stride
-            const block_q4_K * blk[NG];
-            const bool strided = dense && nt == 1 && ncol == NG;
-            for (int c = 0; !strided && c < NG; ++c) {
-                blk[c] = cb[c] + r;
-            }
-
-            // xd = x*d, xm = x*dmin
-            for (int h = 0; h < 2; ++h) {
-                const __m256i dm = _mm256_i32gather_epi32((const int *) (w + r), _mm256_load_si256((const __m256i *) (voffs + 8*h)), 4);
-                const __m256i v  = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(dm, dm_idx), 0xD8);
-                const __m256  d  = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
-                const __m256  dn = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
-                for (int t = 0; t < nt; ++t) {
-                    const __m256 xv = _mm256_load_ps(xs[t] + 8*h);
-                    _mm256_store_ps(xd[t] + 8*h, _mm256_mul_ps(xv, d));
-                    _mm256_store_ps(xm[t] + 8*h, _mm256_mul_ps(xv, dn));
-                }
-            }
-
-            // coefficients as in zz_q4_K_impl (one chunk)
-            float sa[ZZ_MAX_T], sm[ZZ_MAX_T];
-            for (int t = 0; t < nt; ++t) {
-                const float amax = zz_amax16(xd[t]);
-                const float mmax = zz_amax16(xm[t]);
-                sa[t] = amax;
-                sm[t] = mmax/32767.0f;
-                zz_round16_i16(xd[t], amax > 0.0f ? 32767.0f/amax : 0.0f, (int16_t *) fq[t]);
-                zz_round16_i16(xm[t], mmax > 0.0f ? 32767.0f/mmax : 0.0f, (int16_t *) mq[t]);
-            }
-            __m256i macc[ZZ_MAX_T], pmax[ZZ_MAX_T];
-            for (int t = 0; t < nt; ++t) {
-                macc[t] = _mm256_setzero_si256();
-                pmax[t] = _mm256_setzero_si256();
-            }
-            #pragma GCC unroll 1
-            for (int p = 0; p < np; ++p) {
-                const block_q4_K * ba = strided ? cb[0] + r + 2*p*ldc : blk[2*p];
-                const block_q4_K * bb = strided ? ba + ldc            : blk[2*p + 1];
-                const __m256i smv = zz_q4_K_scales_mins_x2(ba, bb);
-                const __m256i pr  = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(smv, 0xD8), pair_idx);
-                const __m256i sc9 = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(pr)), 9);
-                const __m256i mw  = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(pr, 1));
-                for (int t = 0; t < nt; ++t) {
-                    const __m256i pw = _mm256_mulhrs_epi16(sc9, _mm256_set1_epi32(fq[t][p]));
-                    _mm256_store_si256((__m256i *) coef[t][p], pw);
-                    pmax[t] = _mm256_max_epi16(pmax[t], _mm256_abs_epi16(pw));
-                    macc[t] = _mm256_add_epi32(macc[t], _mm256_madd_epi16(mw, _mm256_set1_epi32(mq[t][p])));
-                }
-            }
-            for (int t = 0; t < nt; ++t) {
-                float * mr = mins + (t*nr + r)*8;
-                _mm256_storeu_ps(mr, _mm256_fmadd_ps(_mm256_set1_ps(sm[t]), _mm256_cvtepi32_ps(macc[t]), _mm256_loadu_ps(mr)));
-                const __m256i mx = _mm256_and_si256(_mm256_max_epi16(pmax[t], _mm256_srli_epi32(pmax[t], 16)), _mm256_set1_epi32(0xFFFF));
-                const __m256  mf = _mm256_cvtepi32_ps(mx);
-                const __m256  rf = _mm256_floor_ps(_mm256_mul_ps(_mm256_set1_ps(127.0f*32768.0f), zz_rcp(_mm256_max_ps(mf, _mm256_set1_ps(127.0f)))));
-                const __m256i ri = _mm256_cvtps_epi32(rf);
-                _mm256_store_ps(sf[t], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t]/32767.0f), zz_rcp(rf)));
-                const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
-                for (int p = 0; p < np; ++p) {
-                    const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
-                    const __m256i cbb = _mm256_packs_epi16(cw, cw);
-                    _mm256_store_si256((__m256i *) coef[t][p], _mm256_unpacklo_epi16(cbb, cbb));
-                }
-            }
-
-            // a quarter of this block-row's share of the prefetch, before each batch of products
-            #define ZZ_CM_PREFETCH(sp)                                                                          \
-                if (ZZ_CM_PF && dense && ldc == nr && pf_ptr) {                                                 \
-                    for (int l = 0; l < pf_lines; ++l, pf_ptr += 64) {                                          \
-                        _mm_prefetch(pf_ptr, ZZ_CM_PF_HINT);                                                    \
-                    }                                                                                           \
-                } else if (ZZ_CM_PF) {                                                                          \
-                    const int c1 = 4*(sp) + 4 < ncol_next ? 4*(sp) + 4 : ncol_next;                             \
-                    for (int c = 4*(sp); c < c1; ++c) {                                                         \
-                        const char * pb = (const char *) (cb_next[c] + r);                                      \
-                        _mm_prefetch(pb, ZZ_CM_PF_HINT); _mm_prefetch(pb + 72, ZZ_CM_PF_HINT); _mm_prefetch(pb + 143, ZZ_CM_PF_HINT); \
-                    }                                                                                           \
-                }
-
-            if (nt == 1) {
-                float * yr = y + r*QK_K;
-                for (int sp = 0; sp < QK_K/64; ++sp) {
-                    ZZ_CM_PREFETCH(sp)
-                    __m256i s0 = _mm256_setzero_si256();
-                    __m256i s1 = _mm256_setzero_si256();
-                    __m256i s2 = _mm256_setzero_si256();
-                    __m256i s3 = _mm256_setzero_si256();
-                    if (strided) {
-                        // contiguous columns: blocks nr apart, addresses without pointer loads
-                        zz_q4_K_sums_t1_strided((const char *) (cb[0] + r), ldc*sizeof(block_q4_K), coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
-                    } else {
-                        zz_q4_K_sums_t1_ptr(blk, np, coef[0][0] + 2*sp, sp, &s0, &s1, &s2, &s3);
-                    }
-                    const __m256 sl = _mm256_set1_ps(sf[0][2*sp + 0]);
-                    const __m256 su = _mm256_set1_ps(sf[0][2*sp + 1]);
-                    float * yo = yr + 64*sp;
-                    zz_flush_i16_eo_u(yo +  0, s0, sl);
-                    zz_flush_i16_eo_u(yo + 16, s1, sl);
-                    zz_flush_i16_eo_u(yo + 32, s2, su);
-                    zz_flush_i16_eo_u(yo + 48, s3, su);
-                }
+        // the chunk ZZ_CM_PFC chunks ahead: one linear range when contiguous, else its columns' runs
+        const int64_t kn = kg + ZZ_CM_PFC*NG;
+        const int ncol_next = k1 - kn < NG ? (int) (k1 - kn) : NG;
+        const char * pf_lin = NULL;
+        const block_q4_K * const * pf_cols = NULL;
+        if (ncol_next > 0) {
+            if (dense && ldc == nr && ZZ_CM_PF != 2) {
+                pf_lin = (const char *) (w + kn*ldc);
             } else {
-                for (int sp = 0; sp < QK_K/64; ++sp) {
-                    ZZ_CM_PREFETCH(sp)
-                    __m256i a16[ZZ_MAX_T][4];
-                    for (int t = 0; t < nt; ++t) {
-                        for (int q = 0; q < 4; ++q) {
-                            a16[t][q] = _mm256_setzero_si256();
-                        }
-                    }
-                    for (int p = 0; p < np; ++p) {
-                        zz_q4_K_pair_step(blk[2*p + 0]->qs, blk[2*p + 1]->qs, &coef[0][p][0], (NG/2)*8, sp, nt, a16);
-                    }
-                    for (int t = 0; t < nt; ++t) {
-                        const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
-                        const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
-                        float * yo = y + t*ldy + r*QK_K + 64*sp;
-                        zz_flush_i16_eo_u(yo +  0, a16[t][0], sl);
-                        zz_flush_i16_eo_u(yo + 16, a16[t][1], sl);
-                        zz_flush_i16_eo_u(yo + 32, a16[t][2], su);
-                        zz_flush_i16_eo_u(yo + 48, a16[t][3], su);
-                    }
+                for (int c = 0; c < NG; ++c) {
+                    cb_next[c] = w + (dense ? kn + c : cols[kn + (c < ncol_next ? c : ncol_next - 1)])*ldc;
                 }
+                pf_cols = cb_next;
             }
+        }
+
+        struct zz_cm_pf pf;
+        zz_cm_pf_init(&pf, pf_lin, pf_cols, ncol_next, nr);
+        if (ncol == NG) {
+            zz_q4_K_cm_chunk(w, ldc, nr, cb, voffs, (const float (*)[NG]) xs, NG, nt, dense && nt == 1, &pf, y, ldy, mins);
+        } else {
+            zz_q4_K_cm_chunk(w, ldc, nr, cb, voffs, (const float (*)[NG]) xs, ncol, nt, false, &pf, y, ldy, mins);
         }
     }
 
-    #undef ZZ_CM_PREFETCH
-
-    // slot order -> output order, minus the min terms
-    for (int t = 0; t < nt; ++t) {
-        for (int64_t r = 0; r < nr; ++r) {
-            float * yr = y + t*ldy + r*QK_K;
-            const float * mr = mins + (t*nr + r)*8;
-            float tmp[QK_K];
-            memcpy(tmp, yr, sizeof(tmp));
-            for (int i = 0; i < QK_K; ++i) {
-                const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
-                yr[o] = tmp[i] - mr[o >> 5];
-            }
-        }
+    if (!raw) {
+        zz_q4_K_cm_reduce(y, 1, 0, ldy, mins, 0, nr, nt, 0, nr, y, ldy);
     }
 }
 
 static void zz_gemv_cm_q4_K(const void * w, int64_t ldc, int64_t nr, const int32_t * cols, int64_t k0, int64_t k1,
-                            const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins) {
+                            const float * x, int64_t ldx, int nt, float * y, int64_t ldy, float * mins, bool raw) {
     if (nt == 1) {
         if (cols == NULL) {
-            zz_q4_K_cm_impl(w, ldc, nr, NULL, k0, k1, x, ldx, 1, true,  y, ldy, mins);
+            zz_q4_K_cm_impl(w, ldc, nr, NULL, k0, k1, x, ldx, 1, true,  y, ldy, mins, raw);
         } else {
-            zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, 1, false, y, ldy, mins);
+            zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, 1, false, y, ldy, mins, raw);
         }
     } else {
-        zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy, mins);
+        zz_q4_K_cm_impl(w, ldc, nr, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy, mins, raw);
     }
 }
 
 ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
     return type == GGML_TYPE_Q4_K ? zz_gemv_cm_q4_K : NULL;
+}
+
+ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
+    return type == GGML_TYPE_Q4_K ? zz_q4_K_cm_reduce : NULL;
 }
 
 //
@@ -1191,6 +1346,11 @@ ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
 }
 
 ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
+    GGML_UNUSED(type);
+    return NULL;
+}
+
+ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
 }
