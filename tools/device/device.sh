@@ -34,7 +34,6 @@
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
-#   sparq-lines  ncu warp-stall samples per source line of both SparQ kernels (S 16k): where they wait
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
@@ -306,25 +305,6 @@ remote() {
                 echo "-- ${kv:-default}"
                 env $kv timeout 60 /tmp/sparq-test/t bench --variant single 2>&1 | grep -v "^device\|step2" || echo "bench failed"
                 env $kv timeout 60 /tmp/sparq-test/t bench --variant step1 2>&1 | grep "step1" || true
-            done
-            ;;
-        sparq-lines)
-            # ncu warp-stall samples per source line of sparq_attend and sparq_scores (single variant, S 16k, K/V
-            # rotated; a -lineinfo build of test_sparq_cuda): $OUT/ncu-lines-KERNEL.csv (needs build-base)
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-lineinfo \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-lines > "$out/build-sparq-lines.log" 2>&1 ||
-                { tail -40 "$out/build-sparq-lines.log"; exit 1; }
-            local kn
-            for kn in sparq_attend sparq_scores; do
-                timeout 240 ncu --kernel-name regex:$kn --launch-skip 3 --launch-count 1 --import-source yes \
-                    --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
-                    -f -o "$out/ncu-lines-$kn" /tmp/sparq-test/t-lines bench --S 16384 --variant single --iters 4 \
-                    > "$out/ncu-lines-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/ncu-lines-$kn-run.log"; continue; }
-                ncu -i "$out/ncu-lines-$kn.ncu-rep" --page source --csv --print-source cuda > "$out/ncu-lines-$kn.csv" 2>&1 ||
-                    ncu -i "$out/ncu-lines-$kn.ncu-rep" --page source --csv > "$out/ncu-lines-$kn.csv" 2>&1 || true
-                ncu -i "$out/ncu-lines-$kn.ncu-rep" --page details > "$out/ncu-lines-$kn-details.txt" 2>&1 || true
-                rm -f "$out/ncu-lines-$kn.ncu-rep"
-                head -c 600 "$out/ncu-lines-$kn.csv"; echo
             done
             ;;
         sparq-phases)
