@@ -22,6 +22,8 @@
 #include "ggml-sparse.h"
 #include "ggml-sparse-cpu.h"
 #include "zz_test_threads.h"
+#define ZZ_TEST_SEED 0x2545f4914f6cdd1dULL
+#include "bench_util.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -38,32 +40,6 @@
 #define MAX_REPS  1000
 #define MAX_CONF  16
 #define MAX_PROCS 16
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30))*0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27))*0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static float rng_normal(void) {
-    const double u1 = ((rng_u64() >> 11) + 1.0)*(1.0/9007199254740992.0);
-    const double u2 = (rng_u64() >> 11)*(1.0/9007199254740992.0);
-    return (float) (sqrt(-2.0*log(u1))*cos(6.283185307179586*u2));
-}
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec*1e6 + ts.tv_nsec*1e-3;
-}
-
-static int cmp_double(const void * a, const void * b) {
-    const double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
-}
 
 static bool use_min = true;
 

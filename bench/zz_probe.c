@@ -15,6 +15,8 @@
 #include "ggml-sparse.h"
 #include "ggml-sparse-cpu.h"
 #include "zz_test_threads.h"
+#define ZZ_TEST_SEED 0x9e3779b97f4a7c15ULL
+#include "bench_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,26 +43,6 @@ static zz_test_op_fn op_of(int k) {
 #endif
     (void) k;
     return ggml_sparse_cpu_forward_mul_mat_zz;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30))*0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27))*0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec*1e6 + ts.tv_nsec*1e-3;
-}
-
-static int cmp_double(const void * a, const void * b) {
-    const double x = *(const double *) a, y = *(const double *) b;
-    return (x > y) - (x < y);
 }
 
 static struct ggml_tensor mk(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {

@@ -442,6 +442,102 @@ static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], con
     }
 }
 
+// Direct kernel, version 2 (default; LLAMA_SPARSE_CUDA_Q4K_V=1 selects the step above): every tile's 16 rows
+// lie in one sub-block, so the sub-block's scale goes into B and A is the bare nibbles. Lane (g, tq) holds of
+// each of its 4 columns the header and the words at quant bytes 32p + 4g (p = 0..3): byte e of word p holds
+// output l = 4g + e of sub-blocks 2p (low nibble) and 2p + 1 (high nibble). Tile mt = 4p + 2h + ep: sub-block
+// s = 2p + h, rows g -> l = 4g + 2ep, g + 8 -> l = 4g + 2ep + 1. A = the nibble masked into an f16 mantissa with
+// a zero exponent, the exact subnormal q 2^-24 (16 q 2^-24 for high nibbles): one PRMT per two registers and
+// one AND per register, no conversion arithmetic. B of sub-block s = x d sc (/16 for high nibbles) in f16;
+// lane (s, tq) computes d sc and dmin m of sub-block s = g for its columns and the others fetch them by shuffle.
+// The mins go through one more MMA per step, rows = sub-blocks (A = dmin m, B = x): cmin[s][t] = sum dmin m x,
+// subtracted once at the end (zz_mma_put_v2). Instructions per 16 columns ~250 against ~380 above.
+struct zz_v2_lane {
+    int      sh;  // 8*(s & 3) for s = g
+    int      msh; // shift of the min's low bits
+    bool     hi;  // s >= 4
+    uint32_t m6;
+    uint32_t m2;
+    float    k;   // 1, or 1/16 for odd s (high nibbles arrive as 16 q)
+};
+
+static __device__ __forceinline__ zz_v2_lane zz_v2_lane_init(const int g) {
+    zz_v2_lane l;
+    l.sh  = 8*(g & 3);
+    l.hi  = g >= 4;
+    l.msh = l.hi ? l.sh + 4 : l.sh;
+    l.m6  = l.hi ? 0x0F : 63;
+    l.m2  = l.hi ? 0x30 : 0;
+    l.k   = (g & 1) ? 1.0f/16.0f : 1.0f;
+    return l;
+}
+
+// xb[i]: x of column i for token g (T > 1) or token 0 in every lane (T == 1)
+template <int T>
+static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+        const int lane, const zz_v2_lane & L, float (&cm)[16][4], float (&cmin)[4]) {
+    const int tq = lane%4;
+    float dsc[4], dmn[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t wa = L.hi ? h[i].w : h[i].y;
+        const uint32_t wm = L.hi ? h[i].w : h[i].z;
+        const uint32_t sc = ((wa >> L.sh)  & L.m6) | ((h[i].y >> (L.sh + 2)) & L.m2);
+        const uint32_t mn = ((wm >> L.msh) & L.m6) | ((h[i].z >> (L.sh + 2)) & L.m2);
+        const float2   dm = __half22float2(*(const half2 *) &h[i].x);
+        dsc[i] = (dm.x*L.k)*zz_byte_f(sc, 0, 8388608.0f);
+        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
+    }
+    const uint32_t x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
+    const uint32_t x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
+    // mins: row s = g of A (rows 8..15 unused)
+    zz_mma_16816(cmin, zz_h2_bits(__floats2half2_rn(dmn[0], dmn[1])), 0u, zz_h2_bits(__floats2half2_rn(dmn[2], dmn[3])), 0u,
+                 x01, x23);
+
+    uint32_t bs0[8], bs1[8];
+    if constexpr (T == 1) {
+        // every lane holds token 0: lane (s, tq) makes the B of sub-block s in one rounding
+        const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
+        const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            bs0[s] = __shfl_sync(ZZ_FULL_MASK, my0, 4*s + tq);
+            bs1[s] = __shfl_sync(ZZ_FULL_MASK, my1, 4*s + tq);
+        }
+    } else {
+        const uint32_t d01 = zz_h2_bits(__floats2half2_rn(dsc[0], dsc[1]));
+        const uint32_t d23 = zz_h2_bits(__floats2half2_rn(dsc[2], dsc[3]));
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            bs0[s] = zz_h2_bits(__hmul2(zz_bits_h2(x01), zz_bits_h2(__shfl_sync(ZZ_FULL_MASK, d01, 4*s + tq))));
+            bs1[s] = zz_h2_bits(__hmul2(zz_bits_h2(x23), zz_bits_h2(__shfl_sync(ZZ_FULL_MASK, d23, 4*s + tq))));
+        }
+    }
+
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const uint32_t w0 = zz_u4_word(q[0], p);
+        const uint32_t w1 = zz_u4_word(q[1], p);
+        const uint32_t w2 = zz_u4_word(q[2], p);
+        const uint32_t w3 = zz_u4_word(q[3], p);
+#pragma unroll
+        for (int ep = 0; ep < 2; ++ep) {
+            const int      e0 = 2*ep;
+            const int      e1 = 2*ep + 1;
+            // bytes e of the two columns of a pair at bytes 0 and 2 (each nibble then sits in an f16 mantissa)
+            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
+            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
+            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
+            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
+                zz_mma_16816(cm[4*p + 2*hh + ep], r01 & msk, s01 & msk, r23 & msk, s23 & msk, bs0[2*p + hh], bs1[2*p + hh]);
+            }
+        }
+    }
+}
+
 // one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
 template <int T, int XS>
 static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const float * cx, const int nv, const int lane,
@@ -702,6 +798,33 @@ static __device__ __forceinline__ void zz_mma_put(const float (&cm)[16][4], cons
             const int o = 64*(g/2) + 16*(g%2) + mt + 32*(e >> 1);
             if (t < T && t >= t0 && t < t0 + tp) {
                 red_w[(t - t0)*B + o] = cm[mt][e];
+            }
+        }
+    }
+}
+
+// version 2: tile mt = 4p + 2h + ep, rows g | g+8 -> output 32(2p + h) + 4g + 2ep + (0 | 1), tokens 2tq | 2tq+1;
+// the accumulators are in units of 2^-24 and the sub-block's min term (cmin of lane 4s + tq) comes off
+template <int T, int B>
+static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], const float (&cmin)[4], const int lane,
+        const int t0, const int tp, float * red_w) {
+    const int g  = lane/4;
+    const int tq = lane%4;
+    float mn[8][2];
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        mn[s][0] = __shfl_sync(ZZ_FULL_MASK, cmin[0], 4*s + tq);
+        mn[s][1] = __shfl_sync(ZZ_FULL_MASK, cmin[1], 4*s + tq);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+        const int s = 2*(mt/4) + (mt/2)%2;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int t = 2*tq + (e & 1);
+            const int o = 32*s + 4*g + 2*(mt%2) + (e >> 1);
+            if (t < T && t >= t0 && t < t0 + tp) {
+                red_w[(t - t0)*B + o] = cm[mt][e]*16777216.0f - mn[s][e & 1];
             }
         }
     }
@@ -1057,19 +1180,26 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
     }
 }
 
-// header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing)
+// header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing);
+// V 1: bytes 16g..16g+15, V 2: the words at bytes 32p + 4g, p = 0..3
+template <int V>
 static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
         const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
         h = __ldg((const uint4 *) blk);
-        q = __ldg((const uint4 *) (blk + 16 + 16*g));
+        if constexpr (V == 1) {
+            q = __ldg((const uint4 *) (blk + 16 + 16*g));
+        } else {
+            const uint32_t * qw = (const uint32_t *) (blk + 16) + g;
+            q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
+        }
     } else {
         h = make_uint4(0, 0, 0, 0);
         q = make_uint4(0, 0, 0, 0);
     }
 }
 
-template <int T, int mode>
+template <int T, int mode, int V>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
         const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1078,6 +1208,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
+    static_assert(V == 1 || V == 2, "direct kernel: version 1 or 2");
 
     extern __shared__ __align__(16) char zz_smem[];
 
@@ -1116,6 +1247,10 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             cm[mt][e] = 0.0f;
         }
     }
+    float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f }; // V 2: min terms
+    const zz_v2_lane L = zz_v2_lane_init(g);
+    // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
+    const int tg = V == 2 && T == 1 ? 0 : g;
 
     if constexpr (mode == ZZ_GEMV_FUSED) {
         int   * q_col = (int *) (zz_smem + warp*zz_direct_queue_bytes<T>());
@@ -1166,8 +1301,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                     for (int i = 0; i < 4; ++i) {
                         const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
                         const int col = e < nb ? q_col[e] : -1;
-                        zz_direct_load(w_row, col, g, h[st][i], q[st][i]);
-                        xb[st][i] = col >= 0 && g < T ? q_x[e*T + g] : 0.0f;
+                        zz_direct_load<V>(w_row, col, g, h[st][i], q[st][i]);
+                        xb[st][i] = col >= 0 && tg < T ? q_x[e*T + tg] : 0.0f;
                     }
                 }
                 // the rest (< 32 entries) moves to the front of the queue
@@ -1197,7 +1332,11 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                 queued = rest;
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
-                    zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+                    if constexpr (V == 1) {
+                        zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+                    } else {
+                        zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, cm, cmin);
+                    }
                 }
             }
         }
@@ -1218,8 +1357,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             for (int st = 0; st < S; ++st) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    zz_direct_load(w_row, col[st][i], g, h[st][i], q[st][i]);
-                    xb[st][i] = col[st][i] >= 0 && g < T ? x[g*x_stride + col[st][i]] : 0.0f;
+                    zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
+                    xb[st][i] = col[st][i] >= 0 && tg < T ? x[tg*x_stride + col[st][i]] : 0.0f;
                 }
             }
 #pragma unroll
@@ -1228,14 +1367,22 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             }
 #pragma unroll
             for (int st = 0; st < S; ++st) {
-                zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+                if constexpr (V == 1) {
+                    zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
+                } else {
+                    zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, cm, cmin);
+                }
             }
         }
     }
 
     // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
-        zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
+        if constexpr (V == 1) {
+            zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
+        } else {
+            zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
+        }
     }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 #else
     GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
@@ -1394,6 +1541,16 @@ static int zz_prefetch_cols(const int mode) {
         return e == nullptr ? 0 : std::max(0, atoi(e));
     }();
     return mode == ZZ_GEMV_DENSE ? env_dense : mode == ZZ_GEMV_FUSED ? env_fused : 0; // IDX: columns from an earlier kernel
+}
+
+// LLAMA_SPARSE_CUDA_Q4K_V: the direct kernel's step, 2 (default: scales in B, bare nibbles in A) or 1 (the
+// first one: weights dequantized into A)
+static int zz_direct_version() {
+    static const int v = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_Q4K_V");
+        return e != nullptr && atoi(e) == 1 ? 1 : 2;
+    }();
+    return v;
 }
 
 // what the current device allows, looked up once per launch
@@ -1556,8 +1713,13 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode>, grid, block, smem, red_mode, stream,
-              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+    if (zz_direct_version() == 1) {
+        zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode, 1>, grid, block, smem, red_mode, stream,
+                  w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+    } else {
+        zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode, 2>, grid, block, smem, red_mode, stream,
+                  w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+    }
 }
 
 template <ggml_type type, int T, int mode>

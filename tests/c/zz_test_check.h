@@ -1,4 +1,4 @@
-// llama-sparse: pass/fail counting and a seeded splitmix64 generator shared by the standalone C tests.
+// llama-sparse: pass/fail counting (and zz_rng.h's generator) shared by the standalone C tests.
 // Define ZZ_TEST_SEED before including to pick the test's own stream.
 #pragma once
 
@@ -6,9 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#ifndef ZZ_TEST_SEED
-#define ZZ_TEST_SEED 0x853c49e6748fea9bULL
-#endif
+#include "zz_rng.h"
 
 static int n_pass = 0;
 static int n_fail = 0;
@@ -19,29 +17,6 @@ static int n_fail = 0;
         printf(__VA_ARGS__); printf("\n");                          \
     }                                                               \
 } while (0)
-
-static uint64_t rng_state = ZZ_TEST_SEED;
-
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30))*0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27))*0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int rng_int(int lo, int hi) { // [lo, hi]
-    return lo + (int) (rng_u64() % (uint64_t) (hi - lo + 1));
-}
-
-static float rng_unif(void) {
-    return (float) ((rng_u64() >> 11)*(1.0/9007199254740992.0));
-}
-
-static float rng_normal(void) {
-    const float u1 = rng_unif() + 1e-12f;
-    const float u2 = rng_unif();
-    return sqrtf(-2.0f*logf(u1))*cosf(6.2831853f*u2);
-}
 
 // ||a - b|| / ||b|| over n floats (the absolute norm when b is all zeros)
 static double zz_rel_l2(const float * a, const float * b, int64_t n) {

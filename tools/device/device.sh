@@ -36,7 +36,7 @@
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
-#   bench-occ  direct Q4_K GEMV at 3 blocks/SM (default) vs 2 (ZZ_DIRECT_MIN_BLOCKS=1), same run
+#   bench-q4kv direct Q4_K GEMV: step version 1 vs 2 (default), same run
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -45,7 +45,7 @@
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level, then tg128 of dense and 0.50 side by side:
-#              ticket reduction (default) | memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0) | no L2 prefetch
+#              direct Q4_K step 2 (default) | step 1 (LLAMA_SPARSE_CUDA_Q4K_V=1)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them).
@@ -370,19 +370,16 @@ remote() {
             timeout 280 "$cs" --tool memcheck --error-exitcode 9 /tmp/sparq-test/t test --variant single > "$out/sanitize-sparq-memcheck.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test --variant single under memcheck: rc $rc"; grep -E "SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
-        bench-occ)
-            # direct Q4_K GEMV with 3 blocks of 4 warps an SM (<= 168 registers, the default) against the earlier
-            # 2 (ZZ_DIRECT_MIN_BLOCKS=1: ~170 registers), alternating binaries, batch 1 and 4, atomics
+        bench-q4kv)
+            # direct Q4_K GEMV: step version 1 (LLAMA_SPARSE_CUDA_Q4K_V=1) against 2 (default), alternating, batch 1
+            # and 4, atomics
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
-            WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
-                NVCC_FLAGS=-DZZ_DIRECT_MIN_BLOCKS=1 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t-occ1 \
-                > "$out/build-zztest-occ1.log" 2>&1 || { tail -40 "$out/build-zztest-occ1.log"; exit 1; }
-            local b i sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336
+            local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
             for i in 1 2; do
-                for b in t-occ1 t; do
-                    echo "-- round $i: $b ($([ $b = t ] && echo '3 blocks/SM, default' || echo '2 blocks/SM, before'))"
-                    timeout 120 /tmp/zz-test/$b bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
-                        tee -a "$out/bench-occ-$b.log" | grep -E "^(type|q4_K)"
+                for v in LLAMA_SPARSE_CUDA_Q4K_V=1 LLAMA_SPARSE_CUDA_Q4K_V=2; do
+                    echo "-- round $i: $v"
+                    env $v timeout 150 /tmp/zz-test/t bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
+                        tee -a "$out/bench-q4kv.log" | grep -E "^(type|q4_K)"
                 done
             done
             ;;
@@ -445,6 +442,8 @@ remote() {
             # twice (bitwise equal), graph replays check that the ticket counters stay at zero
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
             /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
+            # the direct kernel's first step version (kept for comparisons)
+            LLAMA_SPARSE_CUDA_Q4K_V=1 /tmp/zz-test/t test --seed 3 2>&1 | tee "$out/zztest-v1.log" | tail -4
             ;;
         model)
             python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" 2>&1 | tr '\r' '\n' | tail -3
@@ -481,11 +480,11 @@ remote() {
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            echo "-- tg128 t/s, two rounds: memset node + atomics (default) | zero kernel + atomics (LLAMA_SPARSE_CUDA_ZERO_KERNEL=1) | ticket reduction (TICKET=1)"
+            echo "-- tg128 t/s, two rounds: direct Q4_K step 2 (default) | step 1 (LLAMA_SPARSE_CUDA_Q4K_V=1)"
             for i in 1 2; do
                 for lv in dense 0.50; do
                     [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                    echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_ZERO_KERNEL=1) | $(tg_of $lv LLAMA_SPARSE_CUDA_TICKET=1)"
+                    echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_Q4K_V=1)"
                 done
             done
             echo "-- stock again (drift)"
