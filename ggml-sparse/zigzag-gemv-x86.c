@@ -462,21 +462,24 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 // own block-rows.
 //
 
-// software prefetch (1) of the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
-// columns (dense) as one linear sweep, scattered runs block-row by block-row. Needed for dense too: with the
-// hardware prefetchers alone it ran at 0.6-0.8x the row layout (2 threads, cold; 0: none; see
+// software prefetch. Mode 1: the chunk ZZ_CM_PFC chunks ahead, spread over this chunk's block-rows: contiguous
+// columns (dense) as one linear sweep, scattered runs block-row by block-row. Mode 2 (default): block-rows
+// ZZ_CM_PFD ahead in the chunk's own columns; paired against mode 1 (2 threads, cold) 0.99-1.13x as fast dense,
+// 1.1-1.4x (fastest) at 50 % on 11008x4096, 1.01-1.03x on 4096x11008 (bench/results/gemv_cpu_pf2_2026-11-23.md). Needed for dense too:
+// with the hardware prefetchers alone it ran at 0.6-0.8x the row layout (0: none;
 // bench/results/gemv_cpu_colmajor_2026-11-23.md)
 #ifndef ZZ_CM_PF
-#define ZZ_CM_PF 1
+#define ZZ_CM_PF 2
 #endif
 
 #ifndef ZZ_CM_PFC
 #define ZZ_CM_PFC 1
 #endif
 
-// mode 2: block-rows ZZ_CM_PFD ahead of the current one in the chunk's own columns (then the next chunk's)
+// mode 2: block-rows ZZ_CM_PFD ahead of the current one in the chunk's own columns (then the next chunk's);
+// 4 and 8 measured alike
 #ifndef ZZ_CM_PFD
-#define ZZ_CM_PFD 2
+#define ZZ_CM_PFD 4
 #endif
 
 #ifndef ZZ_CM_PF_HINT
