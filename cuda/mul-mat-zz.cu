@@ -145,15 +145,21 @@ static __device__ __forceinline__ void zz_load(zz_data_q4_K & d, const char * bl
     d.h = *(const uint4 *) blk;
     d.q = *(const uint2 *) (blk + l.qoff);
 }
+// scale and min of the lane's sub-block s = lane/4 from a block header h, branch-free:
+// s < 4: sc = scales[s] & 63,  mn = scales[s + 4] & 63
+// s > 3: sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,  mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4
+static __device__ __forceinline__ void zz_lane_sc_mn(const uint4 h, const zz_lane_q4_K & l, uint32_t & sc, uint32_t & mn) {
+    const uint32_t wa = l.hi ? h.w : h.y;
+    const uint32_t wm = l.hi ? h.w : h.z;
+    sc = ((wa >> l.sh)  & l.m6) | ((h.y >> (l.sh + 2)) & l.m2);
+    mn = ((wm >> l.msh) & l.m6) | ((h.z >> (l.sh + 2)) & l.m2);
+}
+
 template <int T>
 static __device__ __forceinline__ void zz_accum(const zz_data_q4_K & d, const zz_lane_q4_K & l, const float * xt,
         float (&acc)[T][8], float (&accm)[T]) {
-    // s < 4: sc = scales[s] & 63,  mn = scales[s + 4] & 63
-    // s > 3: sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,  mn = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4
-    const uint32_t wa  = l.hi ? d.h.w : d.h.y;
-    const uint32_t wm  = l.hi ? d.h.w : d.h.z;
-    const uint32_t sc  = ((wa >> l.sh)  & l.m6) | ((d.h.y >> (l.sh + 2)) & l.m2);
-    const uint32_t mn  = ((wm >> l.msh) & l.m6) | ((d.h.z >> (l.sh + 2)) & l.m2);
+    uint32_t sc, mn;
+    zz_lane_sc_mn(d.h, l, sc, mn);
     const float2   dm  = __half22float2(*(const half2 *) &d.h.x);
     const float    dsc = dm.x * zz_byte_f(sc, 0, 8388608.0f);
     const float    dmn = dm.y * zz_byte_f(mn, 0, 8388608.0f);
@@ -449,43 +455,23 @@ static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], con
 // s = 2p + h, rows g -> l = 4g + 2ep, g + 8 -> l = 4g + 2ep + 1. A = the nibble masked into an f16 mantissa with
 // a zero exponent, the exact subnormal q 2^-24 (16 q 2^-24 for high nibbles): one PRMT per two registers and
 // one AND per register, no conversion arithmetic. B of sub-block s = x d sc (/16 for high nibbles) in f16;
-// lane (s, tq) computes d sc and dmin m of sub-block s = g for its columns and the others fetch them by shuffle.
+// lane (s, tq) computes d sc and dmin m of sub-block s = g for its columns (zz_lane_q4_K's sub-block) and the
+// others fetch them by shuffle.
 // The mins go through one more MMA per step, rows = sub-blocks (A = dmin m, B = x): cmin[s][t] = sum dmin m x,
 // subtracted once at the end (zz_mma_put_v2). Instructions per 16 columns ~250 against ~380 above.
-struct zz_v2_lane {
-    int      sh;  // 8*(s & 3) for s = g
-    int      msh; // shift of the min's low bits
-    bool     hi;  // s >= 4
-    uint32_t m6;
-    uint32_t m2;
-    float    k;   // 1, or 1/16 for odd s (high nibbles arrive as 16 q)
-};
-
-static __device__ __forceinline__ zz_v2_lane zz_v2_lane_init(const int g) {
-    zz_v2_lane l;
-    l.sh  = 8*(g & 3);
-    l.hi  = g >= 4;
-    l.msh = l.hi ? l.sh + 4 : l.sh;
-    l.m6  = l.hi ? 0x0F : 63;
-    l.m2  = l.hi ? 0x30 : 0;
-    l.k   = (g & 1) ? 1.0f/16.0f : 1.0f;
-    return l;
-}
-
-// xb[i]: x of column i for token g (T > 1) or token 0 in every lane (T == 1)
+// xb[i]: x of column i for token g (T > 1) or token 0 in every lane (T == 1); k: 1, or 1/16 for odd g (the
+// high nibbles of odd sub-blocks arrive as 16 q)
 template <int T>
 static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
-        const int lane, const zz_v2_lane & L, float (&cm)[16][4], float (&cmin)[4]) {
+        const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[16][4], float (&cmin)[4]) {
     const int tq = lane%4;
     float dsc[4], dmn[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const uint32_t wa = L.hi ? h[i].w : h[i].y;
-        const uint32_t wm = L.hi ? h[i].w : h[i].z;
-        const uint32_t sc = ((wa >> L.sh)  & L.m6) | ((h[i].y >> (L.sh + 2)) & L.m2);
-        const uint32_t mn = ((wm >> L.msh) & L.m6) | ((h[i].z >> (L.sh + 2)) & L.m2);
-        const float2   dm = __half22float2(*(const half2 *) &h[i].x);
-        dsc[i] = (dm.x*L.k)*zz_byte_f(sc, 0, 8388608.0f);
+        uint32_t sc, mn;
+        zz_lane_sc_mn(h[i], L, sc, mn);
+        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
+        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
         dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
     }
     const uint32_t x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
@@ -1248,7 +1234,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         }
     }
     float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f }; // V 2: min terms
-    const zz_v2_lane L = zz_v2_lane_init(g);
+    zz_lane_q4_K L; // V 2: the lane's sub-block g
+    zz_lane_init(L, lane);
+    const float k16 = g & 1 ? 1.0f/16.0f : 1.0f;
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
     const int tg = V == 2 && T == 1 ? 0 : g;
 
@@ -1335,7 +1323,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                     if constexpr (V == 1) {
                         zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
                     } else {
-                        zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, cm, cmin);
+                        zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                     }
                 }
             }
@@ -1370,7 +1358,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                 if constexpr (V == 1) {
                     zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
                 } else {
-                    zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, cm, cmin);
+                    zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                 }
             }
         }
@@ -1713,13 +1701,9 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    if (zz_direct_version() == 1) {
-        zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode, 1>, grid, block, smem, red_mode, stream,
-                  w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
-    } else {
-        zz_launch(mul_mat_zz_gemv_q4_K_direct<T, mode, 2>, grid, block, smem, red_mode, stream,
-                  w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
-    }
+    auto kernel = zz_direct_version() == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
+    zz_launch(kernel, grid, block, smem, red_mode, stream,
+              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
 
 template <ggml_type type, int T, int mode>
