@@ -1957,10 +1957,15 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     cfg.cluster = 0;
 
     if (type == GGML_TYPE_Q4_K && zz_direct_enabled(props.cc_major)) {
-        // 4 warps a block, up to 16 blocks a block-row, each warp >= 32 columns; atomics (H100: clusters
-        // of 8 measured ~1.8x slower, n1 = 8..48 x n2 = 2..8 best at 16 x 4 for 4096x4096 to 28672x8192)
+        // 4 warps a block; n1 such that the grid is one wave of resident blocks (ZZ_DIRECT_MIN_BLOCKS an SM) and
+        // each warp gets whole rounds of 32 columns, the fewest per warp that allow it. H100 against the former
+        // fixed n1 = 16: batch 1 dense 0.98-1.22x as fast, fused 50 % 1.00-1.32x, batch 4 up to 1.65x (e.g.
+        // 11008x4096 16.3 against 18.9 us: n1 = 8, one wave instead of 1.7; bench/results/cuda_h100_2026-11-23f.md).
+        // Atomics: clusters of 8 measured ~1.8x slower
         cfg.n2 = 4;
-        cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(16, n/(cfg.n2*32)));
+        const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*ZZ_DIRECT_MIN_BLOCKS/rows)*cfg.n2; // warps a block-row
+        const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
+        cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
         return cfg;
     }
 

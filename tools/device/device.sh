@@ -36,7 +36,9 @@
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
-#   bench-q4kv direct Q4_K GEMV: step version 1 vs 2 (default), same run
+#   bench-q4kv direct Q4_K GEMV: step versions Q4KV_VERSIONS (default '1 2'; 2 is the default), same run;
+#              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
+#   bench-cfg  default launch config against n1 = 16 (test_zz_cuda, built standalone after build-base if needed)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -146,7 +148,7 @@ remote() {
             # state load makes SparQ rebuild its K copy on the host inside the timed decode (SPARQ_E2E_NOREUSE=0: no
             # reuse-off rows)
             local d i lb8=(-ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md)
-            for d in 16384 32768; do
+            for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
                 for i in 1 2 3; do
                     /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
                     /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
@@ -371,15 +373,47 @@ remote() {
             echo "test_sparq_cuda test --variant single under memcheck: rc $rc"; grep -E "SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
         bench-q4kv)
-            # direct Q4_K GEMV: step version 1 (LLAMA_SPARSE_CUDA_Q4K_V=1) against 2 (default), alternating, batch 1
+            # direct Q4_K GEMV: step versions $Q4KV_VERSIONS (default 1 2; 2 is the default), alternating, batch 1
             # and 4, atomics
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
             local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
             for i in 1 2; do
-                for v in LLAMA_SPARSE_CUDA_Q4K_V=1 LLAMA_SPARSE_CUDA_Q4K_V=2; do
+                for v in ${Q4KV_VERSIONS:-1 2}; do
+                    v=LLAMA_SPARSE_CUDA_Q4K_V=$v
                     echo "-- round $i: $v"
                     env $v timeout 150 /tmp/zz-test/t bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
                         tee -a "$out/bench-q4kv.log" | grep -E "^(type|q4_K)"
+                done
+            done
+            ;;
+        bench-cfg)
+            # default launch config (one-wave n1, whole 32-column rounds) against the former fixed n1 = 16, batch 1 and
+            # 4, two rounds alternating; builds test_zz_cuda without ggml-cuda (no stock column) after build-base when
+            # the zztest step did not run
+            if [ ! -x /tmp/zz-test/t ]; then
+                GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+                    bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
+                    { tail -40 "$out/build-zztest.log"; exit 1; }
+            fi
+            local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
+            for i in 1 2; do
+                for v in LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16; do
+                    echo "-- round $i: $v" | tee -a "$out/bench-cfg.log"
+                    env $v timeout 150 /tmp/zz-test/t bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
+                        tee -a "$out/bench-cfg.log" | grep -E "^(type|q4_K)"
+                done
+            done
+            ;;
+        bench-n1)
+            # blocks per block-row (LLAMA_SPARSE_CUDA_N1) for the step versions $Q4KV_VERSIONS (default 2), batch 1,
+            # the Llama-2-7B shapes
+            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
+            local v n1
+            for v in ${Q4KV_VERSIONS:-2}; do
+                for n1 in 8 16 24 32; do
+                    echo "-- version $v, N1 $n1"
+                    env LLAMA_SPARSE_CUDA_Q4K_V=$v LLAMA_SPARSE_CUDA_N1=$n1 timeout 120 /tmp/zz-test/t bench --type q4_K --batch 1 \
+                        --reduction atomic --shapes 4096x4096,11008x4096,4096x11008 2>&1 | tee -a "$out/bench-n1.log" | grep -E "^q4_K"
                 done
             done
             ;;
@@ -480,11 +514,11 @@ remote() {
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            echo "-- tg128 t/s, two rounds: direct Q4_K step 2 (default) | step 1 (LLAMA_SPARSE_CUDA_Q4K_V=1)"
+            echo "-- tg128 t/s, two rounds: default launch config | the former fixed n1 = 16 (LLAMA_SPARSE_CUDA_N1=16)"
             for i in 1 2; do
                 for lv in dense 0.50; do
                     [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                    echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_Q4K_V=1)"
+                    echo "$lv: $(tg_of $lv) | $(tg_of $lv LLAMA_SPARSE_CUDA_N1=16)"
                 done
             done
             echo "-- stock again (drift)"
