@@ -1515,14 +1515,15 @@ static bool zz_ticket_enabled() {
     return o >= 0 ? o != 0 : env != 0;
 }
 
-// LLAMA_SPARSE_CUDA_PREFETCH (DENSE, default 64) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED, default 0): columns
-// per warp of the direct Q4_K kernel whose weight blocks are prefetched into L2 before the PDL wait. Dense needs
-// every one of them. FUSED skips some, and a load step waits for its slowest block, so a prefetch only pays
-// when it covers the warp's whole first queue flush (~32/(1 - s) columns): off unless asked for.
+// LLAMA_SPARSE_CUDA_PREFETCH (DENSE) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED), both default 0: columns per warp
+// of the direct Q4_K kernel whose weight blocks are prefetched into L2 before the PDL wait. DENSE at 64: 6-8 %
+// slower on the H100 with the one-wave launch config (bench/results/cuda_h100_2026-11-23f.md). FUSED skips some
+// of them, and a load step waits for its slowest block, so it only pays when it covers the warp's whole first
+// queue flush (~32/(1 - s) columns).
 static int zz_prefetch_cols(const int mode) {
     static const int env_dense = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH");
-        return e == nullptr ? 64 : std::max(0, atoi(e));
+        return e == nullptr ? 0 : std::max(0, atoi(e));
     }();
     static const int env_fused = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH_FUSED");

@@ -38,7 +38,8 @@
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-q4kv direct Q4_K GEMV: step versions Q4KV_VERSIONS (default '1 2'; 2 is the default), same run;
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
-#   bench-cfg  default launch config against n1 = 16 (test_zz_cuda, built standalone after build-base if needed)
+#   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
+#              after build-base if needed)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -387,9 +388,9 @@ remote() {
             done
             ;;
         bench-cfg)
-            # default launch config (one-wave n1, whole 32-column rounds) against the former fixed n1 = 16, batch 1 and
-            # 4, two rounds alternating; builds test_zz_cuda without ggml-cuda (no stock column) after build-base when
-            # the zztest step did not run
+            # test_zz_cuda bench under each of $BENCH_ENVS (default: the launch config against the former fixed
+            # n1 = 16; ',' for spaces inside one), batch $BENCH_BATCH (default 1,4), two rounds alternating; builds
+            # test_zz_cuda without ggml-cuda (no stock column) after build-base when the zztest step did not run
             if [ ! -x /tmp/zz-test/t ]; then
                 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                     bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
@@ -397,9 +398,9 @@ remote() {
             fi
             local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
             for i in 1 2; do
-                for v in LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16; do
+                for v in ${BENCH_ENVS:-LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16}; do
                     echo "-- round $i: $v" | tee -a "$out/bench-cfg.log"
-                    env $v timeout 150 /tmp/zz-test/t bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
+                    env ${v//,/ } timeout 150 /tmp/zz-test/t bench --type q4_K --batch ${BENCH_BATCH:-1,4} --reduction atomic --shapes $sh 2>&1 |
                         tee -a "$out/bench-cfg.log" | grep -E "^(type|q4_K)"
                 done
             done
