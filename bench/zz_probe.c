@@ -29,6 +29,7 @@
 
 #ifdef ZZ_PROBE_AB
 void ggml_sparse_cpu_forward_mul_mat_zz_B(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+void ggml_sparse_zz_to_colmajor_B(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst);
 #define NB 2
 #else
 #define NB 0
@@ -89,12 +90,21 @@ int main(int argc, char ** argv) {
         memcpy(w + b*bs, &d, 2);
         memcpy(w + b*bs + 2, &dmin, 2);
     }
-    struct ggml_tensor wr[MAX_COPIES], wc[MAX_COPIES];
+    // (B: its own column-major copies, made by its repack: the versions may lay the bands out differently)
+    struct ggml_tensor wr[MAX_COPIES], wc[MAX_COPIES], wcb[MAX_COPIES];
+#ifdef ZZ_PROBE_AB
+    uint8_t * w_cmb = malloc(wbytes*copies);
+#endif
     for (int c = 0; c < copies; ++c) {
         ggml_sparse_zz_to_colmajor(type, n, nr, w + c*wbytes, w_cm + c*wbytes);
         wr[c] = mk(type, 256*n, nr, n*bs, w + c*wbytes);
         wc[c] = mk(type, 256*n, nr, n*bs, w_cm + c*wbytes);
         ggml_sparse_zz_set_layout(&wc[c], GGML_SPARSE_ZZ_LAYOUT_COLS);
+        wcb[c] = wc[c];
+#ifdef ZZ_PROBE_AB
+        ggml_sparse_zz_to_colmajor_B(type, n, nr, w + c*wbytes, w_cmb + c*wbytes);
+        wcb[c].data = w_cmb + c*wbytes;
+#endif
     }
 
     float * x = malloc(sizeof(float)*n);
@@ -149,7 +159,7 @@ int main(int argc, char ** argv) {
                 continue;
             }
             const int c = next++ % copies;
-            yt[k].src[0] = k == 0 ? &wr[c] : &wc[c];
+            yt[k].src[0] = k == 0 ? &wr[c] : k >= 5 ? &wcb[c] : &wc[c];
             const double t0 = now_us();
             zz_test_pool_run(&pool, op_of(k), &yt[k], wdata, wsize, false);
             if (i >= 0) {
@@ -164,7 +174,7 @@ int main(int argc, char ** argv) {
         if (only >= 0 && k != only) {
             continue;
         }
-        yt[k].src[0] = k == 0 ? &wr[0] : &wc[0];
+        yt[k].src[0] = k == 0 ? &wr[0] : k >= 5 ? &wcb[0] : &wc[0];
         zz_test_pool_run(&pool, op_of(k), &yt[k], wdata, wsize, false);
         float * yf = malloc(sizeof(float)*m);
         memcpy(yf, y[k], sizeof(float)*m);

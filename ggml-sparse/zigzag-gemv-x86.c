@@ -482,8 +482,11 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #define ZZ_CM_PFD 4
 #endif
 
+// into L2 only (T1): paired against T0 (2 threads, cold, 2 runs of 3 shapes) 1.12-1.33x as fast dense and
+// 1.14-1.26x at 50 % on a Zen 4 EPYC (L2 1 MiB), T2 alike (bench/results/gemv_cpu_pfhint_2026-11-23.md): the
+// prefetches presumably stop competing with the 16 streams' demand loads for L1 miss buffers
 #ifndef ZZ_CM_PF_HINT
-#define ZZ_CM_PF_HINT _MM_HINT_T0
+#define ZZ_CM_PF_HINT _MM_HINT_T1
 #endif
 
 #define ZZ_STR(x) #x
