@@ -303,11 +303,12 @@ static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
 
 // CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h) where the build
 // has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
-// the model's first context starts at a level calibrated for >= 40 % (LLAMA_SPARSE). Column-major was the faster
-// layout end to end from 40 %, the row layout dense and at 25 % (bench/results/cpu_e2e-r7b-2026-11-23-randomcal.md).
-// Done when the first
-// context is created (every weight is loaded by then): in place through one tensor-sized temporary where the
-// weight is writable, else (mmap) into a new buffer, giving the mapped pages back.
+// the model's first context starts at a level calibrated for >= 20 % (LLAMA_SPARSE). Since the column-major
+// kernel's prefetches go to L2 it is the faster layout end to end from 25 % (1.07-1.13x the row layout there, the
+// row layout 1.03x dense; bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md; before, from 40 %:
+// cpu_e2e-r7b-2026-11-23-randomcal.md). Done when the first context is created (every weight is loaded by then):
+// in place through one tensor-sized temporary where the weight is writable, else (mmap) into a new buffer, giving
+// the mapped pages back.
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
     if (info.cpu_layout_done) {
         return;
@@ -490,7 +491,7 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
             const sparse_model_info & info = it->second;
             const char * hint  = getenv("LLAMA_SPARSE_START_LEVEL");
             const int    level = sctx->level >= 0 ? sctx->level : hint != nullptr ? find_level(info, hint) : -1;
-            const bool   sparse_start = level >= 0 && !sctx->emulate && info.levels[level].target >= 0.4f - 1e-6f;
+            const bool   sparse_start = level >= 0 && !sctx->emulate && info.levels[level].target >= 0.2f - 1e-6f;
             repack_cpu_weights(model, it->second, sparse_start);
         }
     }

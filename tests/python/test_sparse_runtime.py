@@ -131,11 +131,11 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch)
 
 @pytest.mark.parametrize("start, layout_env, expect_cols", [
     (None, None, False), ("0.50", None, True), ("0.50", "auto", True), ("0.50", "rows", False), (None, "cols", True),
-    ("0.25", None, False)])
+    ("0.25", None, True)])
 def test_cpu_layout_follows_starting_level(leveled_q4k: Path, capfd, monkeypatch, start, layout_env, expect_cols):
     """LLAMA_SPARSE_CPU_LAYOUT unset or auto: the Q4_K weights go column-major when the model's first context
-    starts at a level calibrated for >= 40 % (Llama(sparsity=...) or LLAMA_SPARSE), and stay in the row layout
-    dense and below; rows / cols force either. The caller's environment is left as it was."""
+    starts at a level calibrated for >= 20 % (Llama(sparsity=...) or LLAMA_SPARSE), and stay in the row layout
+    dense; rows / cols force either. The caller's environment is left as it was."""
     import llama_sparse
     if layout_env is None:
         monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
