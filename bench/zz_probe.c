@@ -90,7 +90,7 @@ int main(int argc, char ** argv) {
         memcpy(w + b*bs, &d, 2);
         memcpy(w + b*bs + 2, &dmin, 2);
     }
-    // (B: its own column-major copies, made by its repack: the versions may lay the bands out differently)
+    // (B: its own column-major copies, made by its repack: the versions may lay the blocks out differently)
     struct ggml_tensor wr[MAX_COPIES], wc[MAX_COPIES], wcb[MAX_COPIES];
 #ifdef ZZ_PROBE_AB
     uint8_t * w_cmb = malloc(wbytes*copies);

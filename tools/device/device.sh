@@ -48,7 +48,7 @@
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level, then tg128 of dense and 0.50 side by side:
-#              direct Q4_K step 2 (default) | step 1 (LLAMA_SPARSE_CUDA_Q4K_V=1)
+#              default launch config | the former fixed n1 = 16 (LLAMA_SPARSE_CUDA_N1=16)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them).
@@ -92,6 +92,19 @@ build_stock() {
 }
 
 remote() {
+    # test_zz_cuda bench on the 7B/8B/70B shapes, two rounds, each round once under every ENV (',' for spaces
+    # inside one), atomics: zz_bench_envs LOG BATCHES ENV...
+    zz_bench_envs() {
+        local log=$1 batch=$2 i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
+        shift 2
+        for i in 1 2; do
+            for v in "$@"; do
+                echo "-- round $i: $v" | tee -a "$out/$log"
+                env ${v//,/ } timeout 150 /tmp/zz-test/t bench --type q4_K --batch "$batch" --reduction atomic --shapes $sh 2>&1 |
+                    tee -a "$out/$log" | grep -E "^(type|q4_K)"
+            done
+        done
+    }
     local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
     local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
     mkdir -p "$out" "$work"
@@ -374,36 +387,22 @@ remote() {
             echo "test_sparq_cuda test --variant single under memcheck: rc $rc"; grep -E "SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
         bench-q4kv)
-            # direct Q4_K GEMV: step versions $Q4KV_VERSIONS (default 1 2; 2 is the default), alternating, batch 1
-            # and 4, atomics
+            # direct Q4_K GEMV: step versions $Q4KV_VERSIONS (default 1 2; 2 is the default), batch 1 and 4
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
-            local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
-            for i in 1 2; do
-                for v in ${Q4KV_VERSIONS:-1 2}; do
-                    v=LLAMA_SPARSE_CUDA_Q4K_V=$v
-                    echo "-- round $i: $v"
-                    env $v timeout 150 /tmp/zz-test/t bench --type q4_K --batch 1,4 --reduction atomic --shapes $sh 2>&1 |
-                        tee -a "$out/bench-q4kv.log" | grep -E "^(type|q4_K)"
-                done
-            done
+            local v envs=()
+            for v in ${Q4KV_VERSIONS:-1 2}; do envs+=(LLAMA_SPARSE_CUDA_Q4K_V=$v); done
+            zz_bench_envs bench-q4kv.log 1,4 "${envs[@]}"
             ;;
         bench-cfg)
             # test_zz_cuda bench under each of $BENCH_ENVS (default: the launch config against the former fixed
-            # n1 = 16; ',' for spaces inside one), batch $BENCH_BATCH (default 1,4), two rounds alternating; builds
-            # test_zz_cuda without ggml-cuda (no stock column) after build-base when the zztest step did not run
+            # n1 = 16; ',' for spaces inside one), batch $BENCH_BATCH (default 1,4); builds test_zz_cuda without
+            # ggml-cuda (no stock column) after build-base when the zztest step did not run
             if [ ! -x /tmp/zz-test/t ]; then
                 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                     bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
                     { tail -40 "$out/build-zztest.log"; exit 1; }
             fi
-            local i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
-            for i in 1 2; do
-                for v in ${BENCH_ENVS:-LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16}; do
-                    echo "-- round $i: $v" | tee -a "$out/bench-cfg.log"
-                    env ${v//,/ } timeout 150 /tmp/zz-test/t bench --type q4_K --batch ${BENCH_BATCH:-1,4} --reduction atomic --shapes $sh 2>&1 |
-                        tee -a "$out/bench-cfg.log" | grep -E "^(type|q4_K)"
-                done
-            done
+            zz_bench_envs bench-cfg.log "${BENCH_BATCH:-1,4}" ${BENCH_ENVS:-LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16}
             ;;
         bench-n1)
             # blocks per block-row (LLAMA_SPARSE_CUDA_N1) for the step versions $Q4KV_VERSIONS (default 2), batch 1,
