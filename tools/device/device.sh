@@ -146,6 +146,18 @@ remote() {
             wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
             tr '\r' '\n' < "$out/model.log" | tail -2
             ;;
+        modelzz-bg)
+            # model, convert and thr in one background job, after build (the package loads libllama), beside
+            # stock-bg; modelzz-wait joins it
+            { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" &&
+              python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs" &&
+              python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"
+            } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
+            ;;
+        modelzz-wait)
+            wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
+            tr '\r' '\n' < "$out/modelzz.log" | tail -4
+            ;;
         model8b-bg)
             # random Llama-3-8B-shaped Q4_K (GQA 32/8, d_h 128) for SparQ end to end; model8b-wait joins it
             python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --type q4_k -o "$r8b" > "$out/model8b.log" 2>&1 & model8b_pid=$!
@@ -503,7 +515,7 @@ remote() {
             echo "-- stock build, standard Q4_K"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-stock.log" | grep -E "^\|"
             [ -f "$zc7b" ] || { echo "no model with levels: fork dense only"; zc7b=$z7b; }
-            for lv in dense 0.25 0.40 0.50 0.65; do
+            for lv in ${E2E_LEVELS:-dense 0.25 0.40 0.50 0.65}; do
                 [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
                 echo "-- fork build, zigzag q4_k, level $lv (default: direct Q4_K kernel, fused index collection)"
                 LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | tee "$out/e2e-fork-$lv.log" | grep -E "^\||error|warn"
