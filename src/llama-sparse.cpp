@@ -301,6 +301,26 @@ static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
 }
 #endif
 
+// memory for the column-major copies, in transparent huge pages where the kernel gives them (Linux, THP
+// "madvise" or "always"): the GEMV reads up to 16 column runs at once per thread, scattered over GiBs, and with
+// 4 KiB pages most of its L2 prefetches and loads wait on page walks. free() releases it
+static void * alloc_huge(size_t size) {
+#if defined(__linux__)
+    const size_t huge = 2u << 20;
+    void * p = nullptr;
+    if (posix_memalign(&p, huge, GGML_PAD(size, huge)) != 0) {
+        return nullptr;
+    }
+    const char * env = getenv("LLAMA_SPARSE_CPU_HUGEPAGES"); // "0": no advice (benchmarks)
+    if (env == nullptr || strcmp(env, "0") != 0) {
+        madvise(p, GGML_PAD(size, huge), MADV_HUGEPAGE); // advice only: 4 KiB pages where it fails
+    }
+    return p;
+#else
+    return malloc(size);
+#endif
+}
+
 // CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h) where the build
 // has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
 // the model's first context starts at a level calibrated for >= 20 % (LLAMA_SPARSE). Since the column-major
@@ -324,8 +344,15 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     const auto   rw   = writable_ranges();
     const size_t page = (size_t) sysconf(_SC_PAGESIZE);
 #endif
-    int    n_done = 0;
-    size_t bytes  = 0;
+    // first pass: the weights to repack, and whether each is writable (repacked in place) or mapped from the
+    // file (copied out into one arena)
+    struct todo_t {
+        ggml_tensor * t;
+        size_t        size;
+        bool          writable;
+    };
+    std::vector<todo_t> todo;
+    size_t arena_size = 0;
     for (const auto & nt : model.tensors_by_name) {
         ggml_tensor * t = nt.second;
         if (!ggml_sparse_is_zigzag(t) || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
@@ -334,12 +361,6 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             continue;
         }
         const size_t size = ggml_nbytes(t);
-        void * packed = malloc(size);
-        if (packed == nullptr) {
-            LLAMA_LOG_WARN("%s: out of memory repacking %s, keeping the row layout\n", __func__, t->name);
-            continue;
-        }
-        ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
         bool writable = false;
 #if defined(__linux__)
         const uintptr_t a = (uintptr_t) t->data;
@@ -347,28 +368,61 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             writable = writable || (a >= r.first && a + size <= r.second);
         }
 #endif
-        if (writable) {
-            memcpy(t->data, packed, size);
-            free(packed);
+        todo.push_back({ t, size, writable });
+        arena_size += writable ? 0 : GGML_PAD(size, 64);
+    }
+    char * arena = nullptr;
+    if (arena_size > 0) {
+        arena = (char *) alloc_huge(arena_size);
+        if (arena == nullptr) {
+            LLAMA_LOG_WARN("%s: out of memory (%.1f MiB) for the column-major copies of mapped weights, keeping their row layout\n",
+                    __func__, arena_size/1048576.0);
         } else {
+            info.cpu_buffers.push_back(arena);
+        }
+    }
+
+    int    n_done = 0;
+    size_t bytes  = 0;
+    size_t n_copied = 0;
+    size_t arena_off = 0;
+    for (const auto & td : todo) {
+        ggml_tensor * t = td.t;
+        if (td.writable) {
+            void * tmp = malloc(td.size);
+            if (tmp == nullptr) {
+                LLAMA_LOG_WARN("%s: out of memory repacking %s, keeping the row layout\n", __func__, t->name);
+                continue;
+            }
+            ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, tmp);
+            memcpy(t->data, tmp, td.size);
+            free(tmp);
+        } else {
+            if (arena == nullptr) {
+                continue;
+            }
+            void * packed = arena + arena_off;
+            arena_off += GGML_PAD(td.size, 64);
+            ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
 #if defined(__linux__)
             // the file pages of the old layout are not read again: drop them from this process
+            const uintptr_t a  = (uintptr_t) t->data;
             const uintptr_t p0 = (a + page - 1) & ~(uintptr_t) (page - 1);
-            const uintptr_t p1 = (a + size) & ~(uintptr_t) (page - 1);
+            const uintptr_t p1 = (a + td.size) & ~(uintptr_t) (page - 1);
             if (p1 > p0) {
                 madvise((void *) p0, p1 - p0, MADV_DONTNEED);
             }
 #endif
             t->data = packed;
-            info.cpu_buffers.push_back(packed);
+            n_copied++;
         }
         ggml_sparse_zz_set_layout(t, GGML_SPARSE_ZZ_LAYOUT_COLS);
         n_done++;
-        bytes += size;
+        bytes += td.size;
     }
     if (n_done > 0) {
         LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) in the column-major CPU layout (%zu copied out of read-only mappings)\n",
-                __func__, n_done, bytes/1048576.0, info.cpu_buffers.size());
+                __func__, n_done, bytes/1048576.0, n_copied);
     }
 }
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -103,8 +104,10 @@ def leveled_q4k(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
                               {"0.50": (0.5, 0.05), "0.25": (0.25, 0.02)})
 
 
-def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch):
-    """LLAMA_SPARSE_CPU_LAYOUT=cols repacks the Q4_K weights at the first context and, on one thread (same
+@pytest.mark.parametrize("use_mmap", [True, False])
+def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch, use_mmap):
+    """LLAMA_SPARSE_CPU_LAYOUT=cols repacks the Q4_K weights at the first context (mapped: copied out into one
+    huge-page arena; loaded: in place) and, on one thread (same
     chunks and coefficients as the row-layout kernel), decodes the same logits, dense and sparse. (On two
     threads it matches the row layout's list split, LLAMA_SPARSE_CPU_SPLIT=cols, exactly; that split and the
     default block-row split differ by ~1-5 % in logits on this model, both ~1-6 % from the reference.)"""
@@ -120,8 +123,10 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch)
 
     capfd.readouterr()
     monkeypatch.setenv("LLAMA_SPARSE_CPU_LAYOUT", "cols")
-    cols = llama_sparse.Llama(leveled_q4k, n_ctx=256, logits_all=True, n_threads=1, verbose=True)
-    assert "column-major CPU layout" in capfd.readouterr().err  # the repack ran
+    cols = llama_sparse.Llama(leveled_q4k, n_ctx=256, logits_all=True, n_threads=1, verbose=True, use_mmap=use_mmap)
+    log = re.search(r"zigzag weights \(.*\) in the column-major CPU layout \((\d+) copied", capfd.readouterr().err)
+    assert log is not None  # the repack ran
+    assert (int(log.group(1)) > 0) == use_mmap
     for level in (None, "0.50"):
         cols.set_sparsity(level)
         got = _logprobs(cols, tokens, stepwise=True)
