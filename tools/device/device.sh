@@ -47,11 +47,14 @@
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
-#   e2e        llama-bench stock Q4_K vs fork dense and every level, then tg128 of dense and 0.50 side by side:
-#              default launch config | the former fixed n1 = 16 (LLAMA_SPARSE_CUDA_N1=16)
+#   modelzz-bg, modelzz-wait   model + convert + thr as one background job (after build: the package loads
+#              libllama); a whole e2e chain in one call: build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e
+#   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick), then tg128 of dense and 0.50
+#              side by side: default launch config | the former fixed n1 = 16 (LLAMA_SPARSE_CUDA_N1=16)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
-# Logs and results go to $OUT (the device tool returns them).
+# Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
+# remote-bg chain with it: keep each chain within one call (remote-bg, then poll in the same command) or re-poll at once.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:-}; shift || true
