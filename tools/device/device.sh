@@ -48,7 +48,7 @@
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
 #   modelzz-bg, modelzz-wait   model + convert + thr as one background job (after build: the package loads
-#              libllama); a whole e2e chain in one call: build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e
+#              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick), then tg128 of dense and 0.50
 #              side by side: default launch config | the former fixed n1 = 16 (LLAMA_SPARSE_CUDA_N1=16)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
