@@ -41,7 +41,7 @@ struct sparse_model_info {
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
     bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
-    std::vector<void *>       cpu_buffers;             // repacked copies of read-only (mapped) weights
+    void *                    cpu_arena = nullptr;     // column-major copies of read-only (mapped) weights
 };
 
 std::mutex                                       g_mutex;
@@ -269,9 +269,7 @@ void llama_sparse_model_free(const llama_model * model) {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_models.find(model);
     if (it != g_models.end()) {
-        for (void * p : it->second.cpu_buffers) {
-            free(p);
-        }
+        free(it->second.cpu_arena);
         g_models.erase(it);
     }
 }
@@ -327,8 +325,8 @@ static void * alloc_huge(size_t size) {
 // kernel's prefetches go to L2 it is the faster layout end to end from 25 % (1.07-1.13x the row layout there, the
 // row layout 1.03x dense; bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md; before, from 40 %:
 // cpu_e2e-r7b-2026-11-23-randomcal.md). Done when the first context is created (every weight is loaded by then):
-// in place through one tensor-sized temporary where the weight is writable, else (mmap) into a new buffer, giving
-// the mapped pages back.
+// in place through one tensor-sized temporary where the weight is writable, else (mmap) into one arena for all such
+// weights (alloc_huge), giving the mapped pages back.
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
     if (info.cpu_layout_done) {
         return;
@@ -378,7 +376,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             LLAMA_LOG_WARN("%s: out of memory (%.1f MiB) for the column-major copies of mapped weights, keeping their row layout\n",
                     __func__, arena_size/1048576.0);
         } else {
-            info.cpu_buffers.push_back(arena);
+            info.cpu_arena = arena;
         }
     }
 

@@ -107,8 +107,8 @@ def leveled_q4k(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.mark.parametrize("use_mmap", [True, False])
 def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch, use_mmap):
     """LLAMA_SPARSE_CPU_LAYOUT=cols repacks the Q4_K weights at the first context (mapped: copied out into one
-    huge-page arena; loaded: in place) and, on one thread (same
-    chunks and coefficients as the row-layout kernel), decodes the same logits, dense and sparse. (On two
+    huge-page arena; loaded: in place) and, on one thread (same chunks and coefficients as the row-layout
+    kernel), decodes the same logits, dense and sparse. (On two
     threads it matches the row layout's list split, LLAMA_SPARSE_CPU_SPLIT=cols, exactly; that split and the
     default block-row split differ by ~1-5 % in logits on this model, both ~1-6 % from the reference.)"""
     import llama_sparse

@@ -124,6 +124,11 @@ remote() {
     export PYTHONPATH=$repo/python:$py${PYTHONPATH:+:$PYTHONPATH} LLAMA_SPARSE_LIB_DIR=/tmp/b-fork/bin \
            LLAMA_CPP_LIB_PATH=/tmp/b-fork/bin PYTHONUNBUFFERED=1
     local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf r8b=$work/r8b.q4_k.gguf
+    # the random 7B-shaped model, its zigzag conversion and its levels (thr: the thresholds bench/r7b_thresholds.py
+    # measured on a 4-layer file of the same shapes, bench/results/cpu_e2e-r7b-*.md)
+    make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b"; }
+    convert_r7b() { python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs"; }
+    thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
@@ -143,7 +148,7 @@ remote() {
             tail -2 "$out/build-fork.log"
             ;;
         model-bg)
-            python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" > "$out/model.log" 2>&1 & model_pid=$!
+            make_r7b > "$out/model.log" 2>&1 & model_pid=$!
             ;;
         model-wait)
             wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
@@ -152,10 +157,7 @@ remote() {
         modelzz-bg)
             # model, convert and thr in one background job, after build (the package loads libllama), beside
             # stock-bg; modelzz-wait joins it
-            { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" &&
-              python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs" &&
-              python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"
-            } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
+            { make_r7b && convert_r7b && thr_r7b; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
             ;;
         modelzz-wait)
             wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
@@ -495,10 +497,10 @@ remote() {
             LLAMA_SPARSE_CUDA_Q4K_V=1 /tmp/zz-test/t test --seed 3 2>&1 | tee "$out/zztest-v1.log" | tail -4
             ;;
         model)
-            python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" 2>&1 | tr '\r' '\n' | tail -3
+            make_r7b 2>&1 | tr '\r' '\n' | tail -3
             ;;
         convert)
-            python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs" 2>&1 | tr '\r' '\n' | tail -12
+            convert_r7b 2>&1 | tr '\r' '\n' | tail -12
             ;;
         calib)
             # the random model's vocab is a dummy (<tN>, no byte tokens: llama.cpp's tokenizer throws on text),
@@ -509,9 +511,8 @@ remote() {
             tail -14 "$out/calib.log"
             ;;
         thr)
-            # levels without calibration: the thresholds bench/r7b_thresholds.py measured on a 4-layer file of the
-            # same shapes (bench/results/cpu_e2e-r7b-*.md); the Python model load segfaults in the background chain
-            python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"
+            # levels without calibration (the Python model load segfaults in the background chain)
+            thr_r7b
             ;;
         e2e)
             local lb=(-ngl 99 -p 512 -n 128 -r 5 -o md) lv
