@@ -547,6 +547,67 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, c
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
+// VNNI (AVX512-VNNI with VL): four columns per dword. Weight bytes of a column quad interleave to dwords
+// (a_l, b_l, c_l, d_l) and vpdpbusd adds their products with the quad's coefficients (c_a, c_b, c_c, c_d) into
+// int32 sums: no separate add, no int16 limit. High nibbles are masked in place (0xF0, 16x the value) and the
+// flush scale divided by 16 (exact), so no shift. Per quad and 32-byte run: 8 shuffles, 8 ands, 8 dot products
+// against 2x20 for two maddubs pairs. Sums are the same integers, so results match the maddubs path bit for bit.
+// Accumulator slot i = 32h + 8k + 4L + e holds output 32h + 16L + 4k + e (e < 4 of lane L of sum k)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#ifndef ZZ_CM_VNNI
+#define ZZ_CM_VNNI 1
+#endif
+#else
+#undef  ZZ_CM_VNNI
+#define ZZ_CM_VNNI 0
+#endif
+
+#if ZZ_CM_VNNI
+// unroll of the strided (dense) quad loop: fully unrolled, its 16 column addresses are kept in vector registers
+#ifndef ZZ_CM_UNROLL_QS
+#define ZZ_CM_UNROLL_QS 1
+#endif
+
+static const uint8_t zz_q4_K_cm_slot_out[64] = {
+     0,  1,  2,  3, 16, 17, 18, 19,  4,  5,  6,  7, 20, 21, 22, 23,
+     8,  9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31,
+    32, 33, 34, 35, 48, 49, 50, 51, 36, 37, 38, 39, 52, 53, 54, 55,
+    40, 41, 42, 43, 56, 57, 58, 59, 44, 45, 46, 47, 60, 61, 62, 63,
+};
+
+// p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += the 32-byte runs at qa..qd times quad coefficients cl, cu
+#define ZZ_QUAD_STEP(qa, qb, qc, qd, cl, cu) do {                                                          \
+        __m256i A_ = _mm256_loadu_si256((const __m256i *) (qa));                                      \
+        __m256i B_ = _mm256_loadu_si256((const __m256i *) (qb));                                      \
+        __m256i C_ = _mm256_loadu_si256((const __m256i *) (qc));                                      \
+        __m256i D_ = _mm256_loadu_si256((const __m256i *) (qd));                                      \
+        __asm__("" : "+v"(A_), "+v"(B_), "+v"(C_), "+v"(D_));                                      \
+        const __m256i ab0 = _mm256_unpacklo_epi8(A_, B_), ab1 = _mm256_unpackhi_epi8(A_, B_);               \
+        const __m256i cd0 = _mm256_unpacklo_epi8(C_, D_), cd1 = _mm256_unpackhi_epi8(C_, D_);               \
+        const __m256i w0 = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);           \
+        const __m256i w2 = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);           \
+        p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);                                         \
+        p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);                                         \
+        p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);                                         \
+        p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);                                         \
+        p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);                                      \
+        p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);                                      \
+        p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);                                      \
+        p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);                                      \
+    } while (0)
+
+// the batch path's int16 sums into the same slot order: y[0..7] += s*words 0..3 of each lane, y[8..15] += s*words 4..7
+ZZ_INLINE void zz_flush_i16_cm(float * yv, __m256i v, __m256 s) {
+    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_unpacklo_epi16(v, v), 16));
+    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_unpackhi_epi16(v, v), 16));
+    _mm256_storeu_ps(yv + 0, _mm256_fmadd_ps(s, f0, _mm256_loadu_ps(yv + 0)));
+    _mm256_storeu_ps(yv + 8, _mm256_fmadd_ps(s, f1, _mm256_loadu_ps(yv + 8)));
+}
+#else
+#define zz_q4_K_cm_slot_out zz_q4_K_slot_out
+#define zz_flush_i16_cm     zz_flush_i16_eo_u
+#endif
+
 // lines of a full contiguous chunk prefetched per batch of products (a chunk over nr block-rows, 4 batches each)
 #define ZZ_CM_PF_LINES ((int) (ZZ_CHUNK*sizeof(block_q4_K)/4/64))
 static_assert(ZZ_CHUNK*sizeof(block_q4_K) % (4*64) == 0, "a chunk's block-row is a whole number of lines per batch");
@@ -648,6 +709,54 @@ ZZ_INLINE void zz_q4_K_cm_prefetch(struct zz_cm_pf * pf, int64_t r, int sp, cons
     }
 }
 
+#if ZZ_CM_VNNI
+// one token, 32-byte run sp of nq column quads: blocks ws bytes apart from wb (strided) or at cb[c] + roff;
+// cq: quad coefficients (8 dwords per quad: 2sp low, 2sp + 1 high). y (slot order) += sl/su * sums
+ZZ_INLINE void zz_q4_K_cm_sums_vnni(const char * wb, size_t ws, const block_q4_K * const * cb, size_t roff, const bool strided,
+                                    const int nq, const int32_t (* cq)[8], int sp, float * yo, float sl, float su) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+    const size_t off = offsetof(block_q4_K, qs) + 32*sp;
+    if (strided) {
+        const char * qa = wb + off;
+        ZZ_UNROLL(ZZ_CM_UNROLL_QS)
+        for (int q = 0; q < nq; ++q, qa += 4*ws) {
+            ZZ_QUAD_STEP(qa, qa + ws, qa + 2*ws, qa + 3*ws, _mm256_set1_epi32(cq[q][2*sp]), _mm256_set1_epi32(cq[q][2*sp + 1]));
+        }
+    } else {
+        ZZ_UNROLL(4)
+        for (int q = 0; q < nq; ++q) {
+            ZZ_QUAD_STEP((const char *) cb[4*q + 0] + roff + off, (const char *) cb[4*q + 1] + roff + off,
+                         (const char *) cb[4*q + 2] + roff + off, (const char *) cb[4*q + 3] + roff + off,
+                         _mm256_set1_epi32(cq[q][2*sp]), _mm256_set1_epi32(cq[q][2*sp + 1]));
+        }
+    }
+    const __m256 vl = _mm256_set1_ps(sl);
+    const __m256 vu = _mm256_set1_ps(su*(1.0f/16.0f));
+    #define ZZ_QUAD_FLUSH(o, v, s) _mm256_storeu_ps(yo + (o), _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(yo + (o))))
+    ZZ_QUAD_FLUSH( 0, p0, vl); ZZ_QUAD_FLUSH( 8, p1, vl); ZZ_QUAD_FLUSH(16, p2, vl); ZZ_QUAD_FLUSH(24, p3, vl);
+    ZZ_QUAD_FLUSH(32, p4, vu); ZZ_QUAD_FLUSH(40, p5, vu); ZZ_QUAD_FLUSH(48, p6, vu); ZZ_QUAD_FLUSH(56, p7, vu);
+    #undef ZZ_QUAD_FLUSH
+}
+#endif
+
+#if ZZ_CM_VNNI
+// one token, one block-row of a chunk: the four runs of nq quads (zz_q4_K_cm_sums_vnni), with the prefetches. Not
+// inlined: in the chunk loop GCC kept the eight sums in stack slots (a store-forward per product, 1.25x the time)
+#define ZZ_CM_ROW_VNNI(name, strided_)                                                                            \
+static __attribute__((noinline)) void name(const char * wb, size_t ws, const block_q4_K * const * cb, size_t roff, \
+        int nq, const int32_t (* cq)[8], const float * sf, struct zz_cm_pf * pf, int64_t r, int64_t nr, float * yr) { \
+    ZZ_UNROLL(1)                                                                                                  \
+    for (int sp = 0; sp < QK_K/64; ++sp) {                                                                        \
+        zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);                                                                   \
+        zz_q4_K_cm_sums_vnni(wb, ws, cb, roff, strided_, strided_ ? ZZ_CHUNK/4 : nq, cq, sp, yr + 64*sp,        \
+                             sf[2*sp + 0], sf[2*sp + 1]);                                                         \
+    }                                                                                                             \
+}
+ZZ_CM_ROW_VNNI(zz_q4_K_cm_row_vnni_s, true)
+ZZ_CM_ROW_VNNI(zz_q4_K_cm_row_vnni_p, false)
+#endif
+
 // one chunk of ncol list entries through the nr block-rows: cb: each column's first block (padded to ZZ_CHUNK by
 // repeating the last), voffs: their dword offsets from w, xs: x per column and token (0 past ncol); contiguous
 // columns (strided: dense, one token, ncol = ZZ_CHUNK) are addressed from cb[0] by stride. Accumulates into y
@@ -657,7 +766,9 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
                                 const bool strided, struct zz_cm_pf * pf,
                                 float * y, int64_t ldy, float * mins) {
     enum { NG = ZZ_CHUNK };
-    const int np = (ncol + 1)/2;
+    // column pairs; VNNI (one token) works in quads, the padding pair's coefficients are 0 (x = 0)
+    const int nq = (ncol + 3)/4;
+    const int np = ZZ_CM_VNNI && nt == 1 ? 2*nq : (ncol + 1)/2;
 
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -670,6 +781,9 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
     int32_t  mq[ZZ_MAX_T][NG/2]      __attribute__((aligned(32)));
     int32_t  coef[ZZ_MAX_T][NG/2][8] __attribute__((aligned(32)));
     float    sf[ZZ_MAX_T][8]         __attribute__((aligned(32)));
+#if ZZ_CM_VNNI
+    int32_t  cq[NG/4][8]             __attribute__((aligned(32))); // (c_a, c_b, c_c, c_d) per sub-block
+#endif
 
     const size_t cstride = ldc*sizeof(block_q4_K);
 
@@ -738,6 +852,20 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
             }
         }
 
+#if ZZ_CM_VNNI
+        if (nt == 1) {
+            // pair dwords (a, b, a, b) and (c, d, c, d) -> (a, b, c, d)
+            for (int q = 0; q < nq; ++q) {
+                _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[0][2*q]),
+                                                                         _mm256_load_si256((const __m256i *) coef[0][2*q + 1]), 0xAA));
+            }
+            if (strided) {
+                zz_q4_K_cm_row_vnni_s((const char *) cb[0] + roff, cstride, cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
+            } else {
+                zz_q4_K_cm_row_vnni_p((const char *) cb[0] + roff, cstride, cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
+            }
+        } else
+#endif
         if (nt == 1) {
             float * yr = y + r*QK_K;
             for (int sp = 0; sp < QK_K/64; ++sp) {
@@ -778,10 +906,10 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
                     const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
                     const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
                     float * yo = y + t*ldy + r*QK_K + 64*sp;
-                    zz_flush_i16_eo_u(yo +  0, a16[t][0], sl);
-                    zz_flush_i16_eo_u(yo + 16, a16[t][1], sl);
-                    zz_flush_i16_eo_u(yo + 32, a16[t][2], su);
-                    zz_flush_i16_eo_u(yo + 48, a16[t][3], su);
+                    zz_flush_i16_cm(yo +  0, a16[t][0], sl);
+                    zz_flush_i16_cm(yo + 16, a16[t][1], sl);
+                    zz_flush_i16_cm(yo + 32, a16[t][2], su);
+                    zz_flush_i16_cm(yo + 48, a16[t][3], su);
                 }
             }
         }
@@ -812,7 +940,7 @@ static void zz_q4_K_cm_reduce(const float * part0, int np, int64_t pstride, int6
             _mm256_store_ps(mr, mv);
             float * yr = y + t*ldy + r*QK_K;
             for (int i = 0; i < QK_K; ++i) {
-                const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
+                const int o = (i & ~63) + zz_q4_K_cm_slot_out[i & 63];
                 yr[o] = sum[i] - mr[o >> 5];
             }
         }
