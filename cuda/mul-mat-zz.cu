@@ -1156,13 +1156,20 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
     return ZZ_DIRECT_QUEUE*(int) sizeof(int) + ZZ_DIRECT_QUEUE*T*(int) sizeof(float);
 }
 
-template <int mode>
+// opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
+// 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
+// rows (20 rounds a warp) that is 7-8 % (H100: 28672x8192 63.8 -> 58.7 us, 8192x28672 58.7 -> 54.6); on short
+// rows and T > 1 the shuffle costs 2-10 %, so the launcher asks for it only at T = 1 with >= 256 columns a warp
+template <int mode, bool opaque = false>
 static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const int p, const int p_end, const int tq,
         int (&col)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int pi = p + 2*tq + (i & 1) + 8*(i >> 1);
         col[i] = pi < p_end ? (mode == ZZ_GEMV_IDX ? __ldg(idx + pi) : pi) : -1;
+        if constexpr (opaque) {
+            col[i] = __shfl_sync(0xFFFFFFFFu, col[i], threadIdx.x % WARP_SIZE);
+        }
     }
 }
 
@@ -1185,7 +1192,7 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
     }
 }
 
-template <int T, int mode, int V>
+template <int T, int mode, int V, bool OPQ = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
         const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1336,7 +1343,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         int col[S][4];
 #pragma unroll
         for (int st = 0; st < S; ++st) {
-            zz_direct_cols<mode>(idx, p_begin + 16*st, p_end, tq, col[st]);
+            zz_direct_cols<mode, OPQ>(idx, p_begin + 16*st, p_end, tq, col[st]);
         }
         for (int p0 = p_begin; p0 < p_end; p0 += 16*S) {
             uint4 h[S][4], q[S][4];
@@ -1351,7 +1358,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             }
 #pragma unroll
             for (int st = 0; st < S; ++st) {
-                zz_direct_cols<mode>(idx, p0 + 16*(S + st), p_end, tq, col[st]);
+                zz_direct_cols<mode, OPQ>(idx, p0 + 16*(S + st), p_end, tq, col[st]);
             }
 #pragma unroll
             for (int st = 0; st < S; ++st) {
@@ -1703,6 +1710,12 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
     const dim3 grid(cfg.n1, m/B, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_version() == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
+    if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
+        static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
+        if (opaque_on && zz_direct_version() == 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
+        }
+    }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
               w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
@@ -1949,8 +1962,7 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
 }
 
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
-        const int64_t m, const int n_tokens) {
-    GGML_UNUSED(n_tokens);
+        const int64_t m, const int n_tokens, const float density) {
     const int64_t rows = m/ggml_blck_size(type);
 
     zz_gemv_config cfg;
@@ -1967,6 +1979,21 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
         const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*ZZ_DIRECT_MIN_BLOCKS/rows)*cfg.n2; // warps a block-row
         const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
         cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
+        if (density > 0.0f && density < 1.0f) {
+            // FUSED: a warp's slice of c columns holds ~d*c active ones (d: the union over the batch), and its
+            // last round of 32 sets its time. Where the slice's d*c + 3 sigma fits one round with slices no
+            // smaller than one wave allows, take the largest such c: 4096x4096 at 50 % gets n1 = 24 instead of 16
+            // (H100 7.60 against 8.50 us, bench/results/raw/2026-11-23f/bench-n1.log). Slices needing several
+            // rounds, or already fitting one, keep the dense rule (more blocks than needed cost: 4096x4096 at
+            // 65 % ran 7.03 us at n1 = 24 against 6.61 at 16)
+            const double d = 1.0 - std::pow(1.0 - (double) density, (double) std::max(1, n_tokens));
+            const double b = 3.0*std::sqrt(d*(1.0 - d));
+            const double s = (-b + std::sqrt(b*b + 4.0*d*32.0))/(2.0*d); // d*s^2 + b*s = 32
+            const int64_t c = (int64_t) std::floor(s*s);
+            if (c < cols && c*wave >= n) {
+                cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*c - 1)/(cfg.n2*c)));
+            }
+        }
         return cfg;
     }
 
@@ -1984,10 +2011,13 @@ static int zz_env_int(const char * name) {
     return v ? atoi(v) : -1;
 }
 
-zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
+zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens,
+        const float density) {
     const zz_device_props & props = zz_get_device_props(device);
 
-    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
+    // LLAMA_SPARSE_CUDA_DENSITY=0: FUSED launch configs ignore the level's density (A/B)
+    static const bool use_density = zz_env_int("LLAMA_SPARSE_CUDA_DENSITY") != 0;
+    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens, use_density ? density : 1.0f);
     {
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
@@ -2364,7 +2394,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
 
             for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
-                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
+                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T, 1.0f);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };
                 const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
@@ -2474,8 +2504,11 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     if (src2 != nullptr) {
         GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
-        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
-        if (sparse_idx_cuda_lazy(src2)) {
+        const bool lazy = sparse_idx_cuda_lazy(src2);
+        // a lazy list runs FUSED here: its slices follow the level's expected density
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens,
+                                                      lazy ? sparse_idx_cuda_density(src2) : 1.0f);
+        if (lazy) {
             // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the staged kernel's
             // fused mode (every block re-reads x from L2) only when forced and the re-reading stays under
             // LLAMA_SPARSE_CUDA_FUSE_L2_KB (default 8 MiB over the grid); otherwise build the list here
