@@ -1158,8 +1158,9 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 
 // opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
 // 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
-// rows (20 rounds a warp) that is 7-8 % (H100: 28672x8192 63.8 -> 58.7 us, 8192x28672 58.7 -> 54.6); on short
-// rows and T > 1 the shuffle costs 2-10 %, so the launcher asks for it only at T = 1 with >= 256 columns a warp
+// rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
+// 8192x28672 54.7 / 54.9 against 59.0; bench/results/cuda_h100_2026-11-24.md); on short rows and T > 1 the
+// shuffle cost 2-10 %, so the launcher asks for it only at T = 1 with >= 256 columns a warp
 template <int mode, bool opaque = false>
 static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const int p, const int p_end, const int tq,
         int (&col)[4]) {
@@ -1962,7 +1963,8 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
 }
 
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
-        const int64_t m, const int n_tokens, const float density) {
+        const int64_t m, const int n_tokens) {
+    GGML_UNUSED(n_tokens);
     const int64_t rows = m/ggml_blck_size(type);
 
     zz_gemv_config cfg;
@@ -1979,21 +1981,6 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
         const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*ZZ_DIRECT_MIN_BLOCKS/rows)*cfg.n2; // warps a block-row
         const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
         cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
-        if (density > 0.0f && density < 1.0f) {
-            // FUSED: a warp's slice of c columns holds ~d*c active ones (d: the union over the batch), and its
-            // last round of 32 sets its time. Where the slice's d*c + 3 sigma fits one round with slices no
-            // smaller than one wave allows, take the largest such c: 4096x4096 at 50 % gets n1 = 24 instead of 16
-            // (H100 7.60 against 8.50 us, bench/results/raw/2026-11-23f/bench-n1.log). Slices needing several
-            // rounds, or already fitting one, keep the dense rule (more blocks than needed cost: 4096x4096 at
-            // 65 % ran 7.03 us at n1 = 24 against 6.61 at 16)
-            const double d = 1.0 - std::pow(1.0 - (double) density, (double) std::max(1, n_tokens));
-            const double b = 3.0*std::sqrt(d*(1.0 - d));
-            const double s = (-b + std::sqrt(b*b + 4.0*d*32.0))/(2.0*d); // d*s^2 + b*s = 32
-            const int64_t c = (int64_t) std::floor(s*s);
-            if (c < cols && c*wave >= n) {
-                cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*c - 1)/(cfg.n2*c)));
-            }
-        }
         return cfg;
     }
 
@@ -2011,13 +1998,10 @@ static int zz_env_int(const char * name) {
     return v ? atoi(v) : -1;
 }
 
-zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens,
-        const float density) {
+zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
     const zz_device_props & props = zz_get_device_props(device);
 
-    // LLAMA_SPARSE_CUDA_DENSITY=0: FUSED launch configs ignore the level's density (A/B)
-    static const bool use_density = zz_env_int("LLAMA_SPARSE_CUDA_DENSITY") != 0;
-    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens, use_density ? density : 1.0f);
+    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
     {
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
@@ -2394,7 +2378,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
 
             for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
-                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T, 1.0f);
+                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };
                 const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
@@ -2504,11 +2488,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     if (src2 != nullptr) {
         GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
-        const bool lazy = sparse_idx_cuda_lazy(src2);
-        // a lazy list runs FUSED here: its slices follow the level's expected density
-        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens,
-                                                      lazy ? sparse_idx_cuda_density(src2) : 1.0f);
-        if (lazy) {
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
+        if (sparse_idx_cuda_lazy(src2)) {
             // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the staged kernel's
             // fused mode (every block re-reads x from L2) only when forced and the re-reading stays under
             // LLAMA_SPARSE_CUDA_FUSE_L2_KB (default 8 MiB over the grid); otherwise build the list here

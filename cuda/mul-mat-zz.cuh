@@ -45,8 +45,7 @@ void zz_gemv_ticket_forget(cudaStream_t stream);
 bool zz_type_supported(ggml_type type);
 
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
-// density: the expected fraction of active columns of a FUSED launch (1: dense or unknown)
-zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens, float density = 1.0f);
+zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);
 
 // the GEMV: y[t*y_stride + i] = sum_j W[i, j] * x[t*x_stride + j], 1 <= n_tokens <= ZZ_GEMV_MAX_BATCH.
 // Strides in elements. idx is required for ZZ_GEMV_IDX and ignored otherwise. No host synchronization.

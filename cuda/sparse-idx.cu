@@ -209,11 +209,6 @@ bool sparse_idx_cuda_lazy(const ggml_tensor * idx) {
            idx->op_params[GGML_SPARSE_IDX_PARAM_LAZY] != 0 && sparse_idx_cuda_fuse_enabled();
 }
 
-float sparse_idx_cuda_density(const ggml_tensor * idx) {
-    const float d = ggml_sparse_idx_get_density(idx);
-    return d > 0.0f && d <= 1.0f ? d : 1.0f;
-}
-
 void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];
 

@@ -48,6 +48,4 @@ bool sparse_idx_cuda_fuse_forced();
 // idx is a LIST op marked lazy (GGML_SPARSE_IDX_PARAM_LAZY) and fusion is on: the op itself writes nothing,
 // its MUL_MAT_ZZ consumers fuse or rebuild the list
 bool sparse_idx_cuda_lazy(const ggml_tensor * idx);
-// the expected fraction of active columns the graph gave a LIST op (GGML_SPARSE_IDX_PARAM_DENSITY); 1 if none
-float sparse_idx_cuda_density(const ggml_tensor * idx);
 #endif // GGML_SPARSE_CUDA_STANDALONE

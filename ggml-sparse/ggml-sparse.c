@@ -75,17 +75,6 @@ void ggml_sparse_idx_set_stats(struct ggml_tensor * idx, struct ggml_sparse_stat
     memcpy(&idx->op_params[2], &stats, sizeof(stats));
 }
 
-void ggml_sparse_idx_set_density(struct ggml_tensor * idx, float density) {
-    GGML_ASSERT(idx->op == GGML_OP_SPARSE_IDX);
-    memcpy(&idx->op_params[GGML_SPARSE_IDX_PARAM_DENSITY], &density, sizeof(density));
-}
-
-float ggml_sparse_idx_get_density(const struct ggml_tensor * idx) {
-    float density;
-    memcpy(&density, &idx->op_params[GGML_SPARSE_IDX_PARAM_DENSITY], sizeof(density));
-    return density;
-}
-
 struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx) {
     struct ggml_sparse_stats * stats;
     memcpy(&stats, &idx->op_params[2], sizeof(stats));

@@ -65,12 +65,6 @@ struct ggml_sparse_stats {
 // backend's matmul must then rebuild the list itself whenever it does not fuse. CPU ignores it.
 #define GGML_SPARSE_IDX_PARAM_LAZY 4
 
-// op_params[5] of a LIST-mode idx op: the expected fraction of active columns (float; 0 = not given), a hint
-// for launch configurations (the CUDA fused GEMV sizes its per-warp column slices by it)
-#define GGML_SPARSE_IDX_PARAM_DENSITY 5
-GGML_API void  ggml_sparse_idx_set_density(struct ggml_tensor * idx, float density);
-GGML_API float ggml_sparse_idx_get_density(const struct ggml_tensor * idx);
-
 // attach counters to a LIST-mode idx op (op_params[2..3] hold the pointer)
 GGML_API void                       ggml_sparse_idx_set_stats(struct ggml_tensor * idx, struct ggml_sparse_stats * stats);
 GGML_API struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx);

@@ -152,7 +152,6 @@ struct llama_sparse_context {
     bool      emulate = false;
     uint64_t  version = 0;  // bumped on every change, so graphs built for older settings are not reused
     std::vector<float> thresholds; // copy of the active level's thresholds
-    float     density = 1.0f; // 1 - the active level's calibrated sparsity (GPU launch configs)
     ggml_sparse_stats  stats = {};
 };
 
@@ -496,7 +495,6 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
     if (is_dense_spec(spec)) {
         sctx->level = -1;
         sctx->thresholds.clear();
-        sctx->density = 1.0f;
         sctx->version++;
         return 0;
     }
@@ -510,7 +508,6 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
         }
         sctx->level = -1;
         sctx->thresholds.clear();
-        sctx->density = 1.0f;
         sctx->version++;
         return 0;
     }
@@ -520,7 +517,6 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
     }
     sctx->level      = i;
     sctx->thresholds = info->levels[i].thresholds;
-    sctx->density    = 1.0f - info->levels[i].target;
     sctx->version++;
     return 0;
 }
@@ -630,7 +626,6 @@ ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w
                     // weights in device memory: the GPU matmuls may find the columns themselves
                     if (w->buffer != nullptr && !ggml_backend_buffer_is_host(w->buffer)) {
                         op->op_params[GGML_SPARSE_IDX_PARAM_LAZY] = 1;
-                        ggml_sparse_idx_set_density(op, sctx->density);
                     }
                 }
                 ggml_format_name(op, "sparse_%s-%d-%d", decode ? "idx" : "mask", layer, group);

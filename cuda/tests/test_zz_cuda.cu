@@ -1161,15 +1161,6 @@ static int run_bench(const bench_opts & o) {
                             zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                         }, reps, stream);
                     }
-                    // FUSED with the launch config for this density (the glue passes the level's; differs only
-                    // where zz_gemv_default_config's density rule applies)
-                    const zz_gemv_config cfg_d = zz_gemv_get_config(device, type, n, m, T, (float) (1.0 - sp));
-                    double fused_d_us = -1.0;
-                    if (fused_us > 0.0 && sp > 0.0 && cfg_d.n1 != cfg.n1) {
-                        fused_d_us = time_graph_us([&](cudaStream_t s, int i) {
-                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg_d, true, s);
-                        }, reps, stream);
-                    }
                     const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, m, cfg, s);
                     }, reps, stream);
@@ -1213,9 +1204,6 @@ static int run_bench(const bench_opts & o) {
                     }
                     if (stock_us > 0.0) {
                         printf(" | stock %.2f", stock_us);
-                    }
-                    if (fused_d_us > 0.0) {
-                        printf(" | fused n1=%d (density) %.2f", cfg_d.n1, fused_d_us);
                     }
                     printf("\n");
                     if (csv) {

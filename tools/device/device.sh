@@ -49,9 +49,8 @@
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
 #   modelzz-bg, modelzz-wait   model + convert + thr as one background job (after build: the package loads
 #              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
-#   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick), then tg128 of the levels
-#              E2E_AB_LEVELS (default 0.50 0.65) side by side: default | E2E_AB_ENV (default LLAMA_SPARSE_CUDA_DENSITY=0:
-#              launch configs without the level's density)
+#   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
+#              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
@@ -531,14 +530,16 @@ remote() {
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
                     grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
             }
-            local ab=${E2E_AB_ENV:-LLAMA_SPARSE_CUDA_DENSITY=0}
-            echo "-- tg128 t/s, two rounds: default | $ab"
-            for i in 1 2; do
-                for lv in ${E2E_AB_LEVELS:-0.50 0.65}; do
-                    [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                    echo "$lv: $(tg_of $lv) | $(tg_of $lv $ab)"
+            local ab=${E2E_AB_ENV:-}
+            if [ -n "$ab" ]; then
+                echo "-- tg128 t/s, two rounds: default | $ab"
+                for i in 1 2; do
+                    for lv in ${E2E_AB_LEVELS:-0.50 0.65}; do
+                        [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
+                        echo "$lv: $(tg_of $lv) | $(tg_of $lv $ab)"
+                    done
                 done
-            done
+            fi
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
             ;;
