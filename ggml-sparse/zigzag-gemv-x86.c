@@ -552,6 +552,8 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, c
 // int32 sums: no separate add, no int16 limit. High nibbles are masked in place (0xF0, 16x the value) and the
 // flush scale divided by 16 (exact), so no shift. Per quad and 32-byte run: 8 shuffles, 8 ands, 8 dot products
 // against 2x20 for two maddubs pairs. Sums are the same integers, so results match the maddubs path bit for bit.
+// Paired against maddubs (2 threads, cold, 4096x4096 / 11008x4096 / 4096x11008 at 50 %): 0.96 / 0.88 / 0.95x the
+// time (bench/results/gemv_cpu_vnni_2026-11-24.md). Used for scattered columns, one token
 // Accumulator slot i = 32h + 8k + 4L + e holds output 32h + 16L + 4k + e (e < 4 of lane L of sum k)
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #ifndef ZZ_CM_VNNI
@@ -560,6 +562,12 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, c
 #else
 #undef  ZZ_CM_VNNI
 #define ZZ_CM_VNNI 0
+#endif
+
+// the contiguous (dense, one token) columns on VNNI too: paired against maddubs there (2 threads, cold, 3 shapes)
+// 1-5 % slower, so they keep maddubs (with the VNNI slot order)
+#ifndef ZZ_CM_VNNI_DENSE
+#define ZZ_CM_VNNI_DENSE 0
 #endif
 
 #if ZZ_CM_VNNI
@@ -768,7 +776,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
     enum { NG = ZZ_CHUNK };
     // column pairs; VNNI (one token) works in quads, the padding pair's coefficients are 0 (x = 0)
     const int nq = (ncol + 3)/4;
-    const int np = ZZ_CM_VNNI && nt == 1 ? 2*nq : (ncol + 1)/2;
+    const int np = ZZ_CM_VNNI && nt == 1 && (!strided || ZZ_CM_VNNI_DENSE) ? 2*nq : (ncol + 1)/2;
 
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -853,7 +861,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
         }
 
 #if ZZ_CM_VNNI
-        if (nt == 1) {
+        if (nt == 1 && (!strided || ZZ_CM_VNNI_DENSE)) {
             // pair dwords (a, b, a, b) and (c, d, c, d) -> (a, b, c, d)
             for (int q = 0; q < nq; ++q) {
                 _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[0][2*q]),
@@ -883,10 +891,10 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
                 const __m256 sl = _mm256_set1_ps(sf[0][2*sp + 0]);
                 const __m256 su = _mm256_set1_ps(sf[0][2*sp + 1]);
                 float * yo = yr + 64*sp;
-                zz_flush_i16_eo_u(yo +  0, s0, sl);
-                zz_flush_i16_eo_u(yo + 16, s1, sl);
-                zz_flush_i16_eo_u(yo + 32, s2, su);
-                zz_flush_i16_eo_u(yo + 48, s3, su);
+                zz_flush_i16_cm(yo +  0, s0, sl);
+                zz_flush_i16_cm(yo + 16, s1, sl);
+                zz_flush_i16_cm(yo + 32, s2, su);
+                zz_flush_i16_cm(yo + 48, s3, su);
             }
         } else {
             for (int sp = 0; sp < QK_K/64; ++sp) {
