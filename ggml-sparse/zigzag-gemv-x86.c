@@ -584,24 +584,23 @@ static const uint8_t zz_q4_K_cm_slot_out[64] = {
 };
 
 // p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += the 32-byte runs at qa..qd times quad coefficients cl, cu
-#define ZZ_QUAD_STEP(qa, qb, qc, qd, cl, cu) do {                                                          \
-        __m256i A_ = _mm256_loadu_si256((const __m256i *) (qa));                                      \
-        __m256i B_ = _mm256_loadu_si256((const __m256i *) (qb));                                      \
-        __m256i C_ = _mm256_loadu_si256((const __m256i *) (qc));                                      \
-        __m256i D_ = _mm256_loadu_si256((const __m256i *) (qd));                                      \
-        __asm__("" : "+v"(A_), "+v"(B_), "+v"(C_), "+v"(D_));                                      \
-        const __m256i ab0 = _mm256_unpacklo_epi8(A_, B_), ab1 = _mm256_unpackhi_epi8(A_, B_);               \
-        const __m256i cd0 = _mm256_unpacklo_epi8(C_, D_), cd1 = _mm256_unpackhi_epi8(C_, D_);               \
-        const __m256i w0 = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);           \
-        const __m256i w2 = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);           \
-        p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);                                         \
-        p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);                                         \
-        p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);                                         \
-        p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);                                         \
-        p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);                                      \
-        p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);                                      \
-        p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);                                      \
-        p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);                                      \
+#define ZZ_QUAD_STEP(qa, qb, qc, qd, cl, cu) do {                                                   \
+        const __m256i A_  = _mm256_loadu_si256((const __m256i *) (qa));                             \
+        const __m256i B_  = _mm256_loadu_si256((const __m256i *) (qb));                             \
+        const __m256i C_  = _mm256_loadu_si256((const __m256i *) (qc));                             \
+        const __m256i D_  = _mm256_loadu_si256((const __m256i *) (qd));                             \
+        const __m256i ab0 = _mm256_unpacklo_epi8(A_, B_), ab1 = _mm256_unpackhi_epi8(A_, B_);       \
+        const __m256i cd0 = _mm256_unpacklo_epi8(C_, D_), cd1 = _mm256_unpackhi_epi8(C_, D_);       \
+        const __m256i w0  = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);  \
+        const __m256i w2  = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);  \
+        p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);                                 \
+        p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);                                 \
+        p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);                                 \
+        p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);                                 \
+        p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);                              \
+        p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);                              \
+        p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);                              \
+        p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);                              \
     } while (0)
 
 // the batch path's int16 sums into the same slot order: y[0..7] += s*words 0..3 of each lane, y[8..15] += s*words 4..7
