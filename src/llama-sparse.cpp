@@ -326,7 +326,9 @@ static void * alloc_huge(size_t size) {
 // row layout 1.03x dense; bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md; before, from 40 %:
 // cpu_e2e-r7b-2026-11-23-randomcal.md). Done when the first context is created (every weight is loaded by then):
 // in place through one tensor-sized temporary where the weight is writable, else (mmap) into one arena for all such
-// weights (alloc_huge), giving the mapped pages back.
+// weights (alloc_huge), giving the mapped pages back. Weights that keep the row layout are copied out of a read-only
+// mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
+// 0.91-0.95x the speed of the same weights in memory (`-lm none`; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
     if (info.cpu_layout_done) {
         return;
@@ -335,8 +337,16 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
     const bool   cols = env != nullptr && strcmp(env, "cols") == 0;
     const bool   auto_ = env == nullptr || env[0] == '\0' || strcmp(env, "auto") == 0;
-    if (!cols && !(auto_ && sparse_start)) {
-        return;
+    const bool   to_cols = cols || (auto_ && sparse_start);
+    if (!to_cols) {
+#if defined(__linux__)
+        const char * ce = getenv("LLAMA_SPARSE_CPU_COPY");
+        if (ce != nullptr && strcmp(ce, "0") == 0) {
+            return;
+        }
+#else
+        return; // mapped weights are told apart from writable ones through /proc/self/maps only
+#endif
     }
 #if defined(__linux__)
     const auto   rw   = writable_ranges();
@@ -366,6 +376,9 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             writable = writable || (a >= r.first && a + size <= r.second);
         }
 #endif
+        if (!to_cols && writable) {
+            continue; // already in memory, and stays as it is
+        }
         todo.push_back({ t, size, writable });
         arena_size += writable ? 0 : GGML_PAD(size, 64);
     }
@@ -373,8 +386,8 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     if (arena_size > 0) {
         arena = (char *) alloc_huge(arena_size);
         if (arena == nullptr) {
-            LLAMA_LOG_WARN("%s: out of memory (%.1f MiB) for the column-major copies of mapped weights, keeping their row layout\n",
-                    __func__, arena_size/1048576.0);
+            LLAMA_LOG_WARN("%s: out of memory (%.1f MiB) for the copies of mapped weights, keeping them %s\n",
+                    __func__, arena_size/1048576.0, to_cols ? "in the row layout" : "mapped");
         } else {
             info.cpu_arena = arena;
         }
@@ -401,7 +414,11 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             }
             void * packed = arena + arena_off;
             arena_off += GGML_PAD(td.size, 64);
-            ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
+            if (to_cols) {
+                ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
+            } else {
+                memcpy(packed, t->data, td.size);
+            }
 #if defined(__linux__)
             // the file pages of the old layout are not read again: drop them from this process
             const uintptr_t a  = (uintptr_t) t->data;
@@ -414,13 +431,18 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             t->data = packed;
             n_copied++;
         }
-        ggml_sparse_zz_set_layout(t, GGML_SPARSE_ZZ_LAYOUT_COLS);
+        if (to_cols) {
+            ggml_sparse_zz_set_layout(t, GGML_SPARSE_ZZ_LAYOUT_COLS);
+        }
         n_done++;
         bytes += td.size;
     }
-    if (n_done > 0) {
+    if (n_done > 0 && to_cols) {
         LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) in the column-major CPU layout (%zu copied out of read-only mappings)\n",
                 __func__, n_done, bytes/1048576.0, n_copied);
+    } else if (n_done > 0) {
+        LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) copied out of read-only mappings into memory (row layout)\n",
+                __func__, n_done, bytes/1048576.0);
     }
 }
 

@@ -156,6 +156,35 @@ def test_cpu_layout_follows_starting_level(leveled_q4k: Path, capfd, monkeypatch
     assert os.environ.get("LLAMA_SPARSE_CPU_LAYOUT") == layout_env
 
 
+def test_cpu_rows_copied_out_of_mapping(leveled_q4k: Path, capfd, monkeypatch):
+    """A dense start keeps the row layout; mapped Q4_K zigzag weights are then copied into memory (not with
+    LLAMA_SPARSE_CPU_COPY=0, nor when the model was loaded without mmap), and decode the same logits."""
+    import llama_sparse
+    monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
+    msg = "copied out of read-only mappings into memory (row layout)"
+    got = {}
+    for copy_env, use_mmap, expect in (("0", True, False), (None, True, True), (None, False, False)):
+        if copy_env is None:
+            monkeypatch.delenv("LLAMA_SPARSE_CPU_COPY", raising=False)
+        else:
+            monkeypatch.setenv("LLAMA_SPARSE_CPU_COPY", copy_env)
+        capfd.readouterr()
+        llm = llama_sparse.Llama(leveled_q4k, n_ctx=256, logits_all=True, n_threads=1, verbose=True, use_mmap=use_mmap)
+        try:
+            err = capfd.readouterr().err
+            assert (msg in err) == expect, (copy_env, use_mmap)
+            assert "column-major CPU layout" not in err
+            tokens = _text_tokens(llm, 40)
+            for level in (None, "0.50"):
+                llm.set_sparsity(level)
+                got[(copy_env, use_mmap, level)] = _logprobs(llm, tokens, stepwise=True)
+        finally:
+            llm.close()
+    for level in (None, "0.50"):
+        assert np.array_equal(got[("0", True, level)], got[(None, True, level)]), level
+        assert np.array_equal(got[("0", True, level)], got[(None, False, level)]), level
+
+
 def test_cpu_layout_from_llama_sparse_env(leveled_q4k: Path, capfd, monkeypatch):
     """The fork's CLI tools start at the level in LLAMA_SPARSE: the layout follows it the same way."""
     import llama_sparse
