@@ -328,7 +328,7 @@ static void * alloc_huge(size_t size) {
 // in place through one tensor-sized temporary where the weight is writable, else (mmap) into one arena for all such
 // weights (alloc_huge), giving the mapped pages back. Weights that keep the row layout are copied out of a read-only
 // mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
-// 0.91-0.95x the speed of the same weights in memory (`-lm none`; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
+// 0.88-0.90x the speed of the copies (paired rounds; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
     if (info.cpu_layout_done) {
         return;
