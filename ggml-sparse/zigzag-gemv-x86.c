@@ -564,44 +564,15 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, c
 #define ZZ_CM_VNNI 0
 #endif
 
-// the contiguous (dense, one token) columns on VNNI too: paired against maddubs there (2 threads, cold, 3 shapes)
-// 1-5 % slower, so they keep maddubs (with the VNNI slot order)
-#ifndef ZZ_CM_VNNI_DENSE
-#define ZZ_CM_VNNI_DENSE 0
-#endif
-
+// Contiguous (dense) chunks keep maddubs, flushed into this slot order: VNNI there measured 1.01-1.05x the time
+// (paired, 2 threads, cold, 3 shapes)
 #if ZZ_CM_VNNI
-// unroll of the strided (dense) quad loop: fully unrolled, its 16 column addresses are kept in vector registers
-#ifndef ZZ_CM_UNROLL_QS
-#define ZZ_CM_UNROLL_QS 1
-#endif
-
 static const uint8_t zz_q4_K_cm_slot_out[64] = {
      0,  1,  2,  3, 16, 17, 18, 19,  4,  5,  6,  7, 20, 21, 22, 23,
      8,  9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31,
     32, 33, 34, 35, 48, 49, 50, 51, 36, 37, 38, 39, 52, 53, 54, 55,
     40, 41, 42, 43, 56, 57, 58, 59, 44, 45, 46, 47, 60, 61, 62, 63,
 };
-
-// p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += the 32-byte runs at qa..qd times quad coefficients cl, cu
-#define ZZ_QUAD_STEP(qa, qb, qc, qd, cl, cu) do {                                                   \
-        const __m256i A_  = _mm256_loadu_si256((const __m256i *) (qa));                             \
-        const __m256i B_  = _mm256_loadu_si256((const __m256i *) (qb));                             \
-        const __m256i C_  = _mm256_loadu_si256((const __m256i *) (qc));                             \
-        const __m256i D_  = _mm256_loadu_si256((const __m256i *) (qd));                             \
-        const __m256i ab0 = _mm256_unpacklo_epi8(A_, B_), ab1 = _mm256_unpackhi_epi8(A_, B_);       \
-        const __m256i cd0 = _mm256_unpacklo_epi8(C_, D_), cd1 = _mm256_unpackhi_epi8(C_, D_);       \
-        const __m256i w0  = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);  \
-        const __m256i w2  = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);  \
-        p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);                                 \
-        p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);                                 \
-        p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);                                 \
-        p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);                                 \
-        p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);                              \
-        p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);                              \
-        p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);                              \
-        p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);                              \
-    } while (0)
 
 // the batch path's int16 sums into the same slot order: y[0..7] += s*words 0..3 of each lane, y[8..15] += s*words 4..7
 ZZ_INLINE void zz_flush_i16_cm(float * yv, __m256i v, __m256 s) {
@@ -717,51 +688,49 @@ ZZ_INLINE void zz_q4_K_cm_prefetch(struct zz_cm_pf * pf, int64_t r, int sp, cons
 }
 
 #if ZZ_CM_VNNI
-// one token, 32-byte run sp of nq column quads: blocks ws bytes apart from wb (strided) or at cb[c] + roff;
-// cq: quad coefficients (8 dwords per quad: 2sp low, 2sp + 1 high). y (slot order) += sl/su * sums
-ZZ_INLINE void zz_q4_K_cm_sums_vnni(const char * wb, size_t ws, const block_q4_K * const * cb, size_t roff, const bool strided,
-                                    const int nq, const int32_t (* cq)[8], int sp, float * yo, float sl, float su) {
+// one token, one block-row r of a chunk of scattered columns (cb[c] + roff): for each 32-byte run sp, the
+// products of the nq column quads with their coefficients cq (8 dwords a quad: 2sp low, 2sp + 1 high), flushed as
+// y (slot order) += sf * sums; the prefetches go along. Not inlined: in the chunk loop GCC kept the eight sums in
+// stack slots (a store-forward per product, 1.25x the time)
+static __attribute__((noinline)) void zz_q4_K_cm_row_vnni(const block_q4_K * const * cb, size_t roff, int nq,
+        const int32_t (* cq)[8], const float * sf, struct zz_cm_pf * pf, int64_t r, int64_t nr, float * yr) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
-    const size_t off = offsetof(block_q4_K, qs) + 32*sp;
-    if (strided) {
-        const char * qa = wb + off;
-        ZZ_UNROLL(ZZ_CM_UNROLL_QS)
-        for (int q = 0; q < nq; ++q, qa += 4*ws) {
-            ZZ_QUAD_STEP(qa, qa + ws, qa + 2*ws, qa + 3*ws, _mm256_set1_epi32(cq[q][2*sp]), _mm256_set1_epi32(cq[q][2*sp + 1]));
-        }
-    } else {
+    ZZ_UNROLL(1)
+    for (int sp = 0; sp < QK_K/64; ++sp) {
+        zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
+        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+        const size_t off = roff + offsetof(block_q4_K, qs) + 32*sp;
+        // p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += a quad's runs times its coefficients cl, cu
         ZZ_UNROLL(4)
         for (int q = 0; q < nq; ++q) {
-            ZZ_QUAD_STEP((const char *) cb[4*q + 0] + roff + off, (const char *) cb[4*q + 1] + roff + off,
-                         (const char *) cb[4*q + 2] + roff + off, (const char *) cb[4*q + 3] + roff + off,
-                         _mm256_set1_epi32(cq[q][2*sp]), _mm256_set1_epi32(cq[q][2*sp + 1]));
+            const __m256i A   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 0] + off));
+            const __m256i B   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 1] + off));
+            const __m256i C   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 2] + off));
+            const __m256i D   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 3] + off));
+            const __m256i cl  = _mm256_set1_epi32(cq[q][2*sp]);
+            const __m256i cu  = _mm256_set1_epi32(cq[q][2*sp + 1]);
+            const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
+            const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
+            const __m256i w0  = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);
+            const __m256i w2  = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);
+            p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);
+            p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);
+            p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);
+            p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);
+            p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);
+            p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);
+            p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);
+            p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);
         }
+        float * yo = yr + 64*sp;
+        const __m256 vl = _mm256_set1_ps(sf[2*sp + 0]);
+        const __m256 vu = _mm256_set1_ps(sf[2*sp + 1]*(1.0f/16.0f));
+        #define ZZ_QUAD_FLUSH(o, v, s) _mm256_storeu_ps(yo + (o), _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(yo + (o))))
+        ZZ_QUAD_FLUSH( 0, p0, vl); ZZ_QUAD_FLUSH( 8, p1, vl); ZZ_QUAD_FLUSH(16, p2, vl); ZZ_QUAD_FLUSH(24, p3, vl);
+        ZZ_QUAD_FLUSH(32, p4, vu); ZZ_QUAD_FLUSH(40, p5, vu); ZZ_QUAD_FLUSH(48, p6, vu); ZZ_QUAD_FLUSH(56, p7, vu);
+        #undef ZZ_QUAD_FLUSH
     }
-    const __m256 vl = _mm256_set1_ps(sl);
-    const __m256 vu = _mm256_set1_ps(su*(1.0f/16.0f));
-    #define ZZ_QUAD_FLUSH(o, v, s) _mm256_storeu_ps(yo + (o), _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(yo + (o))))
-    ZZ_QUAD_FLUSH( 0, p0, vl); ZZ_QUAD_FLUSH( 8, p1, vl); ZZ_QUAD_FLUSH(16, p2, vl); ZZ_QUAD_FLUSH(24, p3, vl);
-    ZZ_QUAD_FLUSH(32, p4, vu); ZZ_QUAD_FLUSH(40, p5, vu); ZZ_QUAD_FLUSH(48, p6, vu); ZZ_QUAD_FLUSH(56, p7, vu);
-    #undef ZZ_QUAD_FLUSH
 }
-#endif
-
-#if ZZ_CM_VNNI
-// one token, one block-row of a chunk: the four runs of nq quads (zz_q4_K_cm_sums_vnni), with the prefetches. Not
-// inlined: in the chunk loop GCC kept the eight sums in stack slots (a store-forward per product, 1.25x the time)
-#define ZZ_CM_ROW_VNNI(name, strided_)                                                                            \
-static __attribute__((noinline)) void name(const char * wb, size_t ws, const block_q4_K * const * cb, size_t roff, \
-        int nq, const int32_t (* cq)[8], const float * sf, struct zz_cm_pf * pf, int64_t r, int64_t nr, float * yr) { \
-    ZZ_UNROLL(1)                                                                                                  \
-    for (int sp = 0; sp < QK_K/64; ++sp) {                                                                        \
-        zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);                                                                   \
-        zz_q4_K_cm_sums_vnni(wb, ws, cb, roff, strided_, strided_ ? ZZ_CHUNK/4 : nq, cq, sp, yr + 64*sp,        \
-                             sf[2*sp + 0], sf[2*sp + 1]);                                                         \
-    }                                                                                                             \
-}
-ZZ_CM_ROW_VNNI(zz_q4_K_cm_row_vnni_s, true)
-ZZ_CM_ROW_VNNI(zz_q4_K_cm_row_vnni_p, false)
 #endif
 
 // one chunk of ncol list entries through the nr block-rows: cb: each column's first block (padded to ZZ_CHUNK by
@@ -775,7 +744,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
     enum { NG = ZZ_CHUNK };
     // column pairs; VNNI (one token) works in quads, the padding pair's coefficients are 0 (x = 0)
     const int nq = (ncol + 3)/4;
-    const int np = ZZ_CM_VNNI && nt == 1 && (!strided || ZZ_CM_VNNI_DENSE) ? 2*nq : (ncol + 1)/2;
+    const int np = ZZ_CM_VNNI && nt == 1 && !strided ? 2*nq : (ncol + 1)/2;
 
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -860,17 +829,13 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
         }
 
 #if ZZ_CM_VNNI
-        if (nt == 1 && (!strided || ZZ_CM_VNNI_DENSE)) {
+        if (nt == 1 && !strided) {
             // pair dwords (a, b, a, b) and (c, d, c, d) -> (a, b, c, d)
             for (int q = 0; q < nq; ++q) {
                 _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[0][2*q]),
                                                                          _mm256_load_si256((const __m256i *) coef[0][2*q + 1]), 0xAA));
             }
-            if (strided) {
-                zz_q4_K_cm_row_vnni_s((const char *) cb[0] + roff, cstride, cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
-            } else {
-                zz_q4_K_cm_row_vnni_p((const char *) cb[0] + roff, cstride, cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
-            }
+            zz_q4_K_cm_row_vnni(cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
         } else
 #endif
         if (nt == 1) {

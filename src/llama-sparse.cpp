@@ -41,7 +41,7 @@ struct sparse_model_info {
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
     bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
-    void *                    cpu_arena = nullptr;     // column-major copies of read-only (mapped) weights
+    void *                    cpu_arena = nullptr;     // copies of read-only (mapped) weights (repack_cpu_weights)
 };
 
 std::mutex                                       g_mutex;
@@ -299,7 +299,7 @@ static std::vector<std::pair<uintptr_t, uintptr_t>> writable_ranges() {
 }
 #endif
 
-// memory for the column-major copies, in transparent huge pages where the kernel gives them (Linux, THP
+// memory for the copies of mapped weights, in transparent huge pages where the kernel gives them (Linux, THP
 // "madvise" or "always"): the GEMV reads up to 16 column runs at once per thread, scattered over GiBs, and with
 // 4 KiB pages most of its L2 prefetches and loads wait on page walks. free() releases it
 static void * alloc_huge(size_t size) {
