@@ -3,6 +3,10 @@
 
 #include "ggml-sparse.h"
 
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
 bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
     const ggml_tensor * src0 = op->src[0];
     switch (op->op) {
@@ -56,4 +60,75 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
         default:
             return false;
     }
+}
+
+// siblings run early by a group, to be skipped when the loop reaches them: (context, graph, node index, node)
+struct zz_group_done {
+    const ggml_backend_cuda_context * ctx;
+    const ggml_cgraph               * graph;
+    int                               i;
+    const ggml_tensor               * node;
+};
+
+static std::mutex                 zz_group_mutex;
+static std::vector<zz_group_done> zz_group_pending;
+
+static bool zz_group_enabled() {
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_GROUP");
+        return e == nullptr || atoi(e) != 0;
+    }();
+    return on;
+}
+
+bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ggml_tensor * node = ggml_graph_node(cgraph, i);
+    if (node->op != GGML_OP_MUL_MAT_ZZ) {
+        return false;
+    }
+    {
+        std::lock_guard<std::mutex> lock(zz_group_mutex);
+        bool done = false;
+        // this context's entries up to node i go: the one for node i, and any a stopped run left behind
+        for (size_t e = 0; e < zz_group_pending.size();) {
+            const zz_group_done & d = zz_group_pending[e];
+            if (d.ctx == &ctx && (d.graph != cgraph || d.i <= i)) {
+                done = done || (d.graph == cgraph && d.i == i && d.node == node);
+                zz_group_pending[e] = zz_group_pending.back();
+                zz_group_pending.pop_back();
+            } else {
+                ++e;
+            }
+        }
+        if (done) {
+            return true;
+        }
+    }
+    // (not across the streams of upstream's concurrent regions)
+    if (!zz_group_enabled() || ctx.curr_stream_no != 0 || !ctx.stream_context().concurrent_events.empty()) {
+        return false;
+    }
+    int nodes[ZZ_GROUP_MAX];
+    const int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
+    if (count < 2) {
+        return false;
+    }
+    ggml_tensor * dst[ZZ_GROUP_MAX];
+    for (int s = 0; s < count; ++s) {
+        dst[s] = ggml_graph_node(cgraph, nodes[s]);
+    }
+    if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count)) {
+        return false;
+    }
+    static bool logged = false;
+    std::lock_guard<std::mutex> lock(zz_group_mutex);
+    if (!logged) {
+        logged = true;
+        GGML_LOG_INFO("llama-sparse: CUDA runs sibling zigzag matmuls as one launch (first: %d nodes from %s; "
+                      "LLAMA_SPARSE_CUDA_GROUP=0 turns it off)\n", count, node->name);
+    }
+    for (int s = 1; s < count; ++s) {
+        zz_group_pending.push_back({ &ctx, cgraph, nodes[s], dst[s] });
+    }
+    return true;
 }

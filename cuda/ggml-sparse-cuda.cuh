@@ -8,6 +8,8 @@
 //     case GGML_OP_SPARSE_IDX:
 //     case GGML_OP_MUL_MAT_ZZ:
 //     case GGML_OP_SPARQ_ATTN: return ggml_cuda_sparse_supports_op(op);
+// ggml-cuda.cu, ggml_cuda_graph_evaluate_and_capture, before upstream's fusion:
+//     if (ggml_cuda_sparse_graph_node(*cuda_ctx, cgraph, i)) continue;
 // Sources: cuda/*.cu; include dirs: cuda/, ggml-sparse/.
 #pragma once
 
@@ -21,3 +23,8 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op);
 
 // runs op if it is one of the sparse ops; false otherwise (for a single `if` in ggml_cuda_compute_forward)
 bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+
+// graph loop hook for node i: true when the node has been run (or is run now) as part of a group of sibling
+// MUL_MAT_ZZ nodes (q/k/v, gate/up: one GEMV launch at the first one's place); false = run it as usual.
+// LLAMA_SPARSE_CUDA_GROUP=0 turns grouping off.
+bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);

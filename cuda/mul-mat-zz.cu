@@ -824,8 +824,9 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
 // Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
+// row numbers the block-row in the grid (ticket slots and counters), row_y its outputs in y.
 template <int T, int B, typename F>
-static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row,
+static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
         const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
@@ -843,7 +844,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 sum += red[wi*tokens_per_pass*B + e];
             }
             const int     t  = t0 + e/B;
-            const int64_t iy = t*y_stride + (int64_t) row*B + e%B;
+            const int64_t iy = t*y_stride + (int64_t) row_y*B + e%B;
             if (red_mode == ZZ_RED_STORE) {
                 y[iy] = sum;
             } else if (red_mode == ZZ_RED_TICKET) {
@@ -884,7 +885,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 for (int b = 0; b < nb; ++b) {
                     sum += __ldcg(ws_row + (int64_t) b*(T*B) + e);
                 }
-                y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
+                y[(e/B)*y_stride + (int64_t) row_y*B + e%B] = sum;
             }
         }
     }
@@ -901,7 +902,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             for (int r = 0; r < nb; ++r) {
                 sum += cluster.map_shared_rank(tot, r)[e];
             }
-            y[(e/B)*y_stride + (int64_t) row*B + e%B] = sum;
+            y[(e/B)*y_stride + (int64_t) row_y*B + e%B] = sum;
         }
         cluster.sync(); // peers' shared memory must outlive the reads
     }
@@ -1129,7 +1130,7 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
                 }
             }
         }
-    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
+    }, y, y_stride, row, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 }
 
 // Q4_K, batch 1-8, weights straight from global memory into registers (no shared-memory staging): a warp
@@ -1149,6 +1150,16 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 #define ZZ_DIRECT_MIN_BLOCKS 3
 #endif
 #define ZZ_DIRECT_QUEUE 64 // queued active columns per warp (< 16*ZZ_DIRECT_STEPS left + 32 new)
+
+// The weights of one direct launch: up to ZZ_GROUP_MAX weights of the same width that read the same x (q/k/v,
+// gate/up), their block-rows one after another in grid.y. Segment s holds grid rows [row_end[s-1], row_end[s]).
+struct zz_segs {
+    int          nseg;
+    int          row_end[ZZ_GROUP_MAX];
+    const char * w[ZZ_GROUP_MAX];
+    float      * y[ZZ_GROUP_MAX];
+    int64_t      y_stride[ZZ_GROUP_MAX];
+};
 
 // shared bytes of one warp's FUSED queue: columns and their x
 template <int T>
@@ -1195,8 +1206,8 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
 
 template <int T, int mode, int V, bool OPQ = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
-        const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
-        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
+        const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
+        const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
         float * ws, int * tickets, const int prefetch_cols) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
@@ -1217,7 +1228,23 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     const int nw   = gridDim.x*n2;
     const int wid  = blockIdx.x*n2 + warp;
 
-    const char * w_row = w + (int64_t) row*n*sizeof(block_q4_K);
+    // this block-row's weight (selects, no indexing into the parameter space)
+    const char * w        = segs.w[0];
+    float      * y        = segs.y[0];
+    int64_t      y_stride = segs.y_stride[0];
+    int          row0     = 0;
+#pragma unroll
+    for (int s = 1; s < ZZ_GROUP_MAX; ++s) {
+        if (s < segs.nseg && row >= segs.row_end[s - 1]) {
+            w        = segs.w[s];
+            y        = segs.y[s];
+            y_stride = segs.y_stride[s];
+            row0     = segs.row_end[s - 1];
+        }
+    }
+    const int row_y = row - row0;
+
+    const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
 
     if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
         // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
@@ -1379,9 +1406,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         } else {
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
         }
-    }, y, y_stride, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
+    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 #else
-    GGML_UNUSED_VARS(w, x, idx, y, n, x_stride, y_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
+    GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
@@ -1477,6 +1504,28 @@ static __global__ void zz_zero_kernel(float * y, const int64_t m, const int64_t 
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc();
     for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < n; e += (int64_t) gridDim.x*blockDim.x) {
+        y[(e/m)*y_stride + e % m] = 0.0f;
+    }
+}
+
+// the outputs of every segment of a grouped launch in one kernel (grid.y = segment), else like zz_zero_kernel
+static __global__ void zz_zero_segs_kernel(const zz_segs segs, const int T, const int B) {
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+    float * y        = segs.y[0];
+    int64_t y_stride = segs.y_stride[0];
+    int     r0 = 0, r1 = segs.row_end[0];
+#pragma unroll
+    for (int s = 1; s < ZZ_GROUP_MAX; ++s) {
+        if (s == (int) blockIdx.y) {
+            y        = segs.y[s];
+            y_stride = segs.y_stride[s];
+            r0       = segs.row_end[s - 1];
+            r1       = segs.row_end[s];
+        }
+    }
+    const int64_t m = (int64_t) (r1 - r0)*B;
+    for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < m*T; e += (int64_t) gridDim.x*blockDim.x) {
         y[(e/m)*y_stride + e % m] = 0.0f;
     }
 }
@@ -1673,10 +1722,22 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
     return nz;
 }
 
+static zz_segs zz_one_seg(const char * w, const int64_t rows, float * y, const int64_t y_stride) {
+    zz_segs segs = {};
+    segs.nseg        = 1;
+    segs.row_end[0]  = (int) rows;
+    segs.w[0]        = w;
+    segs.y[0]        = y;
+    segs.y_stride[0] = y_stride;
+    return segs;
+}
+
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
-// had (capture) and atomics zero y first (a memset node in the same stream, graph safe)
-static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int64_t rows, const int T, const int B,
-        float * y, const int64_t m, const int64_t y_stride, float ** ws, int ** tickets, cudaStream_t stream) {
+// had (capture) and atomics zero y first (a memset node in the same stream, graph safe; one zero kernel for
+// the outputs of a group)
+static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
+        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream) {
+    const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
     int red_mode = zz_red_mode(cfg, caps);
@@ -1685,17 +1746,22 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
         red_mode = ZZ_RED_ATOMIC;
     }
     if (red_mode == ZZ_RED_ATOMIC) {
-        zz_zero_dst(y, m, T, y_stride, stream);
+        if (segs.nseg == 1) {
+            zz_zero_dst(segs.y[0], rows*B, T, segs.y_stride[0], stream);
+        } else {
+            const ggml_cuda_kernel_launch_params params(dim3(32, segs.nseg, 1), dim3(256, 1, 1), 0, stream);
+            ggml_cuda_kernel_launch(zz_zero_segs_kernel, params, segs, T, B);
+        }
     }
     return red_mode;
 }
 
 template <int T, int mode>
-static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
-        const int32_t * idx, float * y, const int64_t y_stride, zz_gemv_config cfg, const zz_caps caps,
-        const float thr, cudaStream_t stream) {
+static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
+        const int32_t * idx, zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     constexpr int B = QK_K;
-    GGML_ASSERT(m/B <= 65535);
+    const int64_t rows = segs.row_end[segs.nseg - 1];
+    GGML_ASSERT(rows <= 65535);
     if (cfg.n2 > ZZ_DIRECT_MAX_WARPS) {
         // a tune entry or LLAMA_SPARSE_CUDA_N2 asked for bigger blocks: as many warps in blocks of 4
         cfg.n1 *= (cfg.n2 + ZZ_DIRECT_MAX_WARPS - 1)/ZZ_DIRECT_MAX_WARPS;
@@ -1703,12 +1769,12 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
     }
     float * ws;
     int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, m/B, T, B, y, m, y_stride, &ws, &tickets, stream);
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
-    const dim3 grid(cfg.n1, m/B, 1);
+    const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_version() == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
@@ -1718,7 +1784,7 @@ static void zz_gemv_launch_direct(const char * w, const int64_t n, const int64_t
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
-              w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
 
 template <ggml_type type, int T, int mode>
@@ -1734,14 +1800,14 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
 
     if constexpr (type == GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
         if (caps.direct) {
-            zz_gemv_launch_direct<T, mode>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
+            zz_gemv_launch_direct<T, mode>(zz_one_seg(w, m/zt::B, y, y_stride), n, x, x_stride, idx, cfg, caps, thr, stream);
             return;
         }
     }
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, rows, T, zt::B, y, m, y_stride, &ws, &tickets, stream);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, zz_one_seg(w, rows, y, y_stride), &ws, &tickets, stream);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
@@ -1849,6 +1915,55 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
         }
     }
     zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, caps, thr, stream);
+    return true;
+}
+
+template <int mode>
+static void zz_gemv_launch_group_mode(const int T, const zz_segs & segs, const int64_t n, const float * x,
+        const int64_t x_stride, const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr,
+        cudaStream_t stream) {
+    switch (T) {
+        case 1: zz_gemv_launch_direct<1, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 2: zz_gemv_launch_direct<2, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 3: zz_gemv_launch_direct<3, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 4: zz_gemv_launch_direct<4, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 5: zz_gemv_launch_direct<5, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 6: zz_gemv_launch_direct<6, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 7: zz_gemv_launch_direct<7, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 8: zz_gemv_launch_direct<8, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
+    }
+}
+
+bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
+        const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
+        const float thr, const zz_gemv_config cfg, cudaStream_t stream) {
+    const zz_caps caps = zz_get_caps();
+    if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP) {
+        return false;
+    }
+    GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
+    GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
+    GGML_ASSERT(n > 0 && n < INT32_MAX);
+    GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
+    zz_segs segs = {};
+    segs.nseg = nseg;
+    int64_t rows = 0;
+    for (int s = 0; s < nseg; ++s) {
+        GGML_ASSERT(seg[s].m > 0 && seg[s].m % QK_K == 0 && (uintptr_t) seg[s].w % 16 == 0);
+        rows += seg[s].m/QK_K;
+        GGML_ASSERT(rows <= 65535);
+        segs.row_end[s]  = (int) rows;
+        segs.w[s]        = (const char *) seg[s].w;
+        segs.y[s]        = seg[s].y;
+        segs.y_stride[s] = seg[s].y_stride;
+    }
+    switch (mode) {
+        case ZZ_GEMV_DENSE: zz_gemv_launch_group_mode<ZZ_GEMV_DENSE>(n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case ZZ_GEMV_IDX:   zz_gemv_launch_group_mode<ZZ_GEMV_IDX>  (n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case ZZ_GEMV_FUSED: zz_gemv_launch_group_mode<ZZ_GEMV_FUSED>(n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        default: return false;
+    }
     return true;
 }
 
@@ -2533,5 +2648,44 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE,
                 y + t0*y_stride, y_stride, cfg, stream);
     }
+}
+
+bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count) {
+    if (count < 2 || count > ZZ_GROUP_MAX) {
+        return false;
+    }
+    const ggml_tensor * a    = dst[0];
+    const ggml_tensor * src1 = a->src[1];
+    const ggml_tensor * src2 = a->src[2];
+    const ggml_type     type = a->src[0]->type;
+    const int64_t       B        = ggml_blck_size(type);
+    const int64_t       n        = a->src[0]->ne[0]/B;
+    const int64_t       n_tokens = src1->ne[1];
+    if (type != GGML_TYPE_Q4_K || n_tokens > ZZ_GEMV_MAX_BATCH || src1->ne[0] != n) {
+        return false;
+    }
+    zz_gemv_seg seg[ZZ_GROUP_MAX];
+    int64_t     m_sum = 0;
+    for (int s = 0; s < count; ++s) {
+        const ggml_tensor * d = dst[s];
+        if (d->op != GGML_OP_MUL_MAT_ZZ || d->src[1] != src1 || d->src[2] != src2 || d->src[0]->type != type ||
+                d->src[0]->ne[0] != a->src[0]->ne[0] || !ggml_is_contiguous(d->src[0]) || d->type != GGML_TYPE_F32 ||
+                d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
+            return false;
+        }
+        seg[s] = { d->src[0]->data, d->src[0]->ne[1]*B, (float *) d->data, (int64_t) (d->nb[1]/sizeof(float)) };
+        m_sum += seg[s].m;
+    }
+    const float * x        = (const float *) src1->data;
+    const int64_t x_stride = src1->nb[1]/sizeof(float);
+    const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
+    zz_gemv_mode mode = ZZ_GEMV_DENSE;
+    float        thr  = 0.0f;
+    if (src2 != nullptr) {
+        mode = sparse_idx_cuda_lazy(src2) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
+        memcpy(&thr, &src2->op_params[0], sizeof(float));
+    }
+    return zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
+            mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream());
 }
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -11,6 +11,7 @@
 #define ZZ_GEMV_MAX_BATCH 8   // == GGML_SPARSE_MAX_BATCH
 #define ZZ_GEMV_MAX_WARPS 8   // n2 <= this (256 threads): keeps 255 registers per thread for batch 8
 #define ZZ_PREFILL_MIN_BATCH 16 // from this batch on (no idx) dequantize + cuBLAS, below it GEMV per 8 tokens
+#define ZZ_GROUP_MAX 4          // weights in one grouped GEMV launch
 
 enum zz_gemv_mode {
     ZZ_GEMV_DENSE = 0, // every column
@@ -61,6 +62,21 @@ bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float thr,
         float * y, int64_t y_stride, zz_gemv_config cfg, bool allow_staged, cudaStream_t stream);
 
+// one weight of a grouped launch: W [m outputs], y[t*y_stride + i]
+struct zz_gemv_seg {
+    const void * w;
+    int64_t      m;
+    float      * y;
+    int64_t      y_stride;
+};
+
+// y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
+// FUSED) in one launch: their block-rows one after another in the grid, cfg for the summed rows, one zero kernel
+// for all outputs under memset + atomics. Q4_K on the direct kernel only: false (nothing launched) otherwise.
+bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
+        const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
+        zz_gemv_config cfg, cudaStream_t stream);
+
 // the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y
 void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, float * y, cudaStream_t stream);
@@ -91,4 +107,8 @@ int ggml_cuda_zz_autotune(int device, const int64_t * shapes_mn, int n_shapes, i
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // GGML_OP_MUL_MAT_ZZ: src0 zigzag W, src1 x F32 [n, n_tokens], src2 idx I32 [n + 1] or NULL, dst F32 [m, n_tokens]
 void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+
+// the MUL_MAT_ZZ nodes dst[0..count) (same x, idx, weight type and width; ggml_sparse_zz_siblings) as one GEMV
+// launch at decode; false (nothing launched) when the group has no grouped kernel (then run them one by one)
+bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, int count);
 #endif // GGML_SPARSE_CUDA_STANDALONE

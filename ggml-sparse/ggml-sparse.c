@@ -81,6 +81,57 @@ struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * 
     return stats;
 }
 
+static bool zz_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b) {
+    if (a == NULL || b == NULL || a->data == NULL || b->data == NULL) {
+        return false;
+    }
+    const char * a0 = (const char *) a->data;
+    const char * b0 = (const char *) b->data;
+    return a0 < b0 + ggml_nbytes(b) && b0 < a0 + ggml_nbytes(a);
+}
+
+// does node k read or write memory that overlaps t?
+static bool zz_node_touches(const struct ggml_tensor * k, const struct ggml_tensor * t) {
+    if (zz_mem_overlaps(k, t)) {
+        return true;
+    }
+    for (int s = 0; s < GGML_MAX_SRC; ++s) {
+        if (zz_mem_overlaps(k->src[s], t)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int ggml_sparse_zz_siblings(struct ggml_cgraph * graph, int i, int window, int * nodes, int max_nodes) {
+    const int n_nodes = ggml_graph_n_nodes(graph);
+    if (i < 0 || i >= n_nodes || max_nodes < 1) {
+        return 0;
+    }
+    const struct ggml_tensor * a = ggml_graph_node(graph, i);
+    if (a->op != GGML_OP_MUL_MAT_ZZ) {
+        return 0;
+    }
+    int count = 0;
+    nodes[count++] = i;
+    for (int j = i + 1; j < n_nodes && j <= i + window && count < max_nodes; ++j) {
+        const struct ggml_tensor * b = ggml_graph_node(graph, j);
+        if (b->op != GGML_OP_MUL_MAT_ZZ || (b->flags & GGML_TENSOR_FLAG_COMPUTE) == 0 ||
+                b->src[1] != a->src[1] || b->src[2] != a->src[2] ||
+                b->src[0]->type != a->src[0]->type || b->src[0]->ne[0] != a->src[0]->ne[0] || b->data == NULL) {
+            continue;
+        }
+        bool safe = true;
+        for (int k = i; k < j && safe; ++k) {
+            safe = !zz_node_touches(ggml_graph_node(graph, k), b);
+        }
+        if (safe) {
+            nodes[count++] = j;
+        }
+    }
+    return count;
+}
+
 struct ggml_tensor * ggml_mul_mat_zz(
         struct ggml_context * ctx,
         struct ggml_tensor  * w,

@@ -85,6 +85,13 @@ GGML_API struct ggml_tensor * ggml_mul_mat_zz(
         struct ggml_tensor  * x,
         struct ggml_tensor  * idx);
 
+// Siblings of the MUL_MAT_ZZ node i of graph: later MUL_MAT_ZZ nodes within `window` nodes that read the same
+// x and index list (src1, src2) through a weight of the same type and width (q/k/v, gate/up), for a backend
+// that runs them as one launch at node i. A sibling joins only if running it at i is safe: no node between
+// i and it touches memory that overlaps its output (the graph allocator reuses freed memory). Writes node
+// indices to nodes[0..count) (nodes[0] = i) and returns count (1: no sibling, 0: node i is no MUL_MAT_ZZ).
+GGML_API int ggml_sparse_zz_siblings(struct ggml_cgraph * graph, int i, int window, int * nodes, int max_nodes);
+
 //
 // SparQ attention (Ribar et al. 2023, "SparQ Attention: Bandwidth-Efficient LLM Inference"), decode op.
 // Algorithm and KV-cache integration: docs/sparq.md. Op id GGML_OP_SPARQ_ATTN (patch 0001).

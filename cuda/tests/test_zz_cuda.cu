@@ -552,6 +552,114 @@ static int test_gemv(test_rng & rng, const int cases) {
     return failures;
 }
 
+// grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights of one width reading one x, each against its own
+// reference; every mode, both cross-block reductions and clusters, padded output strides
+static int test_group(test_rng & rng, const int cases) {
+    int failures = 0;
+    int runs     = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const ggml_type type = GGML_TYPE_Q4_K;
+    const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
+    double worst = 0.0;
+    for (int c = 0; c < cases; ++c) {
+        const int     nseg = 2 + c % (ZZ_GROUP_MAX - 1);
+        const int64_t n    = pick_n(rng);
+        const int     T    = 1 + (c/3) % ZZ_GEMV_MAX_BATCH;
+        const double  sp   = sparsities[c % 5];
+        const float   thr  = 0.25f;
+        const int64_t x_stride = n + (c % 3 == 0 ? rng.randint(1, 7) : 0);
+
+        std::vector<zz_weights> w(nseg);
+        std::vector<int64_t>    y_stride(nseg);
+        int64_t m_sum = 0;
+        for (int s = 0; s < nseg; ++s) {
+            make_weights(w[s], type, n, QK_K*rng.randint(1, 5), rng);
+            y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
+            m_sum += w[s].m;
+        }
+        zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
+        if (c % 2 == 1) {
+            cfg.n1      = rng.randint(1, 12);
+            cfg.n2      = rng.randint(1, 4);
+            cfg.cluster = rng.randint(0, 1);
+        }
+        std::vector<float>   x;
+        std::vector<int32_t> active;
+        make_x(x, active, n, T, x_stride, sp, thr, false, rng);
+        std::vector<int32_t> all(n);
+        for (int64_t j = 0; j < n; ++j) {
+            all[j] = (int32_t) j;
+        }
+
+        std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
+        std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
+        std::vector<zz_gemv_seg> seg(nseg);
+        for (int s = 0; s < nseg; ++s) {
+            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
+            w_d[s]->upload(w[s].q.data(), w[s].q.size());
+            y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
+            seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
+        }
+        dev_buf<float>   x_d(x.size());
+        dev_buf<int32_t> idx_d(n + 1);
+        dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+        x_d.upload(x.data(), x.size());
+        sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
+
+        for (const int ticket : { 1, 0 }) {
+            zz_gemv_set_ticket(ticket);
+            for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_IDX, ZZ_GEMV_FUSED }) {
+                for (auto & y : y_d) {
+                    y->poison();
+                }
+                const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr, x_stride, T,
+                        mode == ZZ_GEMV_IDX ? idx_d.ptr : nullptr, mode, thr, cfg, stream);
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                if (!ran) {
+                    printf("  FAIL group: Q4_K launch declined (direct kernel off?)\n");
+                    failures++;
+                    continue;
+                }
+                for (int s = 0; s < nseg; ++s) {
+                    std::vector<double> ref;
+                    ref_gemv(w[s], x, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, ref);
+                    std::vector<float> y(y_d[s]->n);
+                    y_d[s]->download(y.data(), y.size());
+                    char what[256];
+                    snprintf(what, sizeof(what), "group %d/%d m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s mode %d",
+                            s, nseg, (long long) w[s].m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster,
+                            ticket ? "ticket" : "atomic", (int) mode);
+                    double rel = 0.0;
+                    runs++;
+                    if (!check_y(what, y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel)) {
+                        failures++;
+                    }
+                    worst = std::max(worst, rel);
+                }
+            }
+        }
+        zz_gemv_set_ticket(-1);
+    }
+    // other types have no grouped kernel: declined, nothing launched
+    zz_gemv_seg none = { nullptr, 32, nullptr, 32 };
+    if (zz_gemv_launch_group(GGML_TYPE_Q8_0, &none, 1, 32, nullptr, 32, 1, nullptr, ZZ_GEMV_DENSE, 0.0f,
+                zz_gemv_config{ 1, 1, 0 }, stream)) {
+        printf("  FAIL group: Q8_0 was not declined\n");
+        failures++;
+    }
+    const int64_t nz = zz_gemv_ticket_nonzero(stream);
+    if (nz > 0) {
+        printf("  FAIL group: %lld ticket counters not zero after the runs\n", (long long) nz);
+        failures++;
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("group: %d runs, %d failures, worst relative error %.2e\n", runs, failures, worst);
+    return failures;
+}
+
 // memset nodes of a captured graph (the atomic reduction's zeroing of y)
 static int graph_memset_nodes(cudaGraph_t graph) {
     size_t n = 0;
@@ -1416,6 +1524,7 @@ int main(int argc, char ** argv) {
         int failures = 0;
         failures += test_idx(rng, cases);
         failures += test_gemv(rng, cases);
+        failures += test_group(rng, cases);
         failures += test_graph(rng);
         failures += test_ticket_chain(rng);
         failures += test_naive(rng);

@@ -12,3 +12,6 @@ cc_test test_zigzag_cpu \
     "$root/ggml-sparse/zigzag-gemm.c"
 
 "$out/test_zigzag_cpu" "$@"
+
+cc_test test_zz_siblings "$root/tests/c/test_zz_siblings.c" "$root/ggml-sparse/ggml-sparse.c"
+"$out/test_zz_siblings"

@@ -248,10 +248,11 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            for o in MUL_MAT_ZZ SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel; do
+            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off}; do
                 echo "-- test-backend-ops -b CUDA0 -o $o"
                 local env=()
                 [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
+                [ "${o#*:}" = group-off ] && env=(LLAMA_SPARSE_CUDA_GROUP=0)
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
