@@ -143,7 +143,7 @@ remote() {
         build)
             cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
-            cmake --build /tmp/b-fork -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-fork.log" 2>&1 ||
+            cmake --build /tmp/b-fork -j "$jobs" --target ${BUILD_TARGETS:-llama ggml test-backend-ops llama-bench} > "$out/build-fork.log" 2>&1 ||
                 { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
             tail -2 "$out/build-fork.log"
             ;;
