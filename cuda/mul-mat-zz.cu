@@ -2668,7 +2668,7 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     int64_t     m_sum = 0;
     for (int s = 0; s < count; ++s) {
         const ggml_tensor * d = dst[s];
-        if (d->op != GGML_OP_MUL_MAT_ZZ || d->src[1] != src1 || d->src[2] != src2 || d->src[0]->type != type ||
+        if (d->op != GGML_OP_MUL_MAT_ZZ || ggml_is_empty(d) || d->src[1] != src1 || d->src[2] != src2 || d->src[0]->type != type ||
                 d->src[0]->ne[0] != a->src[0]->ne[0] || !ggml_is_contiguous(d->src[0]) || d->type != GGML_TYPE_F32 ||
                 d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
             return false;
