@@ -1161,6 +1161,24 @@ struct zz_segs {
     int64_t      y_stride[ZZ_GROUP_MAX];
 };
 
+// segment s of segs: its weight, output and first grid row (selects: no dynamic indexing into the parameter space)
+static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const int s, const char *& w, float *& y,
+        int64_t & y_stride, int & row0) {
+    w        = segs.w[0];
+    y        = segs.y[0];
+    y_stride = segs.y_stride[0];
+    row0     = 0;
+#pragma unroll
+    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
+        if (k == s) {
+            w        = segs.w[k];
+            y        = segs.y[k];
+            y_stride = segs.y_stride[k];
+            row0     = segs.row_end[k - 1];
+        }
+    }
+}
+
 // shared bytes of one warp's FUSED queue: columns and their x
 template <int T>
 static constexpr __host__ __device__ int zz_direct_queue_bytes() {
@@ -1228,20 +1246,17 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     const int nw   = gridDim.x*n2;
     const int wid  = blockIdx.x*n2 + warp;
 
-    // this block-row's weight (selects, no indexing into the parameter space)
-    const char * w        = segs.w[0];
-    float      * y        = segs.y[0];
-    int64_t      y_stride = segs.y_stride[0];
-    int          row0     = 0;
+    // this block-row's weight
+    int seg = 0;
 #pragma unroll
-    for (int s = 1; s < ZZ_GROUP_MAX; ++s) {
-        if (s < segs.nseg && row >= segs.row_end[s - 1]) {
-            w        = segs.w[s];
-            y        = segs.y[s];
-            y_stride = segs.y_stride[s];
-            row0     = segs.row_end[s - 1];
-        }
+    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
+        seg += k < segs.nseg && row >= segs.row_end[k - 1];
     }
+    const char * w;
+    float      * y;
+    int64_t      y_stride;
+    int          row0;
+    zz_seg_pick(segs, seg, w, y, y_stride, row0);
     const int row_y = row - row0;
 
     const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
@@ -1498,33 +1513,18 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-// y = 0 as a kernel launched like its neighbours (PDL): a memset node between two kernels breaks their
-// programmatic overlap. It waits for the earlier kernels first: y may reuse memory one of them still reads.
-static __global__ void zz_zero_kernel(float * y, const int64_t m, const int64_t n, const int64_t y_stride) {
+// the outputs of every segment = 0 (grid.y = segment) as a kernel launched like its neighbours (PDL): a memset node
+// between two kernels breaks their programmatic overlap. It waits for the earlier kernels first: y may reuse memory
+// one of them still reads.
+static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int B) {
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc();
-    for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < n; e += (int64_t) gridDim.x*blockDim.x) {
-        y[(e/m)*y_stride + e % m] = 0.0f;
-    }
-}
-
-// the outputs of every segment of a grouped launch in one kernel (grid.y = segment), else like zz_zero_kernel
-static __global__ void zz_zero_segs_kernel(const zz_segs segs, const int T, const int B) {
-    ggml_cuda_pdl_sync();
-    ggml_cuda_pdl_lc();
-    float * y        = segs.y[0];
-    int64_t y_stride = segs.y_stride[0];
-    int     r0 = 0, r1 = segs.row_end[0];
-#pragma unroll
-    for (int s = 1; s < ZZ_GROUP_MAX; ++s) {
-        if (s == (int) blockIdx.y) {
-            y        = segs.y[s];
-            y_stride = segs.y_stride[s];
-            r0       = segs.row_end[s - 1];
-            r1       = segs.row_end[s];
-        }
-    }
-    const int64_t m = (int64_t) (r1 - r0)*B;
+    const char * w;
+    float      * y;
+    int64_t      y_stride;
+    int          r0;
+    zz_seg_pick(segs, (int) blockIdx.y, w, y, y_stride, r0);
+    const int64_t m = (int64_t) (segs.row_end[blockIdx.y] - r0)*B;
     for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < m*T; e += (int64_t) gridDim.x*blockDim.x) {
         y[(e/m)*y_stride + e % m] = 0.0f;
     }
@@ -1538,15 +1538,18 @@ static bool zz_zero_by_kernel() {
     return on;
 }
 
-// graph safe: a memset node (or zz_zero_kernel) in the same stream
-static void zz_zero_dst(float * y, const int64_t m, const int T, const int64_t y_stride, cudaStream_t stream) {
-    if (zz_zero_by_kernel()) {
-        const int64_t n = m*T;
-        const ggml_cuda_kernel_launch_params params(dim3((unsigned) std::min<int64_t>(64, (n + 255)/256), 1, 1),
+// graph safe, in the same stream: one zz_zero_kernel for a group (or with LLAMA_SPARSE_CUDA_ZERO_KERNEL=1), else
+// a memset node
+static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStream_t stream) {
+    if (segs.nseg > 1 || zz_zero_by_kernel()) {
+        const int64_t n = (int64_t) segs.row_end[segs.nseg - 1]*B*T;
+        const ggml_cuda_kernel_launch_params params(dim3((unsigned) std::min<int64_t>(64, (n + 255)/256), segs.nseg, 1),
                                                     dim3(256, 1, 1), 0, stream);
-        ggml_cuda_kernel_launch(zz_zero_kernel, params, y, m, n, y_stride);
+        ggml_cuda_kernel_launch(zz_zero_kernel, params, segs, T, B);
         return;
     }
+    float * y = segs.y[0];
+    const int64_t m = (int64_t) segs.row_end[0]*B, y_stride = segs.y_stride[0];
     if (y_stride == m || T == 1) {
         CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
     } else {
@@ -1722,19 +1725,8 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
     return nz;
 }
 
-static zz_segs zz_one_seg(const char * w, const int64_t rows, float * y, const int64_t y_stride) {
-    zz_segs segs = {};
-    segs.nseg        = 1;
-    segs.row_end[0]  = (int) rows;
-    segs.w[0]        = w;
-    segs.y[0]        = y;
-    segs.y_stride[0] = y_stride;
-    return segs;
-}
-
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
-// had (capture) and atomics zero y first (a memset node in the same stream, graph safe; one zero kernel for
-// the outputs of a group)
+// had (capture) and atomics zero y first (zz_zero_dst)
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
         const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
@@ -1746,12 +1738,7 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
         red_mode = ZZ_RED_ATOMIC;
     }
     if (red_mode == ZZ_RED_ATOMIC) {
-        if (segs.nseg == 1) {
-            zz_zero_dst(segs.y[0], rows*B, T, segs.y_stride[0], stream);
-        } else {
-            const ggml_cuda_kernel_launch_params params(dim3(32, segs.nseg, 1), dim3(256, 1, 1), 0, stream);
-            ggml_cuda_kernel_launch(zz_zero_segs_kernel, params, segs, T, B);
-        }
+        zz_zero_dst(segs, T, B, stream);
     }
     return red_mode;
 }
@@ -1787,27 +1774,31 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
               segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
 
+// segs: one weight, or (direct Q4_K kernel only) a group
 template <ggml_type type, int T, int mode>
-static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, const float * x, const int64_t x_stride,
-        const int32_t * idx, float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps,
-        const float thr, cudaStream_t stream) {
+static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
+        const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     typedef zz_type<type> zt;
     constexpr int wsm = zz_warp_smem<type, T>();
 
-    const int64_t rows = m/zt::B;
+    const int64_t rows = segs.row_end[segs.nseg - 1];
     GGML_ASSERT(rows <= 65535);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_GEMV_MAX_WARPS && cfg.n1 >= 1);
 
     if constexpr (type == GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
         if (caps.direct) {
-            zz_gemv_launch_direct<T, mode>(zz_one_seg(w, m/zt::B, y, y_stride), n, x, x_stride, idx, cfg, caps, thr, stream);
+            zz_gemv_launch_direct<T, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             return;
         }
     }
+    GGML_ASSERT(segs.nseg == 1);
+    const char *  w        = segs.w[0];
+    float *       y        = segs.y[0];
+    const int64_t y_stride = segs.y_stride[0];
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, zz_one_seg(w, rows, y, y_stride), &ws, &tickets, stream);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
@@ -1837,22 +1828,21 @@ static void zz_gemv_launch_t(const char * w, const int64_t n, const int64_t m, c
 }
 
 template <ggml_type type, int T>
-static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
-        const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+static void zz_gemv_launch_mode(const zz_gemv_mode mode, const zz_segs & segs, const int64_t n,
+        const float * x, const int64_t x_stride, const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     switch (mode) {
         case ZZ_GEMV_DENSE:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_DENSE>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_IDX:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_IDX>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_FUSED:
-            zz_gemv_launch_t<type, T, ZZ_GEMV_FUSED>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_FUSED>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             break;
         case ZZ_GEMV_SKIP:
 #ifdef GGML_SPARSE_CUDA_ABLATION
-            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream);
+            zz_gemv_launch_t<type, T, ZZ_GEMV_SKIP>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             break;
 #else
             GGML_ABORT("ZZ_GEMV_SKIP needs GGML_SPARSE_CUDA_ABLATION");
@@ -1861,37 +1851,49 @@ static void zz_gemv_launch_mode(const zz_gemv_mode mode, const char * w, const i
 }
 
 template <ggml_type type>
-static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const char * w, const int64_t n, const int64_t m,
-        const float * x, const int64_t x_stride, const int32_t * idx, float * y, const int64_t y_stride,
-        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const zz_segs & segs, const int64_t n,
+        const float * x, const int64_t x_stride, const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     switch (T) {
-        case 1: zz_gemv_launch_mode<type, 1>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 2: zz_gemv_launch_mode<type, 2>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 3: zz_gemv_launch_mode<type, 3>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 4: zz_gemv_launch_mode<type, 4>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 5: zz_gemv_launch_mode<type, 5>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 6: zz_gemv_launch_mode<type, 6>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 7: zz_gemv_launch_mode<type, 7>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case 8: zz_gemv_launch_mode<type, 8>(mode, w, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case 1: zz_gemv_launch_mode<type, 1>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 2: zz_gemv_launch_mode<type, 2>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 3: zz_gemv_launch_mode<type, 3>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 4: zz_gemv_launch_mode<type, 4>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 5: zz_gemv_launch_mode<type, 5>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 6: zz_gemv_launch_mode<type, 6>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 7: zz_gemv_launch_mode<type, 7>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case 8: zz_gemv_launch_mode<type, 8>(mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
     }
 }
 
-static void zz_gemv_launch_thr(const ggml_type type, const void * w, const int64_t n, const int64_t m,
+// seg[0..nseg): the weights of one launch (nseg > 1: direct Q4_K kernel only)
+static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     GGML_ASSERT(zz_type_supported(type));
+    GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
-    GGML_ASSERT(n > 0 && n < INT32_MAX && m % ggml_blck_size(type) == 0);
+    GGML_ASSERT(n > 0 && n < INT32_MAX);
     GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
-    GGML_ASSERT((uintptr_t) w % 16 == 0);
 
-    const char * wc = (const char *) w;
+    const int64_t B = ggml_blck_size(type);
+    zz_segs segs = {};
+    segs.nseg = nseg;
+    int64_t rows = 0;
+    for (int s = 0; s < nseg; ++s) {
+        GGML_ASSERT(seg[s].m > 0 && seg[s].m % B == 0 && (uintptr_t) seg[s].w % 16 == 0);
+        rows += seg[s].m/B;
+        GGML_ASSERT(rows <= 65535);
+        segs.row_end[s]  = (int) rows;
+        segs.w[s]        = (const char *) seg[s].w;
+        segs.y[s]        = seg[s].y;
+        segs.y_stride[s] = seg[s].y_stride;
+    }
     switch (type) {
-        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
-        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, wc, n, m, x, x_stride, idx, y, y_stride, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q4_0: zz_gemv_launch_type<GGML_TYPE_Q4_0>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
+        case GGML_TYPE_Q8_0: zz_gemv_launch_type<GGML_TYPE_Q8_0>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         default: GGML_ABORT("zigzag GEMV: unsupported type %s", ggml_type_name(type));
     }
 }
@@ -1900,7 +1902,8 @@ void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, co
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
         float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
     GGML_ASSERT(mode != ZZ_GEMV_FUSED && "zigzag GEMV: FUSED goes through zz_gemv_launch_fused");
-    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, idx, mode, y, y_stride, cfg, zz_get_caps(), 0.0f, stream);
+    const zz_gemv_seg seg = { w, m, y, y_stride };
+    zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, idx, mode, cfg, zz_get_caps(), 0.0f, stream);
 }
 
 bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n, const int64_t m,
@@ -1914,25 +1917,9 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
             return false;
         }
     }
-    zz_gemv_launch_thr(type, w, n, m, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, y, y_stride, cfg, caps, thr, stream);
+    const zz_gemv_seg seg = { w, m, y, y_stride };
+    zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, cfg, caps, thr, stream);
     return true;
-}
-
-template <int mode>
-static void zz_gemv_launch_group_mode(const int T, const zz_segs & segs, const int64_t n, const float * x,
-        const int64_t x_stride, const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr,
-        cudaStream_t stream) {
-    switch (T) {
-        case 1: zz_gemv_launch_direct<1, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 2: zz_gemv_launch_direct<2, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 3: zz_gemv_launch_direct<3, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 4: zz_gemv_launch_direct<4, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 5: zz_gemv_launch_direct<5, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 6: zz_gemv_launch_direct<6, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 7: zz_gemv_launch_direct<7, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case 8: zz_gemv_launch_direct<8, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        default: GGML_ABORT("zigzag GEMV: batch %d out of range", T);
-    }
 }
 
 bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
@@ -1942,28 +1929,7 @@ bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const i
     if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP) {
         return false;
     }
-    GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
-    GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
-    GGML_ASSERT(n > 0 && n < INT32_MAX);
-    GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
-    zz_segs segs = {};
-    segs.nseg = nseg;
-    int64_t rows = 0;
-    for (int s = 0; s < nseg; ++s) {
-        GGML_ASSERT(seg[s].m > 0 && seg[s].m % QK_K == 0 && (uintptr_t) seg[s].w % 16 == 0);
-        rows += seg[s].m/QK_K;
-        GGML_ASSERT(rows <= 65535);
-        segs.row_end[s]  = (int) rows;
-        segs.w[s]        = (const char *) seg[s].w;
-        segs.y[s]        = seg[s].y;
-        segs.y_stride[s] = seg[s].y_stride;
-    }
-    switch (mode) {
-        case ZZ_GEMV_DENSE: zz_gemv_launch_group_mode<ZZ_GEMV_DENSE>(n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case ZZ_GEMV_IDX:   zz_gemv_launch_group_mode<ZZ_GEMV_IDX>  (n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        case ZZ_GEMV_FUSED: zz_gemv_launch_group_mode<ZZ_GEMV_FUSED>(n_tokens, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
-        default: return false;
-    }
+    zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream);
     return true;
 }
 
@@ -2078,8 +2044,7 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
 }
 
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
-        const int64_t m, const int n_tokens) {
-    GGML_UNUSED(n_tokens);
+        const int64_t m) {
     const int64_t rows = m/ggml_blck_size(type);
 
     zz_gemv_config cfg;
@@ -2116,7 +2081,7 @@ static int zz_env_int(const char * name) {
 zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
     const zz_device_props & props = zz_get_device_props(device);
 
-    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
+    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m);
     {
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
@@ -2493,7 +2458,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
 
             for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
-                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
+                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };
                 const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
@@ -2661,15 +2626,17 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const int64_t       B        = ggml_blck_size(type);
     const int64_t       n        = a->src[0]->ne[0]/B;
     const int64_t       n_tokens = src1->ne[1];
-    if (type != GGML_TYPE_Q4_K || n_tokens > ZZ_GEMV_MAX_BATCH || src1->ne[0] != n) {
+    if (type != GGML_TYPE_Q4_K || n_tokens > ZZ_GEMV_MAX_BATCH) {
         return false;
     }
     zz_gemv_seg seg[ZZ_GROUP_MAX];
     int64_t     m_sum = 0;
     for (int s = 0; s < count; ++s) {
         const ggml_tensor * d = dst[s];
-        if (d->op != GGML_OP_MUL_MAT_ZZ || ggml_is_empty(d) || d->src[1] != src1 || d->src[2] != src2 || d->src[0]->type != type ||
-                d->src[0]->ne[0] != a->src[0]->ne[0] || !ggml_is_contiguous(d->src[0]) || d->type != GGML_TYPE_F32 ||
+        // (same op, x, idx, weight type and width: ggml_sparse_zz_siblings)
+        GGML_ASSERT(d->op == GGML_OP_MUL_MAT_ZZ && d->src[1] == src1 && d->src[2] == src2 && d->src[0]->type == type &&
+                    d->src[0]->ne[0] == a->src[0]->ne[0]);
+        if (ggml_is_empty(d) || !ggml_is_contiguous(d->src[0]) || d->type != GGML_TYPE_F32 ||
                 d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
             return false;
         }
