@@ -31,6 +31,7 @@
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
+#   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
@@ -192,6 +193,27 @@ remote() {
             done
             echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
             LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
+            ;;
+        sparq-decomp)
+            # where SparQ's end-to-end time goes (8B-shaped model, tg64 at depth, one process per run, rounds
+            # alternate): fork dense; SparQ with k above the context (the transposed-K upkeep runs, attention falls
+            # back to flash attention); SparQ r 32 k 128. upkeep = (k big) - dense, op vs FA = (k 128) - (k big).
+            # SPARQ_DECOMP_ENV adds a fourth row: SparQ r 32 k 128 under that variable
+            local d i cfg lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
+            for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
+                for i in 1 2; do
+                    for cfg in dense big k128 ${SPARQ_DECOMP_ENV:+env}; do
+                        local envs=()
+                        case $cfg in
+                            big)  envs=(LLAMA_SPARQ=r=32,k=1000000) ;;
+                            k128) envs=(LLAMA_SPARQ=r=32,k=128) ;;
+                            env)  envs=(LLAMA_SPARQ=r=32,k=128 "$SPARQ_DECOMP_ENV") ;;
+                        esac
+                        echo "$d $cfg: $(env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                            tee -a "$out/sparq-decomp-$cfg-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
+                    done
+                done
+            done
             ;;
         sparq-graphs)
             # whether decode runs as CUDA graphs with SparQ on: tg32 at depth 16k, dense and SparQ, each with CUDA
