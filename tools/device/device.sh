@@ -363,6 +363,33 @@ remote() {
                 env $kv timeout 60 /tmp/sparq-test/t bench --variant step1 2>&1 | grep "step1" || true
             done
             ;;
+        sparq-ab)
+            # test_sparq_cuda bench (single variant) built two ways, rounds alternating: NVCC flags SPARQ_AB_A
+            # (default -DSPARQ_PHASE_TIMING) against SPARQ_AB_B (default the same plus -DSPARQ_CUDA_MAX_G=4), at
+            # S SPARQ_AB_S (default 256,4096,16384,32768); B is checked against the CPU reference first (needs build-base)
+            local fa=${SPARQ_AB_A:--DSPARQ_PHASE_TIMING} fb=${SPARQ_AB_B:--DSPARQ_PHASE_TIMING -DSPARQ_CUDA_MAX_G=4} b rc=0
+            mkdir -p /tmp/sparq-ab
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="$fa" \
+                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-ab/a/t > "$out/build-sparq-ab-a.log" 2>&1 & local p1=$!
+            # SPARQ_AB_SED: a sed script B's copy of cuda/sparq-attn.cu is built with
+            local rb=$repo
+            if [ -n "${SPARQ_AB_SED:-}" ]; then
+                rb=/tmp/sparq-ab/repo-b; rm -rf $rb; mkdir -p $rb && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" $rb/
+                sed -i -E "$SPARQ_AB_SED" $rb/cuda/sparq-attn.cu
+            fi
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="$fb" \
+                bash "$rb/cuda/tests/build-sparq.sh" /tmp/sparq-ab/b/t > "$out/build-sparq-ab-b.log" 2>&1 ||
+                { tail -40 "$out/build-sparq-ab-b.log"; exit 1; }
+            wait $p1 || { tail -40 "$out/build-sparq-ab-a.log"; exit 1; }
+            timeout 200 /tmp/sparq-ab/b/t test --variant single > "$out/sparq-ab-test-b.log" 2>&1 || rc=$?
+            echo "B ($fb ${SPARQ_AB_SED:-}): test_sparq_cuda test --variant single: rc $rc"; grep -E "^FAIL" "$out/sparq-ab-test-b.log" | head -5 || true
+            tail -1 "$out/sparq-ab-test-b.log"
+            for b in a b a b; do
+                echo "-- $b ($([ $b = a ] && echo "$fa" || echo "$fb"))"
+                timeout 90 /tmp/sparq-ab/$b/t bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
+                    tee -a "$out/sparq-ab-$b.log" | grep -v "^device" || echo "bench failed"
+            done
+            ;;
         sparq-phases)
             # where the single SparQ variant spends its time: per-phase %globaltimer stamps of the first block of
             # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
