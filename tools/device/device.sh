@@ -390,6 +390,26 @@ remote() {
                     tee -a "$out/sparq-ab-$b.log" | grep -v "^device" || echo "bench failed"
             done
             ;;
+        sparq-env-ab)
+            # test_sparq_cuda (phase-timing build, needs build-base): `test` with the defaults and with SPARQ_ENV_B set,
+            # then bench (single variant) rounds alternating default | SPARQ_ENV_B at S SPARQ_AB_S
+            local eb=${SPARQ_ENV_B:?set SPARQ_ENV_B=VAR=VALUE} rc=0 i
+            [ -x /tmp/sparq-test/t-phases ] || GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
+                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 ||
+                { tail -40 "$out/build-sparq-phases.log"; exit 1; }
+            timeout 200 /tmp/sparq-test/t-phases test > "$out/sparq-env-test-a.log" 2>&1 || rc=$?
+            echo "default: test_sparq_cuda test: rc $rc; $(tail -1 "$out/sparq-env-test-a.log")"; rc=0
+            env "$eb" timeout 200 /tmp/sparq-test/t-phases test --variant single > "$out/sparq-env-test-b.log" 2>&1 || rc=$?
+            echo "$eb: test_sparq_cuda test --variant single: rc $rc; $(tail -1 "$out/sparq-env-test-b.log")"
+            for i in 1 2; do
+                echo "-- default"
+                timeout 90 /tmp/sparq-test/t-phases bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
+                    tee -a "$out/sparq-env-a.log" | grep -v "^device" || echo "bench failed"
+                echo "-- $eb"
+                env "$eb" timeout 90 /tmp/sparq-test/t-phases bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
+                    tee -a "$out/sparq-env-b.log" | grep -v "^device" || echo "bench failed"
+            done
+            ;;
         sparq-phases)
             # where the single SparQ variant spends its time: per-phase %globaltimer stamps of the first block of
             # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
