@@ -719,6 +719,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     __shared__ int      s_cnt[256];
     __shared__ int      s_tmp[WARP_SIZE];
     __shared__ int      s_nvis, s_ncand, s_kk;
+    __shared__ uint32_t s_tmax[SPARQ_AT_THREADS];                     // cluster: per-thread key maxima over its blocks
     __shared__ uint32_t s_prefix;
 
     const int nc   = gridDim.x / a.Hkv; // blocks per KV head: a thread block cluster (sm_90) when > 1
@@ -754,6 +755,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     if (tid == 0) {
         s_ncand = 0;
     }
+    s_tmax[tid] = 0;
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     if (nc > 1) {
         // a block may write a peer's shared memory only once the peer runs: arrive now, wait before the keys
@@ -832,14 +834,14 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     uint32_t tmax = sparq_keys_g<GM>(G, scb, a.sc_ld, lo, hi, dense, s_m, s_rz, keys);
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     if (nc > 1) {
+        // thread tid of block 0 takes the maximum over the positions of thread tid in every block: the threads'
+        // position sets stay disjoint, which is all the bound below needs
+        atomicMax(cluster.map_shared_rank(&s_tmax[tid], 0), tmax);
         cluster.sync(); // block 0 only reads its own shared memory from here: the others may leave
         if (cluster.block_rank() != 0) {
             return;
         }
-        tmax = 0;
-        for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
-            tmax = max(tmax, s_key[j]);
-        }
+        tmax = s_tmax[tid];
     }
 #endif
     SPARQ_MARK(1, 3); // keys in block 0's shared memory
@@ -874,16 +876,24 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             }
             tau = max(tau, 1u);
         }
-        if (tmax >= tau) {
-            for (int j = tid; j < n_kv; j += SPARQ_AT_THREADS) {
-                const uint32_t key = s_key[j];
-                if (key >= tau) {
-                    const int c = atomicAdd(&s_ncand, 1);
-                    if (c < SPARQ_CAND_MAX) {
-                        // larger = earlier: key desc, then position asc
-                        s_cand[c] = (uint64_t) key << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) j);
-                    }
-                }
+        // one shared atomic per warp and round (one per candidate serialized on the counter); rounds are
+        // warp-uniform for the ballot
+        for (int j0 = warp*WARP_SIZE; j0 < n_kv; j0 += SPARQ_AT_THREADS) {
+            const int      j    = j0 + lane;
+            const uint32_t key  = j < n_kv ? s_key[j] : 0u;
+            const bool     take = key >= tau; // tau >= 1: never a masked position
+            const uint32_t m    = __ballot_sync(0xFFFFFFFF, take);
+            if (m == 0) {
+                continue;
+            }
+            int c0 = 0;
+            if (lane == 0) {
+                c0 = atomicAdd(&s_ncand, __popc(m));
+            }
+            const int c = __shfl_sync(0xFFFFFFFF, c0, 0) + __popc(m & ((1u << lane) - 1u));
+            if (take && c < SPARQ_CAND_MAX) {
+                // larger = earlier: key desc, then position asc
+                s_cand[c] = (uint64_t) key << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) j);
             }
         }
         __syncthreads();
