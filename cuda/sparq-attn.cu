@@ -710,8 +710,8 @@ template <typename KT, typename MT, int DE, int GM>
 static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sparq_args a) {
     extern __shared__ __align__(16) char sparq_smem[];
     __shared__ __align__(16) float s_q[GM][SPARQ_CUDA_MAX_D];
-    __shared__ float    s_m[GM], s_rz[GM]; // step-1 softmax max, 1/sum
-    __shared__ float    s_mrun[GM];                       // step 2: running max, sum, rescale
+    __shared__ float    s_m[GM], s_rz[GM];         // step-1 softmax max, 1/sum
+    __shared__ float    s_mrun[GM];                // step 2: running max, sum, rescale
     __shared__ float    s_l[GM];
     __shared__ float    s_corr[GM];
     __shared__ float    s_alpha[GM];
@@ -719,7 +719,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     __shared__ int      s_cnt[256];
     __shared__ int      s_tmp[WARP_SIZE];
     __shared__ int      s_nvis, s_ncand, s_kk;
-    __shared__ uint32_t s_tmax[SPARQ_AT_THREADS];                     // cluster: per-thread key maxima over its blocks
+    __shared__ uint32_t s_tmax[SPARQ_AT_THREADS];  // cluster: a thread's key maximum over the cluster's blocks
     __shared__ uint32_t s_prefix;
 
     const int nc   = gridDim.x / a.Hkv; // blocks per KV head: a thread block cluster (sm_90) when > 1
