@@ -36,6 +36,8 @@
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
+#   sparq-ab   the SparQ bench built two ways (NVCC flags SPARQ_AB_A / SPARQ_AB_B, or a sed SPARQ_AB_SED on B's source),
+#              rounds alternating; sparq-env-ab: one phase-timing build, default against SPARQ_ENV_B=VAR=VALUE
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-q4kv direct Q4_K GEMV: step versions Q4KV_VERSIONS (default '1 2'; 2 is the default), same run;
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
@@ -127,6 +129,20 @@ remote() {
     local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf r8b=$work/r8b.q4_k.gguf
     # the random 7B-shaped model, its zigzag conversion and its levels (thr: the thresholds bench/r7b_thresholds.py
     # measured on a 4-layer file of the same shapes, bench/results/cpu_e2e-r7b-*.md)
+    # test_sparq_cuda (needs build-base) into OUT, its log $out/LOG, with NVCC flags FLAGS, from the checkout ROOT
+    # (default this one): build_sparq OUT LOG [FLAGS] [ROOT]; prints the log's tail and fails on an error
+    build_sparq() {
+        GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="${3:-}" \
+            bash "${4:-$repo}/cuda/tests/build-sparq.sh" "$1" > "$out/$2" 2>&1 || { tail -40 "$out/$2"; return 1; }
+    }
+    # one single-variant bench of a test_sparq_cuda binary at S SPARQ_AB_S, appended to $out/LOG, under ENV...
+    # (none: the defaults): sparq_bench_single BIN LOG [ENV...]
+    sparq_bench_single() {
+        local bin=$1 log=$2
+        shift 2
+        env "$@" timeout 90 "$bin" bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
+            tee -a "$out/$log" | grep -v "^device" || echo "bench failed"
+    }
     make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b"; }
     convert_r7b() { python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
@@ -284,8 +300,7 @@ remote() {
             # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, every case with both
             # step-2 variants (single: one block/cluster per KV head; split: segments over many blocks), then its
             # bench of both (Llama-3-8B shapes, S 4k/16k/32k, K/V rotated past L2 and L2-warm); needs build-base
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
-                > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
+            build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             local rc=0
             timeout 200 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test (both variants): rc $rc; ok lines: single $(grep -c '^ok *\[single\]' "$out/sparq-test.log"), split $(grep -c '^ok *\[split\]' "$out/sparq-test.log")"
@@ -368,46 +383,37 @@ remote() {
             # (default -DSPARQ_PHASE_TIMING) against SPARQ_AB_B (default the same plus -DSPARQ_CUDA_MAX_G=4), at
             # S SPARQ_AB_S (default 256,4096,16384,32768); B is checked against the CPU reference first (needs build-base)
             local fa=${SPARQ_AB_A:--DSPARQ_PHASE_TIMING} fb=${SPARQ_AB_B:--DSPARQ_PHASE_TIMING -DSPARQ_CUDA_MAX_G=4} b rc=0
-            mkdir -p /tmp/sparq-ab
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="$fa" \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-ab/a/t > "$out/build-sparq-ab-a.log" 2>&1 & local p1=$!
+            build_sparq /tmp/sparq-ab/a/t build-sparq-ab-a.log "$fa" & local p1=$!
             # SPARQ_AB_SED: a sed script B's copy of cuda/sparq-attn.cu is built with
             local rb=$repo
             if [ -n "${SPARQ_AB_SED:-}" ]; then
                 rb=/tmp/sparq-ab/repo-b; rm -rf $rb; mkdir -p $rb && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" $rb/
                 sed -i -E "$SPARQ_AB_SED" $rb/cuda/sparq-attn.cu
             fi
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="$fb" \
-                bash "$rb/cuda/tests/build-sparq.sh" /tmp/sparq-ab/b/t > "$out/build-sparq-ab-b.log" 2>&1 ||
-                { tail -40 "$out/build-sparq-ab-b.log"; exit 1; }
-            wait $p1 || { tail -40 "$out/build-sparq-ab-a.log"; exit 1; }
+            build_sparq /tmp/sparq-ab/b/t build-sparq-ab-b.log "$fb" "$rb" || exit 1
+            wait $p1 || exit 1
             timeout 200 /tmp/sparq-ab/b/t test --variant single > "$out/sparq-ab-test-b.log" 2>&1 || rc=$?
             echo "B ($fb ${SPARQ_AB_SED:-}): test_sparq_cuda test --variant single: rc $rc"; grep -E "^FAIL" "$out/sparq-ab-test-b.log" | head -5 || true
             tail -1 "$out/sparq-ab-test-b.log"
             for b in a b a b; do
                 echo "-- $b ($([ $b = a ] && echo "$fa" || echo "$fb"))"
-                timeout 90 /tmp/sparq-ab/$b/t bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
-                    tee -a "$out/sparq-ab-$b.log" | grep -v "^device" || echo "bench failed"
+                sparq_bench_single /tmp/sparq-ab/$b/t sparq-ab-$b.log
             done
             ;;
         sparq-env-ab)
             # test_sparq_cuda (phase-timing build, needs build-base): `test` with the defaults and with SPARQ_ENV_B set,
             # then bench (single variant) rounds alternating default | SPARQ_ENV_B at S SPARQ_AB_S
             local eb=${SPARQ_ENV_B:?set SPARQ_ENV_B=VAR=VALUE} rc=0 i
-            [ -x /tmp/sparq-test/t-phases ] || GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 ||
-                { tail -40 "$out/build-sparq-phases.log"; exit 1; }
+            [ -x /tmp/sparq-test/t-phases ] || build_sparq /tmp/sparq-test/t-phases build-sparq-phases.log -DSPARQ_PHASE_TIMING || exit 1
             timeout 200 /tmp/sparq-test/t-phases test > "$out/sparq-env-test-a.log" 2>&1 || rc=$?
             echo "default: test_sparq_cuda test: rc $rc; $(tail -1 "$out/sparq-env-test-a.log")"; rc=0
             env "$eb" timeout 200 /tmp/sparq-test/t-phases test --variant single > "$out/sparq-env-test-b.log" 2>&1 || rc=$?
             echo "$eb: test_sparq_cuda test --variant single: rc $rc; $(tail -1 "$out/sparq-env-test-b.log")"
             for i in 1 2; do
                 echo "-- default"
-                timeout 90 /tmp/sparq-test/t-phases bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
-                    tee -a "$out/sparq-env-a.log" | grep -v "^device" || echo "bench failed"
+                sparq_bench_single /tmp/sparq-test/t-phases sparq-env-a.log
                 echo "-- $eb"
-                env "$eb" timeout 90 /tmp/sparq-test/t-phases bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
-                    tee -a "$out/sparq-env-b.log" | grep -v "^device" || echo "bench failed"
+                sparq_bench_single /tmp/sparq-test/t-phases sparq-env-b.log "$eb"
             done
             ;;
         sparq-phases)
@@ -415,13 +421,9 @@ remote() {
             # each kernel (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k
             # and the same built with $PHASES_VARIANT (default -DSPARQ_SC_THREADS=256; b256 is that build's name),
             # checked against the CPU reference first
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS=-DSPARQ_PHASE_TIMING \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t-phases > "$out/build-sparq-phases.log" 2>&1 & local p1=$!
-            mkdir -p /tmp/sparq-test/b256
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="-DSPARQ_PHASE_TIMING ${PHASES_VARIANT:--DSPARQ_SC_THREADS=256}" \
-                bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/b256/t > "$out/build-sparq-phases256.log" 2>&1 ||
-                { tail -40 "$out/build-sparq-phases256.log"; exit 1; }
-            wait $p1 || { tail -40 "$out/build-sparq-phases.log"; exit 1; }
+            build_sparq /tmp/sparq-test/t-phases build-sparq-phases.log -DSPARQ_PHASE_TIMING & local p1=$!
+            build_sparq /tmp/sparq-test/b256/t build-sparq-phases256.log "-DSPARQ_PHASE_TIMING ${PHASES_VARIANT:--DSPARQ_SC_THREADS=256}" || exit 1
+            wait $p1 || exit 1
             local rc=0
             timeout 200 /tmp/sparq-test/b256/t test > "$out/sparq-test-256.log" 2>&1 || rc=$?
             echo "SPARQ_SC_THREADS=256: test_sparq_cuda test (both variants): rc $rc"; tail -1 "$out/sparq-test-256.log"
@@ -433,10 +435,7 @@ remote() {
         sparq-src)
             # ncu details of sparq_attend and sparq_scores (single variant, S 32k, K/V rotated): registers, spills, warp
             # stalls (builds test_sparq_cuda if sparq-test did not; needs build-base)
-            if [ ! -x /tmp/sparq-test/t ]; then
-                GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
-                    > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
-            fi
+            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             local kn
             for kn in sparq_attend sparq_scores; do
                 timeout 240 ncu --kernel-name regex:$kn --launch-skip 3 --launch-count 1 --set full \
@@ -451,8 +450,7 @@ remote() {
             # both standalone CUDA test programs, built only (for sanitize without the full test runs)
             WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 & local p1=$!
-            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-sparq.sh" /tmp/sparq-test/t \
-                > "$out/build-sparq-test.log" 2>&1 || { tail -40 "$out/build-sparq-test.log"; exit 1; }
+            build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             wait $p1 || { tail -40 "$out/build-zztest.log"; exit 1; }
             ;;
         sanitize)
