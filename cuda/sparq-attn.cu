@@ -69,6 +69,9 @@ static int sparq_sc_pos(const int G) {
 #define SPARQ_CAND_MAX    1024                              // keys ranked exactly; more: radix select
 static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_CH*sizeof(float) <= SPARQ_CAND_MAX*sizeof(uint64_t),
               "a chunk's probabilities live where the candidates were");
+static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_THREADS*sizeof(float) <= // (NRS/2)*G*Dv floats, NRS = threads / ceil(Dv/2)
+              SPARQ_CAND_MAX*(sizeof(uint64_t) + sizeof(int)) + 4*256*sizeof(int),
+              "the row subsets' partial outputs live where the candidates, ranks and histogram were");
 
 // -DSPARQ_PHASE_TIMING (diagnostics, standalone test builds): thread 0 of the first block of each kernel stamps
 // %globaltimer at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns)
@@ -123,13 +126,9 @@ static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8<float> & r, f
     out[4] = r.y.x; out[5] = r.y.y; out[6] = r.y.z; out[7] = r.y.w;
 }
 
-// 8 consecutive components from p, n >= 1 of them inside the row: one 16-byte load where vec and n >= 8, else one
-// load each (zeros past n)
-static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<half> & r, const half * p, const int n, const bool vec) {
-    if (vec && n >= 8) {
-        r.u = *(const uint4 *) p;
-        return;
-    }
+// 8 consecutive components from p, n >= 1 of them inside the row, one load each (zeros past n): rows that are not
+// 16-byte aligned or whose length is not a multiple of 8 (sparq_attend<..., VEC = false>)
+static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<half> & r, const half * p, const int n) {
     half2 h[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -138,11 +137,7 @@ static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<half> & r, const
     memcpy(&r.u, h, sizeof(r.u));
 }
 
-static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<float> & r, const float * p, const int n, const bool vec) {
-    if (vec && n >= 8) {
-        sparq_ld8(r, p);
-        return;
-    }
+static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<float> & r, const float * p, const int n) {
     float f[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -161,25 +156,26 @@ template <typename T> struct sparq_raw2;
 template <> struct sparq_raw2<half>  { half2  v; };
 template <> struct sparq_raw2<float> { float2 v; };
 
-template <typename KT>
-static __device__ __forceinline__ sparq_raw2<KT> sparq_ld_v2(const sparq_args & a, const char * vb, const int j,
-        const int d, const bool vec) {
-    const char *    p = vb + (int64_t) j*a.v_nb1 + (int64_t) d*a.v_nb0;
-    sparq_raw2<KT>  r;
-    if (vec) {
+// vbd: this thread's component d of row 0 (vb + d*nb0); second: d + 1 < Dv
+template <typename KT, bool VEC>
+static __device__ __forceinline__ sparq_raw2<KT> sparq_ld_v2(const char * vbd, const int64_t nb1, const int64_t nb0,
+        const int j, const bool second) {
+    const char *   p = vbd + (int64_t) j*nb1;
+    sparq_raw2<KT> r;
+    if constexpr (VEC) {
         if constexpr (sizeof(KT) == 2) {
             r.v = *(const half2 *) p;
         } else {
             r.v = *(const float2 *) p;
         }
-        return r;
-    }
-    const KT x = *(const KT *) p;
-    const KT y = d + 1 < a.Dv ? *(const KT *) (p + a.v_nb0) : KT(0.0f);
-    if constexpr (sizeof(KT) == 2) {
-        r.v = __halves2half2(x, y);
     } else {
-        r.v = make_float2(x, y);
+        const KT x = *(const KT *) p;
+        const KT y = second ? *(const KT *) (p + nb0) : KT(0.0f);
+        if constexpr (sizeof(KT) == 2) {
+            r.v = __halves2half2(x, y);
+        } else {
+            r.v = make_float2(x, y);
+        }
     }
     return r;
 }
@@ -187,17 +183,19 @@ static __device__ __forceinline__ sparq_raw2<KT> sparq_ld_v2(const sparq_args & 
 static __device__ __forceinline__ float2 sparq_cvt2(const sparq_raw2<half> & r)  { return __half22float2(r.v); }
 static __device__ __forceinline__ float2 sparq_cvt2(const sparq_raw2<float> & r) { return r.v; }
 
-// cacc[h] += p[h][i] * v for the G heads (p: [G][SPARQ_AT_CH] in shared memory; G <= GM)
+// cacc[h] += p[i][h] * v for the heads of a group (p: [SPARQ_AT_CH][GM] in shared memory, 16-byte aligned): one
+// 16-byte load per 4 heads; heads >= G take whatever is there and are never read
 template <int GM>
 static __device__ __forceinline__ void sparq_pv_row(float (&cacc)[GM][2], const float * s_p, const int i,
-        const float2 v, const int G) {
+        const float2 v) {
+    static_assert(GM % 4 == 0, "GM: a multiple of 4");
 #pragma unroll
-    for (int h = 0; h < GM; ++h) {
-        if (h < G) {
-            const float p = s_p[h*SPARQ_AT_CH + i];
-            cacc[h][0] += p*v.x;
-            cacc[h][1] += p*v.y;
-        }
+    for (int h4 = 0; h4 < GM; h4 += 4) {
+        const float4 p = *(const float4 *) &s_p[i*GM + h4];
+        cacc[h4 + 0][0] += p.x*v.x; cacc[h4 + 0][1] += p.x*v.y;
+        cacc[h4 + 1][0] += p.y*v.x; cacc[h4 + 1][1] += p.y*v.y;
+        cacc[h4 + 2][0] += p.z*v.x; cacc[h4 + 2][1] += p.z*v.y;
+        cacc[h4 + 3][0] += p.w*v.x; cacc[h4 + 3][1] += p.w*v.y;
     }
 }
 
@@ -307,38 +305,36 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
     }
     __syncthreads();
     // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
-    // A thread ranks all its components in one pass of 16-byte reads.
+    // S consecutive lanes share a component (S = threads / the power of two >= D, at most 32), each counting over
+    // a 1/S share of the others with 16-byte reads; shuffles add their counts (one thread per component counted
+    // all D in a chain of ~4 D instructions, the longest part of the phase: ncu on the H100)
     {
-        constexpr int DPT = SPARQ_CUDA_MAX_D/SPARQ_SC_THREADS;
-        float ad[DPT];
-        int   rank[DPT];
-#pragma unroll
-        for (int c = 0; c < DPT; ++c) {
-            const int d = tid + c*SPARQ_SC_THREADS;
-            ad[c]   = d < D ? s_abs[d] : 0.0f;
-            rank[c] = 0;
+        int dp2 = 8;
+        while (dp2 < D4) {
+            dp2 *= 2;
         }
+        const int   S    = min(WARP_SIZE, max(1, SPARQ_SC_THREADS/dp2));
+        const int   d    = tid / S;
+        const int   part = tid % S;
+        const int   per  = (D4/4 + S - 1)/S*4;
+        const int   e0   = part*per;
+        const int   e1   = min(D4, e0 + per);
+        const float ad   = d < D ? s_abs[d] : 0.0f;
+        int rank = 0;
 #pragma unroll 4
-        for (int e4 = 0; e4 < D4; e4 += 4) {
+        for (int e4 = e0; e4 < e1; e4 += 4) {
             const float4 v4    = *(const float4 *) &s_abs[e4];
             const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
 #pragma unroll
-            for (int c = 0; c < DPT; ++c) {
-                if (c*SPARQ_SC_THREADS < D) { // the same for the whole block
-                    const int d = tid + c*SPARQ_SC_THREADS;
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        rank[c] += ve[u] > ad[c] || (ve[u] == ad[c] && e4 + u < d);
-                    }
-                }
+            for (int u = 0; u < 4; ++u) {
+                rank += ve[u] > ad || (ve[u] == ad && e4 + u < d);
             }
         }
-#pragma unroll
-        for (int c = 0; c < DPT; ++c) {
-            const int d = tid + c*SPARQ_SC_THREADS;
-            if (d < D && rank[c] < rr) {
-                s_i1[rank[c]] = d;
-            }
+        for (int off = 1; off < S; off *= 2) {
+            rank += __shfl_xor_sync(0xFFFFFFFF, rank, off, WARP_SIZE);
+        }
+        if (part == 0 && d < D && rank < rr) {
+            s_i1[rank] = d;
         }
     }
     __syncthreads();
@@ -664,7 +660,7 @@ __device__ __forceinline__ uint32_t sparq_keys_g<1>(const int g, const float * s
 }
 
 static __host__ __device__ __forceinline__ int sparq_attend_sel_offset(const int n_kv, const int kcap) {
-    return (n_kv + kcap + 1) & ~1; // 8-byte alignment for the candidates
+    return (n_kv + kcap + 3) & ~3; // 16-byte alignment for the candidates (and the probabilities there later)
 }
 
 // dynamic shared memory of sparq_attend
@@ -705,8 +701,11 @@ static __device__ __forceinline__ void sparq_online_row(const float (*s_q)[SPARQ
 }
 
 // DE: D, Dv <= 32*DE (K rows are read in DE/2 slices of 64 components); GM: most heads per group the registers and
-// unrolled head loops are sized for (G <= GM; 4 for G <= 4 took ~2.5 us off the op on the H100 against 8)
-template <typename KT, typename MT, int DE, int GM>
+// unrolled head loops are sized for (G <= GM; 4 for G <= 4 took ~2.5 us off the op on the H100 against 8);
+// VEC: K rows 16-byte aligned with D % 8 == 0 and V pairs aligned (sparq_args::k_vec, v_vec): vector loads only.
+// The element-wise loads of !VEC are not compiled into the VEC kernels: their branches and addresses made up half
+// of the exact attention's straight-line code, which a block runs once, waiting on instruction fetch (ncu).
+template <typename KT, typename MT, int DE, int GM, bool VEC>
 static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sparq_args a) {
     extern __shared__ __align__(16) char sparq_smem[];
     __shared__ __align__(16) float s_q[GM][SPARQ_CUDA_MAX_D];
@@ -742,10 +741,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     int      * s_hist = s_rank + SPARQ_CAND_MAX;
     float    * s_y    = (float *) (s_hist + 4*256);
 
-    // the accumulators do not depend on earlier kernels
-    for (int e = tid; e < G*a.Dv; e += SPARQ_AT_THREADS) {
-        s_y[e] = 0.0f;
-    }
+    // the accumulators do not depend on earlier kernels (s_y: written whole by the last reduction)
     for (int e = tid; e < SPARQ_CAND_MAX; e += SPARQ_AT_THREADS) {
         s_rank[e] = 0;
     }
@@ -758,8 +754,13 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     s_tmax[tid] = 0;
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     if (nc > 1) {
-        // a block may write a peer's shared memory only once the peer runs: arrive now, wait before the keys
-        asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+        // a block may write a peer's shared memory only once the peer runs: arrive now, wait before the keys.
+        // Block 0 releases its s_tmax zeros to the peers' atomics; the others order nothing (relaxed: no membar)
+        if (blockIdx.x % nc == 0) {
+            asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+        } else {
+            asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+        }
     }
 #endif
 
@@ -940,30 +941,17 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     const MT   * mrow  = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     const char * kb    = a.k + kh*a.k_nb2 + s*a.k_nb3;
     const char * vb    = a.v + kh*a.v_nb2 + s*a.v_nb3;
-    {
-        // ask L2 for every chosen K and V row now: the loads below then wait for L2, not DRAM
-        const int kl = (a.D*(int) sizeof(KT) + 127)/128;                                   // lines of a K row
-        const int vl = a.v_nb0 == (int64_t) sizeof(KT) ? (a.Dv*(int) sizeof(KT) + 127)/128 : 0; // V rows only
-        const int np = min(nsel, SPARQ_CUDA_MAX_KTOP);
-        for (int e = tid; e < np*(kl + vl); e += SPARQ_AT_THREADS) {
-            const int    i = e / (kl + vl);
-            const int    l = e % (kl + vl);
-            const int    j = s_sel[i];
-            const char * p = l < kl ? kb + (int64_t) j*a.k_nb1 + l*128 : vb + (int64_t) j*a.v_nb1 + (l - kl)*128;
-            asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-        }
-    }
     SPARQ_MARK(1, 7);
     constexpr int DC = DE/2;                   // 64-component slices of a K row (8 lanes x 8)
-    float * s_p = (float *) s_cand;            // [G][SPARQ_AT_CH] scores, then probabilities (candidates are done)
+    float * s_p = (float *) s_cand;            // [SPARQ_AT_CH][GM] scores, then probabilities (candidates are done)
     const int grp = lane / 8;                  // phase A: row slot of this lane group
     const int sl  = lane % 8;
     const int DP  = (a.Dv + 1)/2;              // phase C: V component pairs
     const int NRS = SPARQ_AT_THREADS / DP;     // row subsets
     const int dp  = tid % DP;
     const int rs  = tid / DP;
-    const bool k_vec = a.k_vec;
-    const bool v_vec = a.v_vec;
+    const char * vbd = vb + (int64_t) (2*dp)*a.v_nb0; // this thread's V components in row 0
+    const bool   v_two = 2*dp + 1 < a.Dv;
     float al = 0.0f;                           // lane sl < G: alpha of head sl over this lane group's rows
     float cacc[GM][2];
 #pragma unroll
@@ -984,7 +972,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         for (int u = 0; u < VE; ++u) {
             const int i = rs + u*NRS;
             if (rs < NRS && i < cn) {
-                ve[u] = sparq_ld_v2<KT>(a, vb, s_sel[c0 + i], 2*dp, v_vec);
+                ve[u] = sparq_ld_v2<KT, VEC>(vbd, a.v_nb1, a.v_nb0, s_sel[c0 + i], v_two);
             }
         }
         // A: scores of the chunk's rows
@@ -1003,7 +991,11 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             for (int c = 0; c < DC; ++c) {
                 const int d0 = 64*c + 8*sl;
                 if (ok && d0 < a.D) {
-                    sparq_ld8_row(raw[b][c], kr + d0, a.D - d0, k_vec);
+                    if constexpr (VEC) {
+                        sparq_ld8(raw[b][c], kr + d0);
+                    } else {
+                        sparq_ld8_row(raw[b][c], kr + d0, a.D - d0);
+                    }
                 } else {
                     sparq_zero8(raw[b][c]);
                 }
@@ -1045,7 +1037,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
                 }
             }
             if (jr[b] >= 0 && sl < G) {
-                s_p[sl*SPARQ_AT_CH + b*SPARQ_AT_WARPS*4 + warp*4 + grp] = a.scale*mine + mvr[b];
+                s_p[(b*SPARQ_AT_WARPS*4 + warp*4 + grp)*GM + sl] = a.scale*mine + mvr[b];
                 if (blend) {
                     al += expf(scb[sl*a.sc_ld + jr[b]] - s_m[sl])*s_rz[sl];
                 }
@@ -1057,15 +1049,15 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         for (int h = warp; h < G; h += SPARQ_AT_WARPS) {
             float cm = -INFINITY;
             for (int i = lane; i < cn; i += WARP_SIZE) {
-                cm = fmaxf(cm, s_p[h*SPARQ_AT_CH + i]);
+                cm = fmaxf(cm, s_p[i*GM + h]);
             }
             cm = warp_reduce_max<WARP_SIZE>(cm);
             const float mo = s_mrun[h];
             const float mn = fmaxf(mo, cm);
             float sum = 0.0f;
             for (int i = lane; i < cn; i += WARP_SIZE) {
-                const float p = mn == -INFINITY ? 0.0f : expf(s_p[h*SPARQ_AT_CH + i] - mn);
-                s_p[h*SPARQ_AT_CH + i] = p;
+                const float p = mn == -INFINITY ? 0.0f : expf(s_p[i*GM + h] - mn);
+                s_p[i*GM + h] = p;
                 sum += p;
             }
             sum = warp_reduce_sum<WARP_SIZE>(sum);
@@ -1092,7 +1084,7 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             for (int u = 0; u < VE; ++u) {
                 const int i = rs + u*NRS;
                 if (i < cn) {
-                    sparq_pv_row(cacc, s_p, i, sparq_cvt2(ve[u]), G);
+                    sparq_pv_row(cacc, s_p, i, sparq_cvt2(ve[u]));
                 }
             }
             constexpr int VB = 8; // rows past the first VE (few row subsets: Dv > 128): V loads in flight
@@ -1102,14 +1094,14 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
                 for (int u = 0; u < VB; ++u) {
                     const int i = i0 + u*NRS;
                     if (i < cn) {
-                        vv[u] = sparq_ld_v2<KT>(a, vb, s_sel[c0 + i], 2*dp, v_vec);
+                        vv[u] = sparq_ld_v2<KT, VEC>(vbd, a.v_nb1, a.v_nb0, s_sel[c0 + i], v_two);
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < VB; ++u) {
                     const int i = i0 + u*NRS;
                     if (i < cn) {
-                        sparq_pv_row(cacc, s_p, i, sparq_cvt2(vv[u]), G);
+                        sparq_pv_row(cacc, s_p, i, sparq_cvt2(vv[u]));
                     }
                 }
             }
@@ -1117,17 +1109,59 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
         __syncthreads(); // s_p is the next chunk's
         SPARQ_MARK(1, 10);
     }
-    if (blend && sl < G) {
-        atomicAdd(&s_alpha[sl], al);
+    if (blend) { // the 4 lane groups of a warp first: one shared atomic per warp and head
+        al += __shfl_xor_sync(0xFFFFFFFF, al, 8, WARP_SIZE);
+        al += __shfl_xor_sync(0xFFFFFFFF, al, 16, WARP_SIZE);
+        if (grp == 0 && sl < G) {
+            atomicAdd(&s_alpha[sl], al);
+        }
     }
-    if (rs < NRS) {
+    // the row subsets' outputs summed pairwise (float atomics on shared memory are CAS loops, 8-way contended):
+    // partials in the candidates' region, free now (SPARQ_CAND_MAX*12 + 4 KiB, enough for G <= 8 at any Dv)
+    {
+        float * s_red = (float *) s_cand;
+        int n = NRS;
+        while (n > 1) {
+            const int w = (n + 1)/2;
+            if (rs >= w && rs < n) {
 #pragma unroll
-        for (int h = 0; h < GM; ++h) {
-            if (h < G) {
+                for (int h = 0; h < GM; ++h) {
+                    if (h < G) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    if (2*dp + e < a.Dv) {
-                        atomicAdd(&s_y[h*a.Dv + 2*dp + e], cacc[h][e]);
+                        for (int e = 0; e < 2; ++e) {
+                            if (2*dp + e < a.Dv) {
+                                s_red[(rs - w)*G*a.Dv + h*a.Dv + 2*dp + e] = cacc[h][e];
+                            }
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+            if (rs + w < n) {
+#pragma unroll
+                for (int h = 0; h < GM; ++h) {
+                    if (h < G) {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            if (2*dp + e < a.Dv) {
+                                cacc[h][e] += s_red[rs*G*a.Dv + h*a.Dv + 2*dp + e];
+                            }
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+            n = w;
+        }
+        if (rs == 0) {
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        if (2*dp + e < a.Dv) {
+                            s_y[h*a.Dv + 2*dp + e] = cacc[h][e];
+                        }
                     }
                 }
             }
@@ -1662,7 +1696,7 @@ static int sparq_cluster_blocks(const int device, const int n_kv) {
     return 1;
 }
 
-template <typename KT, typename MT, int DE, int GM>
+template <typename KT, typename MT, int DE, int GM, bool VEC>
 static void sparq_launch_attend(const sparq_args & a, const int units, cudaStream_t stream) {
     const int    G    = a.H / a.Hkv;
     const size_t smem = sparq_attend_smem(a.n_kv, G, a.k_top, a.Dv);
@@ -1672,7 +1706,7 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
     if (smem_set[device] == 0) {
         int optin;
         CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT, DE, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT, DE, GM, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                 optin - 16*1024)); // room for the static shared arrays
         smem_set[device] = optin - 16*1024;
     }
@@ -1705,12 +1739,12 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
         lc.stream           = stream;
         lc.attrs            = attr;
         lc.numAttrs         = n_attr;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, sparq_attend<KT, MT, DE, GM>, a));
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, sparq_attend<KT, MT, DE, GM, VEC>, a));
         return;
     }
 #endif // SPARQ_CLUSTER_AVAILABLE
     const ggml_cuda_kernel_launch_params p(grid, block, smem, stream);
-    ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE, GM>, p, a);
+    ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE, GM, VEC>, p, a);
 }
 
 // most dynamic shared memory sparq_split_attend<KT, MT, DE> may use (opted in once per device)
@@ -1799,15 +1833,22 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
             return;
         }
     }
-    const bool d4 = std::max(a.D, a.Dv) <= 4*WARP_SIZE;
-    if (d4 && g4) {
-        sparq_launch_attend<KT, MT, 4, 4>(a, units, stream);
+    const bool d4  = std::max(a.D, a.Dv) <= 4*WARP_SIZE;
+    const bool vec = a.k_vec && a.v_vec && a.D % 8 == 0;
+    if (!vec) { // unaligned K or V, D % 8 != 0: element-wise loads, one build sized for every G
+        if (d4) {
+            sparq_launch_attend<KT, MT, 4, SPARQ_CUDA_MAX_G, false>(a, units, stream);
+        } else {
+            sparq_launch_attend<KT, MT, 8, SPARQ_CUDA_MAX_G, false>(a, units, stream);
+        }
+    } else if (d4 && g4) {
+        sparq_launch_attend<KT, MT, 4, 4, true>(a, units, stream);
     } else if (d4) {
-        sparq_launch_attend<KT, MT, 4, SPARQ_CUDA_MAX_G>(a, units, stream);
+        sparq_launch_attend<KT, MT, 4, SPARQ_CUDA_MAX_G, true>(a, units, stream);
     } else if (g4) {
-        sparq_launch_attend<KT, MT, 8, 4>(a, units, stream);
+        sparq_launch_attend<KT, MT, 8, 4, true>(a, units, stream);
     } else {
-        sparq_launch_attend<KT, MT, 8, SPARQ_CUDA_MAX_G>(a, units, stream);
+        sparq_launch_attend<KT, MT, 8, SPARQ_CUDA_MAX_G, true>(a, units, stream);
     }
 }
 

@@ -485,6 +485,7 @@ static int cmd_test(int variants) {
         {  80,  48,  6,  2,    300, 1, 1, 1, F32, F16,  10,   20, GGML_SPARQ_MEAN_V, false, false, -1 }, // f32 K/V
         {  80,  48,  6,  2,   5000, 1, 1, 1, F32, F32,  10,  200, 0, false, false, 256 },
         {  64,  64,  9,  3,   1500, 1, 1, 1, F16, F16,  16,  100, 0, true,  false, -1 }, // transposed V
+        { 100, 100,  8,  2,    700, 1, 1, 1, F16, F16,  16,   64, GGML_SPARQ_MEAN_V, false, false, 256 }, // D % 8 != 0
         { 256, 256, 16,  2,   3000, 1, 1, 1, F16, F16,  64,  256, GGML_SPARQ_MEAN_V, false, false, 256 }, // D 256, G 8
         { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: radix select
         { 128, 128, 32,  8,    700, 1, 1, 1, F16, F16,  32,  128, 0, false, true, 256 },  // ties: exact ranks
@@ -580,8 +581,8 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                        " ranks %.2f, attention+out %.2f]\n", (long long) S,
                        d(0, 1, 0, 0), d(0, 2, 0, 1), d(0, 3, 0, 2), d(0, 4, 0, 3), d(1, 0, 0, 4), d(1, 1, 1, 0),
                        d(1, 2, 1, 1), d(1, 3, 1, 2), d(1, 4, 1, 3), d(1, 5, 1, 4), d(1, 6, 1, 5));
-                // inside the attention (prefetch, A scores, B softmax, C P.V: the last chunk's stamps; one chunk at k 128)
-                printf("%8lld   attention us: [prefetch %.2f, scores %.2f, softmax %.2f, P.V %.2f, merge+out %.2f]\n",
+                // inside the attention (setup, A scores, B softmax, C P.V: the last chunk's stamps; one chunk at k 128)
+                printf("%8lld   attention us: [setup %.2f, scores %.2f, softmax %.2f, P.V %.2f, merge+out %.2f]\n",
                        (long long) S, d(1, 7, 1, 5), d(1, 8, 1, 7), d(1, 9, 1, 8), d(1, 10, 1, 9), d(1, 6, 1, 10));
             }
 #endif

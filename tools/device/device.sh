@@ -30,13 +30,15 @@
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
+#   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores, per reason and per source line / SASS instruction
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
-#   sparq-ab   the SparQ bench built two ways (NVCC flags SPARQ_AB_A / SPARQ_AB_B, or a sed SPARQ_AB_SED on B's source),
+#   sparq-ab   the SparQ bench built two ways (NVCC flags SPARQ_AB_A / SPARQ_AB_B, a sed SPARQ_AB_SED on B's source, or
+#              A's cuda/sparq-attn.cu replaced by $LS_DEVICE_DIR/$SPARQ_AB_A_SRC),
 #              rounds alternating; sparq-env-ab: one phase-timing build, default against SPARQ_ENV_B=VAR=VALUE
 #   sanitize   compute-sanitizer memcheck + racecheck on test_zz_cuda (1 case each), memcheck on test_sparq_cuda
 #   bench-q4kv direct Q4_K GEMV: step versions Q4KV_VERSIONS (default '1 2'; 2 is the default), same run;
@@ -383,7 +385,13 @@ remote() {
             # (default -DSPARQ_PHASE_TIMING) against SPARQ_AB_B (default the same plus -DSPARQ_CUDA_MAX_G=4), at
             # S SPARQ_AB_S (default 256,4096,16384,32768); B is checked against the CPU reference first (needs build-base)
             local fa=${SPARQ_AB_A:--DSPARQ_PHASE_TIMING} fb=${SPARQ_AB_B:--DSPARQ_PHASE_TIMING -DSPARQ_CUDA_MAX_G=4} b rc=0
-            build_sparq /tmp/sparq-ab/a/t build-sparq-ab-a.log "$fa" & local p1=$!
+            # SPARQ_AB_A_SRC: a file (relative to LS_DEVICE_DIR) A's copy of cuda/sparq-attn.cu is replaced with
+            local ra=$repo
+            if [ -n "${SPARQ_AB_A_SRC:-}" ]; then
+                ra=/tmp/sparq-ab/repo-a; rm -rf $ra; mkdir -p $ra && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" $ra/
+                cp "$dev/$SPARQ_AB_A_SRC" $ra/cuda/sparq-attn.cu || exit 1
+            fi
+            build_sparq /tmp/sparq-ab/a/t build-sparq-ab-a.log "$fa" "$ra" & local p1=$!
             # SPARQ_AB_SED: a sed script B's copy of cuda/sparq-attn.cu is built with
             local rb=$repo
             if [ -n "${SPARQ_AB_SED:-}" ]; then
@@ -444,6 +452,33 @@ remote() {
                 ncu -i "$out/ncu-$kn.ncu-rep" --page details > "$out/ncu-$kn-details.txt" 2>&1 || true
                 grep -E "Duration|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|Local Memory|Stall|spill" \
                     "$out/ncu-$kn-details.txt" | head -20
+            done
+            ;;
+        sparq-stalls)
+            # warp stall reasons of sparq_attend / sparq_scores at S SPARQ_STALL_S (default 16384), single variant,
+            # K/V rotated: per-reason cycles per issued instruction (raw page) and, from a -lineinfo build, per
+            # source line and per SASS instruction (source page); needs build-base
+            build_sparq /tmp/sparq-test/t-li build-sparq-li.log -lineinfo || exit 1
+            local kn
+            for kn in sparq_attend sparq_scores; do
+                timeout 200 ncu --clock-control none --kernel-name regex:$kn --launch-skip 3 --launch-count 1 \
+                    --section WarpStateStats --section SourceCounters --section InstructionStats --section LaunchStats \
+                    --import-source yes -f -o "$out/stall-$kn" /tmp/sparq-test/t-li bench --S "${SPARQ_STALL_S:-16384}" \
+                    --variant single --iters 4 > "$out/stall-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/stall-$kn-run.log"; continue; }
+                ncu -i "$out/stall-$kn.ncu-rep" --page raw --csv > "$out/stall-$kn-raw.csv" 2>&1 || true
+                python3 - "$out/stall-$kn-raw.csv" <<'PY' || true
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+if len(rows) >= 3:
+    for n, u, v in sorted(zip(rows[0], rows[1], rows[2]), key=lambda x: x[0]):
+        if ("issue_stalled" in n and n.endswith("per_issue_active.ratio")) or n in ("gpu__time_duration.sum", "launch__registers_per_thread", "smsp__inst_executed.sum"):
+            print(f"  {n:90s} {v} {u}")
+PY
+                for ps in cuda sass; do
+                    ncu -i "$out/stall-$kn.ncu-rep" --page source --csv --print-source $ps > "$out/stall-$kn-src-$ps.csv" 2>&1 ||
+                        echo "source page ($ps) failed: $(head -c 300 "$out/stall-$kn-src-$ps.csv")"
+                done
+                ls -la "$out"/stall-$kn* | awk '{print "  " $5, $9}'
             done
             ;;
         test-bins)
