@@ -1119,52 +1119,36 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
     // the row subsets' outputs summed pairwise (float atomics on shared memory are CAS loops, 8-way contended):
     // partials in the candidates' region, free now (SPARQ_CAND_MAX*12 + 4 KiB, enough for G <= 8 at any Dv)
     {
-        float * s_red = (float *) s_cand;
-        int n = NRS;
-        while (n > 1) {
-            const int w = (n + 1)/2;
-            if (rs >= w && rs < n) {
-#pragma unroll
-                for (int h = 0; h < GM; ++h) {
-                    if (h < G) {
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            if (2*dp + e < a.Dv) {
-                                s_red[(rs - w)*G*a.Dv + h*a.Dv + 2*dp + e] = cacc[h][e];
-                            }
-                        }
-                    }
-                }
-            }
-            __syncthreads();
-            if (rs + w < n) {
-#pragma unroll
-                for (int h = 0; h < GM; ++h) {
-                    if (h < G) {
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            if (2*dp + e < a.Dv) {
-                                cacc[h][e] += s_red[rs*G*a.Dv + h*a.Dv + 2*dp + e];
-                            }
-                        }
-                    }
-                }
-            }
-            __syncthreads();
-            n = w;
-        }
-        if (rs == 0) {
+        // f(h, e, o) for this thread's outputs: head h < G, component 2 dp + e < Dv at offset o of a [G][Dv] array
+        auto each_out = [&](auto && f) {
 #pragma unroll
             for (int h = 0; h < GM; ++h) {
                 if (h < G) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         if (2*dp + e < a.Dv) {
-                            s_y[h*a.Dv + 2*dp + e] = cacc[h][e];
+                            f(h, e, h*a.Dv + 2*dp + e);
                         }
                     }
                 }
             }
+        };
+        float * s_red = (float *) s_cand;
+        int n = NRS;
+        while (n > 1) {
+            const int w = (n + 1)/2;
+            if (rs >= w && rs < n) {
+                each_out([&](int h, int e, int o) { s_red[(rs - w)*G*a.Dv + o] = cacc[h][e]; });
+            }
+            __syncthreads();
+            if (rs + w < n) {
+                each_out([&](int h, int e, int o) { cacc[h][e] += s_red[rs*G*a.Dv + o]; });
+            }
+            __syncthreads();
+            n = w;
+        }
+        if (rs == 0) {
+            each_out([&](int h, int e, int o) { s_y[o] = cacc[h][e]; });
         }
     }
     __syncthreads();
