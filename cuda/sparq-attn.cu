@@ -877,24 +877,42 @@ static __global__ void __launch_bounds__(SPARQ_AT_THREADS) sparq_attend(const sp
             }
             tau = max(tau, 1u);
         }
-        // one shared atomic per warp and round (one per candidate serialized on the counter); rounds are
-        // warp-uniform for the ballot
-        for (int j0 = warp*WARP_SIZE; j0 < n_kv; j0 += SPARQ_AT_THREADS) {
-            const int      j    = j0 + lane;
-            const uint32_t key  = j < n_kv ? s_key[j] : 0u;
-            const bool     take = key >= tau; // tau >= 1: never a masked position
-            const uint32_t m    = __ballot_sync(0xFFFFFFFF, take);
-            if (m == 0) {
+        // CU keys a lane per round, loaded together, and one shared atomic per warp and round (one per candidate
+        // serialized on the counter; one key a lane and round took ~20 instructions a key); rounds are
+        // warp-uniform for the ballots
+        constexpr int CU = 4;
+        const uint32_t lt = (1u << lane) - 1u;
+        for (int j0 = warp*CU*WARP_SIZE; j0 < n_kv; j0 += CU*SPARQ_AT_THREADS) {
+            uint32_t key[CU];
+            uint32_t m[CU];
+#pragma unroll
+            for (int u = 0; u < CU; ++u) {
+                const int j = j0 + u*WARP_SIZE + lane;
+                key[u] = j < n_kv ? s_key[j] : 0u;
+            }
+            int tot = 0;
+#pragma unroll
+            for (int u = 0; u < CU; ++u) {
+                m[u] = __ballot_sync(0xFFFFFFFF, key[u] >= tau); // tau >= 1: never a masked position
+                tot += __popc(m[u]);
+            }
+            if (tot == 0) {
                 continue;
             }
             int c0 = 0;
             if (lane == 0) {
-                c0 = atomicAdd(&s_ncand, __popc(m));
+                c0 = atomicAdd(&s_ncand, tot);
             }
-            const int c = __shfl_sync(0xFFFFFFFF, c0, 0) + __popc(m & ((1u << lane) - 1u));
-            if (take && c < SPARQ_CAND_MAX) {
-                // larger = earlier: key desc, then position asc
-                s_cand[c] = (uint64_t) key << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) j);
+            int c = __shfl_sync(0xFFFFFFFF, c0, 0);
+#pragma unroll
+            for (int u = 0; u < CU; ++u) {
+                const int j  = j0 + u*WARP_SIZE + lane;
+                const int cj = c + __popc(m[u] & lt);
+                if (key[u] >= tau && cj < SPARQ_CAND_MAX) {
+                    // larger = earlier: key desc, then position asc
+                    s_cand[cj] = (uint64_t) key[u] << 32 | (uint32_t) (0xFFFFFFFFu - (uint32_t) j);
+                }
+                c += __popc(m[u]);
             }
         }
         __syncthreads();
