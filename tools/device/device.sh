@@ -30,7 +30,7 @@
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
-#   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores, per reason and per source line / SASS instruction
+#   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores, per reason and per SASS instruction
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
@@ -456,8 +456,8 @@ remote() {
             ;;
         sparq-stalls)
             # warp stall reasons of sparq_attend / sparq_scores at S SPARQ_STALL_S (default 16384), single variant,
-            # K/V rotated: per-reason cycles per issued instruction (raw page) and, from a -lineinfo build, per
-            # source line and per SASS instruction (source page); needs build-base
+            # K/V rotated: per-reason cycles per issued instruction (raw page) and per SASS instruction (source page,
+            # summarized by tools/device/ncu_sass.py: regions, barrier stretches, top instructions); needs build-base
             build_sparq /tmp/sparq-test/t-li build-sparq-li.log -lineinfo || exit 1
             local kn
             for kn in sparq_attend sparq_scores; do
@@ -474,10 +474,10 @@ if len(rows) >= 3:
         if ("issue_stalled" in n and n.endswith("per_issue_active.ratio")) or n in ("gpu__time_duration.sum", "launch__registers_per_thread", "smsp__inst_executed.sum"):
             print(f"  {n:90s} {v} {u}")
 PY
-                for ps in cuda sass; do
-                    ncu -i "$out/stall-$kn.ncu-rep" --page source --csv --print-source $ps > "$out/stall-$kn-src-$ps.csv" 2>&1 ||
-                        echo "source page ($ps) failed: $(head -c 300 "$out/stall-$kn-src-$ps.csv")"
-                done
+                # (--print-source cuda gave the source text without metrics; sass has them per instruction)
+                ncu -i "$out/stall-$kn.ncu-rep" --page source --csv --print-source sass > "$out/stall-$kn-src-sass.csv" 2>&1 ||
+                    echo "source page failed: $(head -c 300 "$out/stall-$kn-src-sass.csv")"
+                python3 "$repo/tools/device/ncu_sass.py" "$out/stall-$kn-src-sass.csv" > "$out/stall-$kn-summary.txt" 2>&1 || true
                 ls -la "$out"/stall-$kn* | awk '{print "  " $5, $9}'
             done
             ;;
