@@ -385,18 +385,18 @@ remote() {
             # (default -DSPARQ_PHASE_TIMING) against SPARQ_AB_B (default the same plus -DSPARQ_CUDA_MAX_G=4), at
             # S SPARQ_AB_S (default 256,4096,16384,32768); B is checked against the CPU reference first (needs build-base)
             local fa=${SPARQ_AB_A:--DSPARQ_PHASE_TIMING} fb=${SPARQ_AB_B:--DSPARQ_PHASE_TIMING -DSPARQ_CUDA_MAX_G=4} b rc=0
+            # a copy of the sources the test builds from, for a build whose cuda/sparq-attn.cu differs
+            sparq_tree() { rm -rf "$1"; mkdir -p "$1" && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" "$1"/; }
             # SPARQ_AB_A_SRC: a file (relative to LS_DEVICE_DIR) A's copy of cuda/sparq-attn.cu is replaced with
             local ra=$repo
             if [ -n "${SPARQ_AB_A_SRC:-}" ]; then
-                ra=/tmp/sparq-ab/repo-a; rm -rf $ra; mkdir -p $ra && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" $ra/
-                cp "$dev/$SPARQ_AB_A_SRC" $ra/cuda/sparq-attn.cu || exit 1
+                ra=/tmp/sparq-ab/repo-a; sparq_tree $ra && cp "$dev/$SPARQ_AB_A_SRC" $ra/cuda/sparq-attn.cu || exit 1
             fi
             build_sparq /tmp/sparq-ab/a/t build-sparq-ab-a.log "$fa" "$ra" & local p1=$!
             # SPARQ_AB_SED: a sed script B's copy of cuda/sparq-attn.cu is built with
             local rb=$repo
             if [ -n "${SPARQ_AB_SED:-}" ]; then
-                rb=/tmp/sparq-ab/repo-b; rm -rf $rb; mkdir -p $rb && cp -r "$repo/cuda" "$repo/ggml-sparse" "$repo/tests" "$repo/tools" $rb/
-                sed -i -E "$SPARQ_AB_SED" $rb/cuda/sparq-attn.cu
+                rb=/tmp/sparq-ab/repo-b; sparq_tree $rb && sed -i -E "$SPARQ_AB_SED" $rb/cuda/sparq-attn.cu || exit 1
             fi
             build_sparq /tmp/sparq-ab/b/t build-sparq-ab-b.log "$fb" "$rb" || exit 1
             wait $p1 || exit 1
@@ -466,14 +466,7 @@ remote() {
                     --import-source yes -f -o "$out/stall-$kn" /tmp/sparq-test/t-li bench --S "${SPARQ_STALL_S:-16384}" \
                     --variant single --iters 4 > "$out/stall-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/stall-$kn-run.log"; continue; }
                 ncu -i "$out/stall-$kn.ncu-rep" --page raw --csv > "$out/stall-$kn-raw.csv" 2>&1 || true
-                python3 - "$out/stall-$kn-raw.csv" <<'PY' || true
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-if len(rows) >= 3:
-    for n, u, v in sorted(zip(rows[0], rows[1], rows[2]), key=lambda x: x[0]):
-        if ("issue_stalled" in n and n.endswith("per_issue_active.ratio")) or n in ("gpu__time_duration.sum", "launch__registers_per_thread", "smsp__inst_executed.sum"):
-            print(f"  {n:90s} {v} {u}")
-PY
+                python3 "$repo/tools/device/ncu_sass.py" --raw "$out/stall-$kn-raw.csv" || true
                 # (--print-source cuda gave the source text without metrics; sass has them per instruction)
                 ncu -i "$out/stall-$kn.ncu-rep" --page source --csv --print-source sass > "$out/stall-$kn-src-sass.csv" 2>&1 ||
                     echo "source page failed: $(head -c 300 "$out/stall-$kn-src-sass.csv")"

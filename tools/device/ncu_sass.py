@@ -2,6 +2,7 @@
 """Summarize an ncu per-instruction source export (`ncu -i REP --page source --csv --print-source sass`).
 
     ncu_sass.py CSV [--regions N] [--top N] [--barriers FROM]
+    ncu_sass.py --raw RAW_CSV        (`--page raw --csv`: per-reason stall cycles per issued instruction, time)
 
 Prints the stall-reason totals, then the warp stall samples and executed warp instructions per region of N
 instructions (default 250), the top N instructions by samples (default 0: none), and with --barriers the stretches
@@ -42,13 +43,30 @@ def reason_line(rows, ix, reasons, top=4):
     return " ".join(f"{k[6:]}:{v}" for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:top] if v)
 
 
+RAW_KEEP = ("gpu__time_duration.sum", "launch__registers_per_thread", "smsp__inst_executed.sum")
+
+
+def print_raw(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 3:
+        sys.exit(f"{path}: no metric rows")
+    for name, unit, value in sorted(zip(rows[0], rows[1], rows[2])):
+        if ("issue_stalled" in name and name.endswith("per_issue_active.ratio")) or name in RAW_KEEP:
+            print(f"  {name:90s} {value} {unit}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
     ap.add_argument("--regions", type=int, default=250)
     ap.add_argument("--top", type=int, default=0)
     ap.add_argument("--barriers", type=int, default=None)
+    ap.add_argument("--raw", action="store_true", help="CSV is a raw-page export")
     args = ap.parse_args()
+    if args.raw:
+        print_raw(args.csv)
+        return
 
     data, ix, reasons = load(args.csv)
     total = sum(num(r, ix, SAMPLES) for r in data)
