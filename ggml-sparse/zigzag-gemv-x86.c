@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -23,6 +24,8 @@
 #define ZZ_MAX_T GGML_SPARSE_MAX_BATCH
 #define ZZ_CHUNK GGML_SPARSE_ZZ_CHUNK
 #define ZZ_INLINE static inline __attribute__((always_inline))
+#define ZZ_STR(x) #x
+#define ZZ_UNROLL(n) _Pragma(ZZ_STR(GCC unroll n))
 
 static_assert(ZZ_CHUNK % 2 == 0 && ZZ_CHUNK <= 16, "Q4_K int16 sums are exact for at most 8 column pairs");
 
@@ -158,6 +161,85 @@ static const uint8_t zz_q4_K_slot_out[64] = {
     40, 42, 44, 46, 56, 58, 60, 62, 41, 43, 45, 47, 57, 59, 61, 63,
 };
 
+// VNNI (AVX512-VNNI with VL): four columns per dword. Weight bytes of a column quad interleave to dwords
+// (a_l, b_l, c_l, d_l) and vpdpbusd adds their products with the quad's coefficients (c_a, c_b, c_c, c_d) into
+// int32 sums: no separate add, no int16 limit. High nibbles are masked in place (0xF0, 16x the value) and the
+// flush scale divided by 16 (exact), so no shift. Per quad and 32-byte run: 8 shuffles, 8 ands, 8 dot products
+// against 2x20 for two maddubs pairs. Sums are the same integers, so results match the maddubs path bit for bit.
+// Column-major, scattered columns, one token: paired against maddubs (2 threads, cold, 4096x4096 / 11008x4096 /
+// 4096x11008 at 50 %) 0.96 / 0.88 / 0.95x the time (bench/results/gemv_cpu_vnni_2026-11-24.md); its contiguous
+// (dense) chunks keep maddubs (VNNI there: 1.01-1.05x the time). The row layout's one-token kernel: ZZ_ROW_VNNI.
+// Accumulator slot i = 32h + 8k + 4L + e holds output 32h + 16L + 4k + e (e < 4 of lane L of sum k)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#ifndef ZZ_CM_VNNI
+#define ZZ_CM_VNNI 1
+#endif
+#ifndef ZZ_ROW_VNNI
+#define ZZ_ROW_VNNI 1
+#endif
+#else
+#undef  ZZ_CM_VNNI
+#define ZZ_CM_VNNI 0
+#undef  ZZ_ROW_VNNI
+#define ZZ_ROW_VNNI 0
+#endif
+
+#if ZZ_CM_VNNI || ZZ_ROW_VNNI
+static const uint8_t zz_q4_K_quad_slot_out[64] = {
+     0,  1,  2,  3, 16, 17, 18, 19,  4,  5,  6,  7, 20, 21, 22, 23,
+     8,  9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31,
+    32, 33, 34, 35, 48, 49, 50, 51, 36, 37, 38, 39, 52, 53, 54, 55,
+    40, 41, 42, 43, 56, 57, 58, 59, 44, 45, 46, 47, 60, 61, 62, 63,
+};
+
+// one token, one 32-byte run sp of nq column quads: yo (slot order) += sf * the sums of the runs times the quads'
+// coefficients cq (8 dwords a quad: 2sp low nibbles, 2sp + 1 high). Quad q's blocks are wb + 4q + i when wb is
+// set (contiguous columns, no pointer loads), else cb[4q + i]; off: bytes from there to the block-row's block (column-major; 0 in the row layout)
+ZZ_INLINE void zz_q4_K_quad_run(const block_q4_K * const * cb, const block_q4_K * wb, size_t off, int nq,
+                                const int32_t (* cq)[8], int sp, __m256 vl, __m256 vu, float * yo) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+    off += offsetof(block_q4_K, qs) + 32*sp;
+    // p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += a quad's runs times its coefficients cl, cu
+    ZZ_UNROLL(4)
+    for (int q = 0; q < nq; ++q) {
+        #define ZZ_QUAD_LD(i) _mm256_loadu_si256((const __m256i *) ((const char *) (wb ? wb + 4*q + (i) : cb[4*q + (i)]) + off))
+        const __m256i A   = ZZ_QUAD_LD(0);
+        const __m256i B   = ZZ_QUAD_LD(1);
+        const __m256i C   = ZZ_QUAD_LD(2);
+        const __m256i D   = ZZ_QUAD_LD(3);
+        #undef ZZ_QUAD_LD
+        const __m256i cl  = _mm256_set1_epi32(cq[q][2*sp]);
+        const __m256i cu  = _mm256_set1_epi32(cq[q][2*sp + 1]);
+        const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
+        const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
+        const __m256i w0  = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);
+        const __m256i w2  = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);
+        p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);
+        p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);
+        p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);
+        p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);
+        p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);
+        p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);
+        p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);
+        p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);
+    }
+    vu = _mm256_mul_ps(vu, _mm256_set1_ps(1.0f/16.0f));
+    #define ZZ_QUAD_FLUSH(o, v, s) _mm256_storeu_ps(yo + (o), _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(yo + (o))))
+    ZZ_QUAD_FLUSH( 0, p0, vl); ZZ_QUAD_FLUSH( 8, p1, vl); ZZ_QUAD_FLUSH(16, p2, vl); ZZ_QUAD_FLUSH(24, p3, vl);
+    ZZ_QUAD_FLUSH(32, p4, vu); ZZ_QUAD_FLUSH(40, p5, vu); ZZ_QUAD_FLUSH(48, p6, vu); ZZ_QUAD_FLUSH(56, p7, vu);
+    #undef ZZ_QUAD_FLUSH
+}
+
+// pair dwords (a, b, a, b) of coef[2q] and (c, d, c, d) of coef[2q + 1] -> quad dwords (a, b, c, d)
+ZZ_INLINE void zz_q4_K_quad_coefs(const int32_t (* coef)[8], int nq, int32_t (* cq)[8]) {
+    for (int q = 0; q < nq; ++q) {
+        _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[2*q]),
+                                                                 _mm256_load_si256((const __m256i *) coef[2*q + 1]), 0xAA));
+    }
+}
+#endif
+
 // one token, one 64-output group sp: int16 sums over np column pairs, blocks from bp (pairs of pointers)
 // or, when bp is NULL, from wb on, ws blocks apart; cf walks the coefficient table (8 dwords per pair)
 ZZ_INLINE void zz_q4_K_sums_t1(const block_q4_K * const * bp, const block_q4_K * wb, int64_t ws, int np, const int32_t * cf, int sp,
@@ -208,9 +290,36 @@ ZZ_INLINE void zz_q4_K_pair_step(const uint8_t * qs_a, const uint8_t * qs_b, con
     }
 }
 
+#if ZZ_ROW_VNNI
+// one token, one chunk of the row layout's dense columns (blocks wb + c; cb[c] when wb is NULL): each run sp's
+// quad products (zz_q4_K_quad_run) into acc (slot order), with a quarter of the lines from pf on prefetched per run
+// (NULL: none). Not inlined, as zz_q4_K_cm_row_vnni
+static __attribute__((noinline)) void zz_q4_K_row_vnni(const block_q4_K * const * cb, const block_q4_K * wb, int nq,
+        const int32_t (* cq)[8], const float * sf, const char * pf, float * acc) {
+    enum { PF_RUN = ZZ_CHUNK*sizeof(block_q4_K)/4 };
+    ZZ_UNROLL(1)
+    for (int sp = 0; sp < QK_K/64; ++sp) {
+        if (pf) {
+            for (int l = 0; l < PF_RUN; l += 64) {
+                _mm_prefetch(pf + sp*PF_RUN + l, ZZ_PF_HINT);
+            }
+        }
+        const __m256 vl = _mm256_set1_ps(sf[2*sp + 0]);
+        const __m256 vu = _mm256_set1_ps(sf[2*sp + 1]);
+        if (wb) {
+            zz_q4_K_quad_run(NULL, wb, 0, nq, cq, sp, vl, vu, acc + 64*sp);
+        } else {
+            zz_q4_K_quad_run(cb, NULL, 0, nq, cq, sp, vl, vu, acc + 64*sp);
+        }
+    }
+}
+#endif
+
 ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t k0, int64_t k1,
-                            const float * x, int64_t ldx, const int nt, const bool dense, float * y, int64_t ldy) {
+                            const float * x, int64_t ldx, const int nt, const bool dense, const bool quad_on, float * y, int64_t ldy) {
     enum { NG = ZZ_GROUP*ZZ_CHUNK }; // columns per group
+    // one token, dense: VNNI quads (a padded tail's extra columns have x = 0, so coefficients 0)
+    const bool quad = ZZ_ROW_VNNI && quad_on && nt == 1 && dense;
 
     float  acc[ZZ_MAX_T][QK_K] __attribute__((aligned(32)));
     __m256 vmin[ZZ_MAX_T]; // sum_j x_j*dmin_j*m_j[s], subtracted at the end
@@ -296,7 +405,8 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 pmax[t] = _mm256_setzero_si256();
             }
             const int p0 = ch*ZZ_CHUNK/2;
-            const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
+            const int pn = quad ? 2*((ncol + 3)/4) : (ncol + 1)/2;
+            const int p1 = pn < p0 + ZZ_CHUNK/2 ? pn : p0 + ZZ_CHUNK/2;
             for (int p = p0; p < p1; ++p) {
                 // blocks ZZ_PF_DIST columns ahead are fetched here, spread over the pair loop: the
                 // hardware prefetchers do not keep up with scattered (sparse) or gather-led (dense) access
@@ -347,8 +457,18 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
             }
         }
 
+#if ZZ_ROW_VNNI
+        for (int ch = 0; quad && ch < nch; ++ch) {
+            const int nq = (ncol - ch*ZZ_CHUNK + 3)/4 < ZZ_CHUNK/4 ? (ncol - ch*ZZ_CHUNK + 3)/4 : ZZ_CHUNK/4;
+            int32_t cq[ZZ_CHUNK/4][8] __attribute__((aligned(32)));
+            zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0][ch*ZZ_CHUNK/2], nq, cq);
+            const char * pf = ZZ_PF_SPREAD && ZZ_PF_DENSE == 2 ? (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) : NULL;
+            const bool full = ncol >= (ch + 1)*ZZ_CHUNK;
+            zz_q4_K_row_vnni(blk + ch*ZZ_CHUNK, full ? w + kg + ch*ZZ_CHUNK : NULL, nq, (const int32_t (*)[8]) cq, sf[0][ch], pf, acc[0]);
+        }
+#endif
         // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
-        for (int ch = 0; nt == 1 && ch < nch; ++ch) {
+        for (int ch = 0; !quad && nt == 1 && ch < nch; ++ch) {
             // one token: the same with the sums in registers
             const int p0 = ch*ZZ_CHUNK/2;
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
@@ -433,23 +553,40 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
         _mm256_storeu_ps(mins, vmin[t]);
         float * yt = y + t*ldy;
         for (int i = 0; i < QK_K; ++i) {
+#if ZZ_ROW_VNNI
+            const int o = (i & ~63) + (quad ? zz_q4_K_quad_slot_out : zz_q4_K_slot_out)[i & 63];
+#else
             const int o = (i & ~63) + zz_q4_K_slot_out[i & 63];
+#endif
             yt[o] = acc[t][i] - mins[o >> 5];
         }
     }
+}
+
+// the row layout's one-token dense columns on VNNI quads (ZZ_ROW_VNNI builds); LLAMA_SPARSE_CPU_ROW_VNNI=0 keeps
+// maddubs pairs (benchmarks)
+static bool zz_row_vnni(void) {
+    static int env = -1; // benign race: every thread computes the same value
+    if (env < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_ROW_VNNI");
+        env = ZZ_ROW_VNNI && (e == NULL || strcmp(e, "0") != 0);
+    }
+    return env;
 }
 
 static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
                          const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
     // constant nt = 1 keeps the accumulators in registers; dense columns need no index loads
     if (nt == 1) {
-        if (cols == NULL) {
-            zz_q4_K_impl(wrow, NULL, k0, k1, x, ldx, 1, true,  y, ldy);
+        if (cols == NULL && zz_row_vnni()) {
+            zz_q4_K_impl(wrow, NULL, k0, k1, x, ldx, 1, true,  true,  y, ldy);
+        } else if (cols == NULL) {
+            zz_q4_K_impl(wrow, NULL, k0, k1, x, ldx, 1, true,  false, y, ldy);
         } else {
-            zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, 1, false, y, ldy);
+            zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, 1, false, false, y, ldy);
         }
     } else {
-        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, cols == NULL, y, ldy);
+        zz_q4_K_impl(wrow, cols, k0, k1, x, ldx, nt, cols == NULL, false, y, ldy);
     }
 }
 
@@ -489,9 +626,6 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #ifndef ZZ_CM_PF_HINT
 #define ZZ_CM_PF_HINT _MM_HINT_T1
 #endif
-
-#define ZZ_STR(x) #x
-#define ZZ_UNROLL(n) _Pragma(ZZ_STR(GCC unroll n))
 
 // unroll factors of the column-major loops over a chunk's 8 column pairs: contiguous (strided) products,
 // scattered (pointer) products and the coefficients. Rolled (1) costs loop overhead, fully unrolled (8) the
@@ -547,40 +681,15 @@ ZZ_INLINE void zz_q4_K_sums_t1_ptr(const block_q4_K * const * bp, size_t roff, c
     *s0 = a0; *s1 = a1; *s2 = a2; *s3 = a3;
 }
 
-// VNNI (AVX512-VNNI with VL): four columns per dword. Weight bytes of a column quad interleave to dwords
-// (a_l, b_l, c_l, d_l) and vpdpbusd adds their products with the quad's coefficients (c_a, c_b, c_c, c_d) into
-// int32 sums: no separate add, no int16 limit. High nibbles are masked in place (0xF0, 16x the value) and the
-// flush scale divided by 16 (exact), so no shift. Per quad and 32-byte run: 8 shuffles, 8 ands, 8 dot products
-// against 2x20 for two maddubs pairs. Sums are the same integers, so results match the maddubs path bit for bit.
-// Paired against maddubs (2 threads, cold, 4096x4096 / 11008x4096 / 4096x11008 at 50 %): 0.96 / 0.88 / 0.95x the
-// time (bench/results/gemv_cpu_vnni_2026-11-24.md). Used for scattered columns, one token
-// Accumulator slot i = 32h + 8k + 4L + e holds output 32h + 16L + 4k + e (e < 4 of lane L of sum k)
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#ifndef ZZ_CM_VNNI
-#define ZZ_CM_VNNI 1
-#endif
-#else
-#undef  ZZ_CM_VNNI
-#define ZZ_CM_VNNI 0
-#endif
-
-// Contiguous (dense) chunks keep maddubs, flushed into this slot order: VNNI there measured 1.01-1.05x the time
-// (paired, 2 threads, cold, 3 shapes)
+// the batch path's int16 sums into the quad slot order: y[0..7] += s*words 0..3 of each lane, y[8..15] += s*words 4..7
 #if ZZ_CM_VNNI
-static const uint8_t zz_q4_K_cm_slot_out[64] = {
-     0,  1,  2,  3, 16, 17, 18, 19,  4,  5,  6,  7, 20, 21, 22, 23,
-     8,  9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31,
-    32, 33, 34, 35, 48, 49, 50, 51, 36, 37, 38, 39, 52, 53, 54, 55,
-    40, 41, 42, 43, 56, 57, 58, 59, 44, 45, 46, 47, 60, 61, 62, 63,
-};
-
-// the batch path's int16 sums into the same slot order: y[0..7] += s*words 0..3 of each lane, y[8..15] += s*words 4..7
 ZZ_INLINE void zz_flush_i16_cm(float * yv, __m256i v, __m256 s) {
     const __m256 f0 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_unpacklo_epi16(v, v), 16));
     const __m256 f1 = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_unpackhi_epi16(v, v), 16));
     _mm256_storeu_ps(yv + 0, _mm256_fmadd_ps(s, f0, _mm256_loadu_ps(yv + 0)));
     _mm256_storeu_ps(yv + 8, _mm256_fmadd_ps(s, f1, _mm256_loadu_ps(yv + 8)));
 }
+#define zz_q4_K_cm_slot_out zz_q4_K_quad_slot_out
 #else
 #define zz_q4_K_cm_slot_out zz_q4_K_slot_out
 #define zz_flush_i16_cm     zz_flush_i16_eo_u
@@ -694,41 +803,10 @@ ZZ_INLINE void zz_q4_K_cm_prefetch(struct zz_cm_pf * pf, int64_t r, int sp, cons
 // stack slots (a store-forward per product, 1.25x the time)
 static __attribute__((noinline)) void zz_q4_K_cm_row_vnni(const block_q4_K * const * cb, size_t roff, int nq,
         const int32_t (* cq)[8], const float * sf, struct zz_cm_pf * pf, int64_t r, int64_t nr, float * yr) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     ZZ_UNROLL(1)
     for (int sp = 0; sp < QK_K/64; ++sp) {
         zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
-        __m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
-        const size_t off = roff + offsetof(block_q4_K, qs) + 32*sp;
-        // p0..p3 (low nibbles) and p4..p7 (high nibbles, x16) += a quad's runs times its coefficients cl, cu
-        ZZ_UNROLL(4)
-        for (int q = 0; q < nq; ++q) {
-            const __m256i A   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 0] + off));
-            const __m256i B   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 1] + off));
-            const __m256i C   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 2] + off));
-            const __m256i D   = _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + 3] + off));
-            const __m256i cl  = _mm256_set1_epi32(cq[q][2*sp]);
-            const __m256i cu  = _mm256_set1_epi32(cq[q][2*sp + 1]);
-            const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
-            const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
-            const __m256i w0  = _mm256_unpacklo_epi16(ab0, cd0), w1 = _mm256_unpackhi_epi16(ab0, cd0);
-            const __m256i w2  = _mm256_unpacklo_epi16(ab1, cd1), w3 = _mm256_unpackhi_epi16(ab1, cd1);
-            p0 = _mm256_dpbusd_epi32(p0, _mm256_and_si256(w0, m4), cl);
-            p1 = _mm256_dpbusd_epi32(p1, _mm256_and_si256(w1, m4), cl);
-            p2 = _mm256_dpbusd_epi32(p2, _mm256_and_si256(w2, m4), cl);
-            p3 = _mm256_dpbusd_epi32(p3, _mm256_and_si256(w3, m4), cl);
-            p4 = _mm256_dpbusd_epi32(p4, _mm256_andnot_si256(m4, w0), cu);
-            p5 = _mm256_dpbusd_epi32(p5, _mm256_andnot_si256(m4, w1), cu);
-            p6 = _mm256_dpbusd_epi32(p6, _mm256_andnot_si256(m4, w2), cu);
-            p7 = _mm256_dpbusd_epi32(p7, _mm256_andnot_si256(m4, w3), cu);
-        }
-        float * yo = yr + 64*sp;
-        const __m256 vl = _mm256_set1_ps(sf[2*sp + 0]);
-        const __m256 vu = _mm256_set1_ps(sf[2*sp + 1]*(1.0f/16.0f));
-        #define ZZ_QUAD_FLUSH(o, v, s) _mm256_storeu_ps(yo + (o), _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(v), _mm256_loadu_ps(yo + (o))))
-        ZZ_QUAD_FLUSH( 0, p0, vl); ZZ_QUAD_FLUSH( 8, p1, vl); ZZ_QUAD_FLUSH(16, p2, vl); ZZ_QUAD_FLUSH(24, p3, vl);
-        ZZ_QUAD_FLUSH(32, p4, vu); ZZ_QUAD_FLUSH(40, p5, vu); ZZ_QUAD_FLUSH(48, p6, vu); ZZ_QUAD_FLUSH(56, p7, vu);
-        #undef ZZ_QUAD_FLUSH
+        zz_q4_K_quad_run(cb, NULL, roff, nq, cq, sp, _mm256_set1_ps(sf[2*sp + 0]), _mm256_set1_ps(sf[2*sp + 1]), yr + 64*sp);
     }
 }
 #endif
@@ -830,11 +908,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
 
 #if ZZ_CM_VNNI
         if (nt == 1 && !strided) {
-            // pair dwords (a, b, a, b) and (c, d, c, d) -> (a, b, c, d)
-            for (int q = 0; q < nq; ++q) {
-                _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[0][2*q]),
-                                                                         _mm256_load_si256((const __m256i *) coef[0][2*q + 1]), 0xAA));
-            }
+            zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0], nq, cq);
             zz_q4_K_cm_row_vnni(cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
         } else
 #endif
