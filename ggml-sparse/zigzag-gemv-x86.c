@@ -231,11 +231,16 @@ ZZ_INLINE void zz_q4_K_quad_run(const block_q4_K * const * cb, const block_q4_K 
     #undef ZZ_QUAD_FLUSH
 }
 
-// pair dwords (a, b, a, b) of coef[2q] and (c, d, c, d) of coef[2q + 1] -> quad dwords (a, b, c, d)
-ZZ_INLINE void zz_q4_K_quad_coefs(const int32_t (* coef)[8], int nq, int32_t (* cq)[8]) {
+// the s8 quad coefficients straight from the s16 pair words (a_s, b_s) of pw[2q] and (c_s, d_s) of pw[2q + 1]: both
+// rescaled by rw (mulhrs) and packed, dword s = bytes (a_s, b_s, c_s, d_s); instead of the pairs' (a, b, a, b)
+// dwords blended afterwards
+ZZ_INLINE void zz_q4_K_quad_coefs(const int32_t (* pw)[8], int nq, __m256i rw, int32_t (* cq)[8]) {
+    const __m256i idx = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                         0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
     for (int q = 0; q < nq; ++q) {
-        _mm256_store_si256((__m256i *) cq[q], _mm256_blend_epi16(_mm256_load_si256((const __m256i *) coef[2*q]),
-                                                                 _mm256_load_si256((const __m256i *) coef[2*q + 1]), 0xAA));
+        const __m256i ab = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) pw[2*q + 0]), rw);
+        const __m256i cd = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) pw[2*q + 1]), rw);
+        _mm256_store_si256((__m256i *) cq[q], _mm256_shuffle_epi8(_mm256_packs_epi16(ab, cd), idx));
     }
 }
 #endif
@@ -344,6 +349,9 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
     int32_t  fq[ZZ_MAX_T][NG/2]         __attribute__((aligned(32))); // s16 pairs (col 2p, col 2p+1)
     int32_t  mq[ZZ_MAX_T][NG/2]         __attribute__((aligned(32)));
     int32_t  coef[ZZ_MAX_T][NG/2][8]    __attribute__((aligned(32))); // maddubs pair per sub-block, twice
+#if ZZ_ROW_VNNI
+    int32_t  cqa[NG/4][8]               __attribute__((aligned(32))); // quad mode: s8 quad per sub-block
+#endif
     float    sf[ZZ_MAX_T][ZZ_GROUP][8]  __attribute__((aligned(32))); // flush scale per sub-block
     float    sa[ZZ_MAX_T][ZZ_GROUP];
     float    sm[ZZ_MAX_T][ZZ_GROUP];
@@ -449,6 +457,12 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
                 const __m256i ri = _mm256_cvtps_epi32(rf);
                 _mm256_store_ps(sf[t][ch], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t][ch]/32767.0f), zz_rcp(rf)));
                 const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
+#if ZZ_ROW_VNNI
+                if (quad) {
+                    zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0][p0], (p1 - p0)/2, rw, cqa + ch*ZZ_CHUNK/4);
+                    continue;
+                }
+#endif
                 for (int p = p0; p < p1; ++p) {
                     const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
                     const __m256i cb = _mm256_packs_epi16(cw, cw);
@@ -460,11 +474,9 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
 #if ZZ_ROW_VNNI
         for (int ch = 0; quad && ch < nch; ++ch) {
             const int nq = (ncol - ch*ZZ_CHUNK + 3)/4 < ZZ_CHUNK/4 ? (ncol - ch*ZZ_CHUNK + 3)/4 : ZZ_CHUNK/4;
-            int32_t cq[ZZ_CHUNK/4][8] __attribute__((aligned(32)));
-            zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0][ch*ZZ_CHUNK/2], nq, cq);
             const char * pf = ZZ_PF_SPREAD && ZZ_PF_DENSE == 2 ? (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) : NULL;
             const bool full = ncol >= (ch + 1)*ZZ_CHUNK;
-            zz_q4_K_row_vnni(blk + ch*ZZ_CHUNK, full ? w + kg + ch*ZZ_CHUNK : NULL, nq, (const int32_t (*)[8]) cq, sf[0][ch], pf, acc[0]);
+            zz_q4_K_row_vnni(blk + ch*ZZ_CHUNK, full ? w + kg + ch*ZZ_CHUNK : NULL, nq, (const int32_t (*)[8]) cqa[ch*ZZ_CHUNK/4], sf[0][ch], pf, acc[0]);
         }
 #endif
         // int16 sums over a chunk's pairs; sub-blocks 2sp (low nibbles) and 2sp+1 (high) share qs[32sp ..]
@@ -898,6 +910,12 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
             const __m256i ri = _mm256_cvtps_epi32(rf);
             _mm256_store_ps(sf[t], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t]/32767.0f), zz_rcp(rf)));
             const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
+#if ZZ_CM_VNNI
+            if (nt == 1 && !strided) {
+                zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0], nq, rw, cq);
+                continue;
+            }
+#endif
             ZZ_UNROLL(ZZ_CM_UNROLL)
             for (int p = 0; p < np; ++p) {
                 const __m256i cw = _mm256_mulhrs_epi16(_mm256_load_si256((const __m256i *) coef[t][p]), rw);
@@ -908,7 +926,6 @@ ZZ_INLINE void zz_q4_K_cm_chunk(const block_q4_K * w, int64_t ldc, int64_t nr, c
 
 #if ZZ_CM_VNNI
         if (nt == 1 && !strided) {
-            zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0], nq, cq);
             zz_q4_K_cm_row_vnni(cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
         } else
 #endif
