@@ -3,7 +3,8 @@
 // y[i] += sum_j x_j * w_j[i] is an axpy per active column j. Per chunk of GGML_SPARSE_ZZ_CHUNK columns
 // and token, the per-(column, sub-block) coefficients x_j*d_j*sc_j are quantized to integers with one
 // float scale S, so the inner loop is integer SIMD over interleaved column pairs:
-//   Q4_K:             u4 weights x s8 coefficients (maddubs), int16 sums, |c| <= 126 keeps 8 pairs exact
+//   Q4_K:             u4 weights x s8 coefficients (maddubs), int16 sums, |c| <= 126 keeps 8 pairs exact;
+//                     one token on AVX512-VNNI: column quads on vpdpbusd, int32 sums (the same integers)
 //   Q4_0, Q8_0, Q6_K: s8 weights x s16 coefficients (madd), int32 sums
 // and each chunk is flushed as y += S * float(sum). Q4_K's min term is kept in fp32.
 #define GGML_COMMON_DECL_C
