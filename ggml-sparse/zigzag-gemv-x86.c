@@ -296,19 +296,26 @@ ZZ_INLINE void zz_q4_K_pair_step(const uint8_t * qs_a, const uint8_t * qs_b, con
     }
 }
 
+// dense row layout: quarter sp of the contiguous chunk at next (ZZ_PF_DIST columns ahead), prefetched between
+// batches of products
+ZZ_INLINE void zz_q4_K_pf_dense(const block_q4_K * next, int sp) {
+    enum { PF_RUN = ZZ_CHUNK*sizeof(block_q4_K)/4 };
+    const char * pa = (const char *) next + sp*PF_RUN;
+    for (int l = 0; l < PF_RUN; l += 64) {
+        _mm_prefetch(pa + l, ZZ_PF_HINT);
+    }
+}
+
 #if ZZ_ROW_VNNI
 // one token, one chunk of the row layout's dense columns (blocks wb + c; cb[c] when wb is NULL): each run sp's
-// quad products (zz_q4_K_quad_run) into acc (slot order), with a quarter of the lines from pf on prefetched per run
-// (NULL: none). Not inlined, as zz_q4_K_cm_row_vnni
+// quad products (zz_q4_K_quad_run) into acc (slot order), with a quarter of the chunk at pf prefetched per run
+// (zz_q4_K_pf_dense; NULL: none). Not inlined, as zz_q4_K_cm_row_vnni
 static __attribute__((noinline)) void zz_q4_K_row_vnni(const block_q4_K * const * cb, const block_q4_K * wb, int nq,
-        const int32_t (* cq)[8], const float * sf, const char * pf, float * acc) {
-    enum { PF_RUN = ZZ_CHUNK*sizeof(block_q4_K)/4 };
+        const int32_t (* cq)[8], const float * sf, const block_q4_K * pf, float * acc) {
     ZZ_UNROLL(1)
     for (int sp = 0; sp < QK_K/64; ++sp) {
         if (pf) {
-            for (int l = 0; l < PF_RUN; l += 64) {
-                _mm_prefetch(pf + sp*PF_RUN + l, ZZ_PF_HINT);
-            }
+            zz_q4_K_pf_dense(pf, sp);
         }
         const __m256 vl = _mm256_set1_ps(sf[2*sp + 0]);
         const __m256 vu = _mm256_set1_ps(sf[2*sp + 1]);
@@ -475,7 +482,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
 #if ZZ_ROW_VNNI
         for (int ch = 0; quad && ch < nch; ++ch) {
             const int nq = (ncol - ch*ZZ_CHUNK + 3)/4 < ZZ_CHUNK/4 ? (ncol - ch*ZZ_CHUNK + 3)/4 : ZZ_CHUNK/4;
-            const char * pf = ZZ_PF_SPREAD && ZZ_PF_DENSE == 2 ? (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) : NULL;
+            const block_q4_K * pf = ZZ_PF_SPREAD && ZZ_PF_DENSE == 2 ? w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST : NULL;
             const bool full = ncol >= (ch + 1)*ZZ_CHUNK;
             zz_q4_K_row_vnni(blk + ch*ZZ_CHUNK, full ? w + kg + ch*ZZ_CHUNK : NULL, nq, (const int32_t (*)[8]) cqa[ch*ZZ_CHUNK/4], sf[0][ch], pf, acc[0]);
         }
@@ -487,11 +494,7 @@ ZZ_INLINE void zz_q4_K_impl(const block_q4_K * w, const int32_t * cols, int64_t 
             const int p1 = (ncol + 1)/2 < p0 + ZZ_CHUNK/2 ? (ncol + 1)/2 : p0 + ZZ_CHUNK/2;
             for (int sp = 0; sp < QK_K/64; ++sp) {
                 if (ZZ_PF_SPREAD && dense && ZZ_PF_DENSE == 2) {
-                    // the chunk ZZ_PF_DIST columns ahead, a quarter per batch of products
-                    const char * pa = (const char *) (w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST) + sp*(ZZ_CHUNK*sizeof(block_q4_K)/4);
-                    for (int l = 0; l < (int) (ZZ_CHUNK*sizeof(block_q4_K)/4); l += 64) {
-                        _mm_prefetch(pa + l, ZZ_PF_HINT);
-                    }
+                    zz_q4_K_pf_dense(w + kg + ch*ZZ_CHUNK + ZZ_PF_DIST, sp);
                 }
                 if (ZZ_PF_SPREAD && !dense) {
                     // scattered blocks ZZ_PF_DIST list entries ahead, a few between each batch of products:
