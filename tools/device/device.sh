@@ -56,6 +56,7 @@
 #              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
+#   e2e-prof   ncu device time per decode token by kernel: stock against fork dense and E2E_PROF_LEVELS (0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
@@ -638,6 +639,21 @@ remote() {
             fi
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
+            ;;
+        e2e-prof)
+            # device time per decode token by kernel (ncu, one metric; kernels serialized, so no overlap or gaps):
+            # stock Q4_K against the fork dense and at E2E_PROF_LEVELS; 1 warm-up + 4 timed tokens each
+            local lb=(-ngl 99 -p 0 -n 4 -r 1) lv
+            [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
+            timeout 400 ncu --csv --print-units base --metrics gpu__time_duration.sum --log-file "$out/prof-stock.csv" \
+                /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" > "$out/prof-stock.log" 2>&1 || echo "stock ncu rc $?"
+            for lv in ${E2E_PROF_LEVELS:-dense 0.50}; do
+                LLAMA_SPARSE=$lv timeout 400 ncu --csv --print-units base --metrics gpu__time_duration.sum --log-file "$out/prof-$lv.csv" \
+                    /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" > "$out/prof-$lv.log" 2>&1 || echo "$lv ncu rc $?"
+            done
+            for f in stock ${E2E_PROF_LEVELS:-dense 0.50}; do
+                python3 "$repo/bench/ncu_decode_split.py" "$out/prof-$f.csv" --tokens 5 --label "$f" || true
+            done
             ;;
         e2e-variants)
             # older paths, for comparison: LIST op + direct IDX GEMV (FUSE=0); staged kernel (DIRECT=0, FUSE=0)
