@@ -109,7 +109,22 @@ bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * 
         return false;
     }
     int nodes[ZZ_GROUP_MAX];
-    const int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
+    int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
+    {
+        // siblings an earlier group already ran stay out (they would be computed twice)
+        std::lock_guard<std::mutex> lock(zz_group_mutex);
+        int kept = 1;
+        for (int s = 1; s < count; ++s) {
+            bool ran = false;
+            for (const zz_group_done & d : zz_group_pending) {
+                ran = ran || (d.ctx == &ctx && d.graph == cgraph && d.i == nodes[s]);
+            }
+            if (!ran) {
+                nodes[kept++] = nodes[s];
+            }
+        }
+        count = kept;
+    }
     if (count < 2) {
         return false;
     }

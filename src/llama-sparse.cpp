@@ -662,6 +662,14 @@ ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w
     }
 
     ggml_tensor * y = ggml_mul_mat_zz(ctx0, w, x, idx);
+    // the matmul joins the graph now, so matmuls that share an input (q/k/v, gate/up) are adjacent nodes
+    // with live outputs side by side, which a backend may run as one launch (CUDA sibling groups); left to
+    // the final expand, q's output buffer is reused for k after q's rope, and k cannot join q's group.
+    // Every batch size, not only decode: ggml-alloc keeps a graph's buffer plan for the next graph of equal
+    // node count, so a decode graph after a prefill graph must list its nodes in the same order.
+    if (g.gf != nullptr) {
+        ggml_build_forward_expand(g.gf, y);
+    }
     if (cur->ne[2] != 1 || cur->ne[3] != 1) {
         y = ggml_reshape_4d(ctx0, y, m, cur->ne[1], cur->ne[2], cur->ne[3]);
     }
