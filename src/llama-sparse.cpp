@@ -634,7 +634,9 @@ ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w
 
     ggml_tensor * idx = nullptr;
     if (threshold > 0.0f) {
-        const bool decode = n_rows <= GGML_SPARSE_MAX_BATCH;
+        // by the batch, not the rows: the last layer of a prefill sees only its outputs' rows, and the graph's
+        // shape must not depend on how many outputs a batch asks for (ggml-alloc reuses plans by node count)
+        const bool decode = g.n_tokens <= GGML_SPARSE_MAX_BATCH && n_rows <= GGML_SPARSE_MAX_BATCH;
         if (decode || sctx->emulate) {
             const auto mode = decode ? GGML_SPARSE_IDX_LIST : GGML_SPARSE_IDX_MASK;
             auto & cache = g.inp_sparse->idx_cache;

@@ -296,3 +296,36 @@ def test_decode_after_prefill_matches_one_batch(leveled: Path, level):
     finally:
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
+
+
+def test_prefill_is_dense_whatever_its_outputs(leveled: Path):
+    """A prefill batch runs dense at any level, also where only its last token is an output (the last layer then
+    sees one row): the graph's shape follows the batch, not the number of outputs, as upstream requires."""
+    import llama_cpp
+
+    from llama_sparse import _native
+
+    model = llama_cpp.llama_model_load_from_file(str(leveled).encode(), llama_cpp.llama_model_default_params())
+    assert model
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = 256
+    cparams.n_threads = cparams.n_threads_batch = 2
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        text = b"It is a truth universally acknowledged, that a single man in possession of a good fortune"
+        buf = (llama_cpp.llama_token * 64)()
+        n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, 64, True, False)
+        tokens = list(buf[:n])
+        assert len(tokens) > 8
+        out = {}
+        for level in (None, "0.50"):
+            assert _native.llama_sparse_set_level(ctx, level.encode() if level else None) == 0
+            _native.llama_sparse_reset_stats(ctx)
+            out[level] = _last_logits(ctx, model, [tokens])
+            n_lists = _native.llama_sparse_get_stats(ctx).n_lists
+            assert n_lists == 0, (level, n_lists)   # no index list built for a prefill
+        np.testing.assert_array_equal(out["0.50"], out[None])
+    finally:
+        llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
