@@ -339,8 +339,6 @@ static const char * zz_block_row(const struct zz_shape * s, const char * w, size
 
 void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst) {
     const size_t bs = ggml_type_size(type);
-    // the column-major kernels address blocks by int32 dword offsets
-    GGML_ASSERT((size_t) n*nr*bs/4 <= INT32_MAX);
     // block-rows in tiles of a few, so both sides are read and written in runs of at least a few lines
     for (int64_t r0 = 0; r0 < nr; r0 += 8) {
         const int64_t r1 = r0 + 8 < nr ? r0 + 8 : nr;
