@@ -337,6 +337,10 @@ static const char * zz_block_row(const struct zz_shape * s, const char * w, size
     return w + r*wnb1;
 }
 
+bool ggml_sparse_zz_cpu_colmajor_fast(enum ggml_type type) {
+    return ggml_sparse_zz_gemv_cm_x86(type) != NULL || ggml_sparse_zz_gemv_rows_x86(type) != NULL;
+}
+
 void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst) {
     const size_t bs = ggml_type_size(type);
     // block-rows in tiles of a few, so both sides are read and written in runs of at least a few lines
@@ -445,6 +449,19 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     const ggml_sparse_zz_gemv_cm_t fast = use_ref ? NULL : ggml_sparse_zz_gemv_cm_x86(s->type);
     const bool has_ws = params->wdata != NULL && params->wsize >= zz_gemv_work_size(s, nth);
 
+    // 32-blocks: the multi-row kernel reads the column runs, block-rows split over threads (no partial sums);
+    // its int32 block offsets reach across the whole weight
+    const ggml_sparse_zz_gemv_rows_t rows = use_ref || fast != NULL || (size_t) s->n*s->nr*s->bs > INT32_MAX ? NULL :
+                                            ggml_sparse_zz_gemv_rows_x86(s->type);
+    if (rows != NULL) {
+        const int64_t r0 = s->nr*ith/nth;
+        const int64_t r1 = s->nr*(ith + 1)/nth;
+        if (r0 < r1) {
+            rows(w, s->bs, s->nr*s->bs, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
+        }
+        return;
+    }
+
     if (fast == NULL || !has_ws) {
         // reference: block-rows split over threads, columns nr blocks apart
         const int64_t r0 = s->nr*ith/nth;
@@ -541,7 +558,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
         const int64_t r0 = s.nr*ith/nth;
         const int64_t r1 = s.nr*(ith + 1)/nth;
         if (rows && r0 < r1) {
-            rows(wdata0, wnb1, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
+            rows(wdata0, wnb1, s.bs, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
             return;
         }
         for (int64_t r = r0; r < r1; ++r) {
@@ -565,7 +582,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     float * partial  = partial0 + ith*pstride;
 
     if (rows) {
-        rows(wdata0, wnb1, 0, s.nr, cols, k0, k1, x, ldx, nt, partial, s.m);
+        rows(wdata0, wnb1, s.bs, 0, s.nr, cols, k0, k1, x, ldx, nt, partial, s.m);
     } else {
         for (int64_t r = 0; r < s.nr; ++r) {
             fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);

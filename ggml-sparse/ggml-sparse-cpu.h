@@ -44,9 +44,10 @@ typedef void (*ggml_sparse_zz_gemv_t)(const void * wrow, const int32_t * cols, i
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type);
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_arm(enum ggml_type type);
 
-// the same over block-rows r0 <= r < r1 of a whole weight (rows wnb1 bytes apart), y + r*B for row r;
-// for short block-rows (B = 32), where per-column setup shared by the rows pays
-typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, int64_t r0, int64_t r1,
+// the same over block-rows r0 <= r < r1 of a whole weight, block (r, j) at w + r*wnb1 + j*cs (row layout:
+// cs = block size; column-major: wnb1 = block size, cs = nr blocks), y + r*B for row r; for short block-rows
+// (B = 32), where per-column setup shared by the rows pays. j*cs must fit an int32
+typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, size_t cs, int64_t r0, int64_t r1,
                                            const int32_t * cols, int64_t k0, int64_t k1,
                                            const float * x, int64_t ldx, int nt, float * y, int64_t ldy);
 
@@ -74,6 +75,9 @@ typedef void (*ggml_sparse_zz_cm_reduce_t)(const float * part0, int np, int64_t 
 // column-major kernels of this build for a type, NULL where there are none; the reducer exists where the kernel does
 ggml_sparse_zz_gemv_cm_t   ggml_sparse_zz_gemv_cm_x86(enum ggml_type type);
 ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type);
+
+// whether this build decodes a type column-major with a fast kernel (the cm kernel, or the multi-row one)
+bool ggml_sparse_zz_cpu_colmajor_fast(enum ggml_type type);
 
 // prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(block j)[i] for i < B and any nt, dense, block j at
 // wrow + j*cs (cs: the block size in the row layout, nr blocks in the column-major one); each weight block is

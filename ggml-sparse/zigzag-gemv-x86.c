@@ -1307,10 +1307,14 @@ ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * 
 #define ZZ_ROWS_PF 1
 #endif
 
-ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, int64_t r0, int64_t r1,
+ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, size_t cs, int64_t r0, int64_t r1,
                               const int32_t * cols, int64_t k0, int64_t k1,
                               const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
     const int bs = type == GGML_TYPE_Q8_0 ? (int) sizeof(block_q8_0) : (int) sizeof(block_q4_0);
+    // column-major (a column's blocks one run): one chunk per span, so a span's 16 runs are read front to back,
+    // and the next chunk's blocks of each row are prefetched (ZZ_ROWS_PF) instead of the next row's
+    const bool cm   = cs != (size_t) bs;
+    const int  span = cm ? 1 : ZZ_ROWS_SPAN;
 
     for (int t = 0; t < nt; ++t) {
         memset(y + t*ldy + r0*32, 0, (size_t) (r1 - r0)*32*sizeof(float));
@@ -1321,8 +1325,8 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
 
     // the list in spans of ZZ_ROWS_SPAN chunks: the columns of a span are set up once, then every row
     // reads its blocks of the span (one contiguous run when dense), so the rows stream like stock's
-    for (int64_t ks = k0; ks < k1; ks += ZZ_ROWS_SPAN*ZZ_CHUNK) {
-        const int64_t ke   = k1 - ks < ZZ_ROWS_SPAN*ZZ_CHUNK ? k1 : ks + ZZ_ROWS_SPAN*ZZ_CHUNK;
+    for (int64_t ks = k0; ks < k1; ks += span*ZZ_CHUNK) {
+        const int64_t ke   = k1 - ks < span*ZZ_CHUNK ? k1 : ks + span*ZZ_CHUNK;
         const int     nchk = (int) ((ke - ks + ZZ_CHUNK - 1)/ZZ_CHUNK);
 
         // per chunk: block byte offsets in a row and x; padding lanes point at the chunk's first column
@@ -1347,7 +1351,7 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                 j_lo = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, lane_id), v_lo);
                 j_hi = _mm256_blendv_epi8(j0, _mm256_add_epi32(j0, _mm256_add_epi32(lane_id, _mm256_set1_epi32(8))), v_hi);
             }
-            const __m256i bsv = _mm256_set1_epi32(bs);
+            const __m256i bsv = _mm256_set1_epi32((int32_t) cs);
             off_v[ch][0] = _mm256_mullo_epi32(j_lo, bsv);
             off_v[ch][1] = _mm256_mullo_epi32(j_hi, bsv);
             _mm256_store_si256((__m256i *) off[ch],       off_v[ch][0]);
@@ -1359,8 +1363,21 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             }
         }
 
+        // column-major: the next chunk's columns (byte offsets), prefetched row by row
+        int32_t off_next[ZZ_CHUNK];
+        int     n_next = 0;
+        if (cm && ZZ_ROWS_PF) {
+            n_next = k1 - ke < ZZ_CHUNK ? (int) (k1 - ke) : ZZ_CHUNK;
+            for (int c = 0; c < n_next; ++c) {
+                off_next[c] = (int32_t) ((cols ? cols[ke + c] : ke + c)*(int64_t) cs);
+            }
+        }
+
         for (int64_t r = r0; r < r1; ++r) {
             const char * wr = w + r*wnb1;
+            for (int c = 0; c < n_next; ++c) {
+                _mm_prefetch(wr + off_next[c], _MM_HINT_T0);
+            }
 
             // s16 coefficients round(x*d/S) with S = amax/32767 per token and chunk; dword p = pair (2p, 2p+1).
             // All chunks of the span first: independent latency chains (gather, max, divide, rounding)
@@ -1386,7 +1403,7 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             }
 
             for (int ch = 0; ch < nchk; ++ch) {
-                if (ZZ_ROWS_PF && r + 1 < r1) {
+                if (ZZ_ROWS_PF && !cm && r + 1 < r1) {
                     // the next row's blocks of this chunk: the prefetchers lose the thread's row streams
                     const char * wn = wr + wnb1;
                     for (int c = 0; c < 2*npc[ch]; c += 2) {
@@ -1453,12 +1470,12 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
 }
 
 #define ZZ_ROWS32_KERNEL(name, type)                                                                       \
-static void name(const void * w, size_t wnb1, int64_t r0, int64_t r1, const int32_t * cols, int64_t k0,   \
-                 int64_t k1, const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {               \
+static void name(const void * w, size_t wnb1, size_t cs, int64_t r0, int64_t r1, const int32_t * cols,      \
+                 int64_t k0, int64_t k1, const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {   \
     if (nt == 1) {                                                                                         \
-        zz_rows32_impl(type, w, wnb1, r0, r1, cols, k0, k1, x, ldx, 1, y, ldy);                           \
+        zz_rows32_impl(type, w, wnb1, cs, r0, r1, cols, k0, k1, x, ldx, 1, y, ldy);                       \
     } else {                                                                                               \
-        zz_rows32_impl(type, w, wnb1, r0, r1, cols, k0, k1, x, ldx, nt, y, ldy);                          \
+        zz_rows32_impl(type, w, wnb1, cs, r0, r1, cols, k0, k1, x, ldx, nt, y, ldy);                      \
     }                                                                                                      \
 }
 

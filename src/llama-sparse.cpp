@@ -319,8 +319,9 @@ static void * alloc_huge(size_t size) {
 #endif
 }
 
-// CPU decode reads Q4_K zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h) where the build
-// has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
+// CPU decode reads zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h: Q4_K, and the 32-blocks
+// of Q8_0/Q4_0, whose 34/18-byte blocks in the row layout leave skipped columns in the same cache lines as kept
+// ones) where the build has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
 // the model's first context starts at a level calibrated for >= 20 % (LLAMA_SPARSE). Since the column-major
 // kernel's prefetches go to L2 it is the faster layout end to end from 25 % (1.07-1.13x the row layout there, the
 // row layout 1.03x dense; bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md; before, from 40 %:
@@ -364,7 +365,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     for (const auto & nt : model.tensors_by_name) {
         ggml_tensor * t = nt.second;
         if (!ggml_sparse_is_zigzag(t) || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
-            ggml_sparse_zz_gemv_cm_x86(t->type) == nullptr || t->buffer == nullptr ||
+            !ggml_sparse_zz_cpu_colmajor_fast(t->type) || t->buffer == nullptr ||
             !ggml_backend_buffer_is_host(t->buffer) || !ggml_is_contiguous(t) || t->ne[2] != 1 || t->ne[3] != 1) {
             continue;
         }

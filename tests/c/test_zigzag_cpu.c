@@ -423,6 +423,18 @@ static void test_colmajor(bool quick) {
         const double sp  = gemm ? -1.0 : sps[it % 6];
         test_mul_mat_one(GGML_TYPE_Q4_K, m, n, nt, sp, 0, true);
     }
+    // Q8_0 and Q4_0 column-major: the multi-row kernel over column runs (m = 192/576/1536 and odd block-row counts)
+    const int64_t ms32[] = { 32, 96, 192, 576, 1536, 480 };
+    const enum ggml_type t32[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+    printf("column-major 32-block kernel: %s\n", ggml_sparse_zz_cpu_colmajor_fast(GGML_TYPE_Q8_0) ? "x86 multi-row" : "none (reference)");
+    for (int it = 0; it < n_iter; ++it) {
+        const int64_t m  = ms32[it % 6];
+        const int64_t n  = it < 2 ? rng_int(1, 40) : rng_int(64, 2000);
+        const bool gemm  = it % 8 == 7;
+        const int  nt    = gemm ? rng_int(GGML_SPARSE_MAX_BATCH + 1, 40) : (it % 3 == 0 ? 1 : rng_int(1, GGML_SPARSE_MAX_BATCH));
+        const double sp  = gemm ? -1.0 : sps[(it + it/6) % 6];
+        test_mul_mat_one(t32[it % 2], m, n, nt, sp, it % 2 == 0 ? 2 : 3, true);
+    }
 }
 
 int main(int argc, char ** argv) {
