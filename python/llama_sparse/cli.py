@@ -340,18 +340,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"[2/4] reusing {calibrated}", flush=True)
         model = calibrated
 
-    llm = Llama(model, n_ctx=1024, n_threads=args.threads, verbose=False)
     ns = argparse.Namespace(n_predict=args.n_predict, temp=0.0)
     msgs = [{"role": "user", "content": args.prompt}]
     results = []
-    levels = [None] + (["0.50"] if "0.50" in llm.sparsity_levels else [])
+    levels = [None] + (["0.50"] if "0.50" in _levels_of(model) else [])
     for i, level in enumerate(levels):
-        llm.set_sparsity(level)
-        print(f"\n[{3 + i}/4] {llm.sparsity}: ", end="", flush=True)
-        _, tps, n = _stream_chat(llm, msgs, ns)
-        skipped = llm.sparse_stats()["skipped"]
-        results.append((llm.sparsity, tps, n, skipped))
-        print(f"\n      {n} tokens, {tps:.1f} tok/s, {skipped:.0%} of columns skipped", flush=True)
+        # one model per level, each started at its level: the CPU backend lays weights out for the level
+        # a model's first context starts at (column-major when sparse), as a user running one level gets
+        llm = Llama(model, n_ctx=1024, n_threads=args.threads, verbose=False, sparsity=level)
+        try:
+            print(f"\n[{3 + i}/4] {llm.sparsity}: ", end="", flush=True)
+            _, tps, n = _stream_chat(llm, msgs, ns)
+            skipped = llm.sparse_stats()["skipped"]
+            results.append((llm.sparsity, tps, n, skipped))
+            print(f"\n      {n} tokens, {tps:.1f} tok/s, {skipped:.0%} of columns skipped", flush=True)
+        finally:
+            llm.close()
     print()
     if len(results) == 2:
         print(f"speed ratio, 50% sparse / dense: {results[1][1] / results[0][1]:.2f}x")
