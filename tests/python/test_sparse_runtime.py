@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +200,36 @@ def test_cpu_layout_from_llama_sparse_env(leveled_q4k: Path, capfd, monkeypatch)
         llm.close()
 
 
+@contextmanager
+def _raw_context(path: Path, n_ctx: int, cb_eval=None):
+    """(model, context) of the low-level API, 2 threads, freed on exit."""
+    import llama_cpp
+
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), llama_cpp.llama_model_default_params())
+    assert model
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_threads = cparams.n_threads_batch = 2
+    if cb_eval is not None:
+        cparams.cb_eval = cb_eval
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    try:
+        assert ctx
+        yield model, ctx
+    finally:
+        if ctx:
+            llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
+
+
+def _tokens(model, text: bytes) -> list[int]:
+    import llama_cpp
+
+    buf = (llama_cpp.llama_token * 64)()
+    n = llama_cpp.llama_tokenize(llama_cpp.llama_model_get_vocab(model), text, len(text), buf, 64, True, False)
+    return list(buf[:n])
+
+
 class _Tensor(ctypes.Structure):
     """struct ggml_tensor of upstream 0c1e570 (ggml.h), as far as src and name."""
 
@@ -227,22 +258,12 @@ def test_decode_graph_keeps_siblings_adjacent(leveled: Path, level):
         return False
 
     cb_c = llama_cpp.ggml_backend_sched_eval_callback(cb)
-    model = llama_cpp.llama_model_load_from_file(str(leveled).encode(), llama_cpp.llama_model_default_params())
-    assert model
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = 64
-    cparams.n_threads = cparams.n_threads_batch = 2
-    cparams.cb_eval = cb_c
-    ctx = llama_cpp.llama_init_from_model(model, cparams)
-    try:
-        assert ctx and _native.llama_sparse_set_level(ctx, level.encode() if level else None) == 0
+    with _raw_context(leveled, 64, cb_c) as (_model, ctx):
+        assert _native.llama_sparse_set_level(ctx, level.encode() if level else None) == 0
         for tok in (1, 2):   # a one-token batch twice; keep the second (decode) graph
             order.clear()
             arr = (llama_cpp.llama_token * 1)(tok)
             assert llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, 1)) == 0
-    finally:
-        llama_cpp.llama_free(ctx)
-        llama_cpp.llama_model_free(model)
     for il in (0, 15):
         for names in (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up")):
             pos = sorted(order.index(f"blk.{il}.{n}.weight") for n in names)
@@ -266,23 +287,11 @@ def test_decode_after_prefill_matches_one_batch(leveled: Path, level):
     """A one-token decode run right after a prefill (graphs of equal node count, the allocator may keep the
     prefill's buffer plan) gives the logits that one batch over the same tokens gives. Decode graphs and
     prefill graphs must list their nodes in the same order for that plan to hold."""
-    import llama_cpp
-
     from llama_sparse import _native
 
-    model = llama_cpp.llama_model_load_from_file(str(leveled).encode(), llama_cpp.llama_model_default_params())
-    assert model
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = 256
-    cparams.n_threads = cparams.n_threads_batch = 2
-    ctx = llama_cpp.llama_init_from_model(model, cparams)
-    try:
-        assert ctx and _native.llama_sparse_set_level(ctx, level.encode() if level else None) == 0
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        text = b"The history of the Roman Empire begins with the founding of the city, and"
-        buf = (llama_cpp.llama_token * 64)()
-        n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, 64, True, False)
-        tokens = list(buf[:n])
+    with _raw_context(leveled, 256) as (model, ctx):
+        assert _native.llama_sparse_set_level(ctx, level.encode() if level else None) == 0
+        tokens = _tokens(model, b"The history of the Roman Empire begins with the founding of the city, and")
         split = _last_logits(ctx, model, [tokens[:-1], tokens[-1:]])
         for _ in range(2):   # and again, now that the decode graph has been seen
             split2 = _last_logits(ctx, model, [tokens[:-1], tokens[-1:]])
@@ -293,30 +302,15 @@ def test_decode_after_prefill_matches_one_batch(leveled: Path, level):
             whole = _last_logits(ctx, model, [tokens])
             err = np.abs(split - whole).max() / np.abs(whole).max()
             assert err < 0.02 and split.argmax() == whole.argmax(), err
-    finally:
-        llama_cpp.llama_free(ctx)
-        llama_cpp.llama_model_free(model)
 
 
 def test_prefill_is_dense_whatever_its_outputs(leveled: Path):
     """A prefill batch runs dense at any level, also where only its last token is an output (the last layer then
     sees one row): the graph's shape follows the batch, not the number of outputs, as upstream requires."""
-    import llama_cpp
-
     from llama_sparse import _native
 
-    model = llama_cpp.llama_model_load_from_file(str(leveled).encode(), llama_cpp.llama_model_default_params())
-    assert model
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = 256
-    cparams.n_threads = cparams.n_threads_batch = 2
-    ctx = llama_cpp.llama_init_from_model(model, cparams)
-    try:
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        text = b"It is a truth universally acknowledged, that a single man in possession of a good fortune"
-        buf = (llama_cpp.llama_token * 64)()
-        n = llama_cpp.llama_tokenize(vocab, text, len(text), buf, 64, True, False)
-        tokens = list(buf[:n])
+    with _raw_context(leveled, 256) as (model, ctx):
+        tokens = _tokens(model, b"It is a truth universally acknowledged, that a single man in possession of a good fortune")
         assert len(tokens) > 8
         out = {}
         for level in (None, "0.50"):
@@ -326,6 +320,3 @@ def test_prefill_is_dense_whatever_its_outputs(leveled: Path):
             n_lists = _native.llama_sparse_get_stats(ctx).n_lists
             assert n_lists == 0, (level, n_lists)   # no index list built for a prefill
         np.testing.assert_array_equal(out["0.50"], out[None])
-    finally:
-        llama_cpp.llama_free(ctx)
-        llama_cpp.llama_model_free(model)
