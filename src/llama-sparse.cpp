@@ -335,6 +335,9 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
         return;
     }
     info.cpu_layout_done = true;
+    if (model.hparams.no_alloc) {
+        return; // the tools' memory-fit pass: weights without data (a dummy buffer)
+    }
     const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
     const bool   cols = env != nullptr && strcmp(env, "cols") == 0;
     const bool   auto_ = env == nullptr || env[0] == '\0' || strcmp(env, "auto") == 0;
@@ -365,7 +368,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     for (const auto & nt : model.tensors_by_name) {
         ggml_tensor * t = nt.second;
         if (!ggml_sparse_is_zigzag(t) || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
-            !ggml_sparse_zz_cpu_colmajor_fast(t->type) || t->buffer == nullptr ||
+            !ggml_sparse_zz_cpu_colmajor_fast(t->type) || t->buffer == nullptr || t->data == nullptr ||
             !ggml_backend_buffer_is_host(t->buffer) || !ggml_is_contiguous(t) || t->ne[2] != 1 || t->ne[3] != 1) {
             continue;
         }
