@@ -38,10 +38,11 @@ def main() -> None:
     ap.add_argument("--levels", default="0.25,0.4,0.5")
     args = ap.parse_args()
 
+    vocab = llama_cpp.Llama(args.model, vocab_only=True, verbose=False)
     reader = GGUFReader(args.model)
     tensors = {t.name: t for t in reader.tensors}
     arch = reader.get_field("general.architecture").contents()
-    spec = gr.read_spec(reader, gr.ROPE_NEOX if arch in ("qwen2", "qwen3", "phi3") else gr.ROPE_NORM)
+    spec = gr.read_spec(reader, int(llama_cpp.llama_model_rope_type(vocab.model)))
     n_layer = int(reader.get_field(f"{arch}.block_count").contents())
     weights = [gr.load_block(tensors, {}, il) for il in range(n_layer)]
 
@@ -100,8 +101,6 @@ def main() -> None:
             b.queries, b.h_q = [np.arange(n)], h  # every row is a query: the block's full output
             h = b.forward(thr[il])["out"].astype(np.float32)
         return gr.rms_norm(h, out_norm, spec.rms_eps) @ out_w.T
-
-    vocab = llama_cpp.Llama(args.model, vocab_only=True, verbose=False)
 
     def windows(path: str, k: int, skip: int) -> list[list[int]]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")[skip:]

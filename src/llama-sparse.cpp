@@ -368,7 +368,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     for (const auto & nt : model.tensors_by_name) {
         ggml_tensor * t = nt.second;
         if (!ggml_sparse_is_zigzag(t) || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
-            !ggml_sparse_zz_cpu_colmajor_fast(t->type) || t->buffer == nullptr || t->data == nullptr ||
+            !ggml_sparse_zz_cpu_colmajor_fast(t->type) || t->buffer == nullptr ||
             !ggml_backend_buffer_is_host(t->buffer) || !ggml_is_contiguous(t) || t->ne[2] != 1 || t->ne[3] != 1) {
             continue;
         }

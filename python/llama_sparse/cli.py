@@ -343,11 +343,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ns = argparse.Namespace(n_predict=args.n_predict, temp=0.0)
     msgs = [{"role": "user", "content": args.prompt}]
     results = []
-    levels = [None] + (["0.50"] if "0.50" in _levels_of(model) else [])
-    for i, level in enumerate(levels):
+    levels: list[Optional[str]] = [None]
+    for i, level in enumerate(levels):  # 0.50 joins once the dense model shows the file has it
         # one model per level, each started at its level: the CPU backend lays weights out for the level
         # a model's first context starts at (column-major when sparse), as a user running one level gets
         llm = Llama(model, n_ctx=1024, n_threads=args.threads, verbose=False, sparsity=level)
+        if level is None and "0.50" in llm.sparsity_levels:
+            levels.append("0.50")
         try:
             print(f"\n[{3 + i}/4] {llm.sparsity}: ", end="", flush=True)
             _, tps, n = _stream_chat(llm, msgs, ns)

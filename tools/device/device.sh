@@ -56,7 +56,7 @@
 #              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
-#   e2e-prof   ncu device time per decode token by kernel: stock against fork dense and E2E_PROF_LEVELS (0.50)
+#   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
