@@ -81,10 +81,18 @@ static bool zz_group_enabled() {
     return on;
 }
 
-bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+// (not across the streams of upstream's concurrent regions)
+static bool zz_single_stream(ggml_backend_cuda_context & ctx) {
+    return ctx.curr_stream_no == 0 && ctx.stream_context().concurrent_events.empty();
+}
+
+int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * node = ggml_graph_node(cgraph, i);
+    if (node->op == GGML_OP_GLU) {
+        return zz_single_stream(ctx) ? ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i) : 0;
+    }
     if (node->op != GGML_OP_MUL_MAT_ZZ) {
-        return false;
+        return 0;
     }
     {
         std::lock_guard<std::mutex> lock(zz_group_mutex);
@@ -101,12 +109,14 @@ bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * 
             }
         }
         if (done) {
-            return true;
+            return 1;
         }
     }
-    // (not across the streams of upstream's concurrent regions)
-    if (!zz_group_enabled() || ctx.curr_stream_no != 0 || !ctx.stream_context().concurrent_events.empty()) {
-        return false;
+    if (!zz_single_stream(ctx)) {
+        return 0;
+    }
+    if (!zz_group_enabled()) {
+        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i);
     }
     int nodes[ZZ_GROUP_MAX];
     int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
@@ -126,14 +136,14 @@ bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * 
         count = kept;
     }
     if (count < 2) {
-        return false;
+        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i); // a single matmul: with its residual add, if any
     }
     ggml_tensor * dst[ZZ_GROUP_MAX];
     for (int s = 0; s < count; ++s) {
         dst[s] = ggml_graph_node(cgraph, nodes[s]);
     }
     if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count)) {
-        return false;
+        return 0;
     }
     static bool logged = false;
     std::lock_guard<std::mutex> lock(zz_group_mutex);
@@ -145,5 +155,5 @@ bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * 
     for (int s = 1; s < count; ++s) {
         zz_group_pending.push_back({ &ctx, cgraph, nodes[s], dst[s] });
     }
-    return true;
+    return 1;
 }

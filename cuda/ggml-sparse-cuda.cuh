@@ -9,7 +9,7 @@
 //     case GGML_OP_MUL_MAT_ZZ:
 //     case GGML_OP_SPARQ_ATTN: return ggml_cuda_sparse_supports_op(op);
 // ggml-cuda.cu, ggml_cuda_graph_evaluate_and_capture, before upstream's fusion:
-//     if (ggml_cuda_sparse_graph_node(*cuda_ctx, cgraph, i)) continue;
+//     if (int n = ggml_cuda_sparse_graph_node(*cuda_ctx, cgraph, i); n > 0) { i += n - 1; continue; }
 // Sources: cuda/*.cu; include dirs: cuda/, ggml-sparse/.
 #pragma once
 
@@ -24,7 +24,8 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op);
 // runs op if it is one of the sparse ops; false otherwise (for a single `if` in ggml_cuda_compute_forward)
 bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
-// graph loop hook for node i: true when the node has been run (or is run now) as part of a group of sibling
-// MUL_MAT_ZZ nodes (q/k/v, gate/up: one GEMV launch at the first one's place); false = run it as usual.
-// LLAMA_SPARSE_CUDA_GROUP=0 turns grouping off.
-bool ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+// graph loop hook for node i: how many nodes from i on it has run, 0 = run node i as usual. 1 when node i has
+// been run (or is run now) as part of a group of sibling MUL_MAT_ZZ nodes (q/k/v, gate/up: one GEMV launch at
+// the first one's place; LLAMA_SPARSE_CUDA_GROUP=0 turns grouping off); more when a zigzag GEMV took in the
+// SwiGLU before it or the residual add after it (ggml_cuda_op_mul_mat_zz_fuse).
+int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);

@@ -825,9 +825,12 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
 // row numbers the block-row in the grid (ticket slots and counters), row_y its outputs in y.
+// bias (nullptr: none, else laid out like y with its own row stride) is added where y is written; with atomics
+// the launcher has copied it into y first.
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
-        const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets) {
+        const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets,
+        const float * bias = nullptr, const int64_t bias_stride = 0) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
@@ -846,7 +849,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             const int     t  = t0 + e/B;
             const int64_t iy = t*y_stride + (int64_t) row_y*B + e%B;
             if (red_mode == ZZ_RED_STORE) {
-                y[iy] = sum;
+                y[iy] = bias ? sum + bias[t*bias_stride + (int64_t) row_y*B + e%B] : sum;
             } else if (red_mode == ZZ_RED_TICKET) {
                 __stcg(slot + t*B + e%B, sum);
             } else if (red_mode == ZZ_RED_ATOMIC) {
@@ -885,6 +888,9 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 for (int b = 0; b < nb; ++b) {
                     sum += __ldcg(ws_row + (int64_t) b*(T*B) + e);
                 }
+                if (bias) {
+                    sum += bias[(e/B)*bias_stride + (int64_t) row_y*B + e%B];
+                }
                 y[(e/B)*y_stride + (int64_t) row_y*B + e%B] = sum;
             }
         }
@@ -901,6 +907,9 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             float sum = 0.0f;
             for (int r = 0; r < nb; ++r) {
                 sum += cluster.map_shared_rank(tot, r)[e];
+            }
+            if (bias) {
+                sum += bias[(e/B)*bias_stride + (int64_t) row_y*B + e%B];
             }
             y[(e/B)*y_stride + (int64_t) row_y*B + e%B] = sum;
         }
@@ -1153,12 +1162,18 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 
 // The weights of one direct launch: up to ZZ_GROUP_MAX weights of the same width that read the same x (q/k/v,
 // gate/up), their block-rows one after another in grid.y. Segment s holds grid rows [row_end[s-1], row_end[s]).
+// Fused neighbours (ggml_cuda_op_mul_mat_zz_fuse): bias[s] is added to y[s] (a residual add), and with up set
+// the input is silu(x)*up (SwiGLU), computed where x is read.
 struct zz_segs {
-    int          nseg;
-    int          row_end[ZZ_GROUP_MAX];
-    const char * w[ZZ_GROUP_MAX];
-    float      * y[ZZ_GROUP_MAX];
-    int64_t      y_stride[ZZ_GROUP_MAX];
+    int           nseg;
+    int           row_end[ZZ_GROUP_MAX];
+    const char  * w[ZZ_GROUP_MAX];
+    float       * y[ZZ_GROUP_MAX];
+    int64_t       y_stride[ZZ_GROUP_MAX];
+    const float * bias[ZZ_GROUP_MAX];
+    int64_t       bias_stride[ZZ_GROUP_MAX];
+    const float * up;
+    int64_t       up_stride;
 };
 
 // segment s of segs: its weight, output and first grid row (selects: no dynamic indexing into the parameter space)
@@ -1177,6 +1192,29 @@ static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const i
             row0     = segs.row_end[k - 1];
         }
     }
+}
+
+static __device__ __forceinline__ void zz_seg_bias(const zz_segs & segs, const int s, const float *& bias, int64_t & stride) {
+    bias   = segs.bias[0];
+    stride = segs.bias_stride[0];
+#pragma unroll
+    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
+        if (k == s) {
+            bias   = segs.bias[k];
+            stride = segs.bias_stride[k];
+        }
+    }
+}
+
+// input t, column c of a direct launch: x, or with GLU silu(x)*up (a fused SwiGLU; unary.cuh's expression)
+template <bool GLU>
+static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const float * x, const int64_t x_stride,
+        const int t, const int c) {
+    const float v = x[t*x_stride + c];
+    if constexpr (GLU) {
+        return v/(1.0f + expf(-v)) * segs.up[t*segs.up_stride + c];
+    }
+    return v;
 }
 
 // shared bytes of one warp's FUSED queue: columns and their x
@@ -1222,7 +1260,8 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
     }
 }
 
-template <int T, int mode, int V, bool OPQ = false>
+// GLU: x is silu(x)*segs.up (a fused SwiGLU)
+template <int T, int mode, int V, bool OPQ = false, bool GLU = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1299,7 +1338,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-            xn[t] = c_begin + lane < c_end ? x[t*x_stride + c_begin + lane] : 0.0f;
+            xn[t] = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
         }
         int queued = 0;
         for (int base = c_begin; base < c_end; base += WARP_SIZE) {
@@ -1314,7 +1353,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             act = act && c < c_end;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xn[t] = c + WARP_SIZE < c_end ? x[t*x_stride + c + WARP_SIZE] : 0.0f;
+                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
             }
             const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
             if (act) {
@@ -1396,7 +1435,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
-                    xb[st][i] = col[st][i] >= 0 && tg < T ? x[tg*x_stride + col[st][i]] : 0.0f;
+                    xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<GLU>(segs, x, x_stride, tg, col[st][i]) : 0.0f;
                 }
             }
 #pragma unroll
@@ -1414,6 +1453,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         }
     }
 
+    const float * bias;
+    int64_t       bias_stride;
+    zz_seg_bias(segs, seg, bias, bias_stride);
     // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         if constexpr (V == 1) {
@@ -1421,7 +1463,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         } else {
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
         }
-    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
+    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets, bias, bias_stride);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols);
@@ -1513,7 +1555,7 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-// the outputs of every segment = 0 (grid.y = segment) as a kernel launched like its neighbours (PDL): a memset node
+// the outputs of every segment = 0, or = its bias (grid.y = segment) as a kernel launched like its neighbours (PDL): a memset node
 // between two kernels breaks their programmatic overlap. It waits for the earlier kernels first: y may reuse memory
 // one of them still reads.
 static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int B) {
@@ -1524,9 +1566,12 @@ static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int
     int64_t      y_stride;
     int          r0;
     zz_seg_pick(segs, (int) blockIdx.y, w, y, y_stride, r0);
+    const float * bias;
+    int64_t       bias_stride;
+    zz_seg_bias(segs, (int) blockIdx.y, bias, bias_stride);
     const int64_t m = (int64_t) (segs.row_end[blockIdx.y] - r0)*B;
     for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < m*T; e += (int64_t) gridDim.x*blockDim.x) {
-        y[(e/m)*y_stride + e % m] = 0.0f;
+        y[(e/m)*y_stride + e % m] = bias ? bias[(e/m)*bias_stride + e % m] : 0.0f;
     }
 }
 
@@ -1539,7 +1584,7 @@ static bool zz_zero_by_kernel() {
 }
 
 // graph safe, in the same stream: one zz_zero_kernel for a group (or with LLAMA_SPARSE_CUDA_ZERO_KERNEL=1), else
-// a memset node
+// a memset node, or a copy node from a fused bias (none when the add is in place: bias is y)
 static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStream_t stream) {
     if (segs.nseg > 1 || zz_zero_by_kernel()) {
         const int64_t n = (int64_t) segs.row_end[segs.nseg - 1]*B*T;
@@ -1550,6 +1595,13 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
     }
     float * y = segs.y[0];
     const int64_t m = (int64_t) segs.row_end[0]*B, y_stride = segs.y_stride[0];
+    if (segs.bias[0] != nullptr) {
+        if (segs.bias[0] != y || segs.bias_stride[0] != y_stride) {
+            CUDA_CHECK(cudaMemcpy2DAsync(y, y_stride*sizeof(float), segs.bias[0], segs.bias_stride[0]*sizeof(float),
+                                         m*sizeof(float), T, cudaMemcpyDeviceToDevice, stream));
+        }
+        return;
+    }
     if (y_stride == m || T == 1) {
         CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t) ((T - 1)*y_stride + m)*sizeof(float), stream));
     } else {
@@ -1764,9 +1816,16 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_version() == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
+    if constexpr (mode != ZZ_GEMV_IDX) {
+        if (segs.up != nullptr) { // a fused SwiGLU: version 2 only (ggml_cuda_op_mul_mat_zz_fuse checks)
+            GGML_ASSERT(zz_direct_version() == 2);
+            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, true>;
+        }
+    }
+    GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
-        if (opaque_on && zz_direct_version() == 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+        if (opaque_on && segs.up == nullptr && zz_direct_version() == 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
             kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
         }
     }
@@ -1791,7 +1850,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
             return;
         }
     }
-    GGML_ASSERT(segs.nseg == 1);
+    GGML_ASSERT(segs.nseg == 1 && segs.bias[0] == nullptr && segs.up == nullptr);
     const char *  w        = segs.w[0];
     float *       y        = segs.y[0];
     const int64_t y_stride = segs.y_stride[0];
@@ -1867,9 +1926,11 @@ static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const zz_s
 }
 
 // seg[0..nseg): the weights of one launch (nseg > 1: direct Q4_K kernel only)
+// seg[s].bias and up: the direct Q4_K kernel only
 static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+        const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream,
+        const float * up = nullptr, const int64_t up_stride = 0) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
@@ -1888,7 +1949,11 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         segs.w[s]        = (const char *) seg[s].w;
         segs.y[s]        = seg[s].y;
         segs.y_stride[s] = seg[s].y_stride;
+        segs.bias[s]        = seg[s].bias;
+        segs.bias_stride[s] = seg[s].bias_stride;
     }
+    segs.up        = up;
+    segs.up_stride = up_stride;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
@@ -2654,5 +2719,153 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     }
     return zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream());
+}
+
+static bool zz_fuse_enabled() {
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE_OPS");
+        const char * d = getenv("GGML_CUDA_DISABLE_FUSION");
+        return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
+    }();
+    return on;
+}
+
+static bool zz_bytes_overlap(const ggml_tensor * a, const ggml_tensor * b) {
+    const char * a0 = (const char *) a->data;
+    const char * b0 = (const char *) b->data;
+    return a0 < b0 + ggml_nbytes(b) && b0 < a0 + ggml_nbytes(a);
+}
+
+// an f32 matrix of rows of ne0 contiguous floats, n_rows rows
+static bool zz_fuse_rows_f32(const ggml_tensor * t, const int64_t ne0, const int64_t n_rows) {
+    return t->type == GGML_TYPE_F32 && t->ne[0] == ne0 && t->ne[1] == n_rows && t->ne[2] == 1 && t->ne[3] == 1 &&
+           t->nb[0] == sizeof(float) && t->nb[1] % sizeof(float) == 0;
+}
+
+static bool zz_fuse_node_ok(const ggml_cgraph * cgraph, const int j, const int n_uses) {
+    return (cgraph->nodes[j]->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_node_has_n_uses(cgraph, j, n_uses);
+}
+
+int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const int i) {
+    if (!zz_fuse_enabled()) {
+        return 0;
+    }
+    const int n_nodes = cgraph->n_nodes;
+    int k = i;
+    const ggml_tensor * glu = nullptr;
+    const ggml_tensor * idx = nullptr;
+    if (cgraph->nodes[k]->op == GGML_OP_GLU) {
+        glu = cgraph->nodes[k++];
+        if (k < n_nodes && cgraph->nodes[k]->op == GGML_OP_SPARSE_IDX && cgraph->nodes[k]->src[0] == glu) {
+            idx = cgraph->nodes[k++];
+        }
+    }
+    if (k >= n_nodes || cgraph->nodes[k]->op != GGML_OP_MUL_MAT_ZZ) {
+        return 0;
+    }
+    const int           i_mm = k;
+    const ggml_tensor * mm   = cgraph->nodes[i_mm];
+    const ggml_tensor * w    = mm->src[0];
+    const ggml_tensor * x    = mm->src[1];
+    const ggml_tensor * list = mm->src[2];
+    const int64_t       B        = ggml_blck_size(w->type);
+    const int64_t       n        = w->ne[0]/B;
+    const int64_t       m        = w->ne[1]*B;
+    const int64_t       n_tokens = x->ne[1];
+
+    // the matmul: what the direct Q4_K kernel runs (decode batches)
+    if (w->type != GGML_TYPE_Q4_K || !zz_get_caps().direct || !ggml_is_contiguous(w) || w->ne[2] != 1 ||
+            w->ne[3] != 1 || w->ne[1] > 65535 || n_tokens < 1 || n_tokens > ZZ_GEMV_MAX_BATCH ||
+            !zz_fuse_rows_f32(x, n, n_tokens) || !zz_fuse_rows_f32(mm, m, n_tokens)) {
+        return 0;
+    }
+    zz_gemv_mode mode = ZZ_GEMV_DENSE;
+    float        thr  = 0.0f;
+    if (list != nullptr) {
+        if (list->type != GGML_TYPE_I32 || list->ne[0] != n + 1) {
+            return 0;
+        }
+        mode = sparse_idx_cuda_lazy(list) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
+        memcpy(&thr, &list->op_params[0], sizeof(float));
+    }
+
+    // the SwiGLU that makes x: split (gate, up) or one tensor of both halves
+    const float * gate      = nullptr;
+    const float * up        = nullptr;
+    int64_t       g_stride  = 0;
+    int64_t       up_stride = 0;
+    if (glu != nullptr) {
+        const ggml_tensor * a = glu->src[0];
+        const ggml_tensor * b = glu->src[1];
+        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() == 2 &&
+                          zz_fuse_rows_f32(glu, n, n_tokens) &&
+                          (idx == nullptr ? list == nullptr : list == idx && mode == ZZ_GEMV_FUSED) &&
+                          zz_fuse_node_ok(cgraph, i, idx ? 2 : 1) && (idx == nullptr || zz_fuse_node_ok(cgraph, i + 1, 1));
+        if (!fits) {
+            return 0;
+        }
+        if (b != nullptr) {
+            if (!zz_fuse_rows_f32(a, n, n_tokens) || !zz_fuse_rows_f32(b, n, n_tokens)) {
+                return 0;
+            }
+            gate = (const float *) a->data; g_stride  = a->nb[1]/sizeof(float); // (split: no swap, as ggml-cuda)
+            up   = (const float *) b->data; up_stride = b->nb[1]/sizeof(float);
+        } else {
+            if (!zz_fuse_rows_f32(a, 2*n, n_tokens)) {
+                return 0;
+            }
+            const bool swapped = ggml_get_op_params_i32(glu, 1) != 0;
+            gate = (const float *) a->data + (swapped ? n : 0); g_stride  = a->nb[1]/sizeof(float);
+            up   = (const float *) a->data + (swapped ? 0 : n); up_stride = g_stride;
+        }
+    }
+
+    // the residual add after it
+    const ggml_tensor * add  = nullptr;
+    const ggml_tensor * bias = nullptr;
+    if (i_mm + 1 < n_nodes && cgraph->nodes[i_mm + 1]->op == GGML_OP_ADD) {
+        const ggml_tensor * a = cgraph->nodes[i_mm + 1];
+        const ggml_tensor * r = a->src[0] == mm ? a->src[1] : a->src[1] == mm ? a->src[0] : nullptr;
+        if (r != nullptr && r != mm && zz_fuse_rows_f32(a, m, n_tokens) && zz_fuse_rows_f32(r, m, n_tokens) &&
+                zz_fuse_node_ok(cgraph, i_mm, 1) && (a->flags & GGML_TENSOR_FLAG_COMPUTE)) {
+            add  = a;
+            bias = r;
+        }
+    }
+    if (glu == nullptr && add == nullptr) {
+        return 0;
+    }
+
+    // the output may not overlap what the launch reads, except a bias that is the output itself (in place)
+    const ggml_tensor * out = add ? add : mm;
+    const ggml_tensor * reads[4] = { w, glu ? glu->src[0] : x, glu ? glu->src[1] : nullptr,
+                                     mode == ZZ_GEMV_IDX ? list : nullptr };
+    for (const ggml_tensor * t : reads) {
+        if (t != nullptr && zz_bytes_overlap(out, t)) {
+            return 0;
+        }
+    }
+    if (bias != nullptr && zz_bytes_overlap(out, bias) && (bias->data != out->data || bias->nb[1] != out->nb[1])) {
+        return 0;
+    }
+
+    zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
+    if (bias != nullptr) {
+        seg.bias        = (const float *) bias->data;
+        seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));
+    }
+    const float * xin      = glu ? gate : (const float *) x->data;
+    const int64_t x_stride = glu ? g_stride : (int64_t) (x->nb[1]/sizeof(float));
+    const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, w->type, n, m, (int) n_tokens);
+    zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
+            mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
+            up, up_stride);
+
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+        GGML_LOG_INFO("llama-sparse: CUDA fuses SwiGLU inputs and residual adds into zigzag GEMVs (first: %s; "
+                      "LLAMA_SPARSE_CUDA_FUSE_OPS=0 turns it off)\n", mm->name);
+    }
+    return (add ? i_mm + 2 : i_mm + 1) - i;
 }
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -64,10 +64,12 @@ bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
 
 // one weight of a grouped launch: W [m outputs], y[t*y_stride + i]
 struct zz_gemv_seg {
-    const void * w;
-    int64_t      m;
-    float      * y;
-    int64_t      y_stride;
+    const void  * w;
+    int64_t       m;
+    float       * y;
+    int64_t       y_stride;
+    const float * bias        = nullptr; // y = W x + bias (a fused residual add; direct Q4_K kernel only)
+    int64_t       bias_stride = 0;
 };
 
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
@@ -111,4 +113,11 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
 // the MUL_MAT_ZZ nodes dst[0..count) (same x, idx, weight type and width; ggml_sparse_zz_siblings) as one GEMV
 // launch at decode; false (nothing launched) when the group has no grouped kernel (then run them one by one)
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, int count);
+
+// node i and its neighbours as one GEMV launch of the direct Q4_K kernel, where the graph allows it:
+//   [GLU (SwiGLU) [, SPARSE_IDX (lazy)]], MUL_MAT_ZZ [, ADD]
+// the SwiGLU is computed where the GEMV reads x, the ADD (a residual) is added where it writes y; the nodes
+// left out must have no other users. Returns the number of nodes run from i on, 0 when it ran nothing.
+// LLAMA_SPARSE_CUDA_FUSE_OPS=0 (or GGML_CUDA_DISABLE_FUSION) turns it off.
+int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i);
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -244,17 +244,21 @@ _Tensor._fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", 
 @pytest.mark.parametrize("level", [None, "0.50"])
 def test_decode_graph_keeps_siblings_adjacent(leveled: Path, level):
     """In a decode graph, matmuls that read one input (q/k/v, gate/up) are consecutive nodes: that is what lets
-    a backend run them as one launch with all their outputs live (CUDA sibling groups)."""
+    a backend run them as one launch with all their outputs live (CUDA sibling groups). And the nodes CUDA runs
+    with a zigzag GEMV sit next to it: the SwiGLU (and the lazy index list) before ffn_down, the residual add
+    after attn_output and ffn_down (ggml_cuda_op_mul_mat_zz_fuse)."""
     import llama_cpp
 
     from llama_sparse import _native
 
-    order: list[str] = []
+    order: list[tuple[int, str, str, list[int]]] = []   # (node, its name, src0's name, srcs)
 
     def cb(t, ask, _ud):
         if ask:
-            src0 = ctypes.cast(t, ctypes.POINTER(_Tensor)).contents.src[0]
-            order.append(src0.contents.name.decode() if src0 else "")
+            node = ctypes.cast(t, ctypes.POINTER(_Tensor)).contents
+            srcs = [ctypes.addressof(p.contents) for p in node.src if p]
+            src0 = node.src[0].contents.name.decode() if node.src[0] else ""
+            order.append((t, node.name.decode(), src0, srcs))
         return False
 
     cb_c = llama_cpp.ggml_backend_sched_eval_callback(cb)
@@ -264,10 +268,21 @@ def test_decode_graph_keeps_siblings_adjacent(leveled: Path, level):
             order.clear()
             arr = (llama_cpp.llama_token * 1)(tok)
             assert llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, 1)) == 0
+    src0s = [o[2] for o in order]
     for il in (0, 15):
         for names in (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up")):
-            pos = sorted(order.index(f"blk.{il}.{n}.weight") for n in names)
-            assert pos == list(range(pos[0], pos[0] + len(names))), (il, names, pos, order[pos[0]:pos[-1] + 1])
+            pos = sorted(src0s.index(f"blk.{il}.{n}.weight") for n in names)
+            assert pos == list(range(pos[0], pos[0] + len(names))), (il, names, pos, src0s[pos[0]:pos[-1] + 1])
+        for w in ("attn_output", "ffn_down"):
+            i = src0s.index(f"blk.{il}.{w}.weight")
+            # the residual add reads the matmul's output right away
+            assert order[i][0] in order[i + 1][3], (il, w, [o[1] for o in order[i - 2:i + 3]])
+        i = src0s.index(f"blk.{il}.ffn_down.weight")
+        glu = order[i - 2] if level else order[i - 1]
+        assert glu[1].startswith("ffn_swiglu"), (il, [o[1] for o in order[i - 3:i + 1]])
+        if level:   # the index list over the SwiGLU's output, between it and the matmul
+            assert order[i - 1][1].startswith("sparse_idx") and order[i - 1][3][0] == glu[0]
+        assert glu[0] in order[i][3]
 
 
 def _last_logits(ctx, model, chunks: list[list[int]]) -> np.ndarray:

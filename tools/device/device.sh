@@ -12,7 +12,8 @@
 #         seconds for it and copies the logs to $OUT: for chains longer than one device command
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
-#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU
+#   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
+#              variants zero-kernel, group-off, fuse-off, ticket, cluster)
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -56,6 +57,7 @@
 #              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
+#   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
@@ -294,9 +296,13 @@ remote() {
                 local env=()
                 [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
                 [ "${o#*:}" = group-off ] && env=(LLAMA_SPARSE_CUDA_GROUP=0)
+                [ "${o#*:}" = fuse-off ] && env=(LLAMA_SPARSE_CUDA_FUSE_OPS=0)
+                [ "${o#*:}" = ticket ] && env=(LLAMA_SPARSE_CUDA_TICKET=1)
+                [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
+                grep -m1 "llama-sparse: CUDA fuses" "$out/test-backend-ops-$o.log" || true
             done
             ;;
         sparq-test)
@@ -639,6 +645,27 @@ remote() {
             fi
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
+            ;;
+        fuse-check)
+            # decode logits with the fused SwiGLU / residual adds (default) against LLAMA_SPARSE_CUDA_FUSE_OPS=0, dense
+            # and at 0.50, on the calibrated 7B-shaped model; at 0.50 also off against off (the reductions' own spread).
+            # FUSE_CHECK_ENV (e.g. LLAMA_SPARSE_CUDA_TICKET=1: deterministic reductions) applies to every run
+            [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
+            local lv rc=0
+            [ -z "${FUSE_CHECK_ENV:-}" ] || { export ${FUSE_CHECK_ENV}; echo "with $FUSE_CHECK_ENV"; }
+            for lv in dense 0.50; do
+                local lvl=(); [ $lv = dense ] || lvl=(--level $lv)
+                python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" > "$out/fuse-check-$lv.log" 2>&1 &&
+                LLAMA_SPARSE_CUDA_FUSE_OPS=0 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
+                    >> "$out/fuse-check-$lv.log" 2>&1 || { rc=1; tail -5 "$out/fuse-check-$lv.log"; continue; }
+                echo "$lv, fused against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-$lv-off.npy" "$work/logits-$lv-on.npy" || true)"
+            done
+            if LLAMA_SPARSE_CUDA_FUSE_OPS=0 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 \
+                    >> "$out/fuse-check-0.50.log" 2>&1; then
+                echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
+            fi
+            grep -h "llama-sparse: CUDA fuses" "$out"/fuse-check-*.log | head -1 || true
+            [ $rc = 0 ]
             ;;
         e2e-prof)
             # device time per decode token by kernel (ncu, one metric; kernels serialized, so no overlap or gaps):
