@@ -1555,9 +1555,9 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
     ggml_cuda_kernel_launch(kernel, params, args...);
 }
 
-// the outputs of every segment = 0, or = its bias (grid.y = segment) as a kernel launched like its neighbours (PDL): a memset node
-// between two kernels breaks their programmatic overlap. It waits for the earlier kernels first: y may reuse memory
-// one of them still reads.
+// the outputs of every segment = 0, or = its bias (grid.y = segment) as a kernel launched like its neighbours
+// (PDL): a memset node between two kernels breaks their programmatic overlap. It waits for the earlier kernels
+// first: y may reuse memory one of them still reads.
 static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int B) {
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc();
@@ -2774,8 +2774,9 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const int64_t       n_tokens = x->ne[1];
 
     // the matmul: what the direct Q4_K kernel runs (decode batches)
-    if (w->type != GGML_TYPE_Q4_K || !zz_get_caps().direct || !ggml_is_contiguous(w) || w->ne[2] != 1 ||
-            w->ne[3] != 1 || w->ne[1] > 65535 || n_tokens < 1 || n_tokens > ZZ_GEMV_MAX_BATCH ||
+    if (!(mm->flags & GGML_TENSOR_FLAG_COMPUTE) || w->type != GGML_TYPE_Q4_K || !zz_get_caps().direct ||
+            !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] > 65535 || n_tokens < 1 ||
+            n_tokens > ZZ_GEMV_MAX_BATCH ||
             !zz_fuse_rows_f32(x, n, n_tokens) || !zz_fuse_rows_f32(mm, m, n_tokens)) {
         return 0;
     }
