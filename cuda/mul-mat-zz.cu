@@ -16,6 +16,7 @@
 // cluster (sm_90) reading its peers' shared memory. All are CUDA-graph safe: no host reads, no host sync.
 #include "mul-mat-zz.cuh"
 #include "sparse-idx.cuh"
+#include "ggml-sparse.h"
 
 #include <cooperative_groups.h>
 
@@ -1176,6 +1177,19 @@ struct zz_segs {
     int64_t       up_stride;
 };
 
+// a[s] by compares (no dynamic indexing into the parameter space)
+template <typename V>
+static __device__ __forceinline__ V zz_seg_sel(const V (&a)[ZZ_GROUP_MAX], const int s) {
+    V v = a[0];
+#pragma unroll
+    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
+        if (k == s) {
+            v = a[k];
+        }
+    }
+    return v;
+}
+
 // segment s of segs: its weight, output and first grid row (selects: no dynamic indexing into the parameter space)
 static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const int s, const char *& w, float *& y,
         int64_t & y_stride, int & row0) {
@@ -1190,18 +1204,6 @@ static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const i
             y        = segs.y[k];
             y_stride = segs.y_stride[k];
             row0     = segs.row_end[k - 1];
-        }
-    }
-}
-
-static __device__ __forceinline__ void zz_seg_bias(const zz_segs & segs, const int s, const float *& bias, int64_t & stride) {
-    bias   = segs.bias[0];
-    stride = segs.bias_stride[0];
-#pragma unroll
-    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
-        if (k == s) {
-            bias   = segs.bias[k];
-            stride = segs.bias_stride[k];
         }
     }
 }
@@ -1453,9 +1455,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         }
     }
 
-    const float * bias;
-    int64_t       bias_stride;
-    zz_seg_bias(segs, seg, bias, bias_stride);
+    const float * bias        = zz_seg_sel(segs.bias, seg);
+    const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
     // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         if constexpr (V == 1) {
@@ -1566,9 +1567,8 @@ static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int
     int64_t      y_stride;
     int          r0;
     zz_seg_pick(segs, (int) blockIdx.y, w, y, y_stride, r0);
-    const float * bias;
-    int64_t       bias_stride;
-    zz_seg_bias(segs, (int) blockIdx.y, bias, bias_stride);
+    const float * bias        = zz_seg_sel(segs.bias, (int) blockIdx.y);
+    const int64_t bias_stride = zz_seg_sel(segs.bias_stride, (int) blockIdx.y);
     const int64_t m = (int64_t) (segs.row_end[blockIdx.y] - r0)*B;
     for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < m*T; e += (int64_t) gridDim.x*blockDim.x) {
         y[(e/m)*y_stride + e % m] = bias ? bias[(e/m)*bias_stride + e % m] : 0.0f;
@@ -2680,6 +2680,16 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     }
 }
 
+// the GEMV mode of a matmul's column list (src2) and its threshold: none DENSE, lazy FUSED, else IDX
+static zz_gemv_mode zz_list_mode(const ggml_tensor * list, float & thr) {
+    thr = 0.0f;
+    if (list == nullptr) {
+        return ZZ_GEMV_DENSE;
+    }
+    memcpy(&thr, &list->op_params[0], sizeof(float));
+    return sparse_idx_cuda_lazy(list) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
+}
+
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count) {
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
@@ -2711,12 +2721,8 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const float * x        = (const float *) src1->data;
     const int64_t x_stride = src1->nb[1]/sizeof(float);
     const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
-    zz_gemv_mode mode = ZZ_GEMV_DENSE;
-    float        thr  = 0.0f;
-    if (src2 != nullptr) {
-        mode = sparse_idx_cuda_lazy(src2) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
-        memcpy(&thr, &src2->op_params[0], sizeof(float));
-    }
+    float              thr;
+    const zz_gemv_mode mode = zz_list_mode(src2, thr);
     return zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream());
 }
@@ -2728,12 +2734,6 @@ static bool zz_fuse_enabled() {
         return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
     }();
     return on;
-}
-
-static bool zz_bytes_overlap(const ggml_tensor * a, const ggml_tensor * b) {
-    const char * a0 = (const char *) a->data;
-    const char * b0 = (const char *) b->data;
-    return a0 < b0 + ggml_nbytes(b) && b0 < a0 + ggml_nbytes(a);
 }
 
 // an f32 matrix of rows of ne0 contiguous floats, n_rows rows
@@ -2780,15 +2780,11 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
             !zz_fuse_rows_f32(x, n, n_tokens) || !zz_fuse_rows_f32(mm, m, n_tokens)) {
         return 0;
     }
-    zz_gemv_mode mode = ZZ_GEMV_DENSE;
-    float        thr  = 0.0f;
-    if (list != nullptr) {
-        if (list->type != GGML_TYPE_I32 || list->ne[0] != n + 1) {
-            return 0;
-        }
-        mode = sparse_idx_cuda_lazy(list) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
-        memcpy(&thr, &list->op_params[0], sizeof(float));
+    if (list != nullptr && (list->type != GGML_TYPE_I32 || list->ne[0] != n + 1)) {
+        return 0;
     }
+    float              thr;
+    const zz_gemv_mode mode = zz_list_mode(list, thr);
 
     // the SwiGLU that makes x: split (gate, up) or one tensor of both halves
     const float * gate      = nullptr;
@@ -2842,11 +2838,11 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const ggml_tensor * reads[4] = { w, glu ? glu->src[0] : x, glu ? glu->src[1] : nullptr,
                                      mode == ZZ_GEMV_IDX ? list : nullptr };
     for (const ggml_tensor * t : reads) {
-        if (t != nullptr && zz_bytes_overlap(out, t)) {
+        if (ggml_sparse_mem_overlaps(out, t)) {
             return 0;
         }
     }
-    if (bias != nullptr && zz_bytes_overlap(out, bias) && (bias->data != out->data || bias->nb[1] != out->nb[1])) {
+    if (ggml_sparse_mem_overlaps(out, bias) && (bias->data != out->data || bias->nb[1] != out->nb[1])) {
         return 0;
     }
 

@@ -81,7 +81,7 @@ struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * 
     return stats;
 }
 
-static bool zz_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b) {
+bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b) {
     if (a == NULL || b == NULL || a->data == NULL || b->data == NULL) {
         return false;
     }
@@ -92,11 +92,11 @@ static bool zz_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tens
 
 // does node k read or write memory that overlaps t?
 static bool zz_node_touches(const struct ggml_tensor * k, const struct ggml_tensor * t) {
-    if (zz_mem_overlaps(k, t)) {
+    if (ggml_sparse_mem_overlaps(k, t)) {
         return true;
     }
     for (int s = 0; s < GGML_MAX_SRC; ++s) {
-        if (zz_mem_overlaps(k->src[s], t)) {
+        if (ggml_sparse_mem_overlaps(k->src[s], t)) {
             return true;
         }
     }

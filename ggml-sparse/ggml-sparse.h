@@ -92,6 +92,9 @@ GGML_API struct ggml_tensor * ggml_mul_mat_zz(
 // indices to nodes[0..count) (nodes[0] = i) and returns count (1: no sibling, 0: node i is no MUL_MAT_ZZ).
 GGML_API int ggml_sparse_zz_siblings(struct ggml_cgraph * graph, int i, int window, int * nodes, int max_nodes);
 
+// whether the data of a and b share bytes (false when either is NULL or has no data)
+GGML_API bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b);
+
 //
 // SparQ attention (Ribar et al. 2023, "SparQ Attention: Bandwidth-Efficient LLM Inference"), decode op.
 // Algorithm and KV-cache integration: docs/sparq.md. Op id GGML_OP_SPARQ_ATTN (patch 0001).
