@@ -43,7 +43,11 @@ enum zz_red_mode {
     ZZ_RED_ATOMIC  = 1, // atomicAdd into zeroed dst
     ZZ_RED_CLUSTER = 2, // distributed shared memory of a thread block cluster
     ZZ_RED_TICKET  = 3, // partials to a workspace, the last block of the block-row (ticket counter) sums them
+    ZZ_RED_FIRST   = 4, // the first block of the block-row to arrive (ticket counter) stores, the others add atomically
 };
+
+#define ZZ_TICKET_ROWS 65536     // counters: one per block-row (grid.y <= 65535); FIRST uses a second set after them
+#define ZZ_FIRST_FLAG  (1 << 24) // FIRST: added to a block-row's counter once its first block's stores are visible
 
 // ---------------------------------------------------------------------------------------------------
 // per-type decoding. Each type has: a lane struct (per-lane constants), a data struct (what one lane
@@ -825,6 +829,10 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
 // Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
+// First mode (no memset, no copy of the bias into y): the block that draws ticket 0 of its block-row writes
+// y = sum + bias, makes the stores visible and raises ZZ_FIRST_FLAG; the others wait for the flag, then
+// atomicAdd. Only blocks that already run can hold ticket 0, so the wait ends. A second counter,
+// tickets[ZZ_TICKET_ROWS + row], counts the blocks done with the first; the last one resets both.
 // row numbers the block-row in the grid (ticket slots and counters), row_y its outputs in y.
 // bias (nullptr: none, else laid out like y with its own row stride) is added where y is written; with atomics
 // the launcher has copied it into y first.
@@ -837,6 +845,24 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
     float * red = (float *) smem;
     float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
     float * slot = red_mode == ZZ_RED_TICKET ? ws + ((int64_t) row*gridDim.x + blockIdx.x)*(T*B) : nullptr;
+    bool first = false; // FIRST: this block stores
+    if (red_mode == ZZ_RED_FIRST) {
+        __shared__ int s_first;
+        if (threadIdx.x == 0) {
+            const int ticket = atomicAdd(tickets + row, 1);
+            if (ticket != 0) {
+                while (*(volatile int *) (tickets + row) < ZZ_FIRST_FLAG) {
+#if __CUDA_ARCH__ >= GGML_CUDA_CC_VOLTA
+                    __nanosleep(32);
+#endif
+                }
+                __threadfence(); // acquire: the first block's stores before this block's atomics
+            }
+            s_first = ticket == 0;
+        }
+        __syncthreads();
+        first = s_first;
+    }
     __syncthreads();
     for (int t0 = 0; t0 < T; t0 += tokens_per_pass) {
         const int tp = min(tokens_per_pass, T - t0);
@@ -849,17 +875,34 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             }
             const int     t  = t0 + e/B;
             const int64_t iy = t*y_stride + (int64_t) row_y*B + e%B;
-            if (red_mode == ZZ_RED_STORE) {
+            if (red_mode == ZZ_RED_STORE || first) {
                 y[iy] = bias ? sum + bias[t*bias_stride + (int64_t) row_y*B + e%B] : sum;
             } else if (red_mode == ZZ_RED_TICKET) {
                 __stcg(slot + t*B + e%B, sum);
-            } else if (red_mode == ZZ_RED_ATOMIC) {
+            } else if (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST) {
                 atomicAdd(y + iy, sum);
             } else {
                 tot[t*B + e%B] = sum;
             }
         }
         __syncthreads();
+    }
+
+    if (red_mode == ZZ_RED_FIRST) {
+        if (first) {
+            __threadfence(); // every thread's stores, before thread 0 raises the flag
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (first) {
+                atomicAdd(tickets + row, ZZ_FIRST_FLAG);
+            }
+            // every block has drawn its ticket and seen the flag: the last one resets the counters
+            if (atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1) == (int) gridDim.x - 1) {
+                *(volatile int *) (tickets + row)                  = 0;
+                *(volatile int *) (tickets + ZZ_TICKET_ROWS + row) = 0;
+            }
+        }
     }
 
     if (red_mode == ZZ_RED_TICKET) {
@@ -1609,22 +1652,24 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
     }
 }
 
-// LLAMA_SPARSE_CUDA_TICKET: 1 = cross-block reduction by ticket (no memset node, no float atomics, deterministic),
-// 0 (default) = atomicAdd into y zeroed by a memset node; zz_gemv_set_ticket overrides it. Ticket measured slower
-// end to end on the H100 (7B tg128 at 0.50: 245 t/s against 261 with atomics; bench/results/cuda_e2e_h100_2026-11-23.md)
+// LLAMA_SPARSE_CUDA_TICKET, the cross-block reduction where n1 > 1 (no cluster): 2 (default) = the first block
+// to arrive stores, the others atomicAdd (no memset or copy node before the GEMV), 1 = ticket (partials to a
+// workspace, the last block sums them: deterministic), 0 = atomicAdd into y zeroed (or given the bias) by a
+// memset / copy node or a zeroing kernel. zz_gemv_set_ticket overrides it. Ticket measured slower end to end on the
+// H100 than memset + atomics (7B tg128 at 0.50: 245 t/s against 261; bench/results/cuda_e2e_h100_2026-11-23.md).
 static std::atomic<int> zz_ticket_override{-1};
 
 int zz_gemv_set_ticket(const int on) {
     return zz_ticket_override.exchange(on);
 }
 
-static bool zz_ticket_enabled() {
+static int zz_ticket_choice() {
     static const int env = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
-        return e != nullptr && atoi(e) != 0;
+        return e != nullptr ? std::min(std::max(atoi(e), 0), 2) : 2;
     }();
     const int o = zz_ticket_override.load(std::memory_order_relaxed);
-    return o >= 0 ? o != 0 : env != 0;
+    return o >= 0 ? std::min(o, 2) : env;
 }
 
 // LLAMA_SPARSE_CUDA_PREFETCH (DENSE) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED), both default 0: columns per warp
@@ -1659,14 +1704,14 @@ struct zz_caps {
     int  device;
     bool cluster; // thread block clusters (sm_90)
     bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
-    bool ticket;  // ticket reduction across the n1 blocks (else atomics)
+    int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first block stores
 };
 
 static zz_caps zz_get_caps() {
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
     const int cc_major = zz_get_device_props(device).cc_major;
-    return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_enabled() };
+    return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_choice() };
 }
 
 static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
@@ -1676,15 +1721,14 @@ static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
     if (cfg.cluster && caps.cluster && cfg.n1 <= 8) {
         return ZZ_RED_CLUSTER;
     }
-    return caps.ticket ? ZZ_RED_TICKET : ZZ_RED_ATOMIC;
+    return caps.red == 1 ? ZZ_RED_TICKET : caps.red == 2 ? ZZ_RED_FIRST : ZZ_RED_ATOMIC;
 }
 
 // Ticket reduction buffers, one set per (device, stream): GEMVs on one stream are ordered (each waits for
 // the previous kernel before it touches them), GEMVs on different streams may overlap and must not share
-// counters. The counters are zeroed once here and left at zero by every launch; the workspace needs no
-// clearing (every slot is written before it is read). Outgrown workspaces are kept, not freed: a CUDA graph
-// captured earlier may still write them.
-#define ZZ_TICKET_ROWS   65536     // counters: one per block-row (grid.y <= 65535)
+// counters. The counters (2*ZZ_TICKET_ROWS) are zeroed once here and left at zero by every launch; the workspace
+// needs no clearing (every slot is written before it is read). Outgrown workspaces are kept, not freed: a CUDA
+// graph captured earlier may still write them.
 #define ZZ_TICKET_WS_MIN (1 << 20) // first workspace, in floats (4 MiB: 28672x8192 at batch 2 with n1 = 16)
 
 struct zz_ticket_buf {
@@ -1718,8 +1762,8 @@ static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t ne
         }
         if (b == nullptr) {
             zz_ticket_buf nb = { device, stream, nullptr, nullptr, 0 };
-            CUDA_CHECK(cudaMalloc(&nb.tickets, ZZ_TICKET_ROWS*sizeof(int)));
-            CUDA_CHECK(cudaMemsetAsync(nb.tickets, 0, ZZ_TICKET_ROWS*sizeof(int), stream));
+            CUDA_CHECK(cudaMalloc(&nb.tickets, 2*ZZ_TICKET_ROWS*sizeof(int)));
+            CUDA_CHECK(cudaMemsetAsync(nb.tickets, 0, 2*ZZ_TICKET_ROWS*sizeof(int), stream));
             zz_ticket_bufs.push_back(nb);
             b = &zz_ticket_bufs.back();
         }
@@ -1767,7 +1811,7 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
     if (tickets == nullptr) {
         return -1;
     }
-    std::vector<int> h(ZZ_TICKET_ROWS);
+    std::vector<int> h(2*ZZ_TICKET_ROWS);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaMemcpy(h.data(), tickets, h.size()*sizeof(int), cudaMemcpyDeviceToHost));
     int64_t nz = 0;
@@ -1785,8 +1829,8 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
     *ws      = nullptr;
     *tickets = nullptr;
     int red_mode = zz_red_mode(cfg, caps);
-    if (red_mode == ZZ_RED_TICKET &&
-            !zz_ticket_get(caps.device, stream, (size_t) rows*cfg.n1*T*B, ws, tickets)) {
+    if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST) &&
+            !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
     }
     if (red_mode == ZZ_RED_ATOMIC) {

@@ -3,7 +3,7 @@
 //
 //   test_zz_cuda test  [--seed S] [--cases N]            correctness, exit status 1 on any failure
 //   test_zz_cuda bench [--type T|all] [--batch 1,4,8] [--pattern random|contiguous] [--l2-warm]
-//                      [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|atomic|both (default)]
+//                      [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both (default)]
 //   test_zz_cuda prefill [--type T|all] [--batch 16,64,512] [--shapes ...]
 //   test_zz_cuda tune  [--max-batch 8] [--sparsity 0.5] [--out FILE]
 //
@@ -409,6 +409,11 @@ static int test_idx(test_rng & rng, const int cases) {
     return failures;
 }
 
+// the cross-block reductions of zz_gemv_set_ticket, by its argument
+static const char * red_name(const int red) {
+    return red == 1 ? "ticket" : red == 2 ? "first" : "atomic";
+}
+
 static int test_gemv(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
@@ -421,7 +426,7 @@ static int test_gemv(test_rng & rng, const int cases) {
     CUDA_CHECK(cudaGetDevice(&device));
 
     for (ggml_type type : test_types) {
-        double worst[2] = { 0.0, 0.0 }; // atomic, ticket
+        double worst[3] = { 0.0, 0.0, 0.0 }; // atomic, ticket, first
         for (int c = 0; c < cases; ++c) {
             const int64_t B    = ggml_blck_size(type);
             const int64_t rows = B == QK_K ? rng.randint(1, 6) : rng.randint(1, 40);
@@ -480,13 +485,13 @@ static int test_gemv(test_rng & rng, const int cases) {
             xz_d.upload(xz.data(), xz.size());
             std::vector<float> y(y_d.n);
 
-            // both cross-block reductions (ticket, memset + atomics) on the same stream, one after the other: a
-            // ticket counter left non-zero by any launch breaks a later one (outputs left NaN or summed early)
-            for (const int ticket : { 1, 0 }) {
+            // the cross-block reductions (ticket, first block stores, memset + atomics) on the same stream, one
+            // after the other: a counter left non-zero by any launch breaks a later one (NaN or summed early)
+            for (const int ticket : { 1, 2, 0 }) {
                 zz_gemv_set_ticket(ticket);
                 char what[256];
                 snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", ggml_type_name(type),
-                        (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, ticket ? "ticket" : "atomic");
+                        (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket));
                 double rel;
                 auto check = [&](const char * mode, const std::vector<double> & ref) {
                     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -510,7 +515,7 @@ static int test_gemv(test_rng & rng, const int cases) {
                 y_d.poison();
                 zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
                 check("idx", ref_sparse);
-                if (ticket) {
+                if (ticket == 1) {
                     // again: the counters were reset, and the block order of the final sum is fixed (bitwise equal)
                     const std::vector<float> y_first = y;
                     y_d.poison();
@@ -538,8 +543,8 @@ static int test_gemv(test_rng & rng, const int cases) {
             }
             zz_gemv_set_ticket(-1);
         }
-        printf("gemv %-5s: %d cases, worst relative error: ticket %.2e, atomic %.2e\n", ggml_type_name(type), cases,
-                worst[1], worst[0]);
+        printf("gemv %-5s: %d cases, worst relative error: ticket %.2e, first %.2e, atomic %.2e\n", ggml_type_name(type),
+                cases, worst[1], worst[2], worst[0]);
     }
     // every ticket launch must leave its block-row counters at zero
     const int64_t nz = zz_gemv_ticket_nonzero(stream);
@@ -553,7 +558,7 @@ static int test_gemv(test_rng & rng, const int cases) {
 }
 
 // grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights of one width reading one x, each against its own
-// reference; every mode, both cross-block reductions and clusters, padded output strides
+// reference; every mode, the three cross-block reductions and clusters, padded output strides
 static int test_group(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
@@ -609,7 +614,7 @@ static int test_group(test_rng & rng, const int cases) {
         x_d.upload(x.data(), x.size());
         sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
 
-        for (const int ticket : { 1, 0 }) {
+        for (const int ticket : { 1, 2, 0 }) {
             zz_gemv_set_ticket(ticket);
             for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_IDX, ZZ_GEMV_FUSED }) {
                 for (auto & y : y_d) {
@@ -631,7 +636,7 @@ static int test_group(test_rng & rng, const int cases) {
                     char what[256];
                     snprintf(what, sizeof(what), "group %d/%d m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s mode %d",
                             s, nseg, (long long) w[s].m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster,
-                            ticket ? "ticket" : "atomic", (int) mode);
+                            red_name(ticket), (int) mode);
                     double rel = 0.0;
                     runs++;
                     if (!check_y(what, y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel)) {
@@ -675,7 +680,7 @@ static int graph_memset_nodes(cudaGraph_t graph) {
     return count;
 }
 
-// the idx list and the GEMV (atomic, cluster and ticket reductions; IDX and FUSED) captured once and replayed on
+// the idx list and the GEMV (atomic, cluster, ticket and first reductions; IDX and FUSED) captured once and replayed on
 // new inputs, as ggml-cuda does at batch 1: the ticket counters must be left at zero by every replay, and the
 // graph must hold exactly one memset node (the atomic GEMV's). A capture on a stream that never ran a ticket
 // GEMV eagerly cannot make its buffers and falls back to atomics (one memset node, same results).
@@ -702,6 +707,8 @@ static int test_graph(test_rng & rng) {
     dev_buf<float>   y_cluster(T*m);
     dev_buf<float>   y_ticket(T*m);
     dev_buf<float>   y_ticket_fused(T*m);
+    dev_buf<float>   y_first(T*m);
+    dev_buf<float>   y_first_fused(T*m);
     dev_buf<float>   y_fallback(T*m);
     w_d.upload(w.q.data(), w.q.size());
     {
@@ -728,6 +735,9 @@ static int test_graph(test_rng & rng) {
     zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_cluster.ptr, m, cfg_cluster, stream);
     zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_ticket.ptr, m, cfg_ticket, stream);
     const bool fused = zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, n, T, thr, y_ticket_fused.ptr, m, cfg_ticket, true, stream);
+    zz_gemv_set_ticket(2);
+    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_first.ptr, m, cfg_ticket, stream);
+    zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, n, T, thr, y_first_fused.ptr, m, cfg_ticket, true, stream);
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     if (graph_memset_nodes(graph) != 1) {
@@ -758,6 +768,8 @@ static int test_graph(test_rng & rng) {
         y_cluster.poison();
         y_ticket.poison();
         y_ticket_fused.poison();
+        y_first.poison();
+        y_first_fused.poison();
         y_fallback.poison();
         CUDA_CHECK(cudaGraphLaunch(exec, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -771,6 +783,8 @@ static int test_graph(test_rng & rng) {
             { "graph replay cluster",      &y_cluster },
             { "graph replay ticket",       &y_ticket },
             { "graph replay ticket fused", fused ? &y_ticket_fused : nullptr },
+            { "graph replay first",        &y_first },
+            { "graph replay first fused",  fused ? &y_first_fused : nullptr },
             { "graph replay fallback",     &y_fallback },
         };
         for (const auto & o : outs) {
@@ -794,7 +808,7 @@ static int test_graph(test_rng & rng) {
     CUDA_CHECK(cudaGraphDestroy(graph_fb));
     CUDA_CHECK(cudaStreamDestroy(stream));
     CUDA_CHECK(cudaStreamDestroy(fresh));
-    printf("graph replay (atomic, cluster, ticket idx/fused, fallback): %d failures\n", failures);
+    printf("graph replay (atomic, cluster, ticket and first idx/fused, fallback): %d failures\n", failures);
     return failures;
 }
 
@@ -882,35 +896,40 @@ static int test_ticket_chain(test_rng & rng) {
         }
     };
 
-    zz_gemv_set_ticket(1);
-    for (auto & y : y_d) {
-        y->poison();
-    }
-    launch_all(stream); // eager: also makes the stream's buffers, sized for the largest op
-    check_all("ticket chain eager");
-
-    cudaGraph_t     graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    launch_all(stream);
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    if (graph_memset_nodes(graph) != 0) {
-        printf("  FAIL ticket chain: %d memset nodes in the graph, expected none\n", graph_memset_nodes(graph));
-        failures++;
-    }
-    for (int rep = 0; rep < 3; ++rep) {
+    for (const int red : { 1, 2 }) {
+        zz_gemv_set_ticket(red);
+        char what[64];
         for (auto & y : y_d) {
             y->poison();
         }
-        CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        check_all("ticket chain graph");
+        launch_all(stream); // eager: also makes the stream's buffers, sized for the largest op
+        snprintf(what, sizeof(what), "%s chain eager", red_name(red));
+        check_all(what);
+
+        cudaGraph_t     graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        launch_all(stream);
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        if (graph_memset_nodes(graph) != 0) {
+            printf("  FAIL %s chain: %d memset nodes in the graph, expected none\n", red_name(red), graph_memset_nodes(graph));
+            failures++;
+        }
+        for (int rep = 0; rep < 3; ++rep) {
+            for (auto & y : y_d) {
+                y->poison();
+            }
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            snprintf(what, sizeof(what), "%s chain graph", red_name(red));
+            check_all(what);
+        }
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
     }
     zz_gemv_set_ticket(-1);
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaStreamDestroy(stream));
-    printf("ticket chain (%d GEMVs back to back, eager and 3 graph replays): %d failures\n", n_ops, failures);
+    printf("ticket / first chain (%d GEMVs back to back, eager and 3 graph replays each): %d failures\n", n_ops, failures);
     return failures;
 }
 
@@ -1174,7 +1193,7 @@ struct bench_opts {
     std::string                         pattern = "random";
     bool                                l2_warm = false;
     std::string                         csv;
-    std::string                         reduction = "both"; // cross-block reduction: ticket, atomic, or both
+    std::string                         reduction = "both"; // cross-block reduction: ticket, first, atomic, or both (ticket and atomic)
 };
 
 static int run_bench(const bench_opts & o) {
@@ -1191,8 +1210,9 @@ static int run_bench(const bench_opts & o) {
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
     const bool both = o.reduction == "both";
-    zz_gemv_set_ticket(o.reduction == "atomic" ? 0 : 1);
-    printf("cross-block reduction: %s%s\n", o.reduction == "atomic" ? "memset + atomics" : "ticket",
+    const int red = o.reduction == "atomic" ? 0 : o.reduction == "first" ? 2 : 1;
+    zz_gemv_set_ticket(red);
+    printf("cross-block reduction: %s%s\n", red == 0 ? "memset + atomics" : red_name(red),
             both ? "; the 'atomic' columns at the end: memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0)" : "");
     printf("%-5s %5s %5s %2s %4s | %8s %8s %8s %8s %8s %8s %8s | %7s %6s | %s%s\n", "type", "m", "n", "T", "sp%",
             "dense", "idx", "idx+list", "fused", "skip", "naive", "list", "GB/s", "%copy", "n1 n2 cl",
@@ -1296,7 +1316,7 @@ static int run_bench(const bench_opts & o) {
                                 zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                             }, reps, stream);
                         }
-                        zz_gemv_set_ticket(1);
+                        zz_gemv_set_ticket(red);
                     }
                     double stock_us = -1.0;
 #ifdef ZZ_TEST_WITH_GGML_CUDA
@@ -1318,7 +1338,7 @@ static int run_bench(const bench_opts & o) {
                         fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d,%s,%.3f,%.3f,%.3f\n",
                                 ggml_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
                                 fused_us, skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster,
-                                o.reduction == "atomic" ? "atomic" : "ticket", dense_at_us, idx_at_us, fused_at_us);
+                                red_name(red), dense_at_us, idx_at_us, fused_at_us);
                     }
                 }
             }
@@ -1440,7 +1460,7 @@ static bool parse_type(const char * s, std::vector<ggml_type> & types) {
 static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
            "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
-           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|atomic|both]\n"
+           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both]\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
            "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n");
 }
@@ -1485,7 +1505,7 @@ int main(int argc, char ** argv) {
             batch_set = true;
         } else if (a == "--reduction") {
             o.reduction = val;
-            if (o.reduction != "ticket" && o.reduction != "atomic" && o.reduction != "both") {
+            if (o.reduction != "ticket" && o.reduction != "atomic" && o.reduction != "first" && o.reduction != "both") {
                 usage();
                 return 2;
             }
