@@ -44,6 +44,7 @@ enum zz_red_mode {
     ZZ_RED_CLUSTER = 2, // distributed shared memory of a thread block cluster
     ZZ_RED_TICKET  = 3, // partials to a workspace, the last block of the block-row (ticket counter) sums them
     ZZ_RED_FIRST   = 4, // the first block of the block-row to arrive (ticket counter) stores, the others add atomically
+    ZZ_RED_EARLY   = 5, // direct kernel: the first block of the block-row to start sets y (bias or 0), all add atomically
 };
 
 #define ZZ_TICKET_ROWS 65536     // counters: one per block-row (grid.y <= 65535); FIRST uses a second set after them
@@ -833,6 +834,8 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
 // y = sum + bias, makes the stores visible and raises ZZ_FIRST_FLAG; the others wait for the flag, then
 // atomicAdd. Only blocks that already run can hold ticket 0, so the wait ends. A second counter,
 // tickets[ZZ_TICKET_ROWS + row], counts the blocks done with the first; the last one resets both.
+// Early mode: as first, but the ticket is drawn right after the PDL wait (zz_red_early) and that block only sets
+// y to the bias (or 0) before its own work; every block waits for the flag at its reduction, then atomicAdds.
 // row numbers the block-row in the grid (ticket slots and counters), row_y its outputs in y.
 // bias (nullptr: none, else laid out like y with its own row stride) is added where y is written; with atomics
 // the launcher has copied it into y first.
@@ -846,10 +849,10 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
     float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
     float * slot = red_mode == ZZ_RED_TICKET ? ws + ((int64_t) row*gridDim.x + blockIdx.x)*(T*B) : nullptr;
     bool first = false; // FIRST: this block stores
-    if (red_mode == ZZ_RED_FIRST) {
+    if (red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
         __shared__ int s_first;
         if (threadIdx.x == 0) {
-            const int ticket = atomicAdd(tickets + row, 1);
+            const int ticket = red_mode == ZZ_RED_FIRST ? atomicAdd(tickets + row, 1) : 1;
             if (ticket != 0) {
                 while (*(volatile int *) (tickets + row) < ZZ_FIRST_FLAG) {
 #if __CUDA_ARCH__ >= GGML_CUDA_CC_VOLTA
@@ -879,7 +882,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 y[iy] = bias ? sum + bias[t*bias_stride + (int64_t) row_y*B + e%B] : sum;
             } else if (red_mode == ZZ_RED_TICKET) {
                 __stcg(slot + t*B + e%B, sum);
-            } else if (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST) {
+            } else if (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
                 atomicAdd(y + iy, sum);
             } else {
                 tot[t*B + e%B] = sum;
@@ -888,7 +891,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
         __syncthreads();
     }
 
-    if (red_mode == ZZ_RED_FIRST) {
+    if (red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
         if (first) {
             __threadfence(); // every thread's stores, before thread 0 raises the flag
         }
@@ -1305,6 +1308,33 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
     }
 }
 
+// EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
+// row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
+// start at once.
+template <int T, int B>
+static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
+        const float * bias, const int64_t bias_stride, int * tickets) {
+    if (threadIdx.x >= WARP_SIZE) {
+        return;
+    }
+    int ticket = 0;
+    if (threadIdx.x == 0) {
+        ticket = atomicAdd(tickets + row, 1);
+    }
+    if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
+        return;
+    }
+    for (int e = threadIdx.x; e < T*B; e += WARP_SIZE) {
+        const int64_t o = (int64_t) row_y*B + e%B;
+        y[(e/B)*y_stride + o] = bias ? bias[(e/B)*bias_stride + o] : 0.0f;
+    }
+    __threadfence();
+    __syncwarp();
+    if (threadIdx.x == 0) {
+        atomicAdd(tickets + row, ZZ_FIRST_FLAG);
+    }
+}
+
 // GLU: x is silu(x)*segs.up (a fused SwiGLU)
 template <int T, int mode, int V, bool OPQ = false, bool GLU = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
@@ -1358,6 +1388,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     }
 
     ggml_cuda_pdl_sync(); // x and idx come from earlier kernels; ws and tickets are free once they are done
+
+    const float * bias        = zz_seg_sel(segs.bias, seg);
+    const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
+    if (red_mode == ZZ_RED_EARLY) {
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
+    }
 
     float cm[16][4];
 #pragma unroll
@@ -1498,16 +1534,15 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         }
     }
 
-    const float * bias        = zz_seg_sel(segs.bias, seg);
-    const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
-    // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier)
+    // (the reduction area aliases the FUSED queues; zz_gemv_reduce starts with a barrier; EARLY: y has the bias)
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         if constexpr (V == 1) {
             zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
         } else {
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
         }
-    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets, bias, bias_stride);
+    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
+       red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols);
@@ -1655,7 +1690,9 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
 // LLAMA_SPARSE_CUDA_TICKET, the cross-block reduction where n1 > 1 (no cluster): 2 (default) = the first block
 // to arrive stores, the others atomicAdd (no memset or copy node before the GEMV), 1 = ticket (partials to a
 // workspace, the last block sums them: deterministic), 0 = atomicAdd into y zeroed (or given the bias) by a
-// memset / copy node or a zeroing kernel. zz_gemv_set_ticket overrides it. Ticket measured slower end to end on the
+// memset / copy node or a zeroing kernel, 3 = early (direct Q4_K kernel; the staged one takes 2): the first block
+// of a block-row to start sets y to the bias or 0 before its work, all blocks atomicAdd. zz_gemv_set_ticket
+// overrides it. Ticket measured slower end to end on the
 // H100 than memset + atomics (7B tg128 at 0.50: 245 t/s against 261; bench/results/cuda_e2e_h100_2026-11-23.md).
 static std::atomic<int> zz_ticket_override{-1};
 
@@ -1666,10 +1703,10 @@ int zz_gemv_set_ticket(const int on) {
 static int zz_ticket_choice() {
     static const int env = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
-        return e != nullptr ? std::min(std::max(atoi(e), 0), 2) : 2;
+        return e != nullptr ? std::min(std::max(atoi(e), 0), 3) : 2;
     }();
     const int o = zz_ticket_override.load(std::memory_order_relaxed);
-    return o >= 0 ? std::min(o, 2) : env;
+    return o >= 0 ? std::min(o, 3) : env;
 }
 
 // LLAMA_SPARSE_CUDA_PREFETCH (DENSE) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED), both default 0: columns per warp
@@ -1704,7 +1741,7 @@ struct zz_caps {
     int  device;
     bool cluster; // thread block clusters (sm_90)
     bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
-    int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first block stores
+    int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first block stores, 3 early
 };
 
 static zz_caps zz_get_caps() {
@@ -1721,7 +1758,7 @@ static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
     if (cfg.cluster && caps.cluster && cfg.n1 <= 8) {
         return ZZ_RED_CLUSTER;
     }
-    return caps.red == 1 ? ZZ_RED_TICKET : caps.red == 2 ? ZZ_RED_FIRST : ZZ_RED_ATOMIC;
+    return caps.red == 1 ? ZZ_RED_TICKET : caps.red == 2 ? ZZ_RED_FIRST : caps.red == 3 ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
 }
 
 // Ticket reduction buffers, one set per (device, stream): GEMVs on one stream are ordered (each waits for
@@ -1824,12 +1861,15 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
 // had (capture) and atomics zero y first (zz_zero_dst)
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
-        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream) {
+        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
     int red_mode = zz_red_mode(cfg, caps);
-    if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST) &&
+    if (red_mode == ZZ_RED_EARLY && !direct) {
+        red_mode = ZZ_RED_FIRST; // (the staged kernel has no early step)
+    }
+    if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
             !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
     }
@@ -1852,7 +1892,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     float * ws;
     int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream);
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
@@ -1901,7 +1941,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
