@@ -1687,13 +1687,15 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
     }
 }
 
-// LLAMA_SPARSE_CUDA_TICKET, the cross-block reduction where n1 > 1 (no cluster): 2 (default) = the first block
-// to arrive stores, the others atomicAdd (no memset or copy node before the GEMV), 1 = ticket (partials to a
-// workspace, the last block sums them: deterministic), 0 = atomicAdd into y zeroed (or given the bias) by a
-// memset / copy node or a zeroing kernel, 3 = early (direct Q4_K kernel; the staged one takes 2): the first block
-// of a block-row to start sets y to the bias or 0 before its work, all blocks atomicAdd. zz_gemv_set_ticket
-// overrides it. Ticket measured slower end to end on the
-// H100 than memset + atomics (7B tg128 at 0.50: 245 t/s against 261; bench/results/cuda_e2e_h100_2026-11-23.md).
+// LLAMA_SPARSE_CUDA_TICKET, the cross-block reduction where n1 > 1 (no cluster): 0 = atomicAdd into y zeroed (or
+// given the bias) by a memset / copy node or a zeroing kernel, 1 = ticket (partials to a workspace, the last block
+// sums them: deterministic), 2 = first (the first block to arrive stores, the others atomicAdd), 3 = early (direct
+// Q4_K kernel, else 2: the first block of a block-row to start sets y to the bias or 0, all blocks atomicAdd),
+// 4 (default) = early for the direct kernel's sparse launches, else 0. zz_gemv_set_ticket overrides it.
+// H100, 7B tg128 (bench/results/cuda_h100_2026-11-25a.md): at 0.50 early > first > memset + atomics (+3-5 %: no
+// memset / copy node or zeroing kernel before the GEMV), dense memset + atomics > early ~ first (1.5-2.5 %: all
+// blocks of a row finish together, so waiting for the flag costs more than the node). Ticket was slower than
+// memset + atomics (245 against 261 t/s at 0.50; bench/results/cuda_e2e_h100_2026-11-23.md).
 static std::atomic<int> zz_ticket_override{-1};
 
 int zz_gemv_set_ticket(const int on) {
@@ -1703,10 +1705,10 @@ int zz_gemv_set_ticket(const int on) {
 static int zz_ticket_choice() {
     static const int env = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
-        return e != nullptr ? std::min(std::max(atoi(e), 0), 3) : 2;
+        return e != nullptr ? std::min(std::max(atoi(e), 0), 4) : 4;
     }();
     const int o = zz_ticket_override.load(std::memory_order_relaxed);
-    return o >= 0 ? std::min(o, 3) : env;
+    return o >= 0 ? std::min(o, 4) : env;
 }
 
 // LLAMA_SPARSE_CUDA_PREFETCH (DENSE) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED), both default 0: columns per warp
@@ -1741,7 +1743,7 @@ struct zz_caps {
     int  device;
     bool cluster; // thread block clusters (sm_90)
     bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
-    int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first block stores, 3 early
+    int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first, 3 early, 4 auto
 };
 
 static zz_caps zz_get_caps() {
@@ -1751,14 +1753,20 @@ static zz_caps zz_get_caps() {
     return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_choice() };
 }
 
-static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps) {
+static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const bool direct, const int mode) {
     if (cfg.n1 == 1) {
         return ZZ_RED_STORE;
     }
     if (cfg.cluster && caps.cluster && cfg.n1 <= 8) {
         return ZZ_RED_CLUSTER;
     }
-    return caps.red == 1 ? ZZ_RED_TICKET : caps.red == 2 ? ZZ_RED_FIRST : caps.red == 3 ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
+    switch (caps.red) {
+        case 1:  return ZZ_RED_TICKET;
+        case 2:  return ZZ_RED_FIRST;
+        case 3:  return direct ? ZZ_RED_EARLY : ZZ_RED_FIRST; // (the staged kernel has no early step)
+        case 4:  return direct && mode != ZZ_GEMV_DENSE ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
+        default: return ZZ_RED_ATOMIC;
+    }
 }
 
 // Ticket reduction buffers, one set per (device, stream): GEMVs on one stream are ordered (each waits for
@@ -1861,14 +1869,11 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
 // had (capture) and atomics zero y first (zz_zero_dst)
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
-        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
+        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct, const int mode) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
-    int red_mode = zz_red_mode(cfg, caps);
-    if (red_mode == ZZ_RED_EARLY && !direct) {
-        red_mode = ZZ_RED_FIRST; // (the staged kernel has no early step)
-    }
+    int red_mode = zz_red_mode(cfg, caps, direct, mode);
     if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
             !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
@@ -1892,7 +1897,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     float * ws;
     int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true);
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true, mode);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
@@ -1941,7 +1946,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false, mode);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);

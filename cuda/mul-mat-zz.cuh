@@ -26,14 +26,14 @@ struct zz_gemv_config {
     int n1;      // thread blocks per block-row; they split the row's (active) columns evenly
     int n2;      // warps per thread block
     int cluster; // n1 > 1 only: 1 = the n1 blocks reduce through a thread block cluster (sm_90, n1 <= 8),
-                 //               0 = as LLAMA_SPARSE_CUDA_TICKET says: the first block of the row to arrive
-                 //                   stores and the others atomicAdd (2, default), partials to a workspace
-                 //                   summed by the last block (1), or dst zeroed first (memset) and atomicAdd (0)
+                 //               0 = as LLAMA_SPARSE_CUDA_TICKET says (mul-mat-zz.cu): dst zeroed first and
+                 //                   atomicAdd (0), partials summed by the last block (1), the first block to
+                 //                   arrive stores (2) or the first to start zeroes (3) and the rest atomicAdd,
+                 //                   4 (default) = 3 for the direct kernel's sparse launches, else 0
 };
 
-// process-wide choice of the cross-block reduction when not a cluster: 2 = first block stores, 1 = ticket,
-// 0 = memset + atomics, -1 = back to LLAMA_SPARSE_CUDA_TICKET (default 2). Returns the previous override (tests,
-// benchmarks).
+// process-wide choice of the cross-block reduction when not a cluster (0-4 as LLAMA_SPARSE_CUDA_TICKET),
+// -1 = back to LLAMA_SPARSE_CUDA_TICKET (default 4). Returns the previous override (tests, benchmarks).
 int zz_gemv_set_ticket(int on);
 
 // ticket counters of this stream (current device) that are not zero after the stream's work so far (synchronizes
