@@ -3,11 +3,14 @@
 
   bench/r7b_thresholds.py in.zz.gguf -o out.gguf [--levels 0.25,0.4,0.5,0.65]
 
-`llama-sparse calibrate` needs real text, which the dummy vocabulary of bench/make_random_gguf.py cannot
-tokenize. For speed tests one threshold serves every group and layer: a grid of candidate thresholds is written as
-levels, the share of matmul input columns each skips is measured by decoding random tokens
-(Llama.sparse_stats, i.e. activation quantiles of this model), and per target the threshold whose share
-is nearest (interpolated on the grid) is written.
+Prefer `llama-sparse calibrate MODEL --random-tokens 0 --mode unified` (bench/cpu_e2e.sh, device.sh calib): it
+gives every group its own threshold, so a level skips its share of every matmul's weight bytes. Here one threshold
+serves every group and layer: a grid of candidate thresholds is written as levels, the share of matmul input
+columns each skips is measured by decoding random tokens (Llama.sparse_stats), and per target the threshold whose
+share is nearest (interpolated on the grid) is written. On the random 7B-shaped model that share is not the share
+of weight bytes: the q/k/v and gate/up inputs (2/3 of the bytes) are wider-spread than the attn_output and
+ffn_down inputs, so "0.50" skips ~1/3 of q/k/v and gate/up and far more of the rest, and decodes slower than a
+calibrated 0.50 (bench/results/cpu_e2e-r7b-2026-11-25b-calibrated-32l.md). Kept for the uncalibrated device step.
 """
 from __future__ import annotations
 

@@ -1692,9 +1692,9 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
 // sums them: deterministic), 2 = first (the first block to arrive stores, the others atomicAdd), 3 = early (direct
 // Q4_K kernel, else 2: the first block of a block-row to start sets y to the bias or 0, all blocks atomicAdd),
 // 4 (default) = early for the direct kernel's sparse launches, else 0. zz_gemv_set_ticket overrides it.
-// H100, 7B tg128 (bench/results/cuda_h100_2026-11-25a.md): at 0.50 early > first > memset + atomics (+3-5 %: no
-// memset / copy node or zeroing kernel before the GEMV), dense memset + atomics > early ~ first (1.5-2.5 %: all
-// blocks of a row finish together, so waiting for the flag costs more than the node). Ticket was slower than
+// H100, 7B tg128 (bench/results/cuda_h100_2026-11-25a.md): at 0.50 early > first > memset + atomics (+4 %: no
+// memset / copy node or zeroing kernel before the GEMV), dense memset + atomics > early ~ first (2 %: all blocks
+// of a row finish together, so waiting for the flag costs more than the node). Ticket was slower than
 // memset + atomics (245 against 261 t/s at 0.50; bench/results/cuda_e2e_h100_2026-11-23.md).
 static std::atomic<int> zz_ticket_override{-1};
 

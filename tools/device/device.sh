@@ -13,7 +13,7 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, group-off, fuse-off, ticket, atomic (TICKET=0: memset + atomics), cluster)
+#              variants zero-kernel, group-off, fuse-off, ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster)
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -52,7 +52,8 @@
 #   convert    llama-sparse convert -> zigzag q4_k
 #   calib      llama-sparse calibrate, levels 0.25,0.4,0.5,0.65 unified, on the GPU, over 1024 seeded-random
 #              token ids (the random model's dummy vocab cannot tokenize text)
-#   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds)
+#   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
+#              for every group, so not the level's share of weight bytes; calib is the measured one)
 #   modelzz-bg, modelzz-wait   model + convert + thr as one background job (after build: the package loads
 #              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
@@ -299,6 +300,8 @@ remote() {
                 [ "${o#*:}" = fuse-off ] && env=(LLAMA_SPARSE_CUDA_FUSE_OPS=0)
                 [ "${o#*:}" = ticket ] && env=(LLAMA_SPARSE_CUDA_TICKET=1)
                 [ "${o#*:}" = atomic ] && env=(LLAMA_SPARSE_CUDA_TICKET=0)
+                [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
+                [ "${o#*:}" = early ] && env=(LLAMA_SPARSE_CUDA_TICKET=3)
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
@@ -578,13 +581,13 @@ remote() {
             done
             ;;
         perf)
-            # MUL_MAT_ZZ with the ticket reduction (default) and with memset + atomics, one line per case
+            # MUL_MAT_ZZ with the ticket reduction and with memset + atomics, one line per case
             local tk
             for tk in 1 0; do
                 LLAMA_SPARSE_CUDA_TICKET=$tk /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ > "$out/perf-zz-ticket$tk.log" 2>&1 ||
                     { tail -20 "$out/perf-zz-ticket$tk.log"; exit 1; }
             done
-            echo "MUL_MAT_ZZ us/run: ticket (LLAMA_SPARSE_CUDA_TICKET=1, default) | memset + atomics (=0)"
+            echo "MUL_MAT_ZZ us/run: ticket (LLAMA_SPARSE_CUDA_TICKET=1) | memset + atomics (=0)"
             paste -d'|' <(grep "us/run" "$out/perf-zz-ticket1.log" | sed -E 's/^ *([^:]*):.* ([0-9.]+) us\/run.*/\1 \2 /') \
                         <(grep "us/run" "$out/perf-zz-ticket0.log" | sed -E 's/.* ([0-9.]+) us\/run.*/ \1/') | head -60
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32,m=4096,n=1" 2>&1 | tail -8
@@ -593,7 +596,7 @@ remote() {
             WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
                 { tail -40 "$out/build-zztest.log"; exit 1; }
-            # twice in a row (fresh process, other seed): every case runs both cross-block reductions, the ticket one
+            # twice in a row (fresh process, other seed): every case runs the four cross-block reductions, the ticket one
             # twice (bitwise equal), graph replays check that the ticket counters stay at zero
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
             /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
