@@ -558,7 +558,7 @@ static int test_gemv(test_rng & rng, const int cases) {
 }
 
 // grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights of one width reading one x, each against its own
-// reference; every mode, the three cross-block reductions and clusters, padded output strides
+// reference; every mode, the four cross-block reductions and clusters, padded output strides
 static int test_group(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
