@@ -1308,6 +1308,14 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
     }
 }
 
+// y[t][off + i] = bias[t][off + i] (or 0) for the flat indices e = t*m + i from e0 below m*T, step de
+static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_stride, const float * bias,
+        const int64_t bias_stride, const int64_t off, const int64_t m, const int T, const int64_t e0, const int64_t de) {
+    for (int64_t e = e0; e < m*T; e += de) {
+        y[(e/m)*y_stride + off + e % m] = bias ? bias[(e/m)*bias_stride + off + e % m] : 0.0f;
+    }
+}
+
 // EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
 // row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
 // start at once.
@@ -1324,10 +1332,7 @@ static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_s
     if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
         return;
     }
-    for (int e = threadIdx.x; e < T*B; e += WARP_SIZE) {
-        const int64_t o = (int64_t) row_y*B + e%B;
-        y[(e/B)*y_stride + o] = bias ? bias[(e/B)*bias_stride + o] : 0.0f;
-    }
+    zz_y_set(y, y_stride, bias, bias_stride, (int64_t) row_y*B, B, T, threadIdx.x, WARP_SIZE);
     __threadfence();
     __syncwarp();
     if (threadIdx.x == 0) {
@@ -1647,10 +1652,8 @@ static __global__ void zz_zero_kernel(const zz_segs segs, const int T, const int
     zz_seg_pick(segs, (int) blockIdx.y, w, y, y_stride, r0);
     const float * bias        = zz_seg_sel(segs.bias, (int) blockIdx.y);
     const int64_t bias_stride = zz_seg_sel(segs.bias_stride, (int) blockIdx.y);
-    const int64_t m = (int64_t) (segs.row_end[blockIdx.y] - r0)*B;
-    for (int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x; e < m*T; e += (int64_t) gridDim.x*blockDim.x) {
-        y[(e/m)*y_stride + e % m] = bias ? bias[(e/m)*bias_stride + e % m] : 0.0f;
-    }
+    zz_y_set(y, y_stride, bias, bias_stride, 0, (int64_t) (segs.row_end[blockIdx.y] - r0)*B, T,
+             (int64_t) blockIdx.x*blockDim.x + threadIdx.x, (int64_t) gridDim.x*blockDim.x);
 }
 
 static int zz_env_int(const char * name);
