@@ -1555,6 +1555,311 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
 #endif // AMPERE_MMA_AVAILABLE
 }
 
+// Q4_K, batch 1, sm_90: the direct kernel's steps, with the weights brought into shared memory by bulk copies
+// (cp.async.bulk, completion on an mbarrier) instead of register loads. A warp keeps ZZ_BULK_STAGES batches of
+// 16*ZZ_DIRECT_STEPS columns in flight, the register kernel one (its loads live in registers, and registers bound
+// it to 3 blocks an SM). Same column split, queue (FUSED) and reduction as the direct kernel; the MMA steps read
+// the blocks from shared memory. LLAMA_SPARSE_CUDA_BULK picks it (cuda/README.md).
+#ifndef ZZ_BULK_STAGES
+#define ZZ_BULK_STAGES 3
+#endif
+#define ZZ_BULK_COLS (16*ZZ_DIRECT_STEPS) // columns a stage
+
+#if defined(AMPERE_MMA_AVAILABLE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ZZ_BULK_DEVICE
+#endif
+
+// bytes a warp's stages take after the kernel's other shared memory: blocks, mbarriers, counts, and per column
+// its index (DENSE, IDX) or its x (FUSED)
+template <int T>
+static constexpr __host__ __device__ int zz_bulk_warp_bytes() {
+    return ZZ_BULK_STAGES*(ZZ_BULK_COLS*(int) sizeof(block_q4_K) + (int) sizeof(uint64_t) + (int) sizeof(int) +
+                           ZZ_BULK_COLS*T*(int) sizeof(float));
+}
+
+#ifdef ZZ_BULK_DEVICE
+static __device__ __forceinline__ uint32_t zz_smem_addr(const void * p) {
+    return (uint32_t) __cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void zz_mbar_init(uint64_t * bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(zz_smem_addr(bar)) : "memory");
+}
+
+// the one arrival of a phase, announcing the bytes its copies will complete
+static __device__ __forceinline__ void zz_mbar_expect(uint64_t * bar, const uint32_t bytes) {
+    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}"
+                 :: "r"(zz_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void zz_mbar_wait(uint64_t * bar, const uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done) : "r"(zz_smem_addr(bar)), "r"(parity) : "memory");
+    } while (!done);
+}
+
+static __device__ __forceinline__ void zz_bulk_copy(void * dst, const void * src, const uint32_t bytes, uint64_t * bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(zz_smem_addr(dst)), "l"(src), "r"(bytes), "r"(zz_smem_addr(bar)) : "memory");
+}
+
+// the warp's shared-memory reads of a stage are done before a copy overwrites it
+static __device__ __forceinline__ void zz_bulk_release() {
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// one stage's batch: cnt columns; lane l < cnt copies column col (or, contiguous, lane 0 all cnt from col0)
+static __device__ __forceinline__ void zz_bulk_issue(char * stage, uint64_t * bar, int * scnt, const char * w_row,
+        const int lane, const int col, const int col0, const int cnt, const bool contiguous) {
+    if (lane == 0) {
+        *scnt = cnt;
+        zz_mbar_expect(bar, cnt*(uint32_t) sizeof(block_q4_K));
+    }
+    __syncwarp();
+    if (contiguous) {
+        if (lane == 0) {
+            zz_bulk_copy(stage, w_row + (int64_t) col0*sizeof(block_q4_K), cnt*(uint32_t) sizeof(block_q4_K), bar);
+        }
+    } else if (lane < cnt) {
+        zz_bulk_copy(stage + lane*sizeof(block_q4_K), w_row + (int64_t) col*sizeof(block_q4_K), sizeof(block_q4_K), bar);
+    }
+}
+
+// the lane's header and quant words of entry e of a stage (version 2 layout, zeros past cnt)
+static __device__ __forceinline__ void zz_bulk_read(const char * stage, const int e, const int cnt, const int g,
+        uint4 & h, uint4 & q) {
+    if (e < cnt) {
+        const char     * blk = stage + e*sizeof(block_q4_K);
+        const uint32_t * qw  = (const uint32_t *) (blk + 16) + g;
+        h = *(const uint4 *) blk;
+        q = make_uint4(qw[0], qw[8], qw[16], qw[24]);
+    } else {
+        h = make_uint4(0, 0, 0, 0);
+        q = make_uint4(0, 0, 0, 0);
+    }
+}
+#endif // ZZ_BULK_DEVICE
+
+template <int T, int mode, bool GLU = false>
+static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_bulk(
+        const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
+        const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
+        float * ws, int * tickets, const int stage_off, const int before_wait) {
+#ifdef ZZ_BULK_DEVICE
+    constexpr int B  = QK_K;
+    constexpr int S  = ZZ_DIRECT_STEPS;
+    constexpr int C  = ZZ_BULK_COLS;
+    constexpr int NS = ZZ_BULK_STAGES;
+    constexpr int CB = C*(int) sizeof(block_q4_K);
+    static_assert(T == 1, "bulk kernel: batch 1 (token 0 in every lane, as the direct kernel's version 2 at T = 1)");
+    static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "bulk kernel: no SKIP");
+
+    extern __shared__ __align__(16) char zz_smem[];
+
+    ggml_cuda_pdl_lc();
+
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n2   = blockDim.x / WARP_SIZE;
+    const int row  = blockIdx.y;
+    const int g    = lane/4;
+    const int tq   = lane%4;
+    const int nw   = gridDim.x*n2;
+    const int wid  = blockIdx.x*n2 + warp;
+
+    int seg = 0;
+#pragma unroll
+    for (int k = 1; k < ZZ_GROUP_MAX; ++k) {
+        seg += k < segs.nseg && row >= segs.row_end[k - 1];
+    }
+    const char * w;
+    float      * y;
+    int64_t      y_stride;
+    int          row0;
+    zz_seg_pick(segs, seg, w, y, y_stride, row0);
+    const int row_y = row - row0;
+
+    const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
+
+    // this warp's stages: [NS][CB] blocks, then (all warps) NS mbarriers, NS counts, NS*C columns or x per warp
+    char     * area  = zz_smem + stage_off;
+    char     * stg   = area + warp*NS*CB;
+    uint64_t * bar   = (uint64_t *) (area + n2*NS*CB) + warp*NS;
+    int      * scnt  = (int *) ((uint64_t *) (area + n2*NS*CB) + n2*NS) + warp*NS;
+    int      * sval  = (int *) ((uint64_t *) (area + n2*NS*CB) + n2*NS) + n2*NS + warp*NS*C;
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+            zz_mbar_init(bar + s);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncwarp();
+
+    float cm[16][4];
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            cm[mt][e] = 0.0f;
+        }
+    }
+    float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    zz_lane_q4_K L;
+    zz_lane_init(L, lane);
+    const float k16 = g & 1 ? 1.0f/16.0f : 1.0f;
+
+    // read a stage into registers (x included), release it, issue the next batch into it (next()), then compute
+    uint4 h[S][4], q[S][4];
+    float xb[S][4];
+    auto read_stage = [&](const int b) {
+        const int  s   = b % NS;
+        const int  cnt = scnt[s];
+        const int * sv = sval + s*C;
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int e = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
+                if constexpr (mode == ZZ_GEMV_FUSED) {
+                    xb[st][i] = e < cnt ? __int_as_float(sv[e]) : 0.0f;
+                } else {
+                    xb[st][i] = e < cnt ? zz_x_in<GLU>(segs, x, x_stride, 0, sv[e]) : 0.0f;
+                }
+            }
+        }
+        zz_mbar_wait(bar + s, (b/NS) & 1);
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                zz_bulk_read(stg + s*CB, 16*st + 2*tq + (i & 1) + 8*(i >> 1), cnt, g, h[st][i], q[st][i]);
+            }
+        }
+        zz_bulk_release();
+    };
+    auto compute = [&]() {
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+            zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
+        }
+    };
+
+    const float * bias        = zz_seg_sel(segs.bias, seg);
+    const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
+
+    if constexpr (mode == ZZ_GEMV_FUSED) {
+        ggml_cuda_pdl_sync();
+        if (red_mode == ZZ_RED_EARLY) {
+            zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
+        }
+        int   * q_col = (int *) (zz_smem + warp*zz_direct_queue_bytes<T>());
+        float * q_x   = (float *) (q_col + ZZ_DIRECT_QUEUE);
+        const int c_begin = (int) (((int64_t) n*wid)/nw);
+        const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
+
+        float xn = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c_begin + lane) : 0.0f;
+        int queued = 0, issued = 0, done = 0;
+        for (int base = c_begin; base < c_end; base += WARP_SIZE) {
+            const int   c   = base + lane;
+            const float xv  = xn;
+            const bool  act = fabsf(xv) >= thr && c < c_end;
+            xn = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c + WARP_SIZE) : 0.0f;
+            const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
+            if (act) {
+                const int pos = queued + __popc(mask & ((1u << lane) - 1));
+                q_col[pos] = c;
+                q_x[pos]   = xv;
+            }
+            queued += __popc(mask);
+            __syncwarp();
+
+            const bool last = base + WARP_SIZE >= c_end;
+            while (queued >= C || (last && queued > 0)) {
+                const int cnt = min(queued, C);
+                const int col = lane < cnt ? q_col[lane] : -1;
+                const float xq = lane < cnt ? q_x[lane] : 0.0f;
+                const int rest = queued - cnt;
+                const int   rc = lane < rest ? q_col[cnt + lane] : 0;
+                const float rx = lane < rest ? q_x[cnt + lane] : 0.0f;
+                __syncwarp();
+                if (lane < rest) {
+                    q_col[lane] = rc;
+                    q_x[lane]   = rx;
+                }
+                queued = rest;
+                if (issued - done == NS) { // every stage in flight: finish the oldest first
+                    read_stage(done++);
+                    compute();
+                }
+                const int s = issued % NS;
+                if (lane < cnt) {
+                    sval[s*C + lane] = __float_as_int(xq);
+                }
+                zz_bulk_issue(stg + s*CB, bar + s, scnt + s, w_row, lane, col, 0, cnt, false);
+                ++issued;
+                __syncwarp();
+            }
+        }
+        while (done < issued) {
+            read_stage(done++);
+            compute();
+        }
+    } else {
+        // DENSE: the weights do not depend on earlier kernels, so with before_wait the first stages are requested
+        // while those finish (PDL); IDX needs the list first
+        const bool early = mode == ZZ_GEMV_DENSE && before_wait;
+        if (!early) {
+            ggml_cuda_pdl_sync();
+        }
+        const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
+        const int p_begin = (int) (((int64_t) count*wid)/nw);
+        const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+        const int nb      = (p_end - p_begin + C - 1)/C;
+        auto issue = [&](const int b) {
+            const int s   = b % NS;
+            const int p0  = p_begin + b*C;
+            const int cnt = min(C, p_end - p0);
+            const int col = lane < cnt ? (mode == ZZ_GEMV_IDX ? __ldg(idx + p0 + lane) : p0 + lane) : -1;
+            if (lane < cnt) {
+                sval[s*C + lane] = col;
+            }
+            zz_bulk_issue(stg + s*CB, bar + s, scnt + s, w_row, lane, col, p0, cnt, mode == ZZ_GEMV_DENSE);
+        };
+        for (int b = 0; b < NS && b < nb; ++b) {
+            issue(b);
+        }
+        if (early) {
+            ggml_cuda_pdl_sync();
+        }
+        if (red_mode == ZZ_RED_EARLY) {
+            zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
+        }
+        __syncwarp();
+        for (int b = 0; b < nb; ++b) {
+            read_stage(b);
+            if (b + NS < nb) {
+                issue(b + NS);
+            }
+            compute();
+        }
+    }
+
+    // (the reduction area aliases the FUSED queues, not the stages; zz_gemv_reduce starts with a barrier)
+    zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
+        zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
+    }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
+       red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
+#else
+    GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
+                     stage_off, before_wait);
+    NO_DEVICE_CODE;
+#endif // ZZ_BULK_DEVICE
+}
+
 // ---------------------------------------------------------------------------------------------------
 // GEMV host side
 
@@ -1887,6 +2192,34 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
     return red_mode;
 }
 
+// LLAMA_SPARSE_CUDA_BULK: batch-1 direct launches on sm_90 through the bulk-copy kernel; 0 off (default), 1 on,
+// 2 on with a dense launch's first stages requested before its PDL wait
+static int zz_bulk_choice(const zz_caps caps) {
+    static const int v = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_BULK");
+        return e != nullptr ? atoi(e) : 0;
+    }();
+    return caps.cluster ? v : 0;
+}
+
+// whether kernel has sm_90 code on this device and may take smem bytes of shared memory (opted in once per device)
+template <typename Kernel>
+static bool zz_bulk_ready(Kernel kernel, const int device, const size_t smem) {
+    static int ok[GGML_CUDA_MAX_DEVICES]     = { 0 }; // 0 unknown, 1 yes, -1 no
+    static int optin[GGML_CUDA_MAX_DEVICES]  = { 0 };
+    if (ok[device] == 0) {
+        cudaFuncAttributes attr;
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        ok[device] = attr.binaryVersion >= 90 ? 1 : -1;
+        if (ok[device] == 1) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin[device] - 1024));
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        }
+    }
+    return ok[device] == 1 && smem <= (size_t) optin[device] - 1024;
+}
+
 template <int T, int mode>
 static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
         const int32_t * idx, zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
@@ -1919,6 +2252,24 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
         if (opaque_on && segs.up == nullptr && zz_direct_version() == 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
             kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
+        }
+    }
+    if constexpr (T == 1) {
+        const int bulk = zz_bulk_choice(caps);
+        if (bulk != 0 && zz_direct_version() == 2) {
+            auto kb = mul_mat_zz_gemv_q4_K_bulk<T, mode>;
+            if constexpr (mode != ZZ_GEMV_IDX) {
+                if (segs.up != nullptr) {
+                    kb = mul_mat_zz_gemv_q4_K_bulk<T, mode, true>;
+                }
+            }
+            const int    stage_off = (int) ((smem + 127) & ~(size_t) 127);
+            const size_t smem_b    = stage_off + (size_t) cfg.n2*zz_bulk_warp_bytes<T>();
+            if (zz_bulk_ready(kb, caps.device, smem_b)) {
+                zz_launch(kb, grid, block, smem_b, red_mode, stream, segs, x, idx, (int) n, x_stride, tp, red_mode, thr,
+                          red_bytes, ws, tickets, stage_off, bulk == 2 ? 1 : 0);
+                return;
+            }
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,

@@ -18,6 +18,7 @@
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
 #   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test` twice
+#   zztest-lite  test_zz_cuda built without ggml-cuda (after build-base), `test` under each of ZZTEST_ENVS
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
@@ -148,6 +149,13 @@ remote() {
         shift 2
         env "$@" timeout 90 "$bin" bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
             tee -a "$out/$log" | grep -v "^device" || echo "bench failed"
+    }
+    # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
+    zz_build_lite() {
+        [ -x /tmp/zz-test/t ] && return 0
+        GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
+            bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
+            { tail -40 "$out/build-zztest.log"; exit 1; }
     }
     make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b"; }
     convert_r7b() { python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs"; }
@@ -521,12 +529,19 @@ remote() {
             # test_zz_cuda bench under each of $BENCH_ENVS (default: the launch config against the former fixed
             # n1 = 16; ',' for spaces inside one), batch $BENCH_BATCH (default 1,4); builds test_zz_cuda without
             # ggml-cuda (no stock column) after build-base when the zztest step did not run
-            if [ ! -x /tmp/zz-test/t ]; then
-                GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
-                    bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
-                    { tail -40 "$out/build-zztest.log"; exit 1; }
-            fi
+            zz_build_lite
             zz_bench_envs bench-cfg.log "${BENCH_BATCH:-1,4}" ${BENCH_ENVS:-LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16}
+            ;;
+        zztest-lite)
+            # test_zz_cuda without ggml-cuda (after build-base), `test` once under each of $ZZTEST_ENVS (',' for
+            # spaces inside one; default: the defaults), seeds 1, 2, ...
+            zz_build_lite
+            local v i=1
+            for v in ${ZZTEST_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
+                echo "-- test: $v" | tee -a "$out/zztest-lite.log"
+                env ${v//,/ } /tmp/zz-test/t test --seed $i 2>&1 | tee -a "$out/zztest-lite.log" | tail -6
+                i=$((i + 1))
+            done
             ;;
         bench-n1)
             # blocks per block-row (LLAMA_SPARSE_CUDA_N1) for the step versions $Q4KV_VERSIONS (default 2), batch 1,
