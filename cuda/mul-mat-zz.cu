@@ -2202,22 +2202,30 @@ static int zz_bulk_choice(const zz_caps caps) {
     return caps.cluster ? v : 0;
 }
 
-// whether kernel has sm_90 code on this device and may take smem bytes of shared memory (opted in once per device)
+// whether kernel has sm_90 code on this device and may take smem bytes of shared memory (opted in once per device
+// and kernel: the instantiations share one function type)
 template <typename Kernel>
 static bool zz_bulk_ready(Kernel kernel, const int device, const size_t smem) {
-    static int ok[GGML_CUDA_MAX_DEVICES]     = { 0 }; // 0 unknown, 1 yes, -1 no
-    static int optin[GGML_CUDA_MAX_DEVICES]  = { 0 };
-    if (ok[device] == 0) {
-        cudaFuncAttributes attr;
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        ok[device] = attr.binaryVersion >= 90 ? 1 : -1;
-        if (ok[device] == 1) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin[device] - 1024));
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    struct entry { const void * k; int device; bool ok; int max; };
+    static std::mutex         mutex;
+    static std::vector<entry> seen;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const entry & e : seen) {
+        if (e.k == (const void *) kernel && e.device == device) {
+            return e.ok && smem <= (size_t) e.max;
         }
     }
-    return ok[device] == 1 && smem <= (size_t) optin[device] - 1024;
+    cudaFuncAttributes attr;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    int optin;
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    entry e = { (const void *) kernel, device, attr.binaryVersion >= 90, optin - 1024 };
+    if (e.ok) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, e.max));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    }
+    seen.push_back(e);
+    return e.ok && smem <= (size_t) e.max;
 }
 
 template <int T, int mode>
