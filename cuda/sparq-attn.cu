@@ -39,6 +39,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
 #define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
@@ -85,11 +86,21 @@ __device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
             sparq_phase_ns[kern][i] = t_;                                                                        \
         }                                                                                                        \
     } while (0)
+// the fused kernel: block 0 of KV head 0 into [0], the last block of its cluster into [1]
+#define SPARQ_MARK_FU(i)                                                                                        \
+    do {                                                                                                         \
+        if (blockIdx.y == 0 && threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == L.nb - 1)) {                \
+            unsigned long long t_;                                                                               \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
+            sparq_phase_ns[blockIdx.x == 0 ? 0 : 1][i] = t_;                                                     \
+        }                                                                                                        \
+    } while (0)
 void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]) {
     CUDA_CHECK(cudaMemcpyFromSymbol(out, sparq_phase_ns, sizeof(sparq_phase_ns)));
 }
 #else
 #define SPARQ_MARK(kern, i) do {} while (0)
+#define SPARQ_MARK_FU(i) do {} while (0)
 #endif // SPARQ_PHASE_TIMING
 
 template <typename T> static __device__ __forceinline__ float sparq_f(const T v);
@@ -249,6 +260,85 @@ static __device__ __forceinline__ void sparq_fma_row(float (&acc)[GM][SPARQ_SC_P
     }
 }
 
+// i1 (the r largest components of the group's summed |q|, ties to the lower index) into s_i1[0..rr) and the
+// step-1 coefficients s_coef[c][h] = q_h[i1[c]] * scale / sqrt(rho_h), from q in s_q (NT threads, all calling;
+// s_q must be complete; s_i1 and s_coef are complete when it returns)
+template <int NT, int GM>
+static __device__ void sparq_i1_coef(const sparq_args & a, const int G, const float (*s_q)[SPARQ_CUDA_MAX_D],
+        float * s_abs, int * s_i1, float (*s_coef)[GM]) {
+    const int D    = a.D;
+    const int rr   = min(a.r, D);
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+    // |q| summed over the group; -inf pads it to a multiple of 4 (never above or equal to a real component)
+    const int D4 = (D + 3) & ~3;
+    for (int d = tid; d < D4; d += NT) {
+        float v = -INFINITY;
+        if (d < D) {
+            v = 0.0f;
+            for (int h = 0; h < G; ++h) {
+                v += fabsf(s_q[h][d]);
+            }
+        }
+        s_abs[d] = v;
+    }
+    __syncthreads();
+    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
+    // S consecutive lanes share a component (S = threads / the power of two >= D, at most 32), each counting over
+    // a 1/S share of the others with 16-byte reads; shuffles add their counts (one thread per component counted
+    // all D in a chain of ~4 D instructions, the longest part of the phase: ncu on the H100)
+    {
+        int dp2 = 8;
+        while (dp2 < D4) {
+            dp2 *= 2;
+        }
+        const int   S    = min(WARP_SIZE, max(1, NT/dp2));
+        const int   d    = tid / S;
+        const int   part = tid % S;
+        const int   per  = (D4/4 + S - 1)/S*4;
+        const int   e0   = part*per;
+        const int   e1   = min(D4, e0 + per);
+        const float ad   = d < D ? s_abs[d] : 0.0f;
+        int rank = 0;
+#pragma unroll 4
+        for (int e4 = e0; e4 < e1; e4 += 4) {
+            const float4 v4    = *(const float4 *) &s_abs[e4];
+            const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                rank += ve[u] > ad || (ve[u] == ad && e4 + u < d);
+            }
+        }
+        for (int off = 1; off < S; off *= 2) {
+            rank += __shfl_xor_sync(0xFFFFFFFF, rank, off, WARP_SIZE);
+        }
+        if (part == 0 && d < D && rank < rr) {
+            s_i1[rank] = d;
+        }
+    }
+    __syncthreads();
+    // temperature per head: scale / sqrt(rho_h), rho_h = |q_h[i1]|_1 / |q_h|_1
+    for (int h = warp; h < G; h += NT/WARP_SIZE) {
+        float num = 0.0f;
+        float den = 0.0f;
+        for (int d = lane; d < D; d += WARP_SIZE) {
+            den += fabsf(s_q[h][d]);
+        }
+        for (int c = lane; c < rr; c += WARP_SIZE) {
+            num += fabsf(s_q[h][s_i1[c]]);
+        }
+        num = warp_reduce_sum<WARP_SIZE>(num);
+        den = warp_reduce_sum<WARP_SIZE>(den);
+        const float rho = num > 0.0f && den > 0.0f ? num/den : 1.0f;
+        const float tf  = a.scale/sqrtf(rho);
+        for (int c = lane; c < rr; c += WARP_SIZE) {
+            s_coef[c][h] = s_q[h][s_i1[c]]*tf;
+        }
+    }
+    __syncthreads();
+}
+
 // GM: most heads per group the registers are sized for (G <= GM). Thread (g, p) = (tid / PT, tid % PT) takes
 // positions j0 .. j0+7 of the block's chunk and the rows g, g + RG, g + 2 RG, ... of the r; row group 0 adds
 // the others' partial products (shared memory) and finishes: mask, scores, chunk statistics.
@@ -291,72 +381,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
-    // |q| summed over the group; -inf pads it to a multiple of 4 (never above or equal to a real component)
-    const int D4 = (D + 3) & ~3;
-    for (int d = tid; d < D4; d += SPARQ_SC_THREADS) {
-        float v = -INFINITY;
-        if (d < D) {
-            v = 0.0f;
-            for (int h = 0; h < G; ++h) {
-                v += fabsf(s_q[h][d]);
-            }
-        }
-        s_abs[d] = v;
-    }
-    __syncthreads();
-    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
-    // S consecutive lanes share a component (S = threads / the power of two >= D, at most 32), each counting over
-    // a 1/S share of the others with 16-byte reads; shuffles add their counts (one thread per component counted
-    // all D in a chain of ~4 D instructions, the longest part of the phase: ncu on the H100)
-    {
-        int dp2 = 8;
-        while (dp2 < D4) {
-            dp2 *= 2;
-        }
-        const int   S    = min(WARP_SIZE, max(1, SPARQ_SC_THREADS/dp2));
-        const int   d    = tid / S;
-        const int   part = tid % S;
-        const int   per  = (D4/4 + S - 1)/S*4;
-        const int   e0   = part*per;
-        const int   e1   = min(D4, e0 + per);
-        const float ad   = d < D ? s_abs[d] : 0.0f;
-        int rank = 0;
-#pragma unroll 4
-        for (int e4 = e0; e4 < e1; e4 += 4) {
-            const float4 v4    = *(const float4 *) &s_abs[e4];
-            const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                rank += ve[u] > ad || (ve[u] == ad && e4 + u < d);
-            }
-        }
-        for (int off = 1; off < S; off *= 2) {
-            rank += __shfl_xor_sync(0xFFFFFFFF, rank, off, WARP_SIZE);
-        }
-        if (part == 0 && d < D && rank < rr) {
-            s_i1[rank] = d;
-        }
-    }
-    __syncthreads();
-    // temperature per head: scale / sqrt(rho_h), rho_h = |q_h[i1]|_1 / |q_h|_1
-    for (int h = warp; h < G; h += SPARQ_SC_WARPS) {
-        float num = 0.0f;
-        float den = 0.0f;
-        for (int d = lane; d < D; d += WARP_SIZE) {
-            den += fabsf(s_q[h][d]);
-        }
-        for (int c = lane; c < rr; c += WARP_SIZE) {
-            num += fabsf(s_q[h][s_i1[c]]);
-        }
-        num = warp_reduce_sum<WARP_SIZE>(num);
-        den = warp_reduce_sum<WARP_SIZE>(den);
-        const float rho = num > 0.0f && den > 0.0f ? num/den : 1.0f;
-        const float tf  = a.scale/sqrtf(rho);
-        for (int c = lane; c < rr; c += WARP_SIZE) {
-            s_coef[c][h] = s_q[h][s_i1[c]]*tf;
-        }
-    }
-    __syncthreads(); // s_q is dead from here: s_buf takes the partial products
+    sparq_i1_coef<SPARQ_SC_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef); // s_q is dead from here: s_buf takes the partial products
     SPARQ_MARK(0, 2); // i1, temperature and coefficients ready
 
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
@@ -1639,6 +1664,640 @@ static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine
     }
 }
 
+// ---- fused: the whole op in one thread block cluster per (KV head, unit) (sm_90; f16 K/V; D = Dv = 64 or 128) ----
+// The single and split variants pay for their step-1 kernel, a round trip of the scores through L2 and a step 2
+// that selects and attends in one block per KV head: ~24 us even at 256 positions (H100). Here the nb blocks of a
+// cluster each own a range of P positions and keep everything about them in shared memory:
+//  1. q, i1 and the coefficients (every block), the approximate scores of its positions (r rows of k_t) and their
+//     softmax statistics; the blocks exchange the statistics (distributed shared memory, one cluster barrier);
+//  2. sort keys as the other variants make them; the k-th largest key by a radix select over the whole cluster:
+//     12-bit digits, each block adding its histogram into block 0's (two passes, a third on the low 8 bits only
+//     when the bin that holds the k-th key holds others too), then ties by position across the blocks;
+//     each block keeps its positions with larger keys;
+//  3. exact attention of each block over its own chosen positions (a warp per row, online softmax), the blocks'
+//     partial (max, sum, output, alpha) merged by block 0.
+// k >= the visible count takes every visible position (dense, no blend), as the other variants. Shared memory
+// bounds the positions a block holds (G = 4: all 45056 in 8 blocks; larger G fewer: the single variant runs then).
+// Measured on the H100 (test_sparq_cuda bench, Llama-3-8B shapes, r 32, k 128): 20.8 / 26.4 / 34.4 us at 4k / 16k /
+// 32k against the single variant's 27.5 / 30.0 / 39.9 (bench/results/cuda_h100_2026-11-26a.md).
+#define SPARQ_FU_THREADS 512
+#define SPARQ_FU_WARPS   (SPARQ_FU_THREADS/WARP_SIZE)
+#define SPARQ_FU_NB_MAX  8                           // blocks per cluster (the portable size: 16 measured slower, as not
+                                                    // every cluster of 16 is resident at once on the H100)
+#define SPARQ_FU_BITS    12
+#define SPARQ_FU_BINS    (1 << SPARQ_FU_BITS)
+#define SPARQ_FU_HIST    (SPARQ_FU_BINS + SPARQ_FU_BINS/64)   // a pass's bins and coarse bins in block 0
+#define SPARQ_FU_HIST_ALL (2*SPARQ_FU_HIST + 256 + 4)         // passes 1, 2 and 3
+#ifndef SPARQ_FU_BATCH
+#define SPARQ_FU_BATCH   8                         // k_t rows in flight per thread in the score pass
+#endif
+
+// dynamic shared memory of the fused kernel, in 4-byte words: [A: RG x G x P scores, later the warps' partial
+// outputs] [keys P] [chosen positions P] [local histogram BINS] [block 0: the passes' histograms] [block 0: the
+// blocks' partial outputs NB x G x Dv]
+struct sparq_fu_layout {
+    int nb, P, rg;
+    int key, sel, lh, hist, red, total; // word offsets; total words
+};
+
+static sparq_fu_layout sparq_fu_plan_layout(const int n_kv, const int G, const int Dv, const int nb_max) {
+    sparq_fu_layout l;
+    l.nb = std::max(1, std::min(nb_max, (n_kv + 511)/512));
+    l.P  = ((n_kv + l.nb - 1)/l.nb + 7) & ~7;
+    const int pg = l.P/8;
+    l.rg = 8;
+    while (l.rg > 1 && pg*l.rg > SPARQ_FU_THREADS) {
+        l.rg /= 2;
+    }
+    const int a = std::max(l.rg*G*l.P, SPARQ_FU_WARPS*G*Dv);
+    l.key   = a;
+    l.sel   = l.key + l.P;
+    l.lh    = l.sel + l.P;
+    l.hist  = l.lh + SPARQ_FU_BINS;
+    l.red   = l.hist + SPARQ_FU_HIST_ALL;
+    l.total = l.red + l.nb*G*Dv;
+    return l;
+}
+
+// one radix pass over the cluster: the keys k != 0 of this block with (k & pmask) == prefix counted by bin
+// (k >> shift) & (NBINS - 1) into block 0's histogram h0 (zero before): NBINS bins, then NBINS/64 coarse bins of 64.
+// After the cluster barrier warp 0 of every block finds, counting from the top, the coarse bin and then the bin
+// where the want-th key lies (two remote reads of at most 64 counts: each block reading all 4096 bins of block 0,
+// even coalesced, held the pass at ~4 us on the H100). Returns the bin; want becomes the rank inside it, cnt its
+// count. Every block computes the same from the same histogram.
+template <int NBINS>
+static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const int P, const int shift, const uint32_t pmask,
+        const uint32_t prefix, int * s_lh, int * h0, int & want, int & cnt, int * s_res) {
+    constexpr int NC = NBINS/64;
+    static_assert(NC >= 1 && NC <= 64, "coarse bins: two a lane");
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+#pragma unroll 1
+    for (int b = tid; b < NBINS; b += SPARQ_FU_THREADS) {
+        s_lh[b] = 0;
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
+        const uint32_t key = s_key[jl];
+        if (key != 0 && (key & pmask) == prefix) {
+            atomicAdd(&s_lh[(key >> shift) & (NBINS - 1)], 1);
+        }
+    }
+    __syncthreads();
+    // warp w pushes coarse bins w, w + WARPS, ...: its 64 bins (two a lane) and their sum
+#pragma unroll 1
+    for (int cb = warp; cb < NC; cb += SPARQ_FU_WARPS) {
+        const int c0 = s_lh[64*cb + lane];
+        const int c1 = s_lh[64*cb + WARP_SIZE + lane];
+        if (c0 != 0) {
+            atomicAdd(h0 + 64*cb + lane, c0);
+        }
+        if (c1 != 0) {
+            atomicAdd(h0 + 64*cb + WARP_SIZE + lane, c1);
+        }
+        const int sum = warp_reduce_sum<WARP_SIZE>(c0 + c1);
+        if (lane == 0 && sum != 0) {
+            atomicAdd(h0 + NBINS + cb, sum);
+        }
+    }
+    cooperative_groups::this_cluster().sync();
+    if (warp == 0) {
+        // level 0: lane holds coarse bins NC-1 - 2 lane and the one below (descending); level 1: the 64 bins of the
+        // coarse bin found, likewise
+        int base = NBINS + NC - 1; // top bin of the level, as an index into h0
+        int top  = NC - 1;         // ... and as a bin number
+        int w    = want;
+#pragma unroll
+        for (int level = 0; level < 2; ++level) {
+            const int n  = level == 0 ? NC : 64;
+            const int i0 = 2*lane, i1 = 2*lane + 1;
+            const int c0 = i0 < n ? h0[base - i0] : 0;
+            const int c1 = i1 < n ? h0[base - i1] : 0;
+            const int incl = warp_prefix_inclusive_sum<int>(c0 + c1);
+            const int excl = incl - c0 - c1;
+            const bool here = excl < w && w <= incl;
+            const int src = __ffs(__ballot_sync(0xFFFFFFFF, here)) - 1;
+            const bool lo = w <= excl + c0;
+            const int  i  = __shfl_sync(0xFFFFFFFF, lo ? i0 : i1, src);
+            const int  ab = __shfl_sync(0xFFFFFFFF, lo ? excl : excl + c0, src); // keys above the bin found
+            const int  cc = __shfl_sync(0xFFFFFFFF, lo ? c0 : c1, src);
+            w -= ab;
+            if (level == 0) {
+                base = 64*(top - i) + 63;
+                top  = base;
+            } else if (lane == 0) {
+                s_res[0] = top - i;
+                s_res[1] = w;
+                s_res[2] = cc;
+            }
+        }
+    }
+    __syncthreads();
+    want = s_res[1];
+    cnt  = s_res[2];
+    const int d = s_res[0];
+    __syncthreads(); // s_res may be rewritten by the next pass
+    return d;
+}
+
+// DE: D/32 components a lane in the exact attention (2 or 4); GM: heads per group the registers are sized for
+template <typename MT, int DE, int GM>
+static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const sparq_args a, const sparq_fu_layout L) {
+#if defined(SPARQ_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    extern __shared__ __align__(16) char sparq_smem[];
+    __shared__ __align__(16) float s_q[GM][SPARQ_CUDA_MAX_D];
+    __shared__ __align__(16) float s_abs[SPARQ_CUDA_MAX_D];
+    __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
+    __shared__ float s_coef[SPARQ_CUDA_MAX_D][GM];
+    __shared__ float s_wm[SPARQ_FU_WARPS][GM], s_wz[SPARQ_FU_WARPS][GM], s_wa[SPARQ_FU_WARPS][GM];
+    __shared__ int   s_wn[SPARQ_FU_WARPS];
+    __shared__ float s_bm[GM], s_bz[GM];           // this block's statistics (read by the others)
+    __shared__ int   s_bn, s_beq;                  // its visible count, its keys equal to the k-th (ties)
+    __shared__ float s_M[GM], s_rz[GM];            // the cluster's: max, 1/sum
+    __shared__ int   s_nvt;
+    __shared__ float s_rm[SPARQ_FU_NB_MAX][GM], s_rl[SPARQ_FU_NB_MAX][GM], s_ra[SPARQ_FU_NB_MAX][GM]; // block 0
+    __shared__ int   s_tmp[WARP_SIZE], s_res[3];
+
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int nb   = L.nb;
+    const int rank = (int) cluster.block_rank();
+    const int kh   = blockIdx.x / nb;
+    const int unit = blockIdx.y;
+    const int t    = unit % a.n_tok;
+    const int s    = unit / a.n_tok;
+    const int G    = a.H / a.Hkv;
+    const int D    = a.D;
+    const int rr   = min(a.r, D);
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+    const int P    = L.P;
+    const int lo   = rank*P;                       // this block's positions: lo + [0, P), those < n_kv
+    const int n_kv = a.n_kv;
+
+    float    * s_a    = (float *) sparq_smem;      // [RG][G][P] partial scores; [0][G][P] the scores
+    uint32_t * s_key  = (uint32_t *) sparq_smem + L.key;
+    int      * s_sel  = (int *) sparq_smem + L.sel;
+    int      * s_lh   = (int *) sparq_smem + L.lh;
+    int      * s_hist = (int *) sparq_smem + L.hist;
+    float    * s_red  = (float *) sparq_smem + L.red;
+
+    // block 0's histograms take the others' atomics after the first cluster barrier
+    for (int e = tid; e < SPARQ_FU_HIST_ALL; e += SPARQ_FU_THREADS) {
+        s_hist[e] = 0;
+    }
+    SPARQ_MARK_FU(0);
+    ggml_cuda_pdl_sync();
+    ggml_cuda_pdl_lc();
+    SPARQ_MARK_FU(1);
+
+    const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
+    sparq_load_q(a, kh, t, s, G, s_q);
+    __syncthreads();
+    sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef);
+    SPARQ_MARK_FU(2);
+
+    // 1. approximate scores: item (g, pg) = positions lo + 8 pg .. +7 and the rows g, g + RG, ... of the r; the
+    // items of row group 0 add the mask (-inf where not visible). Loops over run-time counts stay rolled: this code
+    // runs once per block, and unrolled it waits on instruction fetch
+    {
+        constexpr int BATCH = GM <= 4 ? SPARQ_FU_BATCH : SPARQ_FU_BATCH/2; // rows in flight per thread
+        const int RG = L.rg;
+        const int PG = P/8;
+        const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
+#pragma unroll 1
+        for (int it = tid; it < PG*RG; it += SPARQ_FU_THREADS) {
+            const int pg = it % PG;
+            const int g  = it / PG;
+            const int j0 = lo + 8*pg;
+            float mv[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                mv[u] = g == 0 && j0 + u < n_kv ? sparq_f<MT>(mrow[j0 + u]) : -INFINITY;
+            }
+            float acc[GM][8];
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    acc[h][u] = 0.0f;
+                }
+            }
+            const char * kp = ktb + (int64_t) j0*sizeof(half);
+            if (j0 + 8 <= n_kv) {
+#pragma unroll 1
+                for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
+                    sparq_raw8<half> raw[BATCH];
+#pragma unroll
+                    for (int u = 0; u < BATCH; ++u) {
+                        if (c0 + RG*u < rr) {
+                            sparq_ld8(raw[u], (const half *) (kp + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < BATCH; ++u) {
+                        if (c0 + RG*u < rr) {
+                            float kv[8];
+                            sparq_cvt8(raw[u], kv);
+                            sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
+                        }
+                    }
+                }
+            } else if (j0 < n_kv) {
+#pragma unroll 1
+                for (int c = g; c < rr; c += RG) {
+                    const half * row = (const half *) (kp + (int64_t) s_i1[c]*a.kt_nb1);
+                    float kv[8];
+#pragma unroll
+                    for (int u = 0; u < 8; ++u) {
+                        kv[u] = j0 + u < n_kv ? __half2float(row[u]) : 0.0f;
+                    }
+                    sparq_fma_row(acc, kv, s_coef[c], G);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+                    if (g == 0) {
+#pragma unroll
+                        for (int u = 0; u < 8; ++u) {
+                            acc[h][u] = mv[u] != -INFINITY ? acc[h][u] + mv[u] : -INFINITY;
+                        }
+                    }
+                    float4 * o = (float4 *) &s_a[(g*G + h)*P + 8*pg];
+                    o[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+                    o[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+                }
+            }
+        }
+        __syncthreads();
+        SPARQ_MARK_FU(9);
+        // the row groups summed into [0]; the block's (max, sum of exp) per head and visible count
+        float m[GM];
+        int   nv = 0;
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            m[h] = -INFINITY;
+        }
+#pragma unroll 1
+        for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
+            bool vis = false;
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+                    float v = s_a[h*P + jl];
+#pragma unroll 1
+                    for (int g = 1; g < RG; ++g) {
+                        v += s_a[(g*G + h)*P + jl];
+                    }
+                    s_a[h*P + jl] = v;
+                    m[h] = fmaxf(m[h], v);
+                    vis  = v != -INFINITY;
+                }
+            }
+            nv += vis;
+        }
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            m[h] = warp_reduce_max<WARP_SIZE>(m[h]);
+            if (lane == 0 && h < G) {
+                s_wm[warp][h] = m[h];
+            }
+        }
+        nv = warp_reduce_sum<WARP_SIZE>(nv);
+        if (lane == 0) {
+            s_wn[warp] = nv;
+        }
+        __syncthreads();
+        float z[GM];
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            m[h] = warp_reduce_max<WARP_SIZE>(lane < SPARQ_FU_WARPS && h < G ? s_wm[lane][h] : -INFINITY);
+            z[h] = 0.0f;
+        }
+#pragma unroll 1
+        for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+                    const float v = s_a[h*P + jl];
+                    z[h] += v != -INFINITY ? expf(v - m[h]) : 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            z[h] = warp_reduce_sum<WARP_SIZE>(z[h]);
+            if (lane == 0 && h < G) {
+                s_wz[warp][h] = z[h];
+            }
+        }
+        __syncthreads();
+        if (warp == 0) {
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                const float zz = warp_reduce_sum<WARP_SIZE>(lane < SPARQ_FU_WARPS && h < G ? s_wz[lane][h] : 0.0f);
+                if (lane == 0 && h < G) {
+                    s_bm[h] = m[h];
+                    s_bz[h] = zz;
+                }
+            }
+            const int n = warp_reduce_sum<WARP_SIZE>(lane < SPARQ_FU_WARPS ? s_wn[lane] : 0);
+            if (lane == 0) {
+                s_bn = n;
+            }
+        }
+    }
+    SPARQ_MARK_FU(3);
+    cluster.sync(); // every block's statistics (and block 0's zeroed histograms) visible in the cluster
+
+    // the cluster's statistics: warp h merges the blocks' (max, sum) of head h in a fixed order (the same in
+    // every block), the last warp the visible counts
+    if (warp < G) {
+        float mb = -INFINITY, zb = 0.0f;
+        if (lane < nb) {
+            mb = *cluster.map_shared_rank(&s_bm[warp], lane);
+            zb = *cluster.map_shared_rank(&s_bz[warp], lane);
+        }
+        const float mm = warp_reduce_max<WARP_SIZE>(mb);
+        const float zz = warp_reduce_sum<WARP_SIZE>(mb == -INFINITY ? 0.0f : zb*expf(mb - mm));
+        if (lane == 0) {
+            s_M[warp]  = mm;
+            s_rz[warp] = zz > 0.0f ? 1.0f/zz : 0.0f;
+        }
+    } else if (warp == SPARQ_FU_WARPS - 1) {
+        const int n = warp_reduce_sum<WARP_SIZE>(lane < nb ? *cluster.map_shared_rank(&s_bn, lane) : 0);
+        if (lane == 0) {
+            s_nvt = n;
+        }
+    }
+    __syncthreads();
+    const int nvt = s_nvt;
+    float * dst_u = a.dst + ((int64_t) unit*a.H + kh*G)*a.Dv;
+    if (nvt == 0) {
+        for (int e = tid; e < G*a.Dv && rank == 0; e += SPARQ_FU_THREADS) {
+            dst_u[e] = 0.0f;
+        }
+        cluster.sync(); // no block leaves while another may still read its statistics
+        return;
+    }
+    const bool dense = a.k_top >= nvt;
+    const bool blend = !dense && (a.flags & 1) != 0;
+
+    // 2. sort keys (as sparq_keys: group-summed softmax, bits of a non-negative float + 1; 0 = masked)
+#pragma unroll 1
+    for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
+        float p   = 0.0f;
+        bool  vis = false;
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+            if (h < G) {
+                const float sv = s_a[h*P + jl];
+                vis = vis || sv != -INFINITY;
+                p  += sv != -INFINITY && !dense ? expf(sv - s_M[h])*s_rz[h] : 0.0f;
+            }
+        }
+        s_key[jl] = vis ? __float_as_uint(p) + 1u : 0u;
+    }
+    __syncthreads();
+    SPARQ_MARK_FU(4);
+
+    // the k-th largest key thr; ties: how many keys equal to thr are taken (in position order over the cluster)
+    uint32_t thr  = 1u;    // dense: every visible position (key >= 1)
+    bool     ties = false;
+    int      want = a.k_top;
+    if (!dense) {
+        int * h0 = cluster.map_shared_rank(s_hist, 0);
+        int cnt;
+        const int d1 = sparq_fu_pass<SPARQ_FU_BINS>(s_key, P, 20, 0u, 0u, s_lh, h0, want, cnt, s_res);
+        const uint32_t p1 = (uint32_t) d1 << 20;
+        const int d2 = sparq_fu_pass<SPARQ_FU_BINS>(s_key, P, 8, 0xFFF00000u, p1, s_lh, h0 + SPARQ_FU_HIST, want, cnt,
+                                                    s_res);
+        thr = p1 | (uint32_t) d2 << 8;
+        if (cnt != want) { // the bin holds keys past the k-th: their low 8 bits decide
+            const int d3 = sparq_fu_pass<256>(s_key, P, 0, 0xFFFFFF00u, thr, s_lh, h0 + 2*SPARQ_FU_HIST, want, cnt,
+                                              s_res);
+            thr |= (uint32_t) d3;
+            ties = cnt != want; // equal keys: the first want of them by position
+        }
+    }
+    SPARQ_MARK_FU(5);
+
+    // this block's chosen positions into s_sel, ascending: thread-contiguous ranges, one block scan
+    int n_sel;
+    {
+        const int per = (P + SPARQ_FU_THREADS - 1)/SPARQ_FU_THREADS;
+        const int j0  = min(P, tid*per);
+        const int j1  = min(P, j0 + per);
+        int eq0 = 0; // ties: cluster-wide rank of the first key equal to thr in this thread's range
+        if (ties) {
+            int neq = 0;
+            for (int jl = j0; jl < j1; ++jl) {
+                neq += s_key[jl] == thr;
+            }
+            int tot;
+            eq0 = sparse_block_excl_scan(neq, s_tmp, &tot);
+            if (tid == 0) {
+                s_beq = tot;
+            }
+            cluster.sync();
+            if (tid == 0) {
+                int base = 0;
+                for (int b = 0; b < rank; ++b) {
+                    base += *cluster.map_shared_rank(&s_beq, b);
+                }
+                s_res[0] = base;
+            }
+            __syncthreads();
+            eq0 += s_res[0];
+        }
+        // key above thr, or (ties) equal with a cluster-wide rank below want; e: the running rank
+        auto take = [&](const uint32_t key, int & e) {
+            return ties ? key > thr || (key == thr && e++ < want) : key >= thr;
+        };
+        int n = 0;
+        for (int jl = j0, e = eq0; jl < j1; ++jl) {
+            n += take(s_key[jl], e);
+        }
+        int o = sparse_block_excl_scan(n, s_tmp, &n_sel);
+        for (int jl = j0, e = eq0; jl < j1; ++jl) {
+            if (take(s_key[jl], e)) {
+                s_sel[o++] = jl;
+            }
+        }
+        __syncthreads();
+    }
+    SPARQ_MARK_FU(6);
+
+    // 3. exact attention over the chosen rows: warp w takes rows w, w + WARPS, ... two at a time in flight; lane
+    // holds components DE*lane .. DE*lane + DE-1 of each row
+    float m[GM], l[GM], al[GM], acc[GM][DE];
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        m[h]  = -INFINITY;
+        l[h]  = 0.0f;
+        al[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DE; ++e) {
+            acc[h][e] = 0.0f;
+        }
+    }
+    {
+        const char * kb = a.k + kh*a.k_nb2 + s*a.k_nb3 + (int64_t) (DE*lane)*sizeof(half);
+        const char * vb = a.v + kh*a.v_nb2 + s*a.v_nb3 + (int64_t) (DE*lane)*sizeof(half);
+        float qv[GM][DE];
+#pragma unroll
+        for (int h = 0; h < GM; ++h) {
+#pragma unroll
+            for (int e = 0; e < DE; ++e) {
+                qv[h][e] = h < G ? s_q[h][DE*lane + e] : 0.0f;
+            }
+        }
+        using raw_t = typename std::conditional<DE == 4, uint2, uint32_t>::type;
+        for (int i0 = warp; i0 < n_sel; i0 += 2*SPARQ_FU_WARPS) {
+            raw_t kr[2] = {}, vr[2] = {};
+            float mr[2] = { 0.0f, 0.0f };
+            int   jr[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int i = i0 + u*SPARQ_FU_WARPS;
+                jr[u] = i < n_sel ? s_sel[i] : -1;
+                const int j = lo + max(jr[u], 0);
+                if (jr[u] >= 0) {
+                    kr[u] = *(const raw_t *) (kb + (int64_t) j*a.k_nb1);
+                    vr[u] = *(const raw_t *) (vb + (int64_t) j*a.v_nb1);
+                    mr[u] = sparq_f<MT>(mrow[j]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                if (jr[u] < 0) {
+                    continue;
+                }
+                const half * kh2 = (const half *) &kr[u];
+                const half * vh2 = (const half *) &vr[u];
+                float kf[DE], vf[DE];
+#pragma unroll
+                for (int e = 0; e < DE; ++e) {
+                    kf[e] = __half2float(kh2[e]);
+                    vf[e] = __half2float(vh2[e]);
+                }
+#pragma unroll
+                for (int h = 0; h < GM; ++h) {
+                    if (h >= G) {
+                        break;
+                    }
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < DE; ++e) {
+                        dot += qv[h][e]*kf[e];
+                    }
+                    dot = warp_reduce_sum<WARP_SIZE>(dot);
+                    const float sc   = a.scale*dot + mr[u];
+                    const float mn   = fmaxf(m[h], sc);
+                    const float corr = expf(m[h] - mn); // m = -inf first: 0
+                    const float p    = expf(sc - mn);
+                    l[h] = l[h]*corr + p;
+#pragma unroll
+                    for (int e = 0; e < DE; ++e) {
+                        acc[h][e] = acc[h][e]*corr + p*vf[e];
+                    }
+                    m[h] = mn;
+                    if (blend) {
+                        al[h] += expf(s_a[h*P + jr[u]] - s_M[h])*s_rz[h];
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads(); // the scores (alpha) are read: region A takes the warps' partial outputs
+    float * s_wacc = s_a; // [WARPS][G][Dv]
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        if (h < G) {
+#pragma unroll
+            for (int e = 0; e < DE; ++e) {
+                s_wacc[(warp*G + h)*a.Dv + DE*lane + e] = acc[h][e];
+            }
+            if (lane == 0) {
+                s_wm[warp][h] = m[h];
+                s_wz[warp][h] = l[h];
+                s_wa[warp][h] = al[h];
+            }
+        }
+    }
+    __syncthreads();
+    SPARQ_MARK_FU(7);
+    // the block's partial: per (head, component) over the warps, into block 0's s_red / s_rm, s_rl, s_ra
+    {
+        float * red0 = cluster.map_shared_rank(s_red, 0);
+#pragma unroll 1
+        for (int e = tid; e < G*a.Dv; e += SPARQ_FU_THREADS) {
+            const int h = e / a.Dv;
+            float mb = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < SPARQ_FU_WARPS; ++w) {
+                mb = fmaxf(mb, s_wm[w][h]);
+            }
+            float y = 0.0f, lb = 0.0f, ab = 0.0f;
+#pragma unroll
+            for (int w = 0; w < SPARQ_FU_WARPS; ++w) {
+                const float f = s_wm[w][h] == -INFINITY ? 0.0f : expf(s_wm[w][h] - mb);
+                y  += f*s_wacc[(w*G + h)*a.Dv + e % a.Dv];
+                lb += f*s_wz[w][h];
+                ab += s_wa[w][h];
+            }
+            red0[(rank*G + h)*a.Dv + e % a.Dv] = y;
+            if (e % a.Dv == 0) {
+                *cluster.map_shared_rank(&s_rm[rank][h], 0) = mb;
+                *cluster.map_shared_rank(&s_rl[rank][h], 0) = lb;
+                *cluster.map_shared_rank(&s_ra[rank][h], 0) = ab;
+            }
+        }
+    }
+    cluster.sync();
+    SPARQ_MARK_FU(10);
+    if (rank != 0) {
+        return;
+    }
+#pragma unroll 1
+    for (int e = tid; e < G*a.Dv; e += SPARQ_FU_THREADS) {
+        const int h = e / a.Dv;
+        const int d = e % a.Dv;
+        float mm = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < SPARQ_FU_NB_MAX; ++b) {
+            mm = b < nb ? fmaxf(mm, s_rm[b][h]) : mm;
+        }
+        float y = 0.0f, lt = 0.0f, at = 0.0f;
+#pragma unroll
+        for (int b = 0; b < SPARQ_FU_NB_MAX; ++b) {
+            if (b >= nb) {
+                break;
+            }
+            const float f = s_rm[b][h] == -INFINITY ? 0.0f : expf(s_rm[b][h] - mm);
+            y  += f*s_red[(b*G + h)*a.Dv + d];
+            lt += f*s_rl[b][h];
+            at += s_ra[b][h];
+        }
+        y /= lt;
+        if (blend) {
+            const int   tv = a.vm_ne2 == 1 ? 0 : t;
+            const int   sv = a.vm_ne3 == 1 ? 0 : s;
+            const float vm = *(const float *) (a.vm + (int64_t) d*sizeof(float) + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3);
+            y = at*y + (1.0f - at)*vm;
+        }
+        dst_u[e] = y;
+    }
+    SPARQ_MARK_FU(8);
+#else
+    GGML_UNUSED_VARS(a, L);
+    NO_DEVICE_CODE;
+#endif
+}
+
 static size_t sparq_align256(const size_t n) {
     return (n + 255) & ~(size_t) 255;
 }
@@ -1698,27 +2357,13 @@ static int sparq_cluster_blocks(const int device, const int n_kv) {
     return 1;
 }
 
-template <typename KT, typename MT, int DE, int GM, bool VEC>
-static void sparq_launch_attend(const sparq_args & a, const int units, cudaStream_t stream) {
-    const int    G    = a.H / a.Hkv;
-    const size_t smem = sparq_attend_smem(a.n_kv, G, a.k_top, a.Dv);
-    static int smem_set[GGML_CUDA_MAX_DEVICES] = { 0 };
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    if (smem_set[device] == 0) {
-        int optin;
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT, DE, GM, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                optin - 16*1024)); // room for the static shared arrays
-        smem_set[device] = optin - 16*1024;
-    }
-    GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: n_kv too large for shared memory");
-
-    const int  nc = sparq_cluster_blocks(device, a.n_kv);
-    const dim3 grid(a.Hkv*nc, units, 1);
-    const dim3 block(SPARQ_AT_THREADS, 1, 1);
+// kern on grid with a thread block cluster of nc blocks along x (sm_90; always = true: also for nc = 1, for kernels that
+// use the cluster API) and ggml's programmatic launch; without clusters (nc = 1) ggml's launcher
+template <typename... P, typename... A>
+static void sparq_launch_cluster(void (*kern)(P...), const dim3 grid, const dim3 block, const size_t smem, const int nc,
+        const bool always, cudaStream_t stream, A... args) {
 #ifdef SPARQ_CLUSTER_AVAILABLE
-    if (nc > 1) {
+    if (nc > 1 || always) {
         cudaLaunchAttribute attr[2];
         int n_attr = 0;
         attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
@@ -1741,12 +2386,96 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
         lc.stream           = stream;
         lc.attrs            = attr;
         lc.numAttrs         = n_attr;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, sparq_attend<KT, MT, DE, GM, VEC>, a));
+        CUDA_CHECK(cudaLaunchKernelEx(&lc, kern, args...));
         return;
     }
+#else
+    GGML_UNUSED(always);
 #endif // SPARQ_CLUSTER_AVAILABLE
     const ggml_cuda_kernel_launch_params p(grid, block, smem, stream);
-    ggml_cuda_kernel_launch(sparq_attend<KT, MT, DE, GM, VEC>, p, a);
+    ggml_cuda_kernel_launch(kern, p, args...);
+}
+
+template <typename KT, typename MT, int DE, int GM, bool VEC>
+static void sparq_launch_attend(const sparq_args & a, const int units, cudaStream_t stream) {
+    const int    G    = a.H / a.Hkv;
+    const size_t smem = sparq_attend_smem(a.n_kv, G, a.k_top, a.Dv);
+    static int smem_set[GGML_CUDA_MAX_DEVICES] = { 0 };
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (smem_set[device] == 0) {
+        int optin;
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        CUDA_CHECK(cudaFuncSetAttribute(sparq_attend<KT, MT, DE, GM, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                optin - 16*1024)); // room for the static shared arrays
+        smem_set[device] = optin - 16*1024;
+    }
+    GGML_ASSERT(smem <= (size_t) smem_set[device] && "SparQ: n_kv too large for shared memory");
+
+    const int  nc = sparq_cluster_blocks(device, a.n_kv);
+    const dim3 grid(a.Hkv*nc, units, 1);
+    const dim3 block(SPARQ_AT_THREADS, 1, 1);
+    sparq_launch_cluster(sparq_attend<KT, MT, DE, GM, VEC>, grid, block, smem, nc, false, stream, a);
+}
+
+// the fused variant for a call, launched, or false where it does not apply (the others then run): sm_90 clusters,
+// f16 K, k_t and V with 16-byte aligned rows, D = Dv, shared memory for the block's positions
+template <typename MT, int DE, int GM>
+static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream_t stream, const bool launch) {
+#ifdef SPARQ_CLUSTER_AVAILABLE
+    static int dyn_max[GGML_CUDA_MAX_DEVICES] = { 0 }; // -1: no clusters
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (dyn_max[device] == 0) {
+        int cc_major, optin;
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        dyn_max[device] = -1;
+        if (cc_major >= 9) {
+            cudaFuncAttributes fa;
+            CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_fused<MT, DE, GM>));
+            const int dyn = optin - (int) fa.sharedSizeBytes;
+            CUDA_CHECK(cudaFuncSetAttribute(sparq_fused<MT, DE, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+            dyn_max[device] = dyn;
+        }
+    }
+    const sparq_fu_layout L = sparq_fu_plan_layout(a.n_kv, a.H/a.Hkv, a.Dv, SPARQ_FU_NB_MAX);
+    const size_t smem = (size_t) L.total*sizeof(int);
+    if (dyn_max[device] < 0 || smem > (size_t) dyn_max[device]) {
+        return false;
+    }
+    if (!launch) {
+        return true;
+    }
+    sparq_launch_cluster(sparq_fused<MT, DE, GM>, dim3(a.Hkv*L.nb, units, 1), dim3(SPARQ_FU_THREADS, 1, 1), smem, L.nb,
+                         true, stream, a, L);
+    return true;
+#else
+    GGML_UNUSED_VARS(a, units, stream, launch);
+    return false;
+#endif // SPARQ_CLUSTER_AVAILABLE
+}
+
+// step2 0 (unless LLAMA_SPARSE_CUDA_SPARQ_FUSED=0) or 4: the fused variant where it applies (launch false: only
+// whether it would; sparq_attn_launch has set the alignment flags)
+static bool sparq_try_fused(const sparq_args & a, const int units, cudaStream_t stream, const bool launch = true) {
+    static const bool env_on = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_FUSED"); return e == nullptr || atoi(e) != 0; }();
+    if (!(a.step2 == 4 || (a.step2 == 0 && env_on))) {
+        return false;
+    }
+    const int       G  = a.H/a.Hkv;
+    const uintptr_t al = (uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3 |
+                         (uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3;
+    if (!a.kv_f16 || !a.kt_vec || (al & 15) != 0 || a.v_nb0 != (int64_t) sizeof(half) || a.D != a.Dv ||
+        (a.D != 64 && a.D != 128) || G > SPARQ_CUDA_MAX_G) {
+        return false;
+    }
+    if (a.mask_f16) {
+        return a.D == 64 ? (G <= 4 ? sparq_launch_fused<half, 2, 4>(a, units, stream, launch) : sparq_launch_fused<half, 2, 8>(a, units, stream, launch)) :
+                           (G <= 4 ? sparq_launch_fused<half, 4, 4>(a, units, stream, launch) : sparq_launch_fused<half, 4, 8>(a, units, stream, launch));
+    }
+    return a.D == 64 ? (G <= 4 ? sparq_launch_fused<float, 2, 4>(a, units, stream, launch) : sparq_launch_fused<float, 2, 8>(a, units, stream, launch)) :
+                       (G <= 4 ? sparq_launch_fused<float, 4, 4>(a, units, stream, launch) : sparq_launch_fused<float, 4, 8>(a, units, stream, launch));
 }
 
 // most dynamic shared memory sparq_split_attend<KT, MT, DE> may use (opted in once per device)
@@ -1854,6 +2583,21 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
     }
 }
 
+// the vector-load flags of sparq_args from its pointers and strides
+static void sparq_set_vec(sparq_args & a) {
+    a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
+    a.k_vec  = (((uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3) & 15) == 0;
+    const uintptr_t v2 = a.kv_f16 ? 2*sizeof(half) : 2*sizeof(float); // one V component pair
+    a.v_vec  = a.v_nb0 == (int64_t) (v2/2) && a.Dv % 2 == 0 &&
+               (((uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3) & (v2 - 1)) == 0;
+}
+
+bool sparq_attn_fused_takes(sparq_args a) {
+    sparq_set_vec(a);
+    a.step2 = 4;
+    return a.n_kv > 0 && a.n_tok*a.ns > 0 && sparq_try_fused(a, a.n_tok*a.ns, nullptr, false);
+}
+
 void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     const int units = a.n_tok*a.ns;
     if (a.n_kv == 0 || units == 0) {
@@ -1880,13 +2624,15 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     a.ccnt   = (int *) ((char *) scratch + o.ccnt);
     a.pml    = (float4 *) ((char *) scratch + o.pml);
     a.pacc   = (float *) ((char *) scratch + o.pacc);
-    a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
-    a.k_vec  = (((uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3) & 15) == 0;
-    const uintptr_t v2 = a.kv_f16 ? 2*sizeof(half) : 2*sizeof(float); // one V component pair
-    a.v_vec  = a.v_nb0 == (int64_t) (v2/2) && a.Dv % 2 == 0 &&
-               (((uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3) & (v2 - 1)) == 0;
+    sparq_set_vec(a);
     GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
 
+    if (sparq_try_fused(a, units, stream)) {
+        return;
+    }
+    if (a.step2 == 4) {
+        a.step2 = 1; // the fused variant does not apply: the single one
+    }
     if (a.kv_f16 && a.mask_f16) {
         sparq_launch<half, half>(a, units, stream);
     } else if (a.kv_f16) {

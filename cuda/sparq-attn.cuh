@@ -25,8 +25,9 @@ struct sparq_args {
     int   D, Dv, n_kv, H, Hkv, n_tok, ns, r, k_top, flags;
     float scale;
     bool  kv_f16, mask_f16;                                   // K/k_t/V type, mask type (else F32)
-    int   step2;   // 0: LLAMA_SPARSE_CUDA_SPARQ_SPLIT decides (unset or != 0: split), 1: one block per KV head, 2: split,
-                   // 3: step 1 only (timing aid; dst not written)
+    int   step2;   // 0: fused where it applies (unless LLAMA_SPARSE_CUDA_SPARQ_FUSED=0), else LLAMA_SPARSE_CUDA_SPARQ_SPLIT
+                   // decides (set and != 0: split); 1: one block per KV head, 2: split, 3: step 1 only (timing aid; dst
+                   // not written), 4: fused (one cluster per KV head for the whole op; single where it does not apply)
 
     // set by sparq_attn_launch
     float  * sc;   int64_t sc_ld; // scratch [units][H][sc_ld]: approximate scores, -INF where masked
@@ -47,8 +48,11 @@ struct sparq_args {
 // bytes of device scratch sparq_attn_launch needs
 size_t sparq_attn_scratch_size(const sparq_args & a);
 
-// two kernels on stream, no host synchronization (graph safe); scratch: sparq_attn_scratch_size bytes
+// two kernels on stream (one for the fused variant), no host synchronization (graph safe); scratch:
+// sparq_attn_scratch_size bytes
 void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream);
+// whether sparq_attn_launch runs the fused variant for a (step2 4; the default for step2 0 where it applies)
+bool sparq_attn_fused_takes(sparq_args a);
 #ifdef SPARQ_PHASE_TIMING
 void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]); // the last call's phase stamps (ns, %globaltimer)
 #endif

@@ -1,15 +1,16 @@
 // llama-sparse: standalone correctness test and microbenchmark of the CUDA SparQ attention op
 // (cuda/sparq-attn.cu), calling sparq_attn_launch directly, not through ggml graphs.
 //
-//   test_sparq_cuda test [--variant single|split|both]
+//   test_sparq_cuda test [--variant single|split|fused|both|all]
 //                                              correctness; last line "N passed, N failed", exit 1 on failure;
-//                                              every case with both step-2 variants unless --variant
-//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|both|step1|all]
+//                                              every case with every variant (all) unless --variant
+//   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|fused|both|step1|all]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
 //                                              f16 K/V), r 32, k 128, timed inside a CUDA graph; default all:
-//                                              both variants and step 1 alone (step1: time of kernel 1 only)
-// Step-2 variants (sparq_args::step2): "single" = one select block (or cluster) per KV head, "split" = segments
-// over many blocks plus a combine kernel.
+//                                              every variant and step 1 alone (step1: time of kernel 1 only)
+// Variants (sparq_args::step2): "single" = step 1, then one select block (or cluster) per KV head; "split" = step 1,
+// then segments over many blocks plus a combine kernel; "fused" = one cluster per KV head for the whole op (cases it
+// does not take run the single variant: such rows say "(fallback)").
 //
 // The reference is the CPU op's scalar one (ggml_sparse_cpu_sparq_ref: fp64, full sorts, ties to the lower
 // position) on the same host tensors, laid out as in the KV cache (heads inside a row, more cells than the
@@ -359,18 +360,20 @@ static double boundary_gap(const sparq_case & c, const sparq_data & x, int64_t k
 }
 
 static const char * variant_name(int step2) {
-    return step2 == 3 ? "step1" : step2 == 2 ? "split" : "single";
+    return step2 == 4 ? "fused" : step2 == 3 ? "step1" : step2 == 2 ? "split" : "single";
 }
+
 
 static void check_variant(const sparq_case & c, const sparq_data & x, const std::vector<float> & ref, int step2,
         cudaStream_t stream) {
     const int64_t G = c.H/c.Hkv, n_out = c.Dv*c.H*c.n_tok*c.ns;
 
     char name[288];
-    snprintf(name, sizeof(name), "[%s] D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s",
+    snprintf(name, sizeof(name), "[%s] D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s%s",
              variant_name(step2), (long long) c.D, (long long) c.Dv, (long long) c.H, (long long) c.Hkv, (long long) c.n_kv,
              (long long) c.n_tok, (long long) c.ns, (long long) c.n_seq, ggml_type_name(c.kv_type),
-             ggml_type_name(c.mask_type), c.r, c.k_top, c.flags, c.v_trans ? " v_trans" : "", c.q_zero ? " q=0" : "");
+             ggml_type_name(c.mask_type), c.r, c.k_top, c.flags, c.v_trans ? " v_trans" : "", c.q_zero ? " q=0" : "",
+             step2 == 4 && !sparq_attn_fused_takes(make_args(c, x)) ? " (fallback)" : "");
 
     std::vector<float> out(n_out), out_graph(n_out);
     sparq_args a = make_args(c, x);
@@ -438,7 +441,7 @@ static void check_variant(const sparq_case & c, const sparq_data & x, const std:
     CUDA_CHECK(cudaFree(scratch));
 }
 
-// variants: bit 0 = single (step2 1), bit 1 = split (step2 2); the reference is computed once for both
+// variants: bit 0 = single (step2 1), bit 1 = split (step2 2), bit 3 = fused (step2 4); the reference is computed once
 static void run_case(const sparq_case & c, int variants, cudaStream_t stream) {
     sparq_data x;
     make_data(c, x, true);
@@ -448,8 +451,8 @@ static void run_case(const sparq_case & c, int variants, cudaStream_t stream) {
     x.tdst.data = ref.data();
     ggml_sparse_cpu_sparq_ref(&x.tdst);
 
-    for (int step2 = 1; step2 <= 2; ++step2) {
-        if (variants & step2) {
+    for (int step2 : { 1, 2, 4 }) {
+        if (variants & (1 << (step2 - 1))) {
             check_variant(c, x, ref, step2, stream);
         }
     }
@@ -528,11 +531,11 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             as[i] = make_args(c, xs[i]);
         }
         const int64_t n_out = 128*32;
-        std::vector<float> outs[4];
-        float us_of[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        std::vector<float> outs[5];
+        float us_of[5] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
         void * scratch;
         CUDA_CHECK(cudaMalloc(&scratch, sparq_attn_scratch_size(as[0])));
-        for (int step2 = 1; step2 <= 3; ++step2) {
+        for (int step2 = 1; step2 <= 4; ++step2) {
             if (!(variants & (1 << (step2 - 1)))) {
                 continue;
             }
@@ -585,6 +588,17 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                 printf("%8lld   attention us: [setup %.2f, scores %.2f, softmax %.2f, P.V %.2f, merge+out %.2f]\n",
                        (long long) S, d(1, 7, 1, 5), d(1, 8, 1, 7), d(1, 9, 1, 8), d(1, 10, 1, 9), d(1, 6, 1, 10));
             }
+            if (step2 == 4) {
+                // fused: block 0 of KV head 0 (row 0) and the last block of its cluster (row 1), us from block 0's start
+                unsigned long long ph[2][SPARQ_PHASES];
+                sparq_phase_read(ph);
+                for (int b = 0; b < 2; ++b) {
+                    auto d = [&](int i) { return 1e-3*(double) (long long) (ph[b][i] - ph[0][1]); };
+                    printf("%8lld   fused %s: after pdl wait, at q+i1+coef %.2f, k_t products %.2f, stats %.2f, cluster stats+keys"
+                           " %.2f, radix select %.2f, chosen list %.2f, attention %.2f, partials %.2f, out %.2f\n", (long long) S,
+                           b == 0 ? "block 0   " : "last block", d(2), d(9), d(3), d(4), d(5), d(6), d(7), d(10), b == 0 ? d(8) : 0.0);
+                }
+            }
 #endif
             CUDA_CHECK(cudaEventDestroy(e0));
             CUDA_CHECK(cudaEventDestroy(e1));
@@ -595,6 +609,10 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             printf("%8lld    split/single time %.3f, outputs rel L2 %.2g\n", (long long) S, us_of[2]/us_of[1],
                    zz_rel_l2(outs[2].data(), outs[1].data(), n_out));
         }
+        if ((variants & 9) == 9) {
+            printf("%8lld    fused/single time %.3f, outputs rel L2 %.2g\n", (long long) S, us_of[4]/us_of[1],
+                   zz_rel_l2(outs[4].data(), outs[1].data(), n_out));
+        }
         CUDA_CHECK(cudaFree(scratch));
         for (sparq_data & x : xs) {
             free_device(x);
@@ -604,20 +622,20 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     return 0;
 }
 
-// bit step2 - 1 per sparq_args::step2 value: "single" 1, "split" 2, "both" 3, "step1" (bench only) 4, "all" 7;
-// 0 = unknown
+// bit step2 - 1 per sparq_args::step2 value: "single" 1, "split" 2, "both" 3, "step1" (bench only) 4, "fused" 8,
+// "all" 15; 0 = unknown
 static int parse_variants(const std::string & v) {
-    return v == "single" ? 1 : v == "split" ? 2 : v == "both" ? 3 : v == "step1" ? 4 : v == "all" ? 7 : 0;
+    return v == "single" ? 1 : v == "split" ? 2 : v == "both" ? 3 : v == "step1" ? 4 : v == "fused" ? 8 : v == "all" ? 15 : 0;
 }
 
 int main(int argc, char ** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
-    int variants = cmd == "bench" ? 7 : 3;
+    int variants = cmd == "bench" ? 15 : 11;
     if (cmd == "test") {
         for (int i = 2; i < argc; ++i) {
             const std::string arg = argv[i];
-            if (arg == "--variant" && i + 1 < argc && (parse_variants(argv[i + 1]) & 3)) {
-                variants = parse_variants(argv[++i]) & 3;
+            if (arg == "--variant" && i + 1 < argc && (parse_variants(argv[i + 1]) & 11)) {
+                variants = parse_variants(argv[++i]) & 11;
             } else {
                 fprintf(stderr, "unknown argument %s\n", argv[i]);
                 return 2;
@@ -649,7 +667,7 @@ int main(int argc, char ** argv) {
         }
         return cmd_bench(seq_lens, warm, iters, variants);
     }
-    fprintf(stderr, "usage: %s test [--variant single|split|both] | bench [--S 4096,16384,32768] [--warm] [--iters N] "
-            "[--variant single|split|both|step1|all]\n", argv[0]);
+    fprintf(stderr, "usage: %s test [--variant single|split|fused|both|all] | bench [--S 4096,16384,32768] [--warm] "
+            "[--iters N] [--variant single|split|fused|both|step1|all]\n", argv[0]);
     return 2;
 }

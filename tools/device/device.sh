@@ -24,7 +24,7 @@
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
-#              both step-2 variants (single / split)
+#              every variant (single / split / fused)
 #   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
 #              Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
@@ -35,6 +35,7 @@
 #   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores, per reason and per SASS instruction
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
+#   sparq-fused-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ k 128 fused (default) and single
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
@@ -224,6 +225,26 @@ remote() {
             echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
             LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
             ;;
+        sparq-fused-e2e)
+            # decode (tg64) at depth 16k / 32k on the 8B-shaped model, flash attention on, rounds alternating: stock,
+            # fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
+            # (LLAMA_SPARSE_CUDA_SPARQ_FUSED=0); one llama-bench process per run (-r 1, see sparq-e2e8b)
+            local d i cfg lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
+            for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
+                for i in 1 2; do
+                    for cfg in stock dense fused single; do
+                        local bin=/tmp/b-fork/bin/llama-bench envs=()
+                        case $cfg in
+                            stock)  bin=/tmp/b-stock/bin/llama-bench ;;
+                            fused)  envs=(LLAMA_SPARQ=r=32,k=128) ;;
+                            single) envs=(LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0) ;;
+                        esac
+                        echo "$d $cfg: $(env "${envs[@]}" $bin -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                            tee -a "$out/sparq-fused-e2e-$cfg-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
+                    done
+                done
+            done
+            ;;
         sparq-decomp)
             # where SparQ's end-to-end time goes (8B-shaped model, tg64 at depth, one process per run, rounds
             # alternate): fork dense; SparQ with k above the context (the transposed-K upkeep runs, attention falls
@@ -318,13 +339,14 @@ remote() {
             done
             ;;
         sparq-test)
-            # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, every case with both
-            # step-2 variants (single: one block/cluster per KV head; split: segments over many blocks), then its
-            # bench of both (Llama-3-8B shapes, S 4k/16k/32k, K/V rotated past L2 and L2-warm); needs build-base
+            # cuda/tests/test_sparq_cuda: the CUDA SparQ op against the CPU fp64 reference, every case with every
+            # variant (single: one block/cluster per KV head after step 1; split: segments over many blocks; fused: one
+            # cluster per KV head for the whole op), then its bench of each (Llama-3-8B shapes, S 4k/16k/32k, K/V
+            # rotated past L2 and L2-warm); needs build-base
             build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             local rc=0
             timeout 200 /tmp/sparq-test/t test > "$out/sparq-test.log" 2>&1 || rc=$?
-            echo "test_sparq_cuda test (both variants): rc $rc; ok lines: single $(grep -c '^ok *\[single\]' "$out/sparq-test.log"), split $(grep -c '^ok *\[split\]' "$out/sparq-test.log")"
+            echo "test_sparq_cuda test (every variant): rc $rc; ok lines: single $(grep -c '^ok *\[single\]' "$out/sparq-test.log"), split $(grep -c '^ok *\[split\]' "$out/sparq-test.log"), fused $(grep -c '^ok *\[fused\]' "$out/sparq-test.log") ($(grep -c '^ok *\[fused\].*(fallback)' "$out/sparq-test.log") of them fallback)"
             grep -E "^FAIL|unit |error|passed" "$out/sparq-test.log" | tail -40 || true
             rc=0   # the single variant with one select block per KV head (no thread block cluster)
             LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 120 /tmp/sparq-test/t test --variant single > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
