@@ -10,6 +10,7 @@
 #include "ggml-cpu-impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -380,6 +381,18 @@ static bool zz_split_rows(const struct zz_shape * s, int nth) {
     return s->nr % nth == 0;
 }
 
+// decode on the row layout: block-rows in chunks that threads take as they finish (LLAMA_SPARSE_CPU_ROW_CHUNKS
+// chunks per thread, default 4, as ggml's mul_mat; 0: an even static split). A thread slowed down (a busy core of a
+// VM) then hands part of its share to the others instead of holding the op up
+static int zz_row_chunks(void) {
+    static int chunks = -1; // benign race: every thread computes the same value
+    if (chunks < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_ROW_CHUNKS");
+        chunks = e == NULL ? 4 : atoi(e) > 0 ? atoi(e) : 0;
+    }
+    return chunks;
+}
+
 // T > GGML_SPARSE_MAX_BATCH: dense, work units are (block-row, token group) pairs
 static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const struct zz_shape * s,
                             const char * wdata0, size_t wnb1, const float * x, int64_t ldx, float * y, int64_t ldy) {
@@ -553,8 +566,24 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     if (fast == NULL || nth == 1 || params->wdata == NULL || params->wsize < zz_gemv_work_size(&s, nth) ||
         zz_split_rows(&s, nth)) {
         // block-rows split over threads, written straight into dst: every block-row has the same work
-        // (all active columns), so an even row count is as balanced as splitting the list, and needs
-        // no partial sums or barrier
+        // (all active columns), so no partial sums are needed
+        const int chunks = zz_row_chunks();
+        if (fast != NULL && rows == NULL && nth > 1 && chunks > 0 && s.nr >= 2*nth && params->wdata != NULL &&
+            params->wsize >= sizeof(atomic_int) + 64) {
+            // the chunk counter lives in the work buffer (this path has no partial sums there)
+            atomic_int * next = (atomic_int *) zz_align64(params->wdata);
+            const int64_t nchunk = s.nr < (int64_t) chunks*nth ? s.nr : (int64_t) chunks*nth;
+            if (ith == 0) {
+                atomic_store_explicit(next, nth, memory_order_relaxed);
+            }
+            ggml_barrier(params->threadpool);
+            for (int64_t c = ith; c < nchunk; c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) {
+                for (int64_t r = s.nr*c/nchunk; r < s.nr*(c + 1)/nchunk; ++r) {
+                    fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+                }
+            }
+            return;
+        }
         const int64_t r0 = s.nr*ith/nth;
         const int64_t r1 = s.nr*(ith + 1)/nth;
         if (rows && r0 < r1) {
