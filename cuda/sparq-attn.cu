@@ -1678,7 +1678,7 @@ static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine
 //     partial (max, sum, output, alpha) merged by block 0.
 // k >= the visible count takes every visible position (dense, no blend), as the other variants. Shared memory
 // bounds the positions a block holds (G = 4: all 45056 in 8 blocks; larger G fewer: the single variant runs then).
-// Measured on the H100 (test_sparq_cuda bench, Llama-3-8B shapes, r 32, k 128): 20.8 / 26.4 / 34.4 us at 4k / 16k /
+// Measured on the H100 (test_sparq_cuda bench, Llama-3-8B shapes, r 32, k 128): 20.7 / 25.3 / 32.1 us at 4k / 16k /
 // 32k against the single variant's 27.5 / 30.0 / 39.9 (bench/results/cuda_h100_2026-11-26a.md).
 #define SPARQ_FU_THREADS 512
 #define SPARQ_FU_WARPS   (SPARQ_FU_THREADS/WARP_SIZE)
