@@ -32,7 +32,8 @@
 #              dense vs fork SparQ r 32 k 128 (graph reuse on, and off through LLAMA_GRAPH_REUSE_DISABLE=1)
 #   sparq-state  bench/sparq_state_check.py on a 4-layer 8B-shaped model at depth 16k: K copy rebuilt on the GPU
 #              after a state load, against the host round trip
-#   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores, per reason and per SASS instruction
+#   sparq-stalls  ncu warp stall reasons of sparq_attend / sparq_scores (SPARQ_STALL_KERNELS, SPARQ_STALL_VARIANT), per
+#              reason and per SASS instruction
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-fused-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ k 128 fused (default) and single
@@ -496,16 +497,17 @@ remote() {
             done
             ;;
         sparq-stalls)
-            # warp stall reasons of sparq_attend / sparq_scores at S SPARQ_STALL_S (default 16384), single variant,
+            # warp stall reasons of the kernels SPARQ_STALL_KERNELS (default sparq_attend sparq_scores) at S
+            # SPARQ_STALL_S (default 16384), variant SPARQ_STALL_VARIANT (default single; fused for sparq_fused),
             # K/V rotated: per-reason cycles per issued instruction (raw page) and per SASS instruction (source page,
             # summarized by tools/device/ncu_sass.py: regions, barrier stretches, top instructions); needs build-base
             build_sparq /tmp/sparq-test/t-li build-sparq-li.log -lineinfo || exit 1
             local kn
-            for kn in sparq_attend sparq_scores; do
+            for kn in ${SPARQ_STALL_KERNELS:-sparq_attend sparq_scores}; do
                 timeout 200 ncu --clock-control none --kernel-name regex:$kn --launch-skip 3 --launch-count 1 \
                     --section WarpStateStats --section SourceCounters --section InstructionStats --section LaunchStats \
                     --import-source yes -f -o "$out/stall-$kn" /tmp/sparq-test/t-li bench --S "${SPARQ_STALL_S:-16384}" \
-                    --variant single --iters 4 > "$out/stall-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/stall-$kn-run.log"; continue; }
+                    --variant "${SPARQ_STALL_VARIANT:-single}" --iters 4 > "$out/stall-$kn-run.log" 2>&1 || { echo "ncu $kn failed"; tail -5 "$out/stall-$kn-run.log"; continue; }
                 ncu -i "$out/stall-$kn.ncu-rep" --page raw --csv > "$out/stall-$kn-raw.csv" 2>&1 || true
                 python3 "$repo/tools/device/ncu_sass.py" --raw "$out/stall-$kn-raw.csv" || true
                 # (--print-source cuda gave the source text without metrics; sass has them per instruction)
