@@ -2,7 +2,10 @@
 // x quantized to Q8_K inside) against zigzag MUL_MAT_ZZ dense and with an active-column index at
 // several sparsities, batch 1. Prints a markdown table (ratio = stock time / zigzag time).
 // usage: gemv_cpu [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1|2] [-p s]
-//                 [-L rows|cols|both] [-P procs]
+//                 [-L rows|cols|both] [-P procs] [-K repack|plain]
+// -K: stock's weights in the CPU backend's repacking buffer type (CPU_REPACK: Q4_K as 8x8 interleaved rows with
+// its own GEMV, as llama.cpp loads them by default; the default) or as plain rows (plain; before 2026-11-26 the only
+// way: on an Intel Xeon the plain rows ran 4096x4096 at ~0.6x the repacked speed).
 // -q: weight type of both sides (stock mul_mat of that type against zigzag of that type);
 // -S 1: SmolLM2-135M shapes (576/1536) instead of Llama-2-7B's, -S 2: 4096x4096 only; -p s: only sparsity s;
 // -L rows|cols|both: zigzag weights in the file's row layout (default), in the column-major runtime layout
@@ -17,6 +20,7 @@
 // block columns), every process's outputs on it are checked against fp64 products with its own
 // dequantized weights and the fp32 weights, and stock against zigzag dense; failures exit 1.
 #include "ggml.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
 #include "ggml-sparse.h"
@@ -78,10 +82,14 @@ static int n_copies_for(size_t bytes, bool cold) {
 
 }
 
+static bool stock_repack = true; // -K
+
 struct stock_bench {
     struct ggml_context * ctx;
+    struct ggml_context * ctx_r;  // the repacked copies (stock_repack), in buf_r
+    ggml_backend_buffer_t buf_r;
     struct ggml_cgraph  * gf[64];
-    struct ggml_tensor  * w[64];
+    struct ggml_tensor  * w[64];  // plain rows (filled by stock_init / check_ref_init)
     struct ggml_tensor  * x;
     struct ggml_cplan     plan;
     uint8_t             * work;
@@ -89,22 +97,63 @@ struct stock_bench {
     int                   next;
 };
 
-// weight copies and graphs only: copy 0 is filled by the caller (the checked one), the rest random
+// the CPU backend's CPU_REPACK buffer type (NULL where this build has none)
+static ggml_backend_buffer_type_t stock_repack_buft(void) {
+    ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+    ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
+    ggml_backend_dev_get_extra_bufts_t get = (ggml_backend_dev_get_extra_bufts_t)
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    for (ggml_backend_buffer_type_t * b = get ? get(dev) : NULL; b != NULL && *b != NULL; ++b) {
+        if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) {
+            return *b;
+        }
+    }
+    return NULL;
+}
+
+// weight copies only: copy 0 is filled by the caller (the checked one), the rest random; stock_graphs then
+// builds the graphs
 static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int n_threads, int copies, const float * x) {
     const size_t wbytes = ggml_row_size(wtype, n)*m;
     struct ggml_init_params ip = { (wbytes + 1024)*copies + 64*n + 64*m + 16*1024*1024, NULL, false };
-    sb->ctx = ggml_init(ip);
-    sb->x   = ggml_new_tensor_2d(sb->ctx, GGML_TYPE_F32, n, 1);
+    sb->ctx   = ggml_init(ip);
+    sb->ctx_r = NULL;
+    sb->buf_r = NULL;
+    sb->x     = ggml_new_tensor_2d(sb->ctx, GGML_TYPE_F32, n, 1);
     memcpy(sb->x->data, x, sizeof(float)*n);
-    size_t work_size = 0;
     for (int c = 0; c < copies; ++c) {
         struct ggml_tensor * w = ggml_new_tensor_2d(sb->ctx, wtype, n, m);
         if (c > 0) {
             fill_q4_K(w->data, m*n/ggml_blck_size(wtype));
         }
-        sb->w[c]  = w;
+        sb->w[c] = w;
+    }
+    sb->copies = copies;
+    (void) n_threads;
+}
+
+// the graphs, on the plain copies or (stock_repack) on copies set into the CPU_REPACK buffer type; after copy 0 is
+// filled. Returns whether the graphs read repacked weights
+static bool stock_graphs(struct stock_bench * sb, int n_threads) {
+    struct ggml_tensor * src[64];
+    memcpy(src, sb->w, sizeof(src));
+    const ggml_backend_buffer_type_t buft = stock_repack ? stock_repack_buft() : NULL;
+    if (buft != NULL) {
+        struct ggml_init_params ip = { ggml_tensor_overhead()*sb->copies + 1024, NULL, true };
+        sb->ctx_r = ggml_init(ip);
+        for (int c = 0; c < sb->copies; ++c) {
+            src[c] = ggml_new_tensor_2d(sb->ctx_r, sb->w[c]->type, sb->w[c]->ne[0], sb->w[c]->ne[1]);
+        }
+        sb->buf_r = ggml_backend_alloc_ctx_tensors_from_buft(sb->ctx_r, buft);
+        GGML_ASSERT(sb->buf_r != NULL);
+        for (int c = 0; c < sb->copies; ++c) {
+            ggml_backend_tensor_set(src[c], sb->w[c]->data, 0, ggml_nbytes(sb->w[c]));
+        }
+    }
+    size_t work_size = 0;
+    for (int c = 0; c < sb->copies; ++c) {
         sb->gf[c] = ggml_new_graph(sb->ctx);
-        ggml_build_forward_expand(sb->gf[c], ggml_mul_mat(sb->ctx, w, sb->x));
+        ggml_build_forward_expand(sb->gf[c], ggml_mul_mat(sb->ctx, src[c], sb->x));
         const struct ggml_cplan p = ggml_graph_plan(sb->gf[c], n_threads, NULL);
         work_size = p.work_size > work_size ? p.work_size : work_size;
     }
@@ -112,8 +161,8 @@ static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int n_thre
     sb->work = malloc(work_size + 1);
     sb->plan.work_data = sb->work;
     sb->plan.work_size = work_size;
-    sb->copies = copies;
     sb->next   = 0;
+    return buft != NULL;
 }
 
 // one timed call; every call takes the next weight copy (cold: streamed from memory)
@@ -130,6 +179,12 @@ static const float * stock_run_copy0(struct stock_bench * sb) {
 
 static void stock_free(struct stock_bench * sb) {
     free(sb->work);
+    if (sb->buf_r != NULL) {
+        ggml_backend_buffer_free(sb->buf_r);
+    }
+    if (sb->ctx_r != NULL) {
+        ggml_free(sb->ctx_r);
+    }
     ggml_free(sb->ctx);
 }
 
@@ -515,6 +570,7 @@ int main(int argc, char ** argv) {
         if (strcmp(argv[i], "-p") == 0) only_sp   = atof(argv[i + 1]);
         if (strcmp(argv[i], "-L") == 0) layouts   = strcmp(argv[i + 1], "cols") == 0 ? 2 : strcmp(argv[i + 1], "both") == 0 ? 3 : 1;
         if (strcmp(argv[i], "-P") == 0) n_procs   = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-K") == 0) stock_repack = strcmp(argv[i + 1], "plain") != 0;
     }
     reps    = reps > MAX_REPS ? MAX_REPS : reps;
     n_procs = n_procs > MAX_PROCS ? MAX_PROCS : n_procs < 0 ? 0 : n_procs;
@@ -545,6 +601,8 @@ int main(int argc, char ** argv) {
                n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
                cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     }
+    printf("stock weights: %s\n", stock_repack && stock_repack_buft() != NULL ? "CPU_REPACK buffer type (as llama.cpp loads them)" :
+           stock_repack ? "plain rows (this build has no CPU_REPACK buffer type)" : "plain rows (-K plain)");
     printf("layout: %s\n\n", layouts == 1 ? "rows (the file's)" : layouts == 2 ? "column-major" :
            "rows (the file's), then column-major (C)");
     char hdr[2048];
@@ -604,6 +662,7 @@ int main(int argc, char ** argv) {
         fill_q4_K((char *) b.w + wbytes, m*n/bk*(copies - 1));
         struct check_ref cr;
         check_ref_init(&cr, &sb, &b); // fills copy 0 of both sides
+        GGML_ASSERT(stock_graphs(&sb, n_threads) == (stock_repack && stock_repack_buft() != NULL));
         for (int c = 0; c < copies; ++c) {
             b.wcopy[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w + c*wbytes);
         }

@@ -321,16 +321,16 @@ static void * alloc_huge(size_t size) {
 
 // CPU decode reads zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h: Q4_K, and the 32-blocks
 // of Q8_0/Q4_0, whose 34/18-byte blocks in the row layout leave skipped columns in the same cache lines as kept
-// ones) where the build has a kernel for it and LLAMA_SPARSE_CPU_LAYOUT says so: "cols" always, "rows" never, "auto" (or unset) when
-// the model's first context starts at a level calibrated for >= 20 % (LLAMA_SPARSE). Since the column-major
-// kernel's prefetches go to L2 it is the faster layout end to end from 25 % (1.07-1.13x the row layout there, the
-// row layout 1.03x dense; bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md; before, from 40 %:
-// cpu_e2e-r7b-2026-11-23-randomcal.md). Done when the first context is created (every weight is loaded by then):
+// ones) where the build has a kernel for it, unless LLAMA_SPARSE_CPU_LAYOUT=rows ("cols", "auto" or unset: column-
+// major). Column-major is the faster layout at every sparse level (1.07-1.13x the row layout from 25 % on an AMD
+// EPYC, bench/results/cpu_e2e-r7b-2026-11-23-pfhint.md) and dense it was 0.97x the row layout there but 1.37x on an
+// Intel Xeon (6.27 against 4.6 t/s, 1.17x stock; bench/results/cpu_e2e-r7b-2026-11-26-intel.md), so it no longer
+// depends on the starting level. Done when the first context is created (every weight is loaded by then):
 // in place through one tensor-sized temporary where the weight is writable, else (mmap) into one arena for all such
 // weights (alloc_huge), giving the mapped pages back. Weights that keep the row layout are copied out of a read-only
 // mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
 // 0.88-0.90x the speed of the copies (paired rounds; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
-static void repack_cpu_weights(const llama_model & model, sparse_model_info & info, const bool sparse_start) {
+static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
     if (info.cpu_layout_done) {
         return;
     }
@@ -338,10 +338,8 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     if (model.hparams.no_alloc) {
         return; // the tools' memory-fit pass: weights without data (a dummy buffer)
     }
-    const char * env = getenv("LLAMA_SPARSE_CPU_LAYOUT");
-    const bool   cols = env != nullptr && strcmp(env, "cols") == 0;
-    const bool   auto_ = env == nullptr || env[0] == '\0' || strcmp(env, "auto") == 0;
-    const bool   to_cols = cols || (auto_ && sparse_start);
+    const char * env     = getenv("LLAMA_SPARSE_CPU_LAYOUT");
+    const bool   to_cols = env == nullptr || strcmp(env, "rows") != 0;
     if (!to_cols) {
 #if defined(__linux__)
         const char * ce = getenv("LLAMA_SPARSE_CPU_COPY");
@@ -560,17 +558,11 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
         throw std::runtime_error("LLAMA_SPARSE: " + g_last_error);
     }
     {
-        // the CPU layout follows the level the first context starts at (emulation runs the batched dense path)
+        // the CPU weight layout, once per model, when its first context is made
         std::lock_guard<std::mutex> lock(g_mutex);
         auto it = g_models.find(&model);
         if (it != g_models.end()) {
-            // LLAMA_SPARSE_START_LEVEL: the level a caller sets right after creating the context (the Python
-            // Llama(sparsity=...)); only the layout reads it
-            const sparse_model_info & info = it->second;
-            const char * hint  = getenv("LLAMA_SPARSE_START_LEVEL");
-            const int    level = sctx->level >= 0 ? sctx->level : hint != nullptr ? find_level(info, hint) : -1;
-            const bool   sparse_start = level >= 0 && !sctx->emulate && info.levels[level].target >= 0.2f - 1e-6f;
-            repack_cpu_weights(model, it->second, sparse_start);
+            repack_cpu_weights(model, it->second);
         }
     }
     if (env_level && sctx->level >= 0) {

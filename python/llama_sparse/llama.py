@@ -110,17 +110,7 @@ class Llama(llama_cpp.Llama):
         if sparq is not None and not isinstance(sparq, SparQ):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
-        # the library picks the CPU weight layout when the first context is made, from the level it starts at
-        # (LLAMA_SPARSE_CPU_LAYOUT unset or auto): tell it the level set just below
-        saved = os.environ.pop("LLAMA_SPARSE_START_LEVEL", None)
-        if name is not None:
-            os.environ["LLAMA_SPARSE_START_LEVEL"] = name
-        try:
-            super().__init__(model_path=str(path), **kwargs)
-        finally:
-            os.environ.pop("LLAMA_SPARSE_START_LEVEL", None)
-            if saved is not None:
-                os.environ["LLAMA_SPARSE_START_LEVEL"] = saved
+        super().__init__(model_path=str(path), **kwargs)
         self.set_sparsity(name)
         self.set_sparq(sparq)
 

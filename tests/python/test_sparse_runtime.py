@@ -137,12 +137,12 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch,
 
 
 @pytest.mark.parametrize("start, layout_env, expect_cols", [
-    (None, None, False), ("0.50", None, True), ("0.50", "auto", True), ("0.50", "rows", False), (None, "cols", True),
-    ("0.25", None, True)])
-def test_cpu_layout_follows_starting_level(leveled_q4k: Path, capfd, monkeypatch, start, layout_env, expect_cols):
-    """LLAMA_SPARSE_CPU_LAYOUT unset or auto: the Q4_K weights go column-major when the model's first context
-    starts at a level calibrated for >= 20 % (Llama(sparsity=...) or LLAMA_SPARSE), and stay in the row layout
-    dense; rows / cols force either. The caller's environment is left as it was."""
+    (None, None, True), ("0.50", None, True), ("0.50", "auto", True), ("0.50", "rows", False), (None, "rows", False),
+    (None, "cols", True), ("0.25", None, True)])
+def test_cpu_layout_default(leveled_q4k: Path, capfd, monkeypatch, start, layout_env, expect_cols):
+    """LLAMA_SPARSE_CPU_LAYOUT unset, auto or cols: the Q4_K weights go column-major at the model's first context,
+    whatever level it starts at (Llama(sparsity=...)); rows keeps the row layout. The caller's environment is left
+    as it was."""
     import llama_sparse
     if layout_env is None:
         monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
@@ -159,10 +159,10 @@ def test_cpu_layout_follows_starting_level(leveled_q4k: Path, capfd, monkeypatch
 
 
 def test_cpu_rows_copied_out_of_mapping(leveled_q4k: Path, capfd, monkeypatch):
-    """A dense start keeps the row layout; mapped Q4_K zigzag weights are then copied into memory (not with
-    LLAMA_SPARSE_CPU_COPY=0, nor when the model was loaded without mmap), and decode the same logits."""
+    """LLAMA_SPARSE_CPU_LAYOUT=rows keeps the row layout; mapped Q4_K zigzag weights are then copied into memory (not
+    with LLAMA_SPARSE_CPU_COPY=0, nor when the model was loaded without mmap), and decode the same logits."""
     import llama_sparse
-    monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
+    monkeypatch.setenv("LLAMA_SPARSE_CPU_LAYOUT", "rows")
     msg = "copied out of read-only mappings into memory (row layout)"
     got = {}
     for copy_env, use_mmap, expect in (("0", True, False), (None, True, True), (None, False, False)):
@@ -187,11 +187,12 @@ def test_cpu_rows_copied_out_of_mapping(leveled_q4k: Path, capfd, monkeypatch):
         assert np.array_equal(got[("0", True, level)], got[(None, False, level)]), level
 
 
-def test_cpu_layout_from_llama_sparse_env(leveled_q4k: Path, capfd, monkeypatch):
-    """The fork's CLI tools start at the level in LLAMA_SPARSE: the layout follows it the same way."""
+@pytest.mark.parametrize("level", ["dense", "0.50"])
+def test_cpu_layout_from_llama_sparse_env(leveled_q4k: Path, capfd, monkeypatch, level):
+    """The fork's CLI tools start at the level in LLAMA_SPARSE: column-major there too, dense or sparse."""
     import llama_sparse
     monkeypatch.delenv("LLAMA_SPARSE_CPU_LAYOUT", raising=False)
-    monkeypatch.setenv("LLAMA_SPARSE", "0.50")
+    monkeypatch.setenv("LLAMA_SPARSE", level)
     capfd.readouterr()
     llm = llama_sparse.Llama(leveled_q4k, n_ctx=64, n_threads=1, verbose=True)
     try:
