@@ -159,6 +159,24 @@ remote() {
             bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
             { tail -40 "$out/build-zztest.log"; exit 1; }
     }
+    # tg64 at the depths SPARQ_E2E_DEPTHS (default 16k 32k) on the 8B-shaped model, flash attention on, one
+    # llama-bench process per run, two rounds of the configurations alternating; a configuration is NAME or
+    # NAME:VAR=V VAR2=V2 (NAME stock: the stock build); logs $out/TAG-NAME-DEPTH.log: sparq8b_rounds TAG CONFIG...
+    sparq8b_rounds() {
+        local tag=$1 d i c lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
+        shift
+        for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
+            for i in 1 2; do
+                for c in "$@"; do
+                    local name=${c%%:*} envs=() bin=/tmp/b-fork/bin/llama-bench
+                    [ "$c" = "$name" ] || read -r -a envs <<< "${c#*:}"
+                    [ "$name" = stock ] && bin=/tmp/b-stock/bin/llama-bench
+                    echo "$d $name: $(env "${envs[@]}" $bin -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                        tee -a "$out/$tag-$name-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
+                done
+            done
+        done
+    }
     make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b"; }
     convert_r7b() { python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
@@ -227,45 +245,16 @@ remote() {
             LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
             ;;
         sparq-fused-e2e)
-            # decode (tg64) at depth 16k / 32k on the 8B-shaped model, flash attention on, rounds alternating: stock,
-            # fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
-            # (LLAMA_SPARSE_CUDA_SPARQ_FUSED=0); one llama-bench process per run (-r 1, see sparq-e2e8b)
-            local d i cfg lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
-            for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
-                for i in 1 2; do
-                    for cfg in stock dense fused single; do
-                        local bin=/tmp/b-fork/bin/llama-bench envs=()
-                        case $cfg in
-                            stock)  bin=/tmp/b-stock/bin/llama-bench ;;
-                            fused)  envs=(LLAMA_SPARQ=r=32,k=128) ;;
-                            single) envs=(LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0) ;;
-                        esac
-                        echo "$d $cfg: $(env "${envs[@]}" $bin -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                            tee -a "$out/sparq-fused-e2e-$cfg-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
-                    done
-                done
-            done
+            # stock, fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
+            sparq8b_rounds sparq-fused-e2e stock dense "fused:LLAMA_SPARQ=r=32,k=128" \
+                "single:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0"
             ;;
         sparq-decomp)
-            # where SparQ's end-to-end time goes (8B-shaped model, tg64 at depth, one process per run, rounds
-            # alternate): fork dense; SparQ with k above the context (the transposed-K upkeep runs, attention falls
-            # back to flash attention); SparQ r 32 k 128. upkeep = (k big) - dense, op vs FA = (k 128) - (k big).
-            # SPARQ_DECOMP_ENV adds a fourth row: SparQ r 32 k 128 under that variable
-            local d i cfg lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
-            for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
-                for i in 1 2; do
-                    for cfg in dense big k128 ${SPARQ_DECOMP_ENV:+env}; do
-                        local envs=()
-                        case $cfg in
-                            big)  envs=(LLAMA_SPARQ=r=32,k=1000000) ;;
-                            k128) envs=(LLAMA_SPARQ=r=32,k=128) ;;
-                            env)  envs=(LLAMA_SPARQ=r=32,k=128 "$SPARQ_DECOMP_ENV") ;;
-                        esac
-                        echo "$d $cfg: $(env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
-                            tee -a "$out/sparq-decomp-$cfg-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
-                    done
-                done
-            done
+            # where SparQ's end-to-end time goes: fork dense; SparQ with k above the context (the transposed-K upkeep
+            # runs, attention falls back to flash attention); SparQ r 32 k 128. upkeep = (k big) - dense, op vs FA =
+            # (k 128) - (k big). SPARQ_DECOMP_ENV adds a fourth row: SparQ r 32 k 128 under that variable
+            sparq8b_rounds sparq-decomp dense "big:LLAMA_SPARQ=r=32,k=1000000" "k128:LLAMA_SPARQ=r=32,k=128" \
+                ${SPARQ_DECOMP_ENV:+"env:LLAMA_SPARQ=r=32,k=128 $SPARQ_DECOMP_ENV"}
             ;;
         sparq-graphs)
             # whether decode runs as CUDA graphs with SparQ on: tg32 at depth 16k, dense and SparQ, each with CUDA
