@@ -1,9 +1,10 @@
 // llama-sparse: GGML_OP_SPARQ_ATTN on CUDA (SparQ attention at decode; contract in ggml-sparse/ggml-sparse.h,
 // algorithm in docs/sparq.md).
 //
-// Two kernels per call (single step 2, the default) or four (split step 2: see "split step 2" below;
-// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 or sparq_args::step2 = 2 picks it), no host synchronization
-// (CUDA-graph safe):
+// Where it applies (sm_90, f16 K/V, D = Dv = 64 or 128) one kernel per call, one thread block cluster per KV head:
+// see "fused" below (the default; LLAMA_SPARSE_CUDA_SPARQ_FUSED=0 or sparq_args::step2 = 1 / 2 picks the others).
+// Else two kernels per call (single step 2) or four (split step 2: see "split step 2" below;
+// LLAMA_SPARSE_CUDA_SPARQ_SPLIT=1 or sparq_args::step2 = 2 picks it). No host synchronization (CUDA-graph safe):
 //  1. sparq_scores, grid (blocks per head, KV heads, tokens x streams), 256 threads: every block finds i1 (top-r
 //     components of the group's summed |q|, ties to the lower index) itself, then loops over chunks of 512
 //     positions (1024 for G > 4): 4 (2) row groups of 64 (128) threads split the r rows of k_t, one 16-byte load
