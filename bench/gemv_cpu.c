@@ -113,7 +113,7 @@ static ggml_backend_buffer_type_t stock_repack_buft(void) {
 
 // weight copies only: copy 0 is filled by the caller (the checked one), the rest random; stock_graphs then
 // builds the graphs
-static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int n_threads, int copies, const float * x) {
+static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int copies, const float * x) {
     const size_t wbytes = ggml_row_size(wtype, n)*m;
     struct ggml_init_params ip = { (wbytes + 1024)*copies + 64*n + 64*m + 16*1024*1024, NULL, false };
     sb->ctx   = ggml_init(ip);
@@ -129,15 +129,13 @@ static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int n_thre
         sb->w[c] = w;
     }
     sb->copies = copies;
-    (void) n_threads;
 }
 
-// the graphs, on the plain copies or (stock_repack) on copies set into the CPU_REPACK buffer type; after copy 0 is
-// filled. Returns whether the graphs read repacked weights
-static bool stock_graphs(struct stock_bench * sb, int n_threads) {
+// the graphs, on the plain copies or (buft set: CPU_REPACK) on copies set into that buffer type; after copy 0 is
+// filled
+static void stock_graphs(struct stock_bench * sb, int n_threads, ggml_backend_buffer_type_t buft) {
     struct ggml_tensor * src[64];
     memcpy(src, sb->w, sizeof(src));
-    const ggml_backend_buffer_type_t buft = stock_repack ? stock_repack_buft() : NULL;
     if (buft != NULL) {
         struct ggml_init_params ip = { ggml_tensor_overhead()*sb->copies + 1024, NULL, true };
         sb->ctx_r = ggml_init(ip);
@@ -162,7 +160,6 @@ static bool stock_graphs(struct stock_bench * sb, int n_threads) {
     sb->plan.work_data = sb->work;
     sb->plan.work_size = work_size;
     sb->next   = 0;
-    return buft != NULL;
 }
 
 // one timed call; every call takes the next weight copy (cold: streamed from memory)
@@ -601,7 +598,8 @@ int main(int argc, char ** argv) {
                n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
                cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     }
-    printf("stock weights: %s\n", stock_repack && stock_repack_buft() != NULL ? "CPU_REPACK buffer type (as llama.cpp loads them)" :
+    const ggml_backend_buffer_type_t stock_buft = stock_repack ? stock_repack_buft() : NULL;
+    printf("stock weights: %s\n", stock_buft != NULL ? "CPU_REPACK buffer type (as llama.cpp loads them)" :
            stock_repack ? "plain rows (this build has no CPU_REPACK buffer type)" : "plain rows (-K plain)");
     printf("layout: %s\n\n", layouts == 1 ? "rows (the file's)" : layouts == 2 ? "column-major" :
            "rows (the file's), then column-major (C)");
@@ -658,11 +656,11 @@ int main(int argc, char ** argv) {
             b.x[j] = rng_normal();
         }
         struct stock_bench sb;
-        stock_init(&sb, m, n, n_threads, copies, b.x);
+        stock_init(&sb, m, n, copies, b.x);
         fill_q4_K((char *) b.w + wbytes, m*n/bk*(copies - 1));
         struct check_ref cr;
         check_ref_init(&cr, &sb, &b); // fills copy 0 of both sides
-        GGML_ASSERT(stock_graphs(&sb, n_threads) == (stock_repack && stock_repack_buft() != NULL));
+        stock_graphs(&sb, n_threads, stock_buft);
         for (int c = 0; c < copies; ++c) {
             b.wcopy[c] = mk(wtype, bk*n, m/bk, ggml_row_size(wtype, bk*n), (char *) b.w + c*wbytes);
         }

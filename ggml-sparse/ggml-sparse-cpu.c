@@ -566,35 +566,35 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     if (fast == NULL || nth == 1 || params->wdata == NULL || params->wsize < zz_gemv_work_size(&s, nth) ||
         zz_split_rows(&s, nth)) {
         // block-rows split over threads, written straight into dst: every block-row has the same work
-        // (all active columns), so no partial sums are needed
-        const int chunks = zz_row_chunks();
-        if (fast != NULL && rows == NULL && nth > 1 && chunks > 0 && s.nr >= 2*nth && params->wdata != NULL &&
-            params->wsize >= sizeof(atomic_int) + 64) {
-            // the chunk counter lives in the work buffer (this path has no partial sums there)
-            atomic_int * next = (atomic_int *) zz_align64(params->wdata);
-            const int64_t nchunk = s.nr < (int64_t) chunks*nth ? s.nr : (int64_t) chunks*nth;
+        // (all active columns), so no partial sums are needed. With the one-row fast kernel the rows go in chunks
+        // that threads take as they finish (zz_row_chunks; the counter lives in the work buffer, which this path
+        // does not otherwise use), else in one even share a thread
+        const int  chunks = zz_row_chunks();
+        const bool dyn    = fast != NULL && rows == NULL && nth > 1 && chunks > 0 && s.nr >= 2*nth &&
+                            params->wdata != NULL && params->wsize >= sizeof(atomic_int) + 64;
+        const int64_t npiece = dyn ? (s.nr < (int64_t) chunks*nth ? s.nr : (int64_t) chunks*nth) : nth;
+        atomic_int  * next   = (atomic_int *) zz_align64(params->wdata);
+        if (dyn) {
             if (ith == 0) {
                 atomic_store_explicit(next, nth, memory_order_relaxed);
             }
             ggml_barrier(params->threadpool);
-            for (int64_t c = ith; c < nchunk; c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) {
-                for (int64_t r = s.nr*c/nchunk; r < s.nr*(c + 1)/nchunk; ++r) {
-                    fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+        }
+        for (int64_t c = ith; c < npiece; c = dyn ? atomic_fetch_add_explicit(next, 1, memory_order_relaxed) : npiece) {
+            const int64_t r0 = s.nr*c/npiece;
+            const int64_t r1 = s.nr*(c + 1)/npiece;
+            if (rows) {
+                if (r0 < r1) {
+                    rows(wdata0, wnb1, s.bs, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
                 }
+                continue;
             }
-            return;
-        }
-        const int64_t r0 = s.nr*ith/nth;
-        const int64_t r1 = s.nr*(ith + 1)/nth;
-        if (rows && r0 < r1) {
-            rows(wdata0, wnb1, s.bs, r0, r1, cols, 0, count, x, ldx, nt, y, ldy);
-            return;
-        }
-        for (int64_t r = r0; r < r1; ++r) {
-            if (fast) {
-                fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
-            } else {
-                zz_gemv_ref(s.type, wdata0 + r*wnb1, s.bs, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+            for (int64_t r = r0; r < r1; ++r) {
+                if (fast) {
+                    fast(wdata0 + r*wnb1, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+                } else {
+                    zz_gemv_ref(s.type, wdata0 + r*wnb1, s.bs, cols, 0, count, x, ldx, nt, y + r*s.bk, ldy);
+                }
             }
         }
         return;
