@@ -37,6 +37,8 @@
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-fused-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ k 128 fused (default) and single
+#   combo8b-prep, combo8b  the 8B-shaped model as zigzag with level 0.50 (random-token calibration), then tg64 at
+#              16k/32k: stock, fork dense, SparQ alone, TEAL 0.50 alone, both (after model8b-wait, stock-wait)
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
@@ -136,6 +138,7 @@ remote() {
     export PYTHONPATH=$repo/python:$py${PYTHONPATH:+:$PYTHONPATH} LLAMA_SPARSE_LIB_DIR=/tmp/b-fork/bin \
            LLAMA_CPP_LIB_PATH=/tmp/b-fork/bin PYTHONUNBUFFERED=1
     local r7b=$work/r7b.q4_k.gguf z7b=$work/r7b.zz.q4_k.gguf zc7b=$work/r7b.zz.q4_k.cal.gguf r8b=$work/r8b.q4_k.gguf
+    local z8b=$work/r8b.zz.q4_k.gguf zc8b=$work/r8b.zz.q4_k.cal.gguf
     # the random 7B-shaped model, its zigzag conversion and its levels (thr: the thresholds bench/r7b_thresholds.py
     # measured on a 4-layer file of the same shapes, bench/results/cpu_e2e-r7b-*.md)
     # test_sparq_cuda (needs build-base) into OUT, its log $out/LOG, with NVCC flags FLAGS, from the checkout ROOT
@@ -161,17 +164,19 @@ remote() {
     }
     # tg64 at the depths SPARQ_E2E_DEPTHS (default 16k 32k) on the 8B-shaped model, flash attention on, one
     # llama-bench process per run, two rounds of the configurations alternating; a configuration is NAME or
-    # NAME:VAR=V VAR2=V2 (NAME stock: the stock build); logs $out/TAG-NAME-DEPTH.log: sparq8b_rounds TAG CONFIG...
+    # NAME:VAR=V VAR2=V2 (NAME stock: the stock build; NAME zz...: the calibrated zigzag 8B of combo8b-prep);
+    # logs $out/TAG-NAME-DEPTH.log: sparq8b_rounds TAG CONFIG...
     sparq8b_rounds() {
         local tag=$1 d i c lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
         shift
         for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
             for i in 1 2; do
                 for c in "$@"; do
-                    local name=${c%%:*} envs=() bin=/tmp/b-fork/bin/llama-bench
+                    local name=${c%%:*} envs=() bin=/tmp/b-fork/bin/llama-bench m=$r8b
                     [ "$c" = "$name" ] || read -r -a envs <<< "${c#*:}"
                     [ "$name" = stock ] && bin=/tmp/b-stock/bin/llama-bench
-                    echo "$d $name: $(env "${envs[@]}" $bin -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                    [ "${name#zz}" = "$name" ] || m=$zc8b
+                    echo "$d $name: $(env "${envs[@]}" $bin -m "$m" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/$tag-$name-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
                 done
             done
@@ -248,6 +253,19 @@ remote() {
             # stock, fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
             sparq8b_rounds sparq-fused-e2e stock dense "fused:LLAMA_SPARQ=r=32,k=128" \
                 "single:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0"
+            ;;
+        combo8b-prep)
+            # the 8B-shaped model as zigzag Q4_K with level 0.50 calibrated on random tokens (needs model8b, build)
+            python3 -m llama_sparse convert "$r8b" -o "$z8b" --type q4_k -t "$jobs" > "$out/convert8b.log" 2>&1 ||
+                { tr '\r' '\n' < "$out/convert8b.log" | tail -20; exit 1; }
+            python3 -m llama_sparse calibrate "$z8b" -o "$zc8b" --random-tokens 0 --levels 0.5 --mode unified \
+                -n 1024 -c 512 -t "$jobs" -ngl 99 > "$out/calib8b.log" 2>&1 || { tail -30 "$out/calib8b.log"; exit 1; }
+            tail -6 "$out/calib8b.log"
+            ;;
+        combo8b)
+            # both techniques at long context: stock, fork dense, SparQ alone, TEAL 0.50 alone (zigzag), both
+            sparq8b_rounds combo8b stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "zz50:LLAMA_SPARSE=0.50" \
+                "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128"
             ;;
         sparq-decomp)
             # where SparQ's end-to-end time goes: fork dense; SparQ with k above the context (the transposed-K upkeep
