@@ -1764,16 +1764,16 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
     cooperative_groups::this_cluster().sync();
     if (warp == 0) {
         // level 0: lane holds coarse bins NC-1 - 2 lane and the one below (descending); level 1: the 64 bins of the
-        // coarse bin found, likewise
-        int base = NBINS + NC - 1; // top bin of the level, as an index into h0
-        int top  = NC - 1;         // ... and as a bin number
-        int w    = want;
+        // coarse bin found, likewise. top: the level's top bin (the coarse bins sit past the NBINS fine ones in h0)
+        int top = NC - 1;
+        int w   = want;
 #pragma unroll
         for (int level = 0; level < 2; ++level) {
             const int n  = level == 0 ? NC : 64;
+            const int hb = level == 0 ? NBINS + top : top;
             const int i0 = 2*lane, i1 = 2*lane + 1;
-            const int c0 = i0 < n ? h0[base - i0] : 0;
-            const int c1 = i1 < n ? h0[base - i1] : 0;
+            const int c0 = i0 < n ? h0[hb - i0] : 0;
+            const int c1 = i1 < n ? h0[hb - i1] : 0;
             const int incl = warp_prefix_inclusive_sum<int>(c0 + c1);
             const int excl = incl - c0 - c1;
             const bool here = excl < w && w <= incl;
@@ -1784,8 +1784,7 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
             const int  cc = __shfl_sync(0xFFFFFFFF, lo ? c0 : c1, src);
             w -= ab;
             if (level == 0) {
-                base = 64*(top - i) + 63;
-                top  = base;
+                top = 64*(top - i) + 63;
             } else if (lane == 0) {
                 s_res[0] = top - i;
                 s_res[1] = w;
