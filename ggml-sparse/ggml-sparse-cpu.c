@@ -573,7 +573,7 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
         const bool dyn    = fast != NULL && rows == NULL && nth > 1 && chunks > 0 && s.nr >= 2*nth &&
                             params->wdata != NULL && params->wsize >= sizeof(atomic_int) + 64;
         const int64_t npiece = dyn ? (s.nr < (int64_t) chunks*nth ? s.nr : (int64_t) chunks*nth) : nth;
-        atomic_int  * next   = (atomic_int *) zz_align64(params->wdata);
+        atomic_int  * next   = dyn ? (atomic_int *) zz_align64(params->wdata) : NULL;
         if (dyn) {
             if (ith == 0) {
                 atomic_store_explicit(next, nth, memory_order_relaxed);

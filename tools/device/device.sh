@@ -183,7 +183,13 @@ remote() {
         done
     }
     make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b"; }
-    convert_r7b() { python3 -m llama_sparse convert "$r7b" -o "$z7b" --type q4_k -t "$jobs"; }
+    # a model as zigzag Q4_K: convert_q4k IN OUT; its levels from random token ids: calib_random IN OUT LEVELS
+    convert_q4k() { python3 -m llama_sparse convert "$1" -o "$2" --type q4_k -t "$jobs"; }
+    calib_random() {
+        python3 -m llama_sparse calibrate "$1" -o "$2" --random-tokens 0 --levels "$3" --mode unified \
+            -n 1024 -c 512 -t "$jobs" -ngl "${LS_CALIB_NGL:-99}"
+    }
+    convert_r7b() { convert_q4k "$r7b" "$z7b"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
     for step in "$@"; do
         local t0=$(date +%s)
@@ -256,10 +262,8 @@ remote() {
             ;;
         combo8b-prep)
             # the 8B-shaped model as zigzag Q4_K with level 0.50 calibrated on random tokens (needs model8b, build)
-            python3 -m llama_sparse convert "$r8b" -o "$z8b" --type q4_k -t "$jobs" > "$out/convert8b.log" 2>&1 ||
-                { tr '\r' '\n' < "$out/convert8b.log" | tail -20; exit 1; }
-            python3 -m llama_sparse calibrate "$z8b" -o "$zc8b" --random-tokens 0 --levels 0.5 --mode unified \
-                -n 1024 -c 512 -t "$jobs" -ngl 99 > "$out/calib8b.log" 2>&1 || { tail -30 "$out/calib8b.log"; exit 1; }
+            convert_q4k "$r8b" "$z8b" > "$out/convert8b.log" 2>&1 || { tr '\r' '\n' < "$out/convert8b.log" | tail -20; exit 1; }
+            calib_random "$z8b" "$zc8b" 0.5 > "$out/calib8b.log" 2>&1 || { tail -30 "$out/calib8b.log"; exit 1; }
             tail -6 "$out/calib8b.log"
             ;;
         combo8b)
@@ -658,8 +662,7 @@ remote() {
         calib)
             # the random model's vocab is a dummy (<tN>, no byte tokens: llama.cpp's tokenizer throws on text),
             # so the calibration windows are seeded-random token ids (--random-tokens) instead of Austen text
-            python3 -m llama_sparse calibrate "$z7b" -o "$zc7b" --random-tokens 0 --levels 0.25,0.4,0.5,0.65 --mode unified \
-                -n 1024 -c 512 -t "$jobs" -ngl "${LS_CALIB_NGL:-99}" > "$out/calib.log" 2>&1 ||
+            calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65 > "$out/calib.log" 2>&1 ||
                 { tail -30 "$out/calib.log"; echo "calib failed"; }
             tail -14 "$out/calib.log"
             ;;
