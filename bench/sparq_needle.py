@@ -16,6 +16,10 @@ k: k = round(S*(c - r/(2*d_h))), so c stays exact whatever r rounds to. The defa
 c=1/2 -> r=32, k=S/4; c=1/4 -> r=16, k=S/8; c=1/8 -> r=8, k=S/16. Several splits and --mean-v both run every
 combination on the same needles (one dense prefill per needle; the settings only re-decode the question).
 
+--kt q8_0 stores the transposed K in 8 bits (Q8_0: 34 bytes per 32 values against 64 for the f16 cache), so the r
+term costs r*(34/32)/(4*d_h) and c = r*(34/32)/(4*d_h) + k/S; the split then gives r = round(4*d_h*c*f/(34/32)) and
+k the exact rest. At c=1/8 and f = 0.5: r=15, k=S/15.9. "--kt k,q8_0" runs both storages.
+
 usage: python bench/sparq_needle.py MODEL.gguf [--ctx 2048,4096,8192] [--depths 0.1,0.5,0.9]
        [--comp 0.5,0.25,0.125] [--split 0.5[,0.25,...]] [--needles 3] [--seed 7] [--mean-v [off|on|both]]
        [--out results.json]
@@ -49,26 +53,33 @@ def haystack_text() -> str:
     return "\n".join(parts)
 
 
-def split_rk(S: int, c: float, f: float, head_dim: int = HEAD_DIM) -> tuple[int, int]:
-    """(r, k) for compression c with the share f of it on the r term (c = r/(2*head_dim) + k/S)."""
-    r = min(head_dim, max(1, round(2 * head_dim * c * f)))
-    k = max(1, round(S * (c - r / (2 * head_dim))))
+# bytes per transposed-K element over the f16 cache's 2: the r term of c scales by this
+KT_COST = {"k": 1.0, "q8_0": 34 / 32 / 2}
+
+
+def split_rk(S: int, c: float, f: float, head_dim: int = HEAD_DIM, kt: str = "k") -> tuple[int, int]:
+    """(r, k) for compression c with the share f of it on the r term (c = cost*r/(2*head_dim) + k/S)."""
+    cost = KT_COST[kt]
+    r = min(head_dim, max(1, round(2 * head_dim * c * f / cost)))
+    k = max(1, round(S * (c - cost * r / (2 * head_dim))))
     return r, k
 
 
-def setting_names(comps: list[float], splits: list[float], mean_vs: list[bool]) -> list[tuple]:
-    """(name, c, f, mean_v) per SparQ setting; plain "c=X" names when one split and one mean-V mode run."""
+def setting_names(comps: list[float], splits: list[float], mean_vs: list[bool], kts: list[str] = ("k",)) -> list[tuple]:
+    """(name, c, f, mean_v, kt) per SparQ setting; plain "c=X" names when one split and one mean-V mode run;
+    ",q8" marks the 8-bit transposed K."""
     plain = len(splits) == 1 and len(mean_vs) == 1
-    return [(f"c={c:g}" if plain else f"c={c:g},f={f:g}{',mv' if mv else ''}", c, f, mv)
-            for c in comps for f in splits for mv in mean_vs]
+    return [((f"c={c:g}" if plain else f"c={c:g},f={f:g}{',mv' if mv else ''}") + (",q8" if kt == "q8_0" else ""),
+             c, f, mv, kt)
+            for c in comps for f in splits for mv in mean_vs for kt in kts]
 
 
-def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[bool]):
+def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[bool], kts: list[str] = ("k",)):
     from llama_sparse import SparQ
     out = [("dense", None, None)]
-    for name, c, f, mv in setting_names(comps, splits, mean_vs):
-        r, k = split_rk(S, c, f)
-        out.append((name, f, SparQ(r=r, k=k, mean_v=mv)))
+    for name, c, f, mv, kt in setting_names(comps, splits, mean_vs, kts):
+        r, k = split_rk(S, c, f, kt=kt)
+        out.append((name, f, SparQ(r=r, k=k, mean_v=mv, kt=kt)))
     return out
 
 
@@ -84,6 +95,7 @@ def main() -> int:
                     help="share(s) of c given to the r term, comma-separated (0.5 = even; see the docstring)")
     ap.add_argument("--mean-v", nargs="?", const="on", default="off", choices=("off", "on", "both"),
                     help="paper's mean-V blend (step 3): off (default), on (bare --mean-v), or both")
+    ap.add_argument("--kt", default="k", help="transposed-K storage(s), comma-separated: k (f16, as the cache), q8_0")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-threads", type=int, default=0,
                     help="threads for single-token decodes (default: --threads); 1 avoids stalls on a busy CPU")
@@ -97,8 +109,11 @@ def main() -> int:
     comps = [float(x) for x in a.comp.split(",")]
     splits = [float(x) for x in a.split.split(",")]
     mean_vs = {"off": [False], "on": [True], "both": [False, True]}[a.mean_v]
+    kts = [x.strip() for x in a.kt.split(",")]
+    if any(k not in KT_COST for k in kts):
+        ap.error(f"--kt takes {', '.join(KT_COST)}")
     meta = {"model": str(a.model), "seed": a.seed, "needles": a.needles, "comp": comps, "split": splits,
-            "mean_v": a.mean_v, "argv": sys.argv[1:]}
+            "mean_v": a.mean_v, "kt": kts, "argv": sys.argv[1:]}
     llm = llama_sparse.Llama(a.model, n_ctx=max(ctxs) + 128, n_batch=512,
                              n_threads=a.decode_threads or a.threads, n_threads_batch=a.threads, verbose=False)
     hay = llm.tokenize(haystack_text().encode(), add_bos=False)
@@ -139,7 +154,7 @@ def main() -> int:
                 llm.n_tokens = len(prefix)
                 llm.eval(needle + body[cut:])  # dense prefill of the rest of the haystack
                 S = llm.n_tokens
-                for name, f, sp in settings_for(S, comps, splits, mean_vs):
+                for name, f, sp in settings_for(S, comps, splits, mean_vs, kts):
                     llm.set_sparq(sp)
                     llm.n_tokens = S  # drop what the previous setting decoded
                     for t in question:  # decoded: SparQ reads the haystack here
@@ -155,14 +170,15 @@ def main() -> int:
                     ok = str(number) in text.replace(",", "")
                     rows.append({"ctx": n_ctx, "S": S, "depth": depth, "setting": name, "number": number,
                                  "split": f, "r": sp.r if sp else None, "k": sp.k if sp else None,
-                                 "mean_v": bool(sp and sp.mean_v), "answer": text.strip(), "retrieved": ok})
+                                 "mean_v": bool(sp and sp.mean_v), "kt": sp.kt if sp else None,
+                                 "answer": text.strip(), "retrieved": ok})
                     log(f"ctx {n_ctx} S {S} depth {depth:.2f} {name:8s} r={rows[-1]['r']} k={rows[-1]['k']} "
                         f"{'OK ' if ok else 'MISS'} {text.strip()!r} (needle {number})")
                 llm.set_sparq(None)
             if a.out:  # partial results survive a stopped run
                 a.out.write_text(json.dumps({**meta, "rows": rows}, indent=1))
 
-    names = ["dense"] + [n for n, *_ in setting_names(comps, splits, mean_vs)]
+    names = ["dense"] + [n for n, *_ in setting_names(comps, splits, mean_vs, kts)]
     w = max(8, *map(len, names))
     print("\nretrieved (needles) per context and setting:")
     print(f"{'ctx':>6s} " + " ".join(f"{n:>{w}s}" for n in names))

@@ -57,12 +57,34 @@ static struct sparq_shape sparq_shape_of(const struct ggml_tensor * dst) {
     return sh;
 }
 
+// a Q8_0 block as ggml lays it out (the transposed K in 8 bits: 32 positions of one component)
+#define SPARQ_QK8 32
+typedef struct {
+    ggml_fp16_t d;
+    int8_t      qs[SPARQ_QK8];
+} sparq_block_q8;
+
 static inline float sparq_get(enum ggml_type type, const char * row, int64_t i) {
+    if (type == GGML_TYPE_Q8_0) {
+        const sparq_block_q8 * b = (const sparq_block_q8 *) row + i/SPARQ_QK8;
+        return GGML_FP16_TO_FP32(b->d)*b->qs[i % SPARQ_QK8];
+    }
     return type == GGML_TYPE_F16 ? GGML_FP16_TO_FP32(((const ggml_fp16_t *) row)[i]) : ((const float *) row)[i];
 }
 
 // own conversion loop (not ggml_cpu_fp16_to_fp32): the standalone test links ggml-base only
+// Q8_0: row starts at a block and whole blocks are written (out needs n rounded up to 32)
 static inline void sparq_row_f32(enum ggml_type type, const char * row, float * out, int64_t n) {
+    if (type == GGML_TYPE_Q8_0) {
+        const sparq_block_q8 * b = (const sparq_block_q8 *) row;
+        for (int64_t ib = 0; ib*SPARQ_QK8 < n; ++ib) {
+            const float d = GGML_FP16_TO_FP32(b[ib].d);
+            for (int j = 0; j < SPARQ_QK8; ++j) {
+                out[ib*SPARQ_QK8 + j] = d*b[ib].qs[j];
+            }
+        }
+        return;
+    }
     if (type != GGML_TYPE_F16) {
         memcpy(out, row, n*sizeof(float));
         return;
@@ -417,7 +439,7 @@ void ggml_sparse_cpu_forward_sparq(const struct ggml_compute_params * params, st
     ggml_barrier(params->threadpool);
 
     // phase A: positions [j0, j1) of every unit
-    const int64_t per = ((n_kv + nth - 1)/nth + 15) & ~(int64_t) 15;
+    const int64_t per = ((n_kv + nth - 1)/nth + 31) & ~(int64_t) 31; // whole Q8_0 blocks
     const int64_t j0  = ith*per < n_kv ? ith*per : n_kv;
     const int64_t j1  = j0 + per < n_kv ? j0 + per : n_kv;
     for (int64_t u = 0; u < units; ++u) {
@@ -430,7 +452,7 @@ void ggml_sparse_cpu_forward_sparq(const struct ggml_compute_params * params, st
         for (int64_t c0 = j0; c0 < j1; c0 += SPARQ_CHUNK) {
             const int64_t nc = c0 + SPARQ_CHUNK < j1 ? SPARQ_CHUNK : j1 - c0;
             for (int64_t i = 0; i < sh.r; ++i) {
-                const char * ktr = sparq_kt_row(&sh, i1[i], kh, s) + c0*sh.kt->nb[0];
+                const char * ktr = sparq_kt_row(&sh, i1[i], kh, s) + ggml_row_size(sh.kt->type, c0);
                 sparq_row_f32(sh.kt->type, ktr, kbuf + i*SPARQ_CHUNK, nc);
             }
             float * mbuf = kbuf + sh.r*SPARQ_CHUNK;

@@ -174,7 +174,7 @@ static void sparq_check_args(
         int32_t r, int32_t k_top, int32_t flags) {
     GGML_ASSERT(q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float));
     GGML_ASSERT(k->type   == GGML_TYPE_F16 || k->type   == GGML_TYPE_F32);
-    GGML_ASSERT(k_t->type == GGML_TYPE_F16 || k_t->type == GGML_TYPE_F32);
+    GGML_ASSERT(k_t->type == GGML_TYPE_F16 || k_t->type == GGML_TYPE_F32 || k_t->type == GGML_TYPE_Q8_0);
     GGML_ASSERT(v->type   == GGML_TYPE_F16 || v->type   == GGML_TYPE_F32);
     GGML_ASSERT(k->nb[0] == ggml_type_size(k->type) && k_t->nb[0] == ggml_type_size(k_t->type));
 
@@ -186,6 +186,8 @@ static void sparq_check_args(
     GGML_ASSERT(k->ne[0] == D && k->ne[3] == ns);
     GGML_ASSERT(k_t->ne[0] == n_kv && k_t->ne[1] == D && k_t->ne[2] == Hkv && k_t->ne[3] == ns);
     GGML_ASSERT(v->ne[1] == n_kv && v->ne[2] == Hkv && v->ne[3] == ns);
+    // Q8_0 k_t: blocks of 32 positions, whole blocks readable
+    GGML_ASSERT(k_t->type != GGML_TYPE_Q8_0 || (n_kv % 32 == 0 && k_t->nb[1] >= ggml_row_size(GGML_TYPE_Q8_0, n_kv)));
     GGML_ASSERT(Hkv > 0 && q->ne[2] % Hkv == 0);
 
     GGML_ASSERT(mask != NULL);

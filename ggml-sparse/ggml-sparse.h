@@ -104,8 +104,11 @@ GGML_API bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struc
 //
 //   q      src[0] F32      [D,   n_tok, H,   ns]  any strides, nb[0] = 4 (a permuted view is fine)
 //   k      src[1] F16|F32  [D,   n_kv,  Hkv, ns]  K rows; any strides, nb[0] = type size
-//   k_t    src[2] F16|F32  [n_kv, D,    Hkv, ns]  the same K transposed: position-contiguous per component
-//                                                  (nb[0] = type size), any nb[1..3]; must equal k elementwise
+//   k_t    src[2] F16|F32|Q8_0 [n_kv, D, Hkv, ns]  the same K transposed: position-contiguous per component
+//                                                  (nb[0] = type size), any nb[1..3]; must equal k elementwise,
+//                                                  or for Q8_0 be k quantized in blocks of 32 positions of one
+//                                                  component (n_kv % 32 == 0; step 1 only reads k_t). Q8_0:
+//                                                  CPU kernel and reference only for now
 //   v      src[3] F16|F32  [Dv,  n_kv,  Hkv, ns]  V, any strides: nb[0] = type size for the row cache (flash
 //                                                  attention on), nb[1] = type size for upstream's transposed V cache
 //   mask   src[4] F16|F32  [n_kv, n_pad, 1, ns|1] additive, n_pad >= n_tok, contiguous rows (nb[0] = type size);

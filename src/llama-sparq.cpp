@@ -2,13 +2,15 @@
 // the graph nodes that maintain them, the decode attention through GGML_OP_SPARQ_ATTN, and the C API knobs.
 //
 // State (per llama_kv_cache, allocated when SparQ is first enabled, same buffer type as each layer's K):
-//   k_t[il]   [kv_size, n_embd_k_gqa, n_stream], K's type: cell-contiguous per K component
+//   k_t[il]   [kv_size, n_embd_k_gqa, n_stream], K's type or Q8_0 (kt=q8_0): cell-contiguous per K component
 //   v_sum[il] [n_embd_v_gqa, n_seq_max] F32: sum of V over the cells of each sequence
 // Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq), only with mean-V
 // on: the sums are not kept otherwise and count as stale). Whatever else
 // changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
 // the next graph's input step rebuilds them from the K/V cache before the graph runs: k_t by a transposing
 // copy on the cache's backend (host round trip as the fallback), the V sums on the host and only with mean-V on.
+// A Q8_0 k_t holds blocks of 32 cells per component: a decode ubatch requantizes the whole blocks its tokens
+// fall in, read back from the K cache; other ubatches (prefill, which is dense) leave it stale until the next decode.
 #include "llama-sparq.h"
 #include "llama-sparse.h"
 
@@ -18,10 +20,12 @@
 #include "llama-kv-cache.h"
 #include "llama-model.h"
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-sparse.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -35,6 +39,7 @@ struct llama_sparq_kv {
     int32_t r      = 0; // 0: off
     int32_t k      = 0;
     bool    mean_v = false;
+    ggml_type kt   = GGML_TYPE_COUNT; // storage of k_t asked for: COUNT = the K cache's type, or Q8_0
 
     bool allocated = false;
     bool stale_k   = true;
@@ -83,7 +88,7 @@ int32_t sparq_error(const std::string & msg) {
 }
 
 // why SparQ cannot run on this cache, or "" if it can
-std::string sparq_unsupported(llama_kv_cache & kv) {
+std::string sparq_unsupported(llama_kv_cache & kv, ggml_type kt) {
     if (acc::shared(kv)) {
         return "the KV cache shares its cells with another cache";
     }
@@ -104,6 +109,13 @@ std::string sparq_unsupported(llama_kv_cache & kv) {
             return "layers differ in K width";
         }
         n_embd_k = hp.n_embd_k_gqa(il);
+        if (kt == GGML_TYPE_Q8_0 && !ggml_backend_buffer_is_host(k->buffer)) {
+            return "kt=q8_0 runs on the CPU backend only for now, and this K cache is on " +
+                   std::string(ggml_backend_buffer_name(k->buffer)) + " (use kt=k, or keep the KV cache on the CPU)";
+        }
+    }
+    if (kt == GGML_TYPE_Q8_0 && kv.get_size() % 32 != 0) {
+        return "kt=q8_0 needs a KV cache size that is a multiple of 32, got " + std::to_string(kv.get_size());
     }
     return "";
 }
@@ -134,7 +146,7 @@ void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
         ggml_tensor * k = acc::layer_k(kv, i);
         ggml_context * ctx = ctx_for(ggml_backend_buffer_get_type(k->buffer));
         const uint32_t il = acc::layer_il(kv, i);
-        st.k_t[i]   = ggml_new_tensor_3d(ctx, k->type, kv_size, hp.n_embd_k_gqa(il), n_stream);
+        st.k_t[i]   = ggml_new_tensor_3d(ctx, st.kt == GGML_TYPE_Q8_0 ? GGML_TYPE_Q8_0 : k->type, kv_size, hp.n_embd_k_gqa(il), n_stream);
         st.v_sum[i] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.n_embd_v_gqa(il), acc::n_seq_max(kv));
         ggml_format_name(st.k_t[i],   "sparq_k_t_l%u", il);
         ggml_format_name(st.v_sum[i], "sparq_v_sum_l%u", il);
@@ -179,8 +191,8 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
         ggml_tensor * k  = acc::layer_k(kv, i);
         ggml_tensor * kt = st.k_t[i];
         ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(k->buffer);
-        if (ggml_backend_buffer_get_type(kt->buffer) != buft) {
-            return false;
+        if (ggml_backend_buffer_get_type(kt->buffer) != buft || kt->type != k->type) {
+            return false; // Q8_0 k_t: quantized on the host
         }
         ggml_backend_t backend = nullptr;
         for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && backend == nullptr; ++b) {
@@ -215,6 +227,66 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
     return true;
 }
 
+// rebuild a Q8_0 k_t on the CPU backend with ggml ops (K transposed to f32, empty cells zeroed, copied into
+// k_t), so that the blocks are quantized by the same code as the decode graphs' set_rows. False: not possible.
+static bool sparq_rebuild_k_q8_cpu(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
+    ggml_backend_t cpu = nullptr;
+    for (int b = 0; sched != nullptr && b < ggml_backend_sched_get_n_backends(sched) && cpu == nullptr; ++b) {
+        ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
+        if (ggml_backend_dev_type(ggml_backend_get_device(cand)) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            cpu = cand;
+        }
+    }
+    if (cpu == nullptr) {
+        return false;
+    }
+    const int64_t kv_size = kv.get_size();
+    const int64_t n_stream = acc::n_stream(kv);
+    const size_t n_layers = acc::n_layers(kv);
+    const ggml_init_params params = {
+        /*.mem_size   =*/ (8*n_layers + 16)*ggml_tensor_overhead() + ggml_graph_overhead_custom(8*n_layers + 8, false),
+        /*.mem_buffer =*/ nullptr,
+        /*.no_alloc   =*/ true,
+    };
+    ggml_context_ptr ctx(ggml_init(params));
+    if (!ctx) {
+        return false;
+    }
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), 8*n_layers + 8, false);
+    ggml_tensor * keep = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, kv_size, 1, n_stream);
+    ggml_set_input(keep);
+    for (size_t i = 0; i < n_layers; ++i) {
+        ggml_tensor * k  = acc::layer_k(kv, i);
+        ggml_tensor * kt = st.k_t[i];
+        if (!ggml_backend_buffer_is_host(k->buffer) || !ggml_backend_buffer_is_host(kt->buffer)) {
+            return false;
+        }
+        ggml_tensor * kf = ggml_cast(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), GGML_TYPE_F32); // [kv_size, n_embd, ns]
+        ggml_build_forward_expand(gf, ggml_cpy(ctx.get(), ggml_mul(ctx.get(), kf, keep), kt));
+    }
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
+        if (t->view_src != nullptr && t->buffer == nullptr && t->view_src->buffer != nullptr &&
+            ggml_backend_view_init(t) != GGML_STATUS_SUCCESS) {
+            return false;
+        }
+    }
+    ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(cpu));
+    bool ok = galloc != nullptr && ggml_gallocr_alloc_graph(galloc, gf);
+    if (ok) {
+        std::vector<float> kv_keep(kv_size*n_stream);
+        for (int64_t s = 0; s < n_stream; ++s) {
+            const auto & cells = acc::cells(kv, (uint32_t) s);
+            for (int64_t j = 0; j < kv_size; ++j) {
+                kv_keep[s*kv_size + j] = cells.is_empty((uint32_t) j) ? 0.0f : 1.0f;
+            }
+        }
+        ggml_backend_tensor_set(keep, kv_keep.data(), 0, ggml_nbytes(keep));
+        ok = ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS;
+    }
+    ggml_gallocr_free(galloc);
+    return ok;
+}
+
 // rebuild k_t from the K cache through the host (the fallback of sparq_rebuild_k_backend)
 static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
     const int64_t kv_size = kv.get_size();
@@ -227,6 +299,24 @@ static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
         src.resize(ggml_nbytes(k));
         dst.resize(ggml_nbytes(kt));
         ggml_backend_tensor_get(k, src.data(), 0, src.size());
+        if (kt->type == GGML_TYPE_Q8_0) {
+            // one row of kv_size cells per (stream, component), empty cells 0, quantized as ggml does a row
+            std::vector<float> rowf(kv_size);
+            const size_t row_size = ggml_row_size(GGML_TYPE_Q8_0, kv_size);
+            for (int64_t s = 0; s < n_stream; ++s) {
+                for (int64_t e = 0; e < n_embd; ++e) {
+                    const auto & cells = acc::cells(kv, (uint32_t) s);
+                    for (int64_t j = 0; j < kv_size; ++j) {
+                        const uint8_t * p = src.data() + ((s*kv_size + j)*n_embd + e)*ts;
+                        rowf[j] = cells.is_empty((uint32_t) j) ? 0.0f :
+                                  k->type == GGML_TYPE_F16 ? ggml_fp16_to_fp32(*(const ggml_fp16_t *) p) : *(const float *) p;
+                    }
+                    ggml_quantize_chunk(GGML_TYPE_Q8_0, rowf.data(), dst.data() + (s*n_embd + e)*row_size, 0, 1, kv_size, nullptr);
+                }
+            }
+            ggml_backend_tensor_set(kt, dst.data(), 0, dst.size());
+            continue;
+        }
         for (int64_t s = 0; s < n_stream; ++s) {
             for (int64_t j = 0; j < kv_size; ++j) {
                 const uint8_t * row = src.data() + (s*kv_size + j)*n_embd*ts;
@@ -242,7 +332,8 @@ static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
 // rebuild k_t from the K cache: on the cache's backend, else (or with LLAMA_SPARSE_SPARQ_HOST_REBUILD) the host
 void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
     static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
-    if (host_only || !sparq_rebuild_k_backend(kv, st, sched)) {
+    const bool q8 = !st.k_t.empty() && st.k_t[0]->type == GGML_TYPE_Q8_0;
+    if (host_only || !(q8 ? sparq_rebuild_k_q8_cpu(kv, st, sched) : sparq_rebuild_k_backend(kv, st, sched))) {
         sparq_rebuild_k_host(kv, st);
     }
     st.stale_k = false;
@@ -290,9 +381,9 @@ void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector
     st.stale_v = false;
 }
 
-// parse "r=32,k=128[,mean_v=1]" (also "off"); returns "" or an error
-std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v) {
-    r = 0; k = 0; mean_v = false;
+// parse "r=32,k=128[,mean_v=1][,kt=q8_0]" (also "off"); returns "" or an error
+std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt) {
+    r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT;
     if (spec.empty() || spec == "0" || spec == "off") {
         return "";
     }
@@ -305,6 +396,17 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
             return "expected key=value, got '" + item + "'";
         }
         const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+        if (key == "kt") {
+            if (val == "q8_0") {
+                kt = GGML_TYPE_Q8_0;
+            } else if (val == "k") {
+                kt = GGML_TYPE_COUNT;
+            } else {
+                return "kt is k (the K cache's type) or q8_0, got '" + val + "'";
+            }
+            pos = end + 1;
+            continue;
+        }
         char * stop = nullptr;
         const long x = strtol(val.c_str(), &stop, 10);
         if (val.empty() || *stop != '\0') {
@@ -320,7 +422,7 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
             }
             mean_v = x != 0;
         } else {
-            return "unknown key '" + key + "' (use r, k, mean_v)";
+            return "unknown key '" + key + "' (use r, k, mean_v, kt)";
         }
         pos = end + 1;
     }
@@ -330,8 +432,12 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
     return "";
 }
 
-// set the knobs of a cache; allocates the state on first use
-int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v) {
+// set the knobs of a cache; allocates the state on first use, again when kt changes the copy's type
+int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v, ggml_type kt) {
+    if (kt != GGML_TYPE_COUNT && kt != GGML_TYPE_Q8_0) {
+        return sparq_error(std::string("SparQ: the transposed K is stored as the K cache's type or q8_0, not ") +
+                           (kt >= 0 && kt < GGML_TYPE_COUNT ? ggml_type_name(kt) : "an unknown type"));
+    }
     if (r < 0 || k < 0 || (r == 0) != (k == 0)) {
         return sparq_error("SparQ: r and k must both be >= 1 (or both 0 to turn SparQ off); got r=" +
                            std::to_string(r) + ", k=" + std::to_string(k));
@@ -346,13 +452,21 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v) {
         }
         return 0;
     }
-    const std::string why = sparq_unsupported(kv);
+    const std::string why = sparq_unsupported(kv, kt);
     if (!why.empty()) {
         return sparq_error("SparQ cannot run on this context: " + why);
     }
     if (!sp) {
         sp = std::make_shared<llama_sparq_kv>();
     }
+    if (sp->allocated && sp->kt != kt) {
+        // another storage for k_t: drop both copies (graphs holding them are not reused: generation)
+        sp->k_t.clear();
+        sp->v_sum.clear();
+        sp->ctxs_bufs.clear();
+        sp->allocated = false;
+    }
+    sp->kt = kt;
     if (!sp->allocated) {
         try {
             sparq_allocate(kv, *sp);
@@ -430,7 +544,9 @@ public:
     ggml_tensor          * k_idxs;            // upstream's rows of this ubatch (stream*kv_size + cell), host
     uint64_t               generation;
 
-    ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]
+    ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]: k_t elements, or Q8_0 blocks per slot
+    ggml_tensor * blk_cells = nullptr;        // I32 [32*n_tokens]: K cache rows of each slot's block (Q8_0 k_t)
+    ggml_tensor * blk_keep  = nullptr;        // F32 [1, 32*n_tokens]: 1 for a used cell, 0 for an empty one
     ggml_tensor * onehot    = nullptr;        // F32 [n_tokens, n_seq_max]
     ggml_tensor * tok_seq   = nullptr;        // I32 [n_tokens]
     ggml_tensor * inv_count = nullptr;        // F32 [1, n_tokens]
@@ -452,10 +568,13 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     GGML_ASSERT(ggml_backend_buffer_is_host(k_idxs->buffer) && k_idxs->ne[0] == n_tokens);
     const int64_t * rows = (const int64_t *) k_idxs->data;
 
+    // a Q8_0 k_t is kept by decode graphs only: another ubatch leaves it to be rebuilt before the next decode
+    const bool kt_q8 = st.k_t[0]->type == GGML_TYPE_Q8_0;
+    const bool want_k = st.stale_k && (decode || !kt_q8);
     // the V sums are only read with mean-V on: until then they stay stale (graph appends to them are moot)
-    if (st.stale_k || (st.stale_v && st.mean_v)) {
+    if (want_k || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
-        if (st.stale_k) {
+        if (want_k) {
             sparq_rebuild_k(*kv, st, sched);
         }
         if (st.stale_v && st.mean_v) {
@@ -467,12 +586,43 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
-    GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer));
-    int64_t * idx = (int64_t *) kt_idxs->data;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        const int64_t strm = rows[t]/kv_size, cell = rows[t] % kv_size;
-        for (int64_t e = 0; e < n_embd_k; ++e) {
-            idx[t*n_embd_k + e] = (strm*n_embd_k + e)*kv_size + cell;
+    if (kt_q8 && !decode) {
+        st.stale_k = true;
+    } else if (kt_q8) {
+        // one slot per distinct (stream, 32-cell block) of the ubatch, the spare slots repeating slot 0: every
+        // slot requantizes its whole block from the K cache, so repeats write the same bytes
+        GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer) && ggml_backend_buffer_is_host(blk_cells->buffer) &&
+                    ggml_backend_buffer_is_host(blk_keep->buffer));
+        int64_t * idx  = (int64_t *) kt_idxs->data;
+        int32_t * bc   = (int32_t *) blk_cells->data;
+        float   * keep = (float *) blk_keep->data;
+        std::vector<int64_t> blocks; // stream*kv_size + first cell
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const int64_t b = rows[t] - rows[t] % 32;
+            if (std::find(blocks.begin(), blocks.end(), b) == blocks.end()) {
+                blocks.push_back(b);
+            }
+        }
+        for (int64_t i = 0; i < n_tokens; ++i) {
+            const int64_t b = blocks[i < (int64_t) blocks.size() ? i : 0];
+            const int64_t strm = b/kv_size, blk = (b % kv_size)/32;
+            const auto & cells = acc::cells(*kv, (uint32_t) strm);
+            for (int j = 0; j < 32; ++j) {
+                bc[i*32 + j]   = (int32_t) (b + j);
+                keep[i*32 + j] = cells.is_empty((uint32_t) (b % kv_size + j)) ? 0.0f : 1.0f;
+            }
+            for (int64_t e = 0; e < n_embd_k; ++e) {
+                idx[i*n_embd_k + e] = (strm*n_embd_k + e)*(kv_size/32) + blk;
+            }
+        }
+    } else {
+        GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer));
+        int64_t * idx = (int64_t *) kt_idxs->data;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            const int64_t strm = rows[t]/kv_size, cell = rows[t] % kv_size;
+            for (int64_t e = 0; e < n_embd_k; ++e) {
+                idx[t*n_embd_k + e] = (strm*n_embd_k + e)*kv_size + cell;
+            }
         }
     }
     if (onehot->buffer == nullptr) {
@@ -519,22 +669,26 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
     }
     int32_t r, k;
     bool mean_v;
-    const std::string err = sparq_parse(env, r, k, mean_v);
+    ggml_type kt;
+    const std::string err = sparq_parse(env, r, k, mean_v, kt);
     if (!err.empty()) {
         throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + err);
     }
     if (r == 0) {
         return;
     }
-    if (sparq_set(kv, r, k, mean_v) != 0) {
+    if (sparq_set(kv, r, k, mean_v, kt) != 0) {
         throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
     }
-    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d (LLAMA_SPARQ)\n", __func__, r, k, (int) mean_v);
+    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s (LLAMA_SPARQ)\n", __func__, r, k,
+                   (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k");
 }
 
 void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_pos p0, llama_pos p1) {
     auto & sp = acc::state(kv);
-    if (!sp || !sp->on() || sp->stale_v) {
+    // a Q8_0 k_t also depends on which cells are used (their K sets the block scales)
+    const bool kt_q8 = sp && sp->allocated && sp->kt == GGML_TYPE_Q8_0;
+    if (!sp || !sp->on() || (sp->stale_v && (!kt_q8 || sp->stale_k))) {
         return;
     }
     if (p0 < 0) {
@@ -552,6 +706,7 @@ void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_po
         for (uint32_t j = 0; j < cells.size(); ++j) {
             if (!cells.is_empty(j) && cells.pos_in(j, p0, p1) && (seq_id < 0 || cells.seq_has(j, seq_id))) {
                 sp->stale_v = true;
+                sp->stale_k |= kt_q8;
                 return;
             }
         }
@@ -561,7 +716,8 @@ void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_po
 void llama_sparq_kv_stale(llama_kv_cache & kv, bool k_changed, bool v_changed) {
     auto & sp = acc::state(kv);
     if (sp) {
-        sp->stale_k |= k_changed;
+        // cells emptied or reassigned: a Q8_0 k_t's block scales may change with them
+        sp->stale_k |= k_changed || (v_changed && sp->kt == GGML_TYPE_Q8_0);
         sp->stale_v |= v_changed;
     }
 }
@@ -627,14 +783,39 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     }
     llm_graph_input_sparq * inp = g.inp_sparq;
 
-    // k_t: one 1-element row per (token, component)
     ggml_tensor * k_t = sp->k_t[ikv];
-    ggml_tensor * k_flat = ggml_is_contiguous(k_cur) ? k_cur : ggml_cont(ctx0, k_cur);
-    k_flat = ggml_reshape_2d(ctx0, k_flat, 1, ggml_nelements(k_flat));
-    GGML_ASSERT(ggml_nelements(k_flat) == inp->n_embd_k*n_tokens);
-    ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 1, ggml_nelements(k_t)), k_flat, inp->kt_idxs);
-    ggml_build_forward_expand(g.gf, kt_res);
-    inp->kt_cur[il] = kt_res;
+    if (k_t->type == GGML_TYPE_Q8_0) {
+        // whole 32-cell blocks read back from the K cache, which holds this ubatch by now (graph order, as for
+        // upstream's own attention reads), empty cells zeroed, transposed and requantized: one Q8_0 block row per
+        // (slot, component). k_t = Q8_0 of K over the used cells, as the host rebuild makes it.
+        if (inp->decode) {
+            const int64_t n_embd = inp->n_embd_k;
+            if (inp->blk_cells == nullptr) {
+                inp->blk_cells = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, 32*n_tokens);
+                inp->blk_keep  = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, 32*n_tokens);
+                ggml_set_input(inp->blk_cells);
+                ggml_set_input(inp->blk_keep);
+                ggml_set_name(inp->blk_cells, "sparq_blk_cells");
+            }
+            ggml_tensor * kc  = acc::layer_k(*kv, ikv);
+            GGML_ASSERT(kc->ne[0] == n_embd);
+            ggml_tensor * blk = ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, kc, n_embd, kc->ne[1]*kc->ne[2]), inp->blk_cells);
+            blk = ggml_mul(ctx0, blk, inp->blk_keep); // empty cells count as 0, so stale K there cannot set a scale
+            blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_tokens))); // [32, n_embd, n]
+            blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_tokens);
+            ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 32, ggml_nelements(k_t)/32), blk, inp->kt_idxs);
+            ggml_build_forward_expand(g.gf, kt_res);
+            inp->kt_cur[il] = kt_res;
+        }
+    } else {
+        // one 1-element row per (token, component)
+        ggml_tensor * k_flat = ggml_is_contiguous(k_cur) ? k_cur : ggml_cont(ctx0, k_cur);
+        k_flat = ggml_reshape_2d(ctx0, k_flat, 1, ggml_nelements(k_flat));
+        GGML_ASSERT(ggml_nelements(k_flat) == inp->n_embd_k*n_tokens);
+        ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 1, ggml_nelements(k_t)), k_flat, inp->kt_idxs);
+        ggml_build_forward_expand(g.gf, kt_res);
+        inp->kt_cur[il] = kt_res;
+    }
 
     // V sums: v_sum += V_cur^T onehot. Only read with mean-V on; with it off they are not kept (stale_v, set by
     // sparq_set, has them rebuilt when mean-V comes on), which saves ~6 small kernels a layer at decode.
@@ -681,7 +862,7 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
     const int64_t n_embd_k = inp->n_embd_k;
     const bool v_trans = acc::v_trans(*kv);
     const int64_t Dv = v_trans ? v->ne[2] : v->ne[0];
-    const size_t kt_ts = ggml_type_size(inp->kt_cur[il]->type);
+    const size_t kt_row = ggml_row_size(inp->kt_cur[il]->type, kv_size); // bytes of one component's cells
     const int64_t s0 = (int64_t) (k->view_offs/ggml_row_size(k->type, k->ne[0]*Hkv*kv_size)); // first stream
 
     ggml_tensor * q4 = ggml_view_4d(ctx0, q, D, H, n_tokens/ns, ns, q->nb[1], q->nb[2], q->nb[2]*(n_tokens/ns), 0);
@@ -692,7 +873,7 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
         v4 = ggml_transpose(ctx0, v4);                            // [n_kv, Dv, Hkv, ns] -> [Dv, n_kv, Hkv, ns]
     }
     ggml_tensor * kt4 = ggml_view_4d(ctx0, inp->kt_cur[il], n_kv, D, Hkv, ns,
-                                     kt_ts*kv_size, kt_ts*kv_size*D, kt_ts*kv_size*n_embd_k, kt_ts*kv_size*n_embd_k*s0);
+                                     kt_row, kt_row*D, kt_row*n_embd_k, kt_row*n_embd_k*s0);
 
     ggml_tensor * v_mean = nullptr;
     if (st.mean_v) {
@@ -719,7 +900,40 @@ int32_t llama_sparse_set_sparq(llama_context * ctx, int32_t r, int32_t k, bool m
         return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq: no context" :
                            "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
     }
-    return sparq_set(*kv, r, k, mean_v);
+    const auto & sp = acc::state(*kv);
+    return sparq_set(*kv, r, k, mean_v, sp ? sp->kt : GGML_TYPE_COUNT);
+}
+
+int32_t llama_sparse_set_sparq_kt(llama_context * ctx, enum ggml_type kt) {
+    llama_kv_cache * kv = context_kv(ctx);
+    if (kv == nullptr) {
+        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq_kt: no context" :
+                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+    }
+    auto & sp = acc::state(*kv);
+    if (sp && sp->on()) {
+        return sparq_set(*kv, sp->r, sp->k, sp->mean_v, kt);
+    }
+    if (kt != GGML_TYPE_COUNT && kt != GGML_TYPE_Q8_0) {
+        return sparq_set(*kv, 1, 1, false, kt); // the same error as when on; never gets past the type check
+    }
+    if (!sp) {
+        sp = std::make_shared<llama_sparq_kv>();
+    }
+    if (sp->allocated && sp->kt != kt) {
+        sp->k_t.clear();
+        sp->v_sum.clear();
+        sp->ctxs_bufs.clear();
+        sp->allocated = false;
+    }
+    sp->kt = kt; // used when SparQ comes on
+    return 0;
+}
+
+enum ggml_type llama_sparse_get_sparq_kt(const llama_context * ctx) {
+    llama_kv_cache * kv = context_kv(const_cast<llama_context *>(ctx));
+    const auto * st = kv ? acc::state(*kv).get() : nullptr;
+    return st ? st->kt : GGML_TYPE_COUNT;
 }
 
 bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k, bool * mean_v) {
@@ -735,11 +949,17 @@ bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k,
 int32_t llama_sparse_set_sparq_str(llama_context * ctx, const char * spec) {
     int32_t r, k;
     bool mean_v;
-    const std::string err = sparq_parse(spec ? spec : "", r, k, mean_v);
+    ggml_type kt;
+    const std::string err = sparq_parse(spec ? spec : "", r, k, mean_v, kt);
     if (!err.empty()) {
         return sparq_error(std::string("SparQ setting '") + (spec ? spec : "") + "': " + err);
     }
-    return llama_sparse_set_sparq(ctx, r, k, mean_v);
+    if (r == 0) {
+        return llama_sparse_set_sparq(ctx, 0, 0, false);
+    }
+    // the string names every knob: kt left out is the K cache's type
+    const int32_t rc = llama_sparse_set_sparq_kt(ctx, kt);
+    return rc != 0 ? rc : llama_sparse_set_sparq(ctx, r, k, mean_v);
 }
 
 const char * llama_sparse_sparq_last_error(void) {

@@ -14,18 +14,24 @@ from . import _native
 SparsityLevel = Union[None, float, str]
 
 
+KT_TYPES = ("k", "q8_0")  # SparQ.kt: the K cache's type, or 8 bits
+
+
 @dataclasses.dataclass(frozen=True)
 class SparQ:
     """SparQ attention settings (docs/sparq.md), used at decode only.
 
     r: query components read per key (of the head size; more than the head size reads them all);
     k: cached positions attended to exactly; mean_v: blend the output with the mean of V by the estimated
-    attention mass of those k positions (the paper does this for MHA models and skips it for GQA ones).
+    attention mass of those k positions (the paper does this for MHA models and skips it for GQA ones);
+    kt: storage of the transposed K that the r components are read from, "k" (the K cache's type) or "q8_0"
+    (8 bits, 34/64 of f16's bytes; CPU only for now).
     A decode step with k >= the cached positions is exact dense attention.
     """
     r: int = 32
     k: int = 128
     mean_v: bool = False
+    kt: str = "k"
 
     def __post_init__(self) -> None:
         for name in ("r", "k"):
@@ -36,15 +42,17 @@ class SparQ:
                 raise ValueError(f"SparQ.{name} must be >= 1, got {v}")
         if not isinstance(self.mean_v, bool):
             raise TypeError(f"SparQ.mean_v must be a bool, got {self.mean_v!r}")
+        if self.kt not in KT_TYPES:
+            raise ValueError(f"SparQ.kt must be one of {', '.join(KT_TYPES)}, got {self.kt!r}")
 
     @property
     def spec(self) -> str:
-        """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0"."""
-        return f"r={self.r},k={self.k},mean_v={int(self.mean_v)}"
+        """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0" (",kt=q8_0" when set)."""
+        return f"r={self.r},k={self.k},mean_v={int(self.mean_v)}" + (f",kt={self.kt}" if self.kt != "k" else "")
 
     @classmethod
     def parse(cls, spec: str) -> Optional["SparQ"]:
-        """"r=32,k=128[,mean_v=1]" -> SparQ; "off", "0", "none" or "" -> None."""
+        """"r=32,k=128[,mean_v=1][,kt=q8_0]" -> SparQ; "off", "0", "none" or "" -> None."""
         if not isinstance(spec, str):
             raise TypeError(f"a SparQ setting is a string like 'r=32,k=128', not {type(spec).__name__}")
         text = spec.strip()
@@ -54,8 +62,13 @@ class SparQ:
         for item in text.split(","):
             key, sep, val = item.partition("=")
             key = key.strip()
-            if not sep or key not in ("r", "k", "mean_v"):
-                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1]")
+            if not sep or key not in ("r", "k", "mean_v", "kt"):
+                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0]")
+            if key == "kt":
+                if val.strip() not in KT_TYPES:
+                    raise ValueError(f"bad SparQ setting {spec!r}: kt is one of {', '.join(KT_TYPES)}")
+                fields[key] = val.strip()
+                continue
             try:
                 num = int(val)
             except ValueError:
@@ -168,8 +181,11 @@ class Llama(llama_cpp.Llama):
         if sparq is not None and not isinstance(sparq, SparQ):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
-        r, k, mean_v = (sparq.r, sparq.k, sparq.mean_v) if sparq else (0, 0, False)
-        if _native.llama_sparse_set_sparq(self._ctx.ctx, r, k, mean_v) != 0:
+        if sparq is None:
+            rc = _native.llama_sparse_set_sparq(self._ctx.ctx, 0, 0, False)
+        else:
+            rc = _native.llama_sparse_set_sparq_str(self._ctx.ctx, sparq.spec.encode())
+        if rc != 0:
             raise ValueError(f"{self.model_path}: {_native.sparq_last_error()}")
         self._sparq = sparq
 

@@ -35,13 +35,15 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sca
 
 
 def sparq_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, v_mean: np.ndarray | None, mask: np.ndarray,
-                    r: int, k_top: int, mean_v: bool = True, scale: float | None = None) -> np.ndarray:
+                    r: int, k_top: int, mean_v: bool = True, scale: float | None = None,
+                    k_approx: np.ndarray | None = None) -> np.ndarray:
     """SparQ attention; returns [B, Hkv, G, T, Dv].
 
     scale is the model's softmax scale (1/sqrt(D) by default); the approximate scores use
     scale / sqrt(rho), which is the paper's temperature sqrt(D * rho) for scale = 1/sqrt(D).
     With mean_v=False step 3 is skipped (the paper's choice for GQA models). k_top >= S gives dense
-    attention, as in the paper (every position is picked and alpha = 1).
+    attention, as in the paper (every position is picked and alpha = 1). k_approx: the keys step 1 reads
+    (same shape as k; default k), e.g. the 8-bit transposed copy dequantized.
     """
     q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     mask = np.asarray(mask, dtype=np.float64)
@@ -54,7 +56,8 @@ def sparq_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, v_mean: np.ndar
     i1 = _topk_indices(np.abs(q64).sum(axis=2, keepdims=True), r)                       # [B, Hkv, 1, T, r]
     q_hat = np.take_along_axis(q64, np.broadcast_to(i1, q64.shape[:-1] + (r,)), axis=-1)  # [B, Hkv, G, T, r]
     # K[:, i1] per query token: [B, Hkv, 1, T, S, r]
-    k_hat = np.take_along_axis(k64[:, :, :, None, :, :], i1[:, :, :, :, None, :], axis=-1)
+    ka64 = k64 if k_approx is None else np.asarray(k_approx, dtype=np.float64)
+    k_hat = np.take_along_axis(ka64[:, :, :, None, :, :], i1[:, :, :, :, None, :], axis=-1)
     l1 = np.abs(q64).sum(axis=-1, keepdims=True)
     l1r = np.abs(q_hat).sum(axis=-1, keepdims=True)
     rho = np.where((l1 > 0) & (l1r > 0), l1r / np.where(l1 > 0, l1, 1.0), 1.0)

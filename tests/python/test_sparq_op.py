@@ -14,7 +14,7 @@ import pytest
 from llama_sparse import _lib
 from llama_sparse.sparq_ref import attention, sparq_attention
 
-F32, F16, I32 = 0, 1, 26
+F32, F16, Q8_0, I32 = 0, 1, 8, 26
 MEAN_V = 1
 
 
@@ -60,8 +60,22 @@ def _tensor(base, ctx, arr: np.ndarray, gtype: int):
     return t
 
 
-def run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=F16, mask_type=F16, composite=False, threads=2):
-    """q [ns, H, T, D], k/v [ns, Hkv, S, D], v_mean [ns, T, Hkv, Dv], mask [ns, T, S] -> out [ns, T, H, Dv]."""
+def quantize_q8_0(x: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """ggml's Q8_0 of x along its last axis (blocks of 32): (the blocks' bytes, the values they decode to)."""
+    blocks = x.astype(np.float32).reshape(-1, 32)
+    amax = np.abs(blocks).max(axis=1, keepdims=True)
+    d = amax / 127.0
+    qs = np.where(d > 0, np.round(blocks / np.where(d > 0, d, 1.0)), 0).astype(np.int8)
+    d16 = d.astype(np.float16)
+    raw = np.empty(len(blocks), dtype=[("d", "<f2"), ("qs", "i1", 32)])
+    raw["d"], raw["qs"] = d16[:, 0], qs
+    return raw.tobytes(), (d16.astype(np.float32) * qs).reshape(x.shape)
+
+
+def run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=F16, mask_type=F16, composite=False, threads=2,
+           kt_q8: bytes | None = None):
+    """q [ns, H, T, D], k/v [ns, Hkv, S, D], v_mean [ns, T, Hkv, Dv], mask [ns, T, S] -> out [ns, T, H, Dv].
+    kt_q8: the transposed K as Q8_0 blocks (quantize_q8_0 of k transposed) instead of k's type."""
     base, cpu = ggml
     ns, H, T, D = q.shape
     size = 64 * 1024 * 1024 + 64 * (q.nbytes + 4 * k.nbytes + 4 * v.nbytes + 2 * mask.nbytes * max(1, H))
@@ -70,7 +84,13 @@ def run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=F16, mask_type=
     try:
         tq = _tensor(base, ctx, q, F32)
         tk = _tensor(base, ctx, k, kv_type)
-        tkt = _tensor(base, ctx, np.swapaxes(k, -1, -2), kv_type)   # [ns, Hkv, D, S]: ne [S, D, Hkv, ns]
+        if kt_q8 is None:
+            tkt = _tensor(base, ctx, np.swapaxes(k, -1, -2), kv_type)   # [ns, Hkv, D, S]: ne [S, D, Hkv, ns]
+        else:
+            ns_, Hkv_, S_, D_ = k.shape
+            tkt = base.ggml_new_tensor_4d(ctx, Q8_0, S_, D_, Hkv_, ns_)
+            assert base.ggml_nbytes(tkt) == len(kt_q8)
+            ctypes.memmove(base.ggml_get_data(tkt), kt_q8, len(kt_q8))
         tv = _tensor(base, ctx, v, kv_type)
         tm = _tensor(base, ctx, mask[:, None, :, :], mask_type)    # ne [S, T, 1, ns]
         tvm = _tensor(base, ctx, v_mean, F32) if v_mean is not None else None
@@ -102,14 +122,15 @@ def make_case(rng, ns, H, Hkv, T, S, D, Dv, n_seq=1, holes=True):
     return q, k, v, v_mean.astype(np.float32), mask
 
 
-def numpy_ref(q, k, v, v_mean, mask, r, k_top, mean_v):
+def numpy_ref(q, k, v, v_mean, mask, r, k_top, mean_v, k_approx=None):
     ns, H, T, D = q.shape
     Hkv = k.shape[1]
     G = H // Hkv
     qg = q.reshape(ns, Hkv, G, T, D)
     vm = np.transpose(v_mean, (0, 2, 1, 3))[:, :, None]                         # [ns, Hkv, 1, T, Dv]
     m = mask[:, None, None]                                                      # [ns, 1, 1, T, S]
-    out = sparq_attention(qg, k[:, :, None], v[:, :, None], vm, m, r, k_top, mean_v=mean_v)
+    ka = None if k_approx is None else k_approx[:, :, None]
+    out = sparq_attention(qg, k[:, :, None], v[:, :, None], vm, m, r, k_top, mean_v=mean_v, k_approx=ka)
     return out.reshape(ns, H, T, -1).transpose(0, 2, 1, 3)                       # [ns, T, H, Dv]
 
 
@@ -149,6 +170,40 @@ def test_op_matches_appendix_b(ggml, case, mean_v):
                       mask[:, None, None]).reshape(ns, H, T, Dv).transpose(0, 2, 1, 3)
     if k_top * 4 < (mask == 0).sum(-1).min() and r < D:
         assert rel_err(got, dense) > 1e-3
+
+
+Q8_CASES = [
+    # ns, H, Hkv, T, S, D, Dv, n_seq, r, k: S a multiple of 32 (Q8_0 blocks of positions)
+    (1, 9, 3, 1, 32, 64, 64, 1, 16, 8),
+    (1, 9, 3, 1, 2048, 64, 64, 1, 16, 128),
+    (1, 9, 3, 1, 8192, 64, 64, 1, 16, 480),    # 8k, compression 1/8 with an 8-bit k_t
+    (1, 32, 8, 1, 1024, 128, 128, 1, 32, 128),
+    (1, 6, 3, 3, 512, 64, 64, 3, 16, 40),      # three sequences in one stream
+    (2, 4, 2, 2, 320, 32, 48, 2, 8, 30),       # two streams, D != Dv
+]
+
+
+@pytest.mark.parametrize("case", Q8_CASES, ids=[f"ns{c[0]}-H{c[1]}/{c[2]}-T{c[3]}-S{c[4]}-D{c[5]}-r{c[8]}-k{c[9]}" for c in Q8_CASES])
+@pytest.mark.parametrize("kv_type", [F16, F32])
+def test_op_q8_0_kt_matches_appendix_b(ggml, case, kv_type):
+    """An 8-bit transposed K: step 1 reads the dequantized copy, steps 2-3 the exact K/V."""
+    ns, H, Hkv, T, S, D, Dv, n_seq, r, k_top = case
+    rng = np.random.default_rng(abs(hash((case, kv_type, "q8"))) % 2**32)
+    q, k, v, v_mean, mask = make_case(rng, ns, H, Hkv, T, S, D, Dv, n_seq)
+    raw, kt_deq = quantize_q8_0(np.swapaxes(k, -1, -2))                # [ns, Hkv, D, S]
+    k_approx = np.swapaxes(kt_deq, -1, -2)
+    assert 0 < rel_err(k_approx, k) < 0.02                            # quantized, but close
+    for flags in (0, MEAN_V):
+        want = numpy_ref(q, k, v, v_mean, mask, r, k_top, bool(flags), k_approx=k_approx)
+        got = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=kv_type, kt_q8=raw)
+        assert np.all(np.isfinite(got))
+        assert rel_err(got, want) < 1e-4, rel_err(got, want)
+        comp = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=kv_type, kt_q8=raw, composite=True)
+        assert rel_err(comp, want) < 1e-4, rel_err(comp, want)
+    # k >= S: dense attention, the 8-bit copy not read
+    dense = attention(q.reshape(ns, Hkv, H // Hkv, T, D).astype(np.float64), k[:, :, None], v[:, :, None],
+                      mask[:, None, None]).reshape(ns, H, T, Dv).transpose(0, 2, 1, 3)
+    assert rel_err(run_op(ggml, q, k, v, v_mean, mask, r, S, 0, kv_type=kv_type, kt_q8=raw), dense) < 1e-5
 
 
 @pytest.mark.parametrize("S", [1, 37, 4096])

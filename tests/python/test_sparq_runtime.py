@@ -60,6 +60,13 @@ def test_sparq_settings_validate():
     assert SparQ.parse(" r=8 , k=32 , mean_v=1 ") == SparQ(r=8, k=32, mean_v=True)
     assert SparQ.parse("off") is None and SparQ.parse("") is None
     assert SparQ(r=4, k=9).spec == "r=4,k=9,mean_v=0"
+    assert SparQ.parse("r=16,k=64,kt=q8_0") == SparQ(r=16, k=64, kt="q8_0")
+    assert SparQ(r=4, k=9, kt="q8_0").spec == "r=4,k=9,mean_v=0,kt=q8_0"
+    assert SparQ.parse("r=4,k=9,kt=k") == SparQ(r=4, k=9)
+    with pytest.raises(ValueError, match="kt"):
+        SparQ.parse("r=4,k=9,kt=q4_0")
+    with pytest.raises(ValueError, match="kt"):
+        SparQ(r=4, k=9, kt="f8")
     for bad, err in [("r=16", ValueError), ("k=3", ValueError), ("r=x,k=3", ValueError), ("r=1,k=2,q=3", ValueError),
                      ("r=0,k=5", ValueError), ("r=5,k=-1", ValueError), ("r=1,k=1,mean_v=2", ValueError)]:
         with pytest.raises(err):
@@ -127,9 +134,10 @@ def test_sparse_decode_changes_logits_by_compression(smollm2_gguf: Path, tokens:
     assert mean_v != errs["r=8,k=16"]
 
 
-def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: list[int]):
+@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
+def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: list[int], kt: str):
     prompt, gen = tokens[:150], tokens[150:158]
-    spec = "r=16,k=24,mean_v=1"
+    spec = "r=16,k=24,mean_v=1" + kt
     # SparQ on from the start: the copies are appended in the graph (prefill and decode)
     on = _llm(smollm2_gguf, sparq=spec)
     ref = _decode(on, prompt, gen)
@@ -154,6 +162,37 @@ def test_copies_rebuilt_on_host_match_graph_appends(smollm2_gguf: Path, tokens: 
     on.set_sparq(spec)
     kl, top1 = _kl(ref, _decode(on, prompt, gen, fresh=False))
     assert kl < 1e-4 and top1 == 1.0, (kl, top1)
+
+
+def test_kt_q8_0_blocks_kept_at_decode(smollm2_gguf: Path, tokens: list[int]):
+    """The 8-bit copy: decode requantizes the 32-cell blocks it writes into; a copy rebuilt from the K cache at
+    the same point gives the same logits, and the copy reads differently from the f16 one."""
+    from llama_sparse import SparQ, _native
+    prompt, gen = tokens[:150], tokens[150:170]  # the decode crosses the cell-160 block boundary
+    spec = "r=16,k=24,kt=q8_0"
+    a = _llm(smollm2_gguf, sparq=spec)
+    assert a.sparq == SparQ(r=16, k=24, kt="q8_0")
+    assert _native.llama_sparse_get_sparq_kt(a._ctx.ctx) == 8  # GGML_TYPE_Q8_0
+    ref = _decode(a, prompt, gen)
+    # decode half with appends, pause (no appends: stale), back on: rebuilt from the K cache
+    a.reset()
+    a.eval(prompt)
+    _decode(a, prompt, gen[:10], fresh=False)
+    a.set_sparq(None)
+    a.set_sparq(spec)
+    kl, top1 = _kl(ref[10:], _decode(a, prompt, gen[10:], fresh=False))
+    assert kl < 1e-4 and top1 == 1.0, (kl, top1)
+    # the 8-bit copy is read: not the f16 copy's logits, but close to them
+    f16 = _decode(_llm(smollm2_gguf, sparq="r=16,k=24"), prompt, gen)
+    kl, top1 = _kl(f16, ref)
+    assert 0 < kl < 0.05 and top1 >= 0.8, (kl, top1)
+    # switching storage reallocates the copy; off keeps the setting for the next enable
+    a.set_sparq("r=16,k=24")
+    assert _native.llama_sparse_get_sparq_kt(a._ctx.ctx) > 8  # GGML_TYPE_COUNT: the K cache's type
+    kl, _ = _kl(f16, _decode(a, prompt, gen))
+    assert kl < 1e-4, kl
+    assert _native.llama_sparse_set_sparq_kt(a._ctx.ctx, 2) == -1  # Q4_0: refused with a message
+    assert "q8_0" in _native.sparq_last_error()
 
 
 def test_graph_reuse_with_sparq_on(smollm2_gguf: Path, tokens: list[int], monkeypatch):
@@ -211,26 +250,28 @@ def test_mean_v_turned_on_later(smollm2_gguf: Path, tokens: list[int]):
     assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
-def test_state_save_load(smollm2_gguf: Path, tokens: list[int]):
+@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
+def test_state_save_load(smollm2_gguf: Path, tokens: list[int], kt: str):
     prompt, gen = tokens[:150], tokens[150:160]
-    a = _llm(smollm2_gguf, sparq="r=16,k=24")
+    a = _llm(smollm2_gguf, sparq="r=16,k=24" + kt)
     ref = _decode(a, prompt, gen)
     a.reset()
     a.eval(prompt)
     state = a.save_state()
-    b = _llm(smollm2_gguf, sparq="r=16,k=24")
+    b = _llm(smollm2_gguf, sparq="r=16,k=24" + kt)
     b.load_state(state)
     kl, top1 = _kl(ref, _decode(b, prompt, gen, fresh=False))
     assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
-def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int]):
+@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
+def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int], kt: str):
     """Drop the first 40 positions and shift the rest down (a context shift): K is re-roped in the cache and
     the transposed copy must follow. Context a has SparQ on across the shift; context b turns it on only
     after the shift (its copy is built from the shifted K). A copy left behind would change a's selection."""
     import llama_cpp
     prompt, gen = tokens[:160], tokens[160:168]
-    spec = "r=16,k=24"
+    spec = "r=16,k=24" + kt
 
     def shifted(llm):
         llm.reset()
@@ -243,7 +284,7 @@ def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int]):
 
     # a: SparQ on (copies kept) across the shift; the step that applies the shift attends densely (k beyond
     # the cache), so a and b store the same K/V for it
-    a = _llm(smollm2_gguf, sparq="r=16,k=100000")
+    a = _llm(smollm2_gguf, sparq="r=16,k=100000" + kt)
     shifted(a)
     a.eval(gen[:1])
     a.set_sparq(spec)
