@@ -9,10 +9,11 @@ process per LLAMA_SPARQ value); this measures the same decode steps with one pre
 
 Compression c (the paper's attention data per KV head and step over dense's 2*S*d_h, c = r/(2*d_h) + k/D) is
 turned into (r, k) by bench/sparq_needle.py's split_rk: the share --split of c goes to the r term (default
-sparq_needle.DEFAULT_SPLIT = 0.5, the even split r = d_h*c, k = D*c/2), the exact rest to k.
+sparq_needle.DEFAULT_SPLIT = 0.5, the even split r = d_h*c, k = D*c/2), the exact rest to k. --kt k,q8_0 runs
+each compression with the f16 and the 8-bit transposed K (names ",q8"; split_rk prices q8_0's r term).
 
 usage: python bench/sparq_cpu_speed.py MODEL.gguf [--depths 4096,8192] [--comp 0.5,0.25,0.125] [--split F] [--gen 32]
-       [--rounds 2] [--threads 2] [--head-dim 64] [--out results.json]
+       [--rounds 2] [--threads 2] [--head-dim 64] [--kt k[,q8_0]] [--out results.json]
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--kt", default="k", help="transposed-K storage(s), comma-separated: k, q8_0")
     ap.add_argument("--random-tokens", action="store_true", help="feed token ids, not text (dummy vocabularies)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -68,7 +70,10 @@ def main() -> int:
         llm.eval(toks[done:D])
         done = D
         print(f"# prefill to {D}: {time.time() - t:.1f}s", flush=True)
-        settings = [("dense", None)] + [(f"c={c:g}", SparQ(*split_rk(D, c, a.split, a.head_dim))) for c in comps]
+        kts = a.kt.split(",")
+        settings = [("dense", None)] + [(f"c={c:g}" + (",q8" if kt == "q8_0" else ""),
+                                         SparQ(*split_rk(D, c, a.split, a.head_dim, kt=kt), kt=kt))
+                                        for c in comps for kt in kts]
         times: dict[str, list[float]] = {n: [] for n, _ in settings}
         for rnd in range(a.rounds):
             for name, sp in settings:
@@ -89,6 +94,7 @@ def main() -> int:
         for name, sp in settings:
             med = statistics.median(times[name])
             results.append({"depth": D, "setting": name, "r": sp.r if sp else None, "k": sp.k if sp else None,
+                            "kt": sp.kt if sp else None,
                             "tok_s": times[name], "median_tok_s": med, "speedup": med / base})
             print(f"depth {D} {name:8s} r={sp.r if sp else '-'} k={sp.k if sp else '-'} median {med:8.2f} tok/s "
                   f"x{med / base:.2f} vs dense (rounds: {', '.join(f'{x:.2f}' for x in times[name])})", flush=True)

@@ -323,3 +323,52 @@ def test_cli_sparq_flag(smollm2_gguf: Path):
     r = subprocess.run(base + ["generate", str(smollm2_gguf), "-p", "x", "--sparq", "r=16"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "both r and k" in r.stderr
+
+
+@pytest.mark.parametrize("unified", [True, False], ids=["one-stream", "two-streams"])
+@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
+def test_two_sequences_decoded_together(smollm2_gguf: Path, tokens: list[int], unified: bool, kt: str):
+    """Two sequences decode one token each per ubatch. In one stream their new cells share 32-cell blocks (the
+    8-bit copy's slots are shared); each step must give the logits of a copy rebuilt from the K cache before it."""
+    import ctypes
+    import llama_cpp
+    from llama_sparse import _native
+    owner = _llm(smollm2_gguf)
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 1024, 256, 256, 2
+    params.n_threads = params.n_threads_batch = 2
+    params.kv_unified = unified
+    n_vocab = owner.n_vocab()
+    prompts = (tokens[:100], tokens[40:140])
+    gen = (tokens[140:148], tokens[150:158])
+    spec = ("r=16,k=24" + kt).encode()
+
+    def run(rebuild_each_step: bool) -> np.ndarray:
+        ctx = llama_cpp.llama_init_from_model(owner._model.model, params)
+        assert ctx
+        batch = llama_cpp.llama_batch_init(256, 0, 2)
+        try:
+            def decode(items):  # (seq, pos, token)
+                batch.n_tokens = len(items)
+                for i, (s, p, t) in enumerate(items):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
+                    batch.seq_id[i][0], batch.logits[i] = s, 1
+                assert llama_cpp.llama_decode(ctx, batch) == 0
+                return [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+                        for i in range(len(items))]
+            for s, pr in enumerate(prompts):
+                decode([(s, p, t) for p, t in enumerate(pr)])
+            assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+            out = []
+            for i in range(len(gen[0])):
+                if rebuild_each_step:  # a pause: the next step rebuilds the copy from the K cache
+                    assert _native.llama_sparse_set_sparq(ctx, 0, 0, False) == 0
+                    assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+                out += decode([(s, len(prompts[s]) + i, gen[s][i]) for s in range(2)])
+            return np.stack(out)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+            llama_cpp.llama_free(ctx)
+
+    kept, rebuilt = run(False), run(True)
+    assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
