@@ -159,6 +159,30 @@ static __device__ __forceinline__ void sparq_ld8_row(sparq_raw8<float> & r, cons
     r.y = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+// 8 consecutive positions j0 .. j0 + 7 (j0 % 8 == 0) of a Q8_0 k_t row as loaded: the block's scale and the 8
+// signed bytes (blocks are 34 bytes, so only 2-byte aligned: four 2-byte loads)
+struct sparq_raw8q { half d; uint16_t b[4]; };
+struct sparq_q8 {}; // k_t element type tag of the Q8_0 copy (template argument of the step-1 kernels)
+
+static __device__ __forceinline__ void sparq_ld8q(sparq_raw8q & r, const char * row, const int j0) {
+    const char * blk = row + (int64_t) (j0/32)*34;
+    const uint16_t * p = (const uint16_t *) (blk + 2 + j0 % 32);
+    r.d = *(const half *) blk;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r.b[i] = p[i];
+    }
+}
+
+static __device__ __forceinline__ void sparq_cvt8q(const sparq_raw8q & r, float * out) {
+    const float d = __half2float(r.d);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2*i + 0] = d*(float) (int8_t) (r.b[i] & 0xff);
+        out[2*i + 1] = d*(float) (int8_t) (r.b[i] >> 8);
+    }
+}
+
 static __device__ __forceinline__ void sparq_zero8(sparq_raw8<half> & r)  { r.u = make_uint4(0, 0, 0, 0); }
 static __device__ __forceinline__ void sparq_zero8(sparq_raw8<float> & r) { r.x = r.y = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
@@ -343,13 +367,15 @@ static __device__ void sparq_i1_coef(const sparq_args & a, const int G, const fl
 // GM: most heads per group the registers are sized for (G <= GM). Thread (g, p) = (tid / PT, tid % PT) takes
 // positions j0 .. j0+7 of the block's chunk and the rows g, g + RG, g + 2 RG, ... of the r; row group 0 adds
 // the others' partial products (shared memory) and finishes: mask, scores, chunk statistics.
+// KT: k_t's element type (half, float, or sparq_q8 for the Q8_0 copy)
 template <typename KT, typename MT, int GM>
 static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const sparq_args a) {
     using cfg = sparq_sc_cfg<GM>;
+    constexpr bool KQ8 = std::is_same_v<KT, sparq_q8>;
     constexpr int RG    = cfg::RG;
     constexpr int PT    = cfg::PT;
     constexpr int POS   = cfg::POS;
-    constexpr int BATCH = sizeof(KT) == 2 && GM <= 4 ? 8 : 4;       // rows in flight per thread
+    constexpr int BATCH = (KQ8 || sizeof(KT) == 2) && GM <= 4 ? 8 : 4; // rows in flight per thread
     constexpr int NBUF  = (RG - 1)*GM*POS > SPARQ_CUDA_MAX_G*SPARQ_CUDA_MAX_D ? (RG - 1)*GM*POS : SPARQ_CUDA_MAX_G*SPARQ_CUDA_MAX_D;
     constexpr int W0    = PT/WARP_SIZE;                             // warps of row group 0
     // q (until the coefficients are made), then the partial products of row groups 1 .. RG-1
@@ -406,36 +432,58 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
                 acc[h][u] = 0.0f;
             }
         }
-        const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
-        if (full && a.kt_vec) {
-            // BATCH rows of this group in flight before the first FMA
-            for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
-                sparq_raw8<KT> raw[BATCH];
+        if constexpr (KQ8) {
+            // n_kv % 32 == 0: a chunk inside the positions is whole
+            const char * ktr = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
+            for (int c0 = g; j0 < a.n_kv && c0 < rr; c0 += RG*BATCH) {
+                sparq_raw8q raw[BATCH];
 #pragma unroll
                 for (int u = 0; u < BATCH; ++u) {
                     if (c0 + RG*u < rr) {
-                        sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
+                        sparq_ld8q(raw[u], ktr + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < BATCH; ++u) {
                     if (c0 + RG*u < rr) {
                         float kv[SPARQ_SC_PPT];
-                        sparq_cvt8(raw[u], kv);
+                        sparq_cvt8q(raw[u], kv);
                         sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
                     }
                 }
             }
-        } else if (j0 < a.n_kv) {
-#pragma unroll 2
-            for (int c = g; c < rr; c += RG) {
-                const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
-                float kv[SPARQ_SC_PPT];
+        } else {
+            const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
+            if (full && a.kt_vec) {
+                // BATCH rows of this group in flight before the first FMA
+                for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
+                    sparq_raw8<KT> raw[BATCH];
 #pragma unroll
-                for (int u = 0; u < SPARQ_SC_PPT; ++u) {
-                    kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[u]) : 0.0f;
+                    for (int u = 0; u < BATCH; ++u) {
+                        if (c0 + RG*u < rr) {
+                            sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < BATCH; ++u) {
+                        if (c0 + RG*u < rr) {
+                            float kv[SPARQ_SC_PPT];
+                            sparq_cvt8(raw[u], kv);
+                            sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
+                        }
+                    }
                 }
-                sparq_fma_row(acc, kv, s_coef[c], G);
+            } else if (j0 < a.n_kv) {
+#pragma unroll 2
+                for (int c = g; c < rr; c += RG) {
+                    const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
+                    float kv[SPARQ_SC_PPT];
+#pragma unroll
+                    for (int u = 0; u < SPARQ_SC_PPT; ++u) {
+                        kv[u] = j0 + u < a.n_kv ? sparq_f<KT>(row[u]) : 0.0f;
+                    }
+                    sparq_fma_row(acc, kv, s_coef[c], G);
+                }
             }
         }
         SPARQ_MARK(0, 3); // products of the r rows done (this thread's)
@@ -1801,7 +1849,8 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
 }
 
 // DE: D/32 components a lane in the exact attention (2 or 4); GM: heads per group the registers are sized for
-template <typename MT, int DE, int GM>
+// KQ8: k_t is the Q8_0 copy (else f16)
+template <typename MT, int DE, int GM, bool KQ8>
 static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const sparq_args a, const sparq_fu_layout L) {
 #if defined(SPARQ_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     extern __shared__ __align__(16) char sparq_smem[];
@@ -1861,7 +1910,8 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     // items of row group 0 add the mask (-inf where not visible). Loops over run-time counts stay rolled: this code
     // runs once per block, and unrolled it waits on instruction fetch
     {
-        constexpr int BATCH = GM <= 4 ? SPARQ_FU_BATCH : SPARQ_FU_BATCH/2; // rows in flight per thread
+        // rows in flight per thread (fewer for the 8-bit copy's wider raw rows at GM 8: no spills)
+        constexpr int BATCH = GM <= 4 ? SPARQ_FU_BATCH : KQ8 ? SPARQ_FU_BATCH/4 : SPARQ_FU_BATCH/2;
         const int RG = L.rg;
         const int PG = P/8;
         const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
@@ -1884,7 +1934,39 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                 }
             }
             const char * kp = ktb + (int64_t) j0*sizeof(half);
-            if (j0 + 8 <= n_kv) {
+            if constexpr (KQ8) {
+                // Q8_0 k_t (n_kv % 32 == 0, so j0 < n_kv is a whole run of 8), rows in flight as below
+                constexpr int HB = BATCH/2;
+                sparq_raw8q ra[HB], rb[HB];
+                auto load = [&](sparq_raw8q (&r)[HB], const int c0) {
+#pragma unroll
+                    for (int u = 0; u < HB; ++u) {
+                        if (c0 + RG*u < rr) {
+                            sparq_ld8q(r[u], ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
+                        }
+                    }
+                };
+                auto prod = [&](const sparq_raw8q (&r)[HB], const int c0) {
+#pragma unroll
+                    for (int u = 0; u < HB; ++u) {
+                        if (c0 + RG*u < rr) {
+                            float kv[8];
+                            sparq_cvt8q(r[u], kv);
+                            sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
+                        }
+                    }
+                };
+                if (j0 < n_kv) {
+                    load(ra, g);
+#pragma unroll 1
+                    for (int c0 = g; c0 < rr; c0 += 2*RG*HB) {
+                        load(rb, c0 + RG*HB);
+                        prod(ra, c0);
+                        load(ra, c0 + 2*RG*HB);
+                        prod(rb, c0 + RG*HB);
+                    }
+                }
+            } else if (j0 + 8 <= n_kv) {
                 // two half batches in turn: the next one's rows are requested before this one's products (against
                 // whole batches one after another: 25.3 / 32.1 against 26.2 / 34.2 us at 16k / 32k, H100)
                 constexpr int HB = BATCH/2;
@@ -2430,7 +2512,7 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
 
 // the fused variant for a call, launched, or false where it does not apply (the others then run): sm_90 clusters,
 // f16 K, k_t and V with 16-byte aligned rows, D = Dv, shared memory for the block's positions
-template <typename MT, int DE, int GM>
+template <typename MT, int DE, int GM, bool KQ8>
 static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream_t stream, const bool launch) {
 #ifdef SPARQ_CLUSTER_AVAILABLE
     static int dyn_max[GGML_CUDA_MAX_DEVICES] = { 0 }; // -1: no clusters
@@ -2443,9 +2525,9 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
         dyn_max[device] = -1;
         if (cc_major >= 9) {
             cudaFuncAttributes fa;
-            CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_fused<MT, DE, GM>));
+            CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_fused<MT, DE, GM, KQ8>));
             const int dyn = optin - (int) fa.sharedSizeBytes;
-            CUDA_CHECK(cudaFuncSetAttribute(sparq_fused<MT, DE, GM>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+            CUDA_CHECK(cudaFuncSetAttribute(sparq_fused<MT, DE, GM, KQ8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
             dyn_max[device] = dyn;
         }
     }
@@ -2457,13 +2539,25 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
     if (!launch) {
         return true;
     }
-    sparq_launch_cluster(sparq_fused<MT, DE, GM>, dim3(a.Hkv*L.nb, units, 1), dim3(SPARQ_FU_THREADS, 1, 1), smem, L.nb,
+    sparq_launch_cluster(sparq_fused<MT, DE, GM, KQ8>, dim3(a.Hkv*L.nb, units, 1), dim3(SPARQ_FU_THREADS, 1, 1), smem, L.nb,
                          true, stream, a, L);
     return true;
 #else
     GGML_UNUSED_VARS(a, units, stream, launch);
     return false;
 #endif // SPARQ_CLUSTER_AVAILABLE
+}
+
+// the fused instance for D, G and the mask type
+template <bool KQ8>
+static bool sparq_try_fused_t(const sparq_args & a, const int units, cudaStream_t stream, const bool launch) {
+    const int G = a.H/a.Hkv;
+    if (a.mask_f16) {
+        return a.D == 64 ? (G <= 4 ? sparq_launch_fused<half, 2, 4, KQ8>(a, units, stream, launch) : sparq_launch_fused<half, 2, 8, KQ8>(a, units, stream, launch)) :
+                           (G <= 4 ? sparq_launch_fused<half, 4, 4, KQ8>(a, units, stream, launch) : sparq_launch_fused<half, 4, 8, KQ8>(a, units, stream, launch));
+    }
+    return a.D == 64 ? (G <= 4 ? sparq_launch_fused<float, 2, 4, KQ8>(a, units, stream, launch) : sparq_launch_fused<float, 2, 8, KQ8>(a, units, stream, launch)) :
+                       (G <= 4 ? sparq_launch_fused<float, 4, 4, KQ8>(a, units, stream, launch) : sparq_launch_fused<float, 4, 8, KQ8>(a, units, stream, launch));
 }
 
 // step2 0 (unless LLAMA_SPARSE_CUDA_SPARQ_FUSED=0) or 4: the fused variant where it applies (launch false: only
@@ -2476,16 +2570,14 @@ static bool sparq_try_fused(const sparq_args & a, const int units, cudaStream_t 
     const int       G  = a.H/a.Hkv;
     const uintptr_t al = (uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3 |
                          (uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3;
-    if (!a.kv_f16 || !a.kt_vec || (al & 15) != 0 || a.v_nb0 != (int64_t) sizeof(half) || a.D != a.Dv ||
+    if (!a.kv_f16 || !(a.kt_vec || a.kt_q8) || (al & 15) != 0 || a.v_nb0 != (int64_t) sizeof(half) || a.D != a.Dv ||
         (a.D != 64 && a.D != 128) || G > SPARQ_CUDA_MAX_G) {
         return false;
     }
-    if (a.mask_f16) {
-        return a.D == 64 ? (G <= 4 ? sparq_launch_fused<half, 2, 4>(a, units, stream, launch) : sparq_launch_fused<half, 2, 8>(a, units, stream, launch)) :
-                           (G <= 4 ? sparq_launch_fused<half, 4, 4>(a, units, stream, launch) : sparq_launch_fused<half, 4, 8>(a, units, stream, launch));
+    if (a.kt_q8) {
+        return sparq_try_fused_t<true>(a, units, stream, launch);
     }
-    return a.D == 64 ? (G <= 4 ? sparq_launch_fused<float, 2, 4>(a, units, stream, launch) : sparq_launch_fused<float, 2, 8>(a, units, stream, launch)) :
-                       (G <= 4 ? sparq_launch_fused<float, 4, 4>(a, units, stream, launch) : sparq_launch_fused<float, 4, 8>(a, units, stream, launch));
+    return sparq_try_fused_t<false>(a, units, stream, launch);
 }
 
 // most dynamic shared memory sparq_split_attend<KT, MT, DE> may use (opted in once per device)
@@ -2553,16 +2645,31 @@ static int sparq_sc_grid_x(const void * kern, const int nblk, const int heads_un
     return std::max(1, std::min(nblk, (resident + heads_units - 1)/heads_units));
 }
 
-template <typename KT, typename MT>
-static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
+// step 1 (sparq_scores) with k_t's element type KTT
+template <typename KTT, typename MT>
+static void sparq_launch_scores(const sparq_args & a, const int units, cudaStream_t stream) {
     const bool g4 = a.H/a.Hkv <= 4;
-    const int  nb = sparq_sc_grid_x(g4 ? (const void *) sparq_scores<KT, MT, 4> : (const void *) sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>,
+    const int  nb = sparq_sc_grid_x(g4 ? (const void *) sparq_scores<KTT, MT, 4> : (const void *) sparq_scores<KTT, MT, SPARQ_CUDA_MAX_G>,
                                     a.nblk, a.Hkv*units);
     const ggml_cuda_kernel_launch_params p(dim3(nb, a.Hkv, units), dim3(SPARQ_SC_THREADS, 1, 1), 0, stream);
     if (g4) {
-        ggml_cuda_kernel_launch(sparq_scores<KT, MT, 4>, p, a);
+        ggml_cuda_kernel_launch(sparq_scores<KTT, MT, 4>, p, a);
     } else {
-        ggml_cuda_kernel_launch(sparq_scores<KT, MT, SPARQ_CUDA_MAX_G>, p, a);
+        ggml_cuda_kernel_launch(sparq_scores<KTT, MT, SPARQ_CUDA_MAX_G>, p, a);
+    }
+}
+
+template <typename KT, typename MT>
+static void sparq_launch(const sparq_args & a, const int units, cudaStream_t stream) {
+    if constexpr (std::is_same_v<KT, half>) {
+        if (a.kt_q8) {
+            sparq_launch_scores<sparq_q8, MT>(a, units, stream); // the 8-bit copy beside f16 K/V
+        } else {
+            sparq_launch_scores<KT, MT>(a, units, stream);
+        }
+    } else {
+        GGML_ASSERT(!a.kt_q8);
+        sparq_launch_scores<KT, MT>(a, units, stream);
     }
     if (a.step2 == 3) {
         return; // step 1 alone: a timing aid of the standalone bench (dst is not written)
@@ -2574,6 +2681,7 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
             return;
         }
     }
+    const bool g4  = a.H/a.Hkv <= 4;
     const bool d4  = std::max(a.D, a.Dv) <= 4*WARP_SIZE;
     const bool vec = a.k_vec && a.v_vec && a.D % 8 == 0;
     if (!vec) { // unaligned K or V, D % 8 != 0: element-wise loads, one build sized for every G
@@ -2668,10 +2776,12 @@ bool ggml_cuda_sparq_attn_supported(const ggml_tensor * op) {
     if (q->type != GGML_TYPE_F32 || q->nb[0] != sizeof(float)) {
         return false;
     }
-    if ((k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || k_t->type != k->type || v->type != k->type) {
+    // k_t: K's type, or Q8_0 beside f16 K/V (the 8-bit copy; n_kv % 32 == 0 as the op requires)
+    const bool kt_q8 = k_t->type == GGML_TYPE_Q8_0 && k->type == GGML_TYPE_F16 && k->ne[1] % 32 == 0;
+    if ((k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || (k_t->type != k->type && !kt_q8) || v->type != k->type) {
         return false;
     }
-    if (k->nb[0] != ggml_type_size(k->type) || k_t->nb[0] != ggml_type_size(k->type)) {
+    if (k->nb[0] != ggml_type_size(k->type) || k_t->nb[0] != ggml_type_size(k_t->type)) {
         return false;
     }
     if ((mask->type != GGML_TYPE_F16 && mask->type != GGML_TYPE_F32) || mask->nb[0] != ggml_type_size(mask->type)) {
@@ -2723,6 +2833,7 @@ void ggml_cuda_op_sparq_attn(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     a.k_top    = dst->op_params[2];
     a.flags    = dst->op_params[3] & GGML_SPARQ_MEAN_V;
     a.kv_f16   = k->type == GGML_TYPE_F16;
+    a.kt_q8    = k_t->type == GGML_TYPE_Q8_0;
     a.mask_f16 = mask->type == GGML_TYPE_F16;
 
     if (a.n_kv == 0 || a.n_tok*a.ns == 0) {

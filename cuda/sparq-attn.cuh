@@ -25,6 +25,8 @@ struct sparq_args {
     int   D, Dv, n_kv, H, Hkv, n_tok, ns, r, k_top, flags;
     float scale;
     bool  kv_f16, mask_f16;                                   // K/k_t/V type, mask type (else F32)
+    bool  kt_q8;                                              // k_t is Q8_0 (blocks of 32 positions; n_kv % 32 == 0,
+                                                              // f16 K/V): step 1 dequantizes
     int   step2;   // 0: fused where it applies (unless LLAMA_SPARSE_CUDA_SPARQ_FUSED=0), else LLAMA_SPARSE_CUDA_SPARQ_SPLIT
                    // decides (set and != 0: split); 1: one block per KV head, 2: split, 3: step 1 only (timing aid; dst
                    // not written), 4: fused (one cluster per KV head for the whole op; single where it does not apply)

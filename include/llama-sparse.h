@@ -81,7 +81,7 @@ LLAMA_API int32_t llama_sparse_set_sparq_str(struct llama_context * ctx, const c
 
 // storage of the transposed K that step 1 reads: GGML_TYPE_COUNT (the default) = the K cache's type, or
 // GGML_TYPE_Q8_0 = 8 bits a component in blocks of 32 positions, 34/64 of f16's bytes, so that more of a
-// budget goes to r. Q8_0 is CPU-only for now and needs a KV cache size that is a multiple of 32; it is kept at
+// budget goes to r. Q8_0 needs an f16 K cache whose size is a multiple of 32 (CPU, CUDA, Metal); it is kept at
 // decode and rebuilt from the K cache at the first decode after a prefill. Kept for llama_sparse_set_sparq
 // when SparQ is off; changing it reallocates the copy. Returns 0, or -1 (see llama_sparse_sparq_last_error).
 LLAMA_API int32_t        llama_sparse_set_sparq_kt(struct llama_context * ctx, enum ggml_type kt);

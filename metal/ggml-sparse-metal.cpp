@@ -109,7 +109,9 @@ static bool zz_sparq_supported(const ggml_tensor * op) {
     const int64_t D = q->ne[0], Hkv = k->ne[2];
     const int64_t G = Hkv > 0 ? q->ne[2]/Hkv : 0;
     // one K/V element type per kernel; the group's q, the component keys and list fit in 32 KiB
-    return (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && kt->type == k->type && v->type == k->type &&
+    // k_t: K's type, or Q8_0 beside f16 K (n_kv % 32 == 0, as the op requires)
+    const bool kt_ok = kt->type == k->type || (kt->type == GGML_TYPE_Q8_0 && k->type == GGML_TYPE_F16 && k->ne[1] % 32 == 0);
+    return (k->type == GGML_TYPE_F16 || k->type == GGML_TYPE_F32) && kt_ok && v->type == k->type &&
            (m->type == GGML_TYPE_F16 || m->type == GGML_TYPE_F32) &&
            G >= 1 && G <= GGML_SPARSE_METAL_SPARQ_MAX_G && ggml_sparse_metal_sparq_smem(G, D) <= 32*1024 &&
            k->ne[1] <= INT32_MAX/4 && ggml_is_contiguous(op) && op->type == GGML_TYPE_F32;
@@ -399,7 +401,7 @@ static void zz_encode_sparq(ggml_metal_library_t lib, ggml_metal_encoder_t enc, 
         /*.vm_ne2   =*/ vm ? (int32_t) vm->ne[2] : 1,
         /*.vm_ne3   =*/ vm ? (int32_t) vm->ne[3] : 1,
         /*.scale    =*/ scale,
-        /*.pad      =*/ 0,
+        /*.kt_q8    =*/ kt->type == GGML_TYPE_Q8_0,
         q->nb[1],  q->nb[2],  q->nb[3],
         k->nb[1],  k->nb[2],  k->nb[3],
         kt->nb[1], kt->nb[2], kt->nb[3],

@@ -82,7 +82,7 @@ typedef struct {
     int32_t  vm_ne2;
     int32_t  vm_ne3;
     float    scale;
-    int32_t  pad;
+    int32_t  kt_q8;    // k_t is Q8_0 (blocks of 32 positions), K/V f16
     uint64_t nbq1, nbq2, nbq3;
     uint64_t nbk1, nbk2, nbk3;
     uint64_t nbt1, nbt2, nbt3;

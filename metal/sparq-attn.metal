@@ -41,7 +41,7 @@ typedef struct {
     int32_t  vm_ne2;
     int32_t  vm_ne3;
     float    scale;
-    int32_t  pad;
+    int32_t  kt_q8;
     uint64_t nbq1, nbq2, nbq3;
     uint64_t nbk1, nbk2, nbk3;
     uint64_t nbt1, nbt2, nbt3;
@@ -99,6 +99,12 @@ static int sparq_tg_scan(int v, thread int * total, threadgroup int * red, ushor
     const int off = simd_shuffle(s_excl, sgitg);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     return off + pos;
+}
+
+// position j of a Q8_0 k_t row (blocks of 32 positions: f16 scale, 32 signed bytes)
+static inline float sparq_q8_at(device const char * row, int j) {
+    device const char * blk = row + (long) (j/32)*34;
+    return (float) *(device const half *) blk * (float) *(device const int8_t *) (blk + 2 + j % 32);
 }
 
 // float keys >= 0 of visible positions as ordered integers above 0 (invisible: 0)
@@ -243,7 +249,8 @@ kernel void kernel_sparq_attn(
             if (SPARQ_VISIBLE(mv)) {
                 for (int i = 0; i < n1; ++i) {
                     const int c = i1[i];
-                    const float kv = (float) ((device const TKV *) (ktb + c*args.nbt1))[j];
+                    const float kv = args.kt_q8 ? sparq_q8_at(ktb + c*args.nbt1, j) :
+                                                  (float) ((device const TKV *) (ktb + c*args.nbt1))[j];
                     for (int g = 0; g < G; ++g) {
                         dot[g] += qg[g*D + c]*kv;
                     }

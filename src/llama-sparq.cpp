@@ -109,9 +109,8 @@ std::string sparq_unsupported(llama_kv_cache & kv, ggml_type kt) {
             return "layers differ in K width";
         }
         n_embd_k = hp.n_embd_k_gqa(il);
-        if (kt == GGML_TYPE_Q8_0 && !ggml_backend_buffer_is_host(k->buffer)) {
-            return "kt=q8_0 runs on the CPU backend only for now, and this K cache is on " +
-                   std::string(ggml_backend_buffer_name(k->buffer)) + " (use kt=k, or keep the KV cache on the CPU)";
+        if (kt == GGML_TYPE_Q8_0 && k->type != GGML_TYPE_F16) {
+            return "kt=q8_0 needs an f16 K cache";
         }
     }
     if (kt == GGML_TYPE_Q8_0 && kv.get_size() % 32 != 0) {
@@ -227,13 +226,18 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
     return true;
 }
 
-// rebuild a Q8_0 k_t on the CPU backend with ggml ops (K transposed to f32, empty cells zeroed, copied into
-// k_t), so that the blocks are quantized by the same code as the decode graphs' set_rows. False: not possible.
-static bool sparq_rebuild_k_q8_cpu(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
-    ggml_backend_t cpu = nullptr;
-    for (int b = 0; sched != nullptr && b < ggml_backend_sched_get_n_backends(sched) && cpu == nullptr; ++b) {
+// rebuild a Q8_0 k_t with ggml ops (K transposed to f32, empty cells zeroed, copied into k_t) on the first backend
+// of the scheduler that takes the cache's buffer type, so that the blocks are quantized by the same code as that
+// backend's set_rows in the decode graphs. False: not possible here.
+static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
+    if (sched == nullptr || acc::n_layers(kv) == 0) {
+        return false;
+    }
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(acc::layer_k(kv, 0)->buffer);
+    ggml_backend_t cpu = nullptr; // the backend that computes it (the CPU for a host cache)
+    for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && cpu == nullptr; ++b) {
         ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
-        if (ggml_backend_dev_type(ggml_backend_get_device(cand)) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+        if (ggml_backend_supports_buft(cand, buft)) {
             cpu = cand;
         }
     }
@@ -258,11 +262,16 @@ static bool sparq_rebuild_k_q8_cpu(llama_kv_cache & kv, llama_sparq_kv & st, ggm
     for (size_t i = 0; i < n_layers; ++i) {
         ggml_tensor * k  = acc::layer_k(kv, i);
         ggml_tensor * kt = st.k_t[i];
-        if (!ggml_backend_buffer_is_host(k->buffer) || !ggml_backend_buffer_is_host(kt->buffer)) {
+        if (ggml_backend_buffer_get_type(k->buffer) != buft || ggml_backend_buffer_get_type(kt->buffer) != buft) {
             return false;
         }
-        ggml_tensor * kf = ggml_cast(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), GGML_TYPE_F32); // [kv_size, n_embd, ns]
-        ggml_build_forward_expand(gf, ggml_cpy(ctx.get(), ggml_mul(ctx.get(), kf, keep), kt));
+        ggml_tensor * kf  = ggml_cast(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), GGML_TYPE_F32); // [kv_size, n_embd, ns]
+        ggml_tensor * kfm = ggml_mul(ctx.get(), kf, keep);
+        ggml_tensor * cpy = ggml_cpy(ctx.get(), kfm, kt);
+        if (!ggml_backend_supports_op(cpu, kf) || !ggml_backend_supports_op(cpu, kfm) || !ggml_backend_supports_op(cpu, cpy)) {
+            return false;
+        }
+        ggml_build_forward_expand(gf, cpy);
     }
     for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
         if (t->view_src != nullptr && t->buffer == nullptr && t->view_src->buffer != nullptr &&
@@ -333,7 +342,7 @@ static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
 void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
     static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
     const bool q8 = !st.k_t.empty() && st.k_t[0]->type == GGML_TYPE_Q8_0;
-    if (host_only || !(q8 ? sparq_rebuild_k_q8_cpu(kv, st, sched) : sparq_rebuild_k_backend(kv, st, sched))) {
+    if (host_only || !(q8 ? sparq_rebuild_k_q8(kv, st, sched) : sparq_rebuild_k_backend(kv, st, sched))) {
         sparq_rebuild_k_host(kv, st);
     }
     st.stale_k = false;

@@ -5,6 +5,7 @@
 //                                              correctness; last line "N passed, N failed", exit 1 on failure;
 //                                              every case with every variant (all) unless --variant
 //   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|fused|both|step1|all]
+//                         [--kt f16|q8_0]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
 //                                              f16 K/V), r 32, k 128, timed inside a CUDA graph; default all:
 //                                              every variant and step 1 alone (step1: time of kernel 1 only)
@@ -54,6 +55,7 @@ struct sparq_case {
     bool      v_trans; // V laid out like upstream's transposed V cache
     bool      q_zero;  // q = 0: every approximate key ties (the selection must take the lowest positions)
     int       pad;     // cache cells past the view: 256 (k_t rows 16-byte aligned: vector loads), -1: 1..5 at random
+    bool      kt_q8 = false; // k_t as Q8_0 (the 8-bit copy; f16 K/V, n_kv and the cells multiples of 32)
 };
 
 static void set_val(ggml_type type, void * base, size_t off, float x) {
@@ -85,6 +87,8 @@ static void init_tensor(ggml_tensor * t, ggml_type type, const int64_t ne[4], co
 struct sparq_data {
     int64_t kv_size, n_pad;
     size_t  ts, ms;
+    size_t  kt_row = 0;          // bytes of a k_t row (kv_size cells)
+    std::vector<float> kt_deq;   // k_t as step 1 reads it: [ns][Hkv*D][kv_size] (dequantized when Q8_0)
     std::vector<float> q, vm;
     std::vector<char>  k, kt, v, mask;
     ggml_tensor tq, tk, tkt, tv, tmask, tvm, tdst;
@@ -227,10 +231,42 @@ static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
         const size_t  nb[4] = { ts, ts*D*Hkv, ts*D, ts*D*Hkv*kv_size };
         init_tensor(&x.tk, c.kv_type, ne, nb, x.k.data());
     }
+    // what step 1 reads; with kt_q8 every row quantized in blocks of 32 cells: NaN cells (never read as such)
+    // count as 0, a row that is all NaN (outside the top-r components) keeps NaN scales
+    x.kt_row = ggml_row_size(c.kt_q8 ? GGML_TYPE_Q8_0 : c.kv_type, kv_size);
+    x.kt_deq.resize(D*Hkv*kv_size*ns);
+    for (size_t i = 0; i < x.kt_deq.size(); ++i) {
+        x.kt_deq[i] = get_val(c.kv_type, x.kt.data(), i*ts);
+    }
+    if (c.kt_q8) {
+        GGML_ASSERT(c.kv_type == GGML_TYPE_F16 && kv_size % 32 == 0 && n_kv % 32 == 0);
+        std::vector<char> q8(x.kt_row*D*Hkv*ns);
+        std::vector<float> row(kv_size);
+        for (int64_t i = 0; i < D*Hkv*ns; ++i) {
+            bool all_nan = true;
+            for (int64_t j = 0; j < kv_size; ++j) {
+                const float v = x.kt_deq[i*kv_size + j];
+                all_nan = all_nan && std::isnan(v);
+                row[j] = std::isnan(v) ? 0.0f : v;
+            }
+            char * dst = q8.data() + i*x.kt_row;
+            ggml_quantize_chunk(GGML_TYPE_Q8_0, row.data(), dst, 0, 1, kv_size, nullptr);
+            for (int64_t b = 0; b < kv_size/32; ++b) {
+                if (all_nan) {
+                    set_val(GGML_TYPE_F16, dst, b*34, NAN);
+                }
+                const float d = get_val(GGML_TYPE_F16, dst, b*34);
+                for (int j = 0; j < 32; ++j) {
+                    x.kt_deq[i*kv_size + b*32 + j] = d*(float) (int8_t) dst[b*34 + 2 + j];
+                }
+            }
+        }
+        x.kt = std::move(q8);
+    }
     {
         const int64_t ne[4] = { n_kv, D, Hkv, ns };
-        const size_t  nb[4] = { ts, ts*kv_size, ts*kv_size*D, ts*kv_size*D*Hkv };
-        init_tensor(&x.tkt, c.kv_type, ne, nb, x.kt.data());
+        const size_t  nb[4] = { c.kt_q8 ? (size_t) 34 : ts, x.kt_row, x.kt_row*D, x.kt_row*D*Hkv };
+        init_tensor(&x.tkt, c.kt_q8 ? GGML_TYPE_Q8_0 : c.kv_type, ne, nb, x.kt.data());
     }
     {
         const int64_t ne[4] = { Dv, n_kv, Hkv, ns };
@@ -294,6 +330,7 @@ static sparq_args make_args(const sparq_case & c, const sparq_data & x) {
     a.k_top    = c.k_top;
     a.flags    = c.flags;
     a.kv_f16   = c.kv_type == GGML_TYPE_F16;
+    a.kt_q8    = c.kt_q8;
     a.mask_f16 = c.mask_type == GGML_TYPE_F16;
     return a;
 }
@@ -340,7 +377,7 @@ static double boundary_gap(const sparq_case & c, const sparq_data & x, int64_t k
             double dot = 0.0;
             for (int64_t i = 0; i < r; ++i) {
                 const int64_t e = comp[i].second;
-                dot += qv(g, e)*get_val(c.kv_type, x.kt.data(), ((s*D*c.Hkv + kh*D + e)*x.kv_size + vis[m])*x.ts);
+                dot += qv(g, e)*x.kt_deq[(s*D*c.Hkv + kh*D + e)*x.kv_size + vis[m]];
             }
             a[m] = sc*dot;
             mx   = std::max(mx, a[m]);
@@ -498,6 +535,15 @@ static int cmd_test(int variants) {
         { 128, 128, 32,  8,  45056, 1, 1, 1, F16, F16,  32, 1024, GGML_SPARQ_MEAN_V, false, false, 256 },
         { 128, 128, 32,  8,   9000, 1, 1, 1, F16, F16,  32,    1, 0, false, false, -1 }, // k = 1
         { 128, 128, 32,  8,  20000, 1, 1, 1, F16, F16,  32,  128, 0, false, true, -1 },  // ties over segments
+        // the 8-bit transposed K (Q8_0 k_t, f16 K/V)
+        {  64,  64,  9,  3,   2048, 1, 1, 1, F16, F16,  15,  128, 0, false, false, 256, true },
+        {  64,  64,  9,  3,   8192, 1, 1, 1, F16, F16,  15,  512, GGML_SPARQ_MEAN_V, false, false, 256, true },
+        { 128, 128, 32,  8,   4096, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256, true },
+        { 128, 128, 32,  8,  32768, 1, 1, 1, F16, F16,  32,  128, 0, false, false, 256, true },
+        { 128, 128, 32,  8,  16384, 4, 1, 4, F16, F16,  32,  128, GGML_SPARQ_MEAN_V, false, false, 256, true },
+        {  64,  64,  4,  2,    512, 2, 3, 1, F16, F32,  16,   30, 0, false, false, 256, true },  // streams, f32 mask
+        {  64,  64,  9,  3,   1536, 1, 1, 1, F16, F16,  16,  100, 0, true,  false, 256, true },  // transposed V
+        { 128, 128, 32,  8,    512, 1, 1, 1, F16, F16,  32,  600, 0, false, false, 256, true },  // k > S: dense
     };
     for (const sparq_case & c : cases) {
         run_case(c, variants, stream);
@@ -509,7 +555,7 @@ static int cmd_test(int variants) {
 
 // batch 1, Llama-3-8B attention; K/V rotate through copies > 2x L2 unless --warm (test-backend-ops perf is warm).
 // Both variants time the same data; their outputs are compared too (relative L2 between them).
-static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants) {
+static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants, bool kt_q8) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device, l2;
@@ -517,11 +563,11 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    printf("device: %s, L2 %d MiB; batch 1, H 32, Hkv 8, D 128, f16 K/V, r 32, k 128; %s\n", prop.name, l2 >> 20,
-           warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (> 2x L2)");
+    printf("device: %s, L2 %d MiB; batch 1, H 32, Hkv 8, D 128, f16 K/V, k_t %s, r 32, k 128; %s\n", prop.name, l2 >> 20,
+           kt_q8 ? "q8_0" : "f16", warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (> 2x L2)");
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
-        const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256 };
+        const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
         const double kv_bytes = 3.0*8*S*128*2; // K, k_t, V
         const int    n_copy   = warm ? 1 : std::max(1, (int) std::ceil(2.0*l2/kv_bytes));
         std::vector<sparq_data> xs(n_copy);
@@ -569,7 +615,8 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                 best = std::min(best, ms);
             }
             const double us    = 1e3*best/iters;
-            const double bytes = 8.0*(32.0*S*2 + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
+            const double kt_b  = kt_q8 ? 34.0/32 : 2.0; // bytes per k_t element
+            const double bytes = 8.0*(32.0*S*kt_b + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
             us_of[step2] = (float) us;
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
                    2.0*8*S*128*2/1e6, bytes/us/1e3);
@@ -646,11 +693,14 @@ int main(int argc, char ** argv) {
     if (cmd == "bench") {
         std::vector<int64_t> seq_lens = { 4096, 16384, 32768 };
         bool warm  = false;
+        bool kt_q8 = false;
         int  iters = 50;
         for (int i = 2; i < argc; ++i) {
             const std::string arg = argv[i];
             if (arg == "--warm") {
                 warm = true;
+            } else if (arg == "--kt" && i + 1 < argc) {
+                kt_q8 = std::string(argv[++i]) == "q8_0";
             } else if (arg == "--variant" && i + 1 < argc && parse_variants(argv[i + 1])) {
                 variants = parse_variants(argv[++i]);
             } else if (arg == "--iters" && i + 1 < argc) {
@@ -665,9 +715,9 @@ int main(int argc, char ** argv) {
                 return 2;
             }
         }
-        return cmd_bench(seq_lens, warm, iters, variants);
+        return cmd_bench(seq_lens, warm, iters, variants, kt_q8);
     }
     fprintf(stderr, "usage: %s test [--variant single|split|fused|both|all] | bench [--S 4096,16384,32768] [--warm] "
-            "[--iters N] [--variant single|split|fused|both|step1|all]\n", argv[0]);
+            "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0]\n", argv[0]);
     return 2;
 }

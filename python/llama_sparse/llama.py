@@ -25,7 +25,7 @@ class SparQ:
     k: cached positions attended to exactly; mean_v: blend the output with the mean of V by the estimated
     attention mass of those k positions (the paper does this for MHA models and skips it for GQA ones);
     kt: storage of the transposed K that the r components are read from, "k" (the K cache's type) or "q8_0"
-    (8 bits, 34/64 of f16's bytes; CPU only for now).
+    (8 bits, 34/64 of f16's bytes; needs the default f16 K cache).
     A decode step with k >= the cached positions is exact dense attention.
     """
     r: int = 32

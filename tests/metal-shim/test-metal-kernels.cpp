@@ -333,7 +333,7 @@ static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t
     t.type = type;
     t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = ne2; t.ne[3] = ne3;
     t.nb[0] = ggml_type_size(type);
-    t.nb[1] = t.nb[0]*ne0; t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
+    t.nb[1] = ggml_row_size(type, ne0); t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
     t.data = data;
     return t;
 }
@@ -341,6 +341,7 @@ static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t
 struct sparq_case {
     ggml_type kv, m;
     int D, Dv, n_kv, n_tok, Hkv, G, ns, r, k_top, flags, ntg;
+    bool kt_q8 = false; // k_t as Q8_0 (kv F16, n_kv % 32 == 0)
 };
 
 // runs the Metal kernel as ggml_metal_sparse_encode does; returns dst
@@ -354,7 +355,7 @@ static std::vector<float> gpu_sparq(const sparq_case & c, ggml_tensor * srcs[6])
     ggml_tensor * q = srcs[0], * k = srcs[1], * kt = srcs[2], * v = srcs[3], * m = srcs[4], * vm = srcs[5];
     ggml_sparse_metal_kargs_sparq a = {
         c.D, c.Dv, c.n_kv, c.n_tok, H, c.Hkv, c.G, c.ns, std::min(c.r, c.D), c.k_top, (c.flags & GGML_SPARQ_MEAN_V) != 0,
-        (int32_t) m->ne[3], (int32_t) vm->ne[2], (int32_t) vm->ne[3], 1.0f/std::sqrt((float) c.D), 0,
+        (int32_t) m->ne[3], (int32_t) vm->ne[2], (int32_t) vm->ne[3], 1.0f/std::sqrt((float) c.D), kt->type == GGML_TYPE_Q8_0,
         q->nb[1], q->nb[2], q->nb[3], k->nb[1], k->nb[2], k->nb[3], kt->nb[1], kt->nb[2], kt->nb[3],
         v->nb[0], v->nb[1], v->nb[2], v->nb[3], m->nb[1], m->nb[3], vm->nb[1], vm->nb[2], vm->nb[3], unit };
     char name[64];
@@ -400,6 +401,15 @@ static bool test_sparq_case(const sparq_case & c, bool race = false) {
     ggml_tensor q  = host_tensor(GGML_TYPE_F32, c.D, c.n_tok, H, c.ns, qd.data());
     ggml_tensor k  = host_tensor(c.kv, c.D, c.n_kv, c.Hkv, c.ns, kd.data());
     ggml_tensor kt = host_tensor(c.kv, c.n_kv, c.D, c.Hkv, c.ns, ktd.data());
+    std::vector<uint8_t> ktq;
+    if (c.kt_q8) {
+        // the 8-bit copy: the same values quantized in blocks of 32 positions (step 1 reads these, step 2 K)
+        std::vector<float> rows((size_t) c.n_kv*c.D*c.Hkv*c.ns);
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = ggml_fp16_to_fp32(((const ggml_fp16_t *) ktd.data())[i]);
+        ktq.resize(ggml_row_size(GGML_TYPE_Q8_0, c.n_kv)*c.D*c.Hkv*c.ns);
+        ggml_quantize_chunk(GGML_TYPE_Q8_0, rows.data(), ktq.data(), 0, (int64_t) c.D*c.Hkv*c.ns, c.n_kv, nullptr);
+        kt = host_tensor(GGML_TYPE_Q8_0, c.n_kv, c.D, c.Hkv, c.ns, ktq.data());
+    }
     ggml_tensor v  = host_tensor(c.kv, c.Dv, c.n_kv, c.Hkv, c.ns, vd.data());
     if (rand_int(0, 2) == 0) {
         // upstream's transposed V cache: position-contiguous per component
@@ -439,8 +449,8 @@ static bool test_sparq_case(const sparq_case & c, bool race = false) {
         den += (double) ref[i]*ref[i];
     }
     const double rel = den > 0 ? std::sqrt(num/den) : std::sqrt(num);
-    CHECK(finite && rel <= 1e-4, "SPARQ kv=%s mask=%s D=%d Dv=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d ntg=%d: rel err %.3e%s",
-          ggml_type_name(c.kv), ggml_type_name(c.m), c.D, c.Dv, c.n_kv, c.n_tok, c.Hkv, c.G, c.ns, c.r, c.k_top, c.flags, c.ntg,
+    CHECK(finite && rel <= 1e-4, "SPARQ kv=%s%s mask=%s D=%d Dv=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d ntg=%d: rel err %.3e%s",
+          ggml_type_name(c.kv), c.kt_q8 ? " kt=q8_0" : "", ggml_type_name(c.m), c.D, c.Dv, c.n_kv, c.n_tok, c.Hkv, c.G, c.ns, c.r, c.k_top, c.flags, c.ntg,
           rel, finite ? "" : " (not written)");
     return finite && rel <= 1e-4;
 }
@@ -471,6 +481,16 @@ static void test_sparq(bool quick) {
     }
     g_sparq_ties = false;
     test_sparq_case({ GGML_TYPE_F16, GGML_TYPE_F16, 64, 64, 300, 2, 2, 4, 1, 16, 40, GGML_SPARQ_MEAN_V, 128 }, true);
+    // the 8-bit transposed K (kt=q8_0): f16 K/V, whole blocks of 32 positions
+    for (int i = 0; i < (quick ? 4 : 8); ++i) {
+        sparq_case c = { GGML_TYPE_F16, rand_int(0, 1) ? GGML_TYPE_F16 : GGML_TYPE_F32, (int[]){ 64, 128 }[rand_int(0, 1)], 0,
+                         32*rand_int(1, 20), rand_int(1, 3), rand_int(1, 2), (int[]){ 1, 3, 4 }[rand_int(0, 2)], rand_int(1, 2),
+                         0, 0, rand_int(0, 1) ? GGML_SPARQ_MEAN_V : 0, (int[]){ 64, 256 }[rand_int(0, 1)], true };
+        c.Dv    = c.D;
+        c.r     = rand_int(1, c.D/2);
+        c.k_top = rand_int(1, 5) == 1 ? c.n_kv + 3 : rand_int(1, std::max(1, c.n_kv/3));
+        test_sparq_case(c);
+    }
 }
 
 //

@@ -25,6 +25,8 @@
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
 #              every variant (single / split / fused)
+#   sparq-q8   test_sparq_cuda bench of the fused op with the f16 and the 8-bit (q8_0) transposed K, alternating
+#   sparq-q8-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with f16 and q8_0 k_t
 #   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
 #              Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
@@ -367,6 +369,22 @@ remote() {
             timeout 75 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
             LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 45 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |
                 tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
+            ;;
+        sparq-q8)
+            # the 8-bit transposed K (kt=q8_0) against the f16 one: test_sparq_cuda bench of the fused op, K/V rotated
+            # past L2, 3 rounds alternating (needs sparq-test's build)
+            local i kt
+            for i in 1 2 3; do
+                for kt in f16 q8_0; do
+                    timeout 60 /tmp/sparq-test/t bench --variant fused --kt $kt 2>&1 | grep -E "^ +[0-9]+ +fused" |
+                        sed "s/^/round $i kt $kt /" | tee -a "$out/sparq-q8-bench.log" || echo "bench $kt failed"
+                done
+            done
+            ;;
+        sparq-q8-e2e)
+            # decode at 16k / 32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with the f16 and the
+            # 8-bit transposed K (needs model8b, build)
+            sparq8b_rounds sparq-q8-e2e stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0"
             ;;
         sparq-perf)
             # SparQ (r 32, k 128) with both step-2 variants against stock flash-attention decode, Llama-3-8B
