@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if (defined(__F16C__) && defined(__AVX__)) || (defined(__AVX2__) && defined(__FMA__))
+#if (defined(__F16C__) && defined(__AVX__)) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -79,9 +79,18 @@ static inline void sparq_row_f32(enum ggml_type type, const char * row, float * 
         const sparq_block_q8 * b = (const sparq_block_q8 *) row;
         for (int64_t ib = 0; ib*SPARQ_QK8 < n; ++ib) {
             const float d = GGML_FP16_TO_FP32(b[ib].d);
-            for (int j = 0; j < SPARQ_QK8; ++j) {
-                out[ib*SPARQ_QK8 + j] = d*b[ib].qs[j];
+            float * o = out + ib*SPARQ_QK8;
+#if defined(__AVX2__)
+            const __m256 vd = _mm256_set1_ps(d);
+            for (int j = 0; j < SPARQ_QK8; j += 8) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b[ib].qs + j)));
+                _mm256_storeu_ps(o + j, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q)));
             }
+#else
+            for (int j = 0; j < SPARQ_QK8; ++j) {
+                o[j] = d*b[ib].qs[j];
+            }
+#endif
         }
         return;
     }

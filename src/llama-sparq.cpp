@@ -9,8 +9,8 @@
 // changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
 // the next graph's input step rebuilds them from the K/V cache before the graph runs: k_t by a transposing
 // copy on the cache's backend (host round trip as the fallback), the V sums on the host and only with mean-V on.
-// A Q8_0 k_t holds blocks of 32 cells per component: a decode ubatch requantizes the whole blocks its tokens
-// fall in, read back from the K cache; other ubatches (prefill, which is dense) leave it stale until the next decode.
+// A Q8_0 k_t holds blocks of 32 cells per component: every ubatch requantizes the whole blocks its tokens fall in,
+// read back from the K cache (a prefill over more blocks than its graph has slots for leaves it stale instead).
 #include "llama-sparq.h"
 #include "llama-sparse.h"
 
@@ -226,29 +226,40 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
     return true;
 }
 
-// rebuild a Q8_0 k_t with ggml ops (K transposed to f32, empty cells zeroed, copied into k_t) on the first backend
-// of the scheduler that takes the cache's buffer type, so that the blocks are quantized by the same code as that
-// backend's set_rows in the decode graphs. False: not possible here.
+// rebuild a Q8_0 k_t on the first backend of the scheduler that takes the cache's buffer type, through the same
+// set_rows as the decode graphs' appends (so rebuilt and appended blocks are the same bytes): K of the cells up to
+// the last used one (rounded up to a block) transposed to f32, empty cells zeroed, one block row per (stream,
+// component, block). Blocks past the last used cell are not read (masked) until an append rewrites them. False:
+// not possible here.
 static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
     if (sched == nullptr || acc::n_layers(kv) == 0) {
         return false;
     }
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(acc::layer_k(kv, 0)->buffer);
-    ggml_backend_t cpu = nullptr; // the backend that computes it (the CPU for a host cache)
-    for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && cpu == nullptr; ++b) {
+    ggml_backend_t backend = nullptr;
+    for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && backend == nullptr; ++b) {
         ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
         if (ggml_backend_supports_buft(cand, buft)) {
-            cpu = cand;
+            backend = cand;
         }
     }
-    if (cpu == nullptr) {
+    if (backend == nullptr) {
         return false;
     }
     const int64_t kv_size = kv.get_size();
     const int64_t n_stream = acc::n_stream(kv);
     const size_t n_layers = acc::n_layers(kv);
+    int64_t n_used = 0;
+    for (int64_t s = 0; s < n_stream; ++s) {
+        n_used = std::max<int64_t>(n_used, acc::cells(kv, (uint32_t) s).used_max_p1());
+    }
+    n_used = std::min<int64_t>(kv_size, (n_used + 31)/32*32);
+    if (n_used == 0) {
+        return true; // nothing cached: every block is written by an append before it is read
+    }
+    const int64_t n_embd = acc::layer_k(kv, 0)->ne[0], nb_used = n_used/32;
     const ggml_init_params params = {
-        /*.mem_size   =*/ (8*n_layers + 16)*ggml_tensor_overhead() + ggml_graph_overhead_custom(8*n_layers + 8, false),
+        /*.mem_size   =*/ (10*n_layers + 16)*ggml_tensor_overhead() + ggml_graph_overhead_custom(10*n_layers + 8, false),
         /*.mem_buffer =*/ nullptr,
         /*.no_alloc   =*/ true,
     };
@@ -256,22 +267,26 @@ static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_ba
     if (!ctx) {
         return false;
     }
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), 8*n_layers + 8, false);
-    ggml_tensor * keep = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, kv_size, 1, n_stream);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx.get(), 10*n_layers + 8, false);
+    ggml_tensor * keep = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, n_used, 1, n_stream);
+    ggml_tensor * idx  = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_I64, nb_used*n_embd*n_stream);
     ggml_set_input(keep);
+    ggml_set_input(idx);
     for (size_t i = 0; i < n_layers; ++i) {
         ggml_tensor * k  = acc::layer_k(kv, i);
         ggml_tensor * kt = st.k_t[i];
-        if (ggml_backend_buffer_get_type(k->buffer) != buft || ggml_backend_buffer_get_type(kt->buffer) != buft) {
+        if (ggml_backend_buffer_get_type(k->buffer) != buft || ggml_backend_buffer_get_type(kt->buffer) != buft || k->ne[0] != n_embd) {
             return false;
         }
-        ggml_tensor * kf  = ggml_cast(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), GGML_TYPE_F32); // [kv_size, n_embd, ns]
+        ggml_tensor * kv_used = ggml_view_3d(ctx.get(), k, n_embd, n_used, n_stream, k->nb[1], k->nb[2], 0);
+        ggml_tensor * kf  = ggml_cast(ctx.get(), ggml_permute(ctx.get(), kv_used, 1, 0, 2, 3), GGML_TYPE_F32); // [n_used, n_embd, ns]
         ggml_tensor * kfm = ggml_mul(ctx.get(), kf, keep);
-        ggml_tensor * cpy = ggml_cpy(ctx.get(), kfm, kt);
-        if (!ggml_backend_supports_op(cpu, kf) || !ggml_backend_supports_op(cpu, kfm) || !ggml_backend_supports_op(cpu, cpy)) {
+        ggml_tensor * put = ggml_set_rows(ctx.get(), ggml_reshape_2d(ctx.get(), kt, 32, ggml_nelements(kt)/32),
+                                          ggml_reshape_2d(ctx.get(), kfm, 32, nb_used*n_embd*n_stream), idx);
+        if (!ggml_backend_supports_op(backend, kf) || !ggml_backend_supports_op(backend, kfm) || !ggml_backend_supports_op(backend, put)) {
             return false;
         }
-        ggml_build_forward_expand(gf, cpy);
+        ggml_build_forward_expand(gf, put);
     }
     for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
         if (t->view_src != nullptr && t->buffer == nullptr && t->view_src->buffer != nullptr &&
@@ -279,18 +294,25 @@ static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_ba
             return false;
         }
     }
-    ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(cpu));
+    ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
     bool ok = galloc != nullptr && ggml_gallocr_alloc_graph(galloc, gf);
     if (ok) {
-        std::vector<float> kv_keep(kv_size*n_stream);
+        std::vector<float> h_keep(n_used*n_stream);
+        std::vector<int64_t> h_idx(nb_used*n_embd*n_stream);
         for (int64_t s = 0; s < n_stream; ++s) {
             const auto & cells = acc::cells(kv, (uint32_t) s);
-            for (int64_t j = 0; j < kv_size; ++j) {
-                kv_keep[s*kv_size + j] = cells.is_empty((uint32_t) j) ? 0.0f : 1.0f;
+            for (int64_t j = 0; j < n_used; ++j) {
+                h_keep[s*n_used + j] = cells.is_empty((uint32_t) j) ? 0.0f : 1.0f;
+            }
+            for (int64_t e = 0; e < n_embd; ++e) {
+                for (int64_t b = 0; b < nb_used; ++b) {
+                    h_idx[(s*n_embd + e)*nb_used + b] = (s*n_embd + e)*(kv_size/32) + b;
+                }
             }
         }
-        ggml_backend_tensor_set(keep, kv_keep.data(), 0, ggml_nbytes(keep));
-        ok = ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS;
+        ggml_backend_tensor_set(keep, h_keep.data(), 0, ggml_nbytes(keep));
+        ggml_backend_tensor_set(idx, h_idx.data(), 0, ggml_nbytes(idx));
+        ok = ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS;
     }
     ggml_gallocr_free(galloc);
     return ok;
@@ -544,7 +566,7 @@ public:
             return true;
         }
         const auto * mctx = dynamic_cast<const llama_kv_cache_context *>(params.mctx);
-        return mctx != nullptr && acc::kv(mctx) == kv && kt_idxs->ne[0] == n_embd_k*params.ubatch.n_tokens &&
+        return mctx != nullptr && acc::kv(mctx) == kv && n_tok_built == (int64_t) params.ubatch.n_tokens &&
                decode == sparq_ubatch_is_decode(params.ubatch, acc::n_seq_max(*kv));
     }
 
@@ -553,13 +575,16 @@ public:
     ggml_tensor          * k_idxs;            // upstream's rows of this ubatch (stream*kv_size + cell), host
     uint64_t               generation;
 
-    ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]: k_t elements, or Q8_0 blocks per slot
+    ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]: k_t elements, or [n_embd_k_gqa*n_slots]:
+                                              // the Q8_0 block row of each (slot, component)
     ggml_tensor * blk_cells = nullptr;        // I32 [32*n_tokens]: K cache rows of each slot's block (Q8_0 k_t)
     ggml_tensor * blk_keep  = nullptr;        // F32 [1, 32*n_tokens]: 1 for a used cell, 0 for an empty one
     ggml_tensor * onehot    = nullptr;        // F32 [n_tokens, n_seq_max]
     ggml_tensor * tok_seq   = nullptr;        // I32 [n_tokens]
     ggml_tensor * inv_count = nullptr;        // F32 [1, n_tokens]
     int64_t       n_embd_k  = 0;
+    int64_t       n_tok_built = 0;            // tokens of the ubatch the graph was built for
+    int64_t       n_slots   = 0;              // Q8_0 k_t: 32-cell blocks requantized per graph
     bool          decode    = false;          // one token per sequence: the op may run
 
     std::map<int, ggml_tensor *> kt_cur;      // model layer -> k_t after this ubatch's append
@@ -577,9 +602,8 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     GGML_ASSERT(ggml_backend_buffer_is_host(k_idxs->buffer) && k_idxs->ne[0] == n_tokens);
     const int64_t * rows = (const int64_t *) k_idxs->data;
 
-    // a Q8_0 k_t is kept by decode graphs only: another ubatch leaves it to be rebuilt before the next decode
     const bool kt_q8 = st.k_t[0]->type == GGML_TYPE_Q8_0;
-    const bool want_k = st.stale_k && (decode || !kt_q8);
+    const bool want_k = st.stale_k;
     // the V sums are only read with mean-V on: until then they stay stale (graph appends to them are moot)
     if (want_k || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
@@ -595,11 +619,10 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
-    if (kt_q8 && !decode) {
-        st.stale_k = true;
-    } else if (kt_q8) {
+    if (kt_q8) {
         // one slot per distinct (stream, 32-cell block) of the ubatch, the spare slots repeating slot 0: every
-        // slot requantizes its whole block from the K cache, so repeats write the same bytes
+        // slot requantizes its whole block from the K cache, so repeats write the same bytes. More blocks than
+        // slots (a prefill over scattered cells): the copy is rebuilt before the next graph
         GGML_ASSERT(ggml_backend_buffer_is_host(kt_idxs->buffer) && ggml_backend_buffer_is_host(blk_cells->buffer) &&
                     ggml_backend_buffer_is_host(blk_keep->buffer));
         int64_t * idx  = (int64_t *) kt_idxs->data;
@@ -612,7 +635,10 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
                 blocks.push_back(b);
             }
         }
-        for (int64_t i = 0; i < n_tokens; ++i) {
+        if ((int64_t) blocks.size() > n_slots) {
+            st.stale_k = true;
+        }
+        for (int64_t i = 0; i < n_slots; ++i) {
             const int64_t b = blocks[i < (int64_t) blocks.size() ? i : 0];
             const int64_t strm = b/kv_size, blk = (b % kv_size)/32;
             const auto & cells = acc::cells(*kv, (uint32_t) strm);
@@ -775,8 +801,12 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
 
     if (g.inp_sparq == nullptr) {
         auto inp = std::make_unique<llm_graph_input_sparq>(kv, g.sched, k_idxs);
+        inp->decode    = sparq_ubatch_is_decode(g.ubatch, acc::n_seq_max(*kv));
         inp->n_embd_k  = sp->k_t[ikv]->ne[1];
-        inp->kt_idxs   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I64, inp->n_embd_k*n_tokens);
+        inp->n_tok_built = n_tokens;
+        // Q8_0 k_t: a decode token per slot; a prefill's contiguous cells span at most n/32 + 2 blocks
+        inp->n_slots   = !(sp->k_t[ikv]->type == GGML_TYPE_Q8_0) || inp->decode ? n_tokens : std::min<int64_t>(n_tokens, n_tokens/32 + 2);
+        inp->kt_idxs   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I64, inp->n_embd_k*(sp->k_t[ikv]->type == GGML_TYPE_Q8_0 ? inp->n_slots : n_tokens));
         inp->onehot    = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, n_tokens, acc::n_seq_max(*kv));
         inp->tok_seq   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_tokens);
         inp->inv_count = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, n_tokens);
@@ -786,7 +816,6 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         ggml_set_input(inp->inv_count);
         ggml_set_name(inp->kt_idxs, "sparq_kt_idxs");
 
-        inp->decode = sparq_ubatch_is_decode(g.ubatch, acc::n_seq_max(*kv));
         g.inp_sparq = inp.get();
         g.res->add_input(std::move(inp));
     }
@@ -797,11 +826,11 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         // whole 32-cell blocks read back from the K cache, which holds this ubatch by now (graph order, as for
         // upstream's own attention reads), empty cells zeroed, transposed and requantized: one Q8_0 block row per
         // (slot, component). k_t = Q8_0 of K over the used cells, as the host rebuild makes it.
-        if (inp->decode) {
-            const int64_t n_embd = inp->n_embd_k;
+        {
+            const int64_t n_embd = inp->n_embd_k, n_slots = inp->n_slots;
             if (inp->blk_cells == nullptr) {
-                inp->blk_cells = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, 32*n_tokens);
-                inp->blk_keep  = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, 32*n_tokens);
+                inp->blk_cells = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, 32*n_slots);
+                inp->blk_keep  = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, 32*n_slots);
                 ggml_set_input(inp->blk_cells);
                 ggml_set_input(inp->blk_keep);
                 ggml_set_name(inp->blk_cells, "sparq_blk_cells");
@@ -810,8 +839,8 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
             GGML_ASSERT(kc->ne[0] == n_embd);
             ggml_tensor * blk = ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, kc, n_embd, kc->ne[1]*kc->ne[2]), inp->blk_cells);
             blk = ggml_mul(ctx0, blk, inp->blk_keep); // empty cells count as 0, so stale K there cannot set a scale
-            blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_tokens))); // [32, n_embd, n]
-            blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_tokens);
+            blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_slots))); // [32, n_embd, n]
+            blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_slots);
             ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 32, ggml_nelements(k_t)/32), blk, inp->kt_idxs);
             ggml_build_forward_expand(g.gf, kt_res);
             inp->kt_cur[il] = kt_res;

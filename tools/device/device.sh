@@ -26,6 +26,7 @@
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
 #              every variant (single / split / fused)
 #   sparq-q8   test_sparq_cuda bench of the fused op with the f16 and the 8-bit (q8_0) transposed K, alternating
+#   sparq-q8-state  bench/sparq_state_check.py with kt=q8_0 on the 8B-shaped model at 16k (appended = rebuilt)
 #   sparq-q8-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with f16 and q8_0 k_t
 #   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
 #              Llama-3-8B shapes, S 4k/16k/32k
@@ -380,6 +381,14 @@ remote() {
                         sed "s/^/round $i kt $kt /" | tee -a "$out/sparq-q8-bench.log" || echo "bench $kt failed"
                 done
             done
+            ;;
+        sparq-q8-state)
+            # the 8-bit copy on the GPU: appended in the prefill graph (context A) against rebuilt after a state load
+            # (context B), bit for bit, on the 8B-shaped model at depth 16k (needs model8b, build)
+            local rc=0
+            python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 --sparq r=32,k=128,kt=q8_0 \
+                > "$out/sparq-q8-state.log" 2>&1 || rc=$?
+            echo "kt=q8_0 state check: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-q8-state.log" | tail -6
             ;;
         sparq-q8-e2e)
             # decode at 16k / 32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with the f16 and the
