@@ -406,10 +406,11 @@ static void check_variant(const sparq_case & c, const sparq_data & x, const std:
     const int64_t G = c.H/c.Hkv, n_out = c.Dv*c.H*c.n_tok*c.ns;
 
     char name[288];
-    snprintf(name, sizeof(name), "[%s] D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s%s",
+    snprintf(name, sizeof(name), "[%s] D=%lld Dv=%lld H=%lld Hkv=%lld n_kv=%lld n_tok=%lld ns=%lld seq=%lld %s/%s r=%d k=%d flags=%d%s%s%s%s",
              variant_name(step2), (long long) c.D, (long long) c.Dv, (long long) c.H, (long long) c.Hkv, (long long) c.n_kv,
              (long long) c.n_tok, (long long) c.ns, (long long) c.n_seq, ggml_type_name(c.kv_type),
              ggml_type_name(c.mask_type), c.r, c.k_top, c.flags, c.v_trans ? " v_trans" : "", c.q_zero ? " q=0" : "",
+             c.kt_q8 ? " kt=q8_0" : "",
              step2 == 4 && !sparq_attn_fused_takes(make_args(c, x)) ? " (fallback)" : "");
 
     std::vector<float> out(n_out), out_graph(n_out);
