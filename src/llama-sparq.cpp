@@ -463,11 +463,36 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
     return "";
 }
 
+// "" if kt is a storage of the transposed K (the K cache's type: GGML_TYPE_COUNT, or Q8_0), else why not
+std::string sparq_kt_error(ggml_type kt) {
+    if (kt == GGML_TYPE_COUNT || kt == GGML_TYPE_Q8_0) {
+        return "";
+    }
+    return std::string("SparQ: the transposed K is stored as the K cache's type or q8_0, not ") +
+           (kt >= 0 && kt < GGML_TYPE_COUNT ? ggml_type_name(kt) : "an unknown type");
+}
+
+// the state with kt as the copy's storage (made if missing); another storage than the allocated one drops both
+// copies (graphs holding them are not reused: sparq_set and the kt setter bump the generation)
+llama_sparq_kv & sparq_state_kt(std::shared_ptr<llama_sparq_kv> & sp, ggml_type kt) {
+    if (!sp) {
+        sp = std::make_shared<llama_sparq_kv>();
+    }
+    if (sp->allocated && sp->kt != kt) {
+        sp->k_t.clear();
+        sp->v_sum.clear();
+        sp->ctxs_bufs.clear();
+        sp->allocated = false;
+    }
+    sp->kt = kt;
+    return *sp;
+}
+
 // set the knobs of a cache; allocates the state on first use, again when kt changes the copy's type
 int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v, ggml_type kt) {
-    if (kt != GGML_TYPE_COUNT && kt != GGML_TYPE_Q8_0) {
-        return sparq_error(std::string("SparQ: the transposed K is stored as the K cache's type or q8_0, not ") +
-                           (kt >= 0 && kt < GGML_TYPE_COUNT ? ggml_type_name(kt) : "an unknown type"));
+    const std::string kt_err = sparq_kt_error(kt);
+    if (!kt_err.empty()) {
+        return sparq_error(kt_err);
     }
     if (r < 0 || k < 0 || (r == 0) != (k == 0)) {
         return sparq_error("SparQ: r and k must both be >= 1 (or both 0 to turn SparQ off); got r=" +
@@ -487,17 +512,7 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v, ggml_t
     if (!why.empty()) {
         return sparq_error("SparQ cannot run on this context: " + why);
     }
-    if (!sp) {
-        sp = std::make_shared<llama_sparq_kv>();
-    }
-    if (sp->allocated && sp->kt != kt) {
-        // another storage for k_t: drop both copies (graphs holding them are not reused: generation)
-        sp->k_t.clear();
-        sp->v_sum.clear();
-        sp->ctxs_bufs.clear();
-        sp->allocated = false;
-    }
-    sp->kt = kt;
+    sparq_state_kt(sp, kt);
     if (!sp->allocated) {
         try {
             sparq_allocate(kv, *sp);
@@ -952,19 +967,12 @@ int32_t llama_sparse_set_sparq_kt(llama_context * ctx, enum ggml_type kt) {
     if (sp && sp->on()) {
         return sparq_set(*kv, sp->r, sp->k, sp->mean_v, kt);
     }
-    if (kt != GGML_TYPE_COUNT && kt != GGML_TYPE_Q8_0) {
-        return sparq_set(*kv, 1, 1, false, kt); // the same error as when on; never gets past the type check
+    const std::string kt_err = sparq_kt_error(kt);
+    if (!kt_err.empty()) {
+        return sparq_error(kt_err);
     }
-    if (!sp) {
-        sp = std::make_shared<llama_sparq_kv>();
-    }
-    if (sp->allocated && sp->kt != kt) {
-        sp->k_t.clear();
-        sp->v_sum.clear();
-        sp->ctxs_bufs.clear();
-        sp->allocated = false;
-    }
-    sp->kt = kt; // used when SparQ comes on
+    g_sparq_generation++;
+    sparq_state_kt(sp, kt); // used when SparQ comes on
     return 0;
 }
 
