@@ -372,3 +372,49 @@ def test_two_sequences_decoded_together(smollm2_gguf: Path, tokens: list[int], u
 
     kept, rebuilt = run(False), run(True)
     assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
+
+
+def test_kt_q8_0_prefill_over_scattered_cells(smollm2_gguf: Path, tokens: list[int]):
+    """A prefill whose cells are scattered over more 32-cell blocks than its graph requantizes (n/32 + 2) must leave
+    the 8-bit copy stale, so that the next decode rebuilds it: the logits equal those of a forced rebuild.
+    Cells: two sequences decoded in turn fill 0..383 alternately; removing sequence 0 frees the even cells, and 80
+    prefill tokens of sequence 1 land in 0, 2, .., 158 (5 blocks, 4 slots)."""
+    import llama_cpp
+    from llama_sparse import _native
+    owner = _llm(smollm2_gguf)
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 1024, 256, 256, 2
+    params.n_threads = params.n_threads_batch = 2
+    params.kv_unified = True
+    n_vocab = owner.n_vocab()
+    tok = lambda i: tokens[i % len(tokens)]
+    spec = b"r=16,k=24,kt=q8_0"
+
+    def run(rebuild: bool) -> np.ndarray:
+        ctx = llama_cpp.llama_init_from_model(owner._model.model, params)
+        assert ctx
+        batch = llama_cpp.llama_batch_init(256, 0, 2)
+        try:
+            def decode(items, last_only=False):  # (seq, pos, token)
+                batch.n_tokens = len(items)
+                for i, (s, p, t) in enumerate(items):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
+                    batch.seq_id[i][0], batch.logits[i] = s, int(not last_only or i == len(items) - 1)
+                assert llama_cpp.llama_decode(ctx, batch) == 0
+                return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+            assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+            for p in range(192):
+                decode([(0, p, tok(p)), (1, p, tok(p + 7))])
+            mem = llama_cpp.llama_get_memory(ctx)
+            assert llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
+            decode([(1, 192 + i, tok(200 + i)) for i in range(80)], last_only=True)
+            if rebuild:
+                assert _native.llama_sparse_set_sparq(ctx, 0, 0, False) == 0
+                assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+            return np.stack([decode([(1, 272 + i, tok(300 + i))]) for i in range(6)])
+        finally:
+            llama_cpp.llama_batch_free(batch)
+            llama_cpp.llama_free(ctx)
+
+    kept, rebuilt = run(False), run(True)
+    assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
