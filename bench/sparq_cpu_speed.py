@@ -10,7 +10,7 @@ process per LLAMA_SPARQ value); this measures the same decode steps with one pre
 Compression c (the paper's attention data per KV head and step over dense's 2*S*d_h, c = r/(2*d_h) + k/D) is
 turned into (r, k) by bench/sparq_needle.py's split_rk: the share --split of c goes to the r term (default
 sparq_needle.DEFAULT_SPLIT = 0.5, the even split r = d_h*c, k = D*c/2), the exact rest to k. --kt k,q8_0 runs
-each compression with the f16 and the 8-bit transposed K (names ",q8"; split_rk prices q8_0's r term).
+each compression with the f16 and the 8-bit transposed K (names ",q8"; sparq_needle.split_rk prices q8_0's r term).
 
 usage: python bench/sparq_cpu_speed.py MODEL.gguf [--depths 4096,8192] [--comp 0.5,0.25,0.125] [--split F] [--gen 32]
        [--rounds 2] [--threads 2] [--head-dim 64] [--kt k[,q8_0]] [--out results.json]
@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from sparq_needle import DEFAULT_SPLIT, split_rk  # bench/ is on sys.path when this file runs as a script
+from sparq_needle import DEFAULT_SPLIT, settings_for  # bench/ is on sys.path when this file runs as a script
 
 AUSTEN = Path("/work/shared/data/austen/emma.txt")
 
@@ -47,7 +47,6 @@ def main() -> int:
     import numpy as np
 
     import llama_sparse
-    from llama_sparse import SparQ
 
     depths = [int(x) for x in a.depths.split(",")]
     comps = [float(x) for x in a.comp.split(",")]
@@ -70,10 +69,7 @@ def main() -> int:
         llm.eval(toks[done:D])
         done = D
         print(f"# prefill to {D}: {time.time() - t:.1f}s", flush=True)
-        kts = a.kt.split(",")
-        settings = [("dense", None)] + [(f"c={c:g}" + (",q8" if kt == "q8_0" else ""),
-                                         SparQ(*split_rk(D, c, a.split, a.head_dim, kt=kt), kt=kt))
-                                        for c in comps for kt in kts]
+        settings = [(name, sp) for name, _, sp in settings_for(D, comps, [a.split], [False], a.kt.split(","), a.head_dim)]
         times: dict[str, list[float]] = {n: [] for n, _ in settings}
         for rnd in range(a.rounds):
             for name, sp in settings:

@@ -74,11 +74,13 @@ def setting_names(comps: list[float], splits: list[float], mean_vs: list[bool], 
             for c in comps for f in splits for mv in mean_vs for kt in kts]
 
 
-def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[bool], kts: list[str] = ("k",)):
+def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[bool], kts: list[str] = ("k",),
+                 head_dim: int = HEAD_DIM):
+    """[("dense", None, None)] then (name, f, SparQ) per setting of setting_names, (r, k) by split_rk at S."""
     from llama_sparse import SparQ
     out = [("dense", None, None)]
     for name, c, f, mv, kt in setting_names(comps, splits, mean_vs, kts):
-        r, k = split_rk(S, c, f, kt=kt)
+        r, k = split_rk(S, c, f, head_dim, kt=kt)
         out.append((name, f, SparQ(r=r, k=k, mean_v=mv, kt=kt)))
     return out
 

@@ -174,13 +174,29 @@ static __device__ __forceinline__ void sparq_ld8q(sparq_raw8q & r, const char * 
     }
 }
 
-static __device__ __forceinline__ void sparq_cvt8q(const sparq_raw8q & r, float * out) {
+static __device__ __forceinline__ void sparq_cvt8(const sparq_raw8q & r, float * out) {
     const float d = __half2float(r.d);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         out[2*i + 0] = d*(float) (int8_t) (r.b[i] & 0xff);
         out[2*i + 1] = d*(float) (int8_t) (r.b[i] >> 8);
     }
+}
+
+// 8 positions of a k_t row in the step-1 loops, one call for every storage: p is the row at position j0 for
+// f16 / f32 (16-byte aligned), the row's start for Q8_0 (its blocks are found from j0)
+static __device__ __forceinline__ void sparq_ld8_kt(sparq_raw8<half> & r, const char * p, const int j0) {
+    GGML_UNUSED(j0);
+    sparq_ld8(r, (const half *) p);
+}
+
+static __device__ __forceinline__ void sparq_ld8_kt(sparq_raw8<float> & r, const char * p, const int j0) {
+    GGML_UNUSED(j0);
+    sparq_ld8(r, (const float *) p);
+}
+
+static __device__ __forceinline__ void sparq_ld8_kt(sparq_raw8q & r, const char * p, const int j0) {
+    sparq_ld8q(r, p, j0);
 }
 
 static __device__ __forceinline__ void sparq_zero8(sparq_raw8<half> & r)  { r.u = make_uint4(0, 0, 0, 0); }
@@ -432,48 +448,30 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
                 acc[h][u] = 0.0f;
             }
         }
-        if constexpr (KQ8) {
-            // n_kv % 32 == 0: a chunk inside the positions is whole
-            const char * ktr = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
-            for (int c0 = g; j0 < a.n_kv && c0 < rr; c0 += RG*BATCH) {
-                sparq_raw8q raw[BATCH];
+        // Q8_0: n_kv % 32 == 0, so a chunk inside the positions is whole, and p of sparq_ld8_kt is the row start
+        using RAW = std::conditional_t<KQ8, sparq_raw8q, sparq_raw8<KT>>;
+        const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (KQ8 ? 0 : (int64_t) j0*sizeof(KT));
+        if (full && (KQ8 || a.kt_vec)) {
+            // BATCH rows of this group in flight before the first FMA
+            for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
+                RAW raw[BATCH];
 #pragma unroll
                 for (int u = 0; u < BATCH; ++u) {
                     if (c0 + RG*u < rr) {
-                        sparq_ld8q(raw[u], ktr + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
+                        sparq_ld8_kt(raw[u], ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < BATCH; ++u) {
                     if (c0 + RG*u < rr) {
                         float kv[SPARQ_SC_PPT];
-                        sparq_cvt8q(raw[u], kv);
+                        sparq_cvt8(raw[u], kv);
                         sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
                     }
                 }
             }
-        } else {
-            const char * ktb = a.kt + kh*a.kt_nb2 + s*a.kt_nb3 + (int64_t) j0*sizeof(KT);
-            if (full && a.kt_vec) {
-                // BATCH rows of this group in flight before the first FMA
-                for (int c0 = g; c0 < rr; c0 += RG*BATCH) {
-                    sparq_raw8<KT> raw[BATCH];
-#pragma unroll
-                    for (int u = 0; u < BATCH; ++u) {
-                        if (c0 + RG*u < rr) {
-                            sparq_ld8(raw[u], (const KT *) (ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
-                        }
-                    }
-#pragma unroll
-                    for (int u = 0; u < BATCH; ++u) {
-                        if (c0 + RG*u < rr) {
-                            float kv[SPARQ_SC_PPT];
-                            sparq_cvt8(raw[u], kv);
-                            sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
-                        }
-                    }
-                }
-            } else if (j0 < a.n_kv) {
+        } else if constexpr (!KQ8) {
+            if (j0 < a.n_kv) {
 #pragma unroll 2
                 for (int c = g; c < rr; c += RG) {
                     const KT * row = (const KT *) (ktb + (int64_t) s_i1[c]*a.kt_nb1);
@@ -1933,53 +1931,23 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                     acc[h][u] = 0.0f;
                 }
             }
-            const char * kp = ktb + (int64_t) j0*sizeof(half);
-            if constexpr (KQ8) {
-                // Q8_0 k_t (n_kv % 32 == 0, so j0 < n_kv is a whole run of 8), rows in flight as below
-                constexpr int HB = BATCH/2;
-                sparq_raw8q ra[HB], rb[HB];
-                auto load = [&](sparq_raw8q (&r)[HB], const int c0) {
-#pragma unroll
-                    for (int u = 0; u < HB; ++u) {
-                        if (c0 + RG*u < rr) {
-                            sparq_ld8q(r[u], ktb + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
-                        }
-                    }
-                };
-                auto prod = [&](const sparq_raw8q (&r)[HB], const int c0) {
-#pragma unroll
-                    for (int u = 0; u < HB; ++u) {
-                        if (c0 + RG*u < rr) {
-                            float kv[8];
-                            sparq_cvt8q(r[u], kv);
-                            sparq_fma_row(acc, kv, s_coef[c0 + RG*u], G);
-                        }
-                    }
-                };
-                if (j0 < n_kv) {
-                    load(ra, g);
-#pragma unroll 1
-                    for (int c0 = g; c0 < rr; c0 += 2*RG*HB) {
-                        load(rb, c0 + RG*HB);
-                        prod(ra, c0);
-                        load(ra, c0 + 2*RG*HB);
-                        prod(rb, c0 + RG*HB);
-                    }
-                }
-            } else if (j0 + 8 <= n_kv) {
+            // Q8_0: n_kv % 32 == 0, so every run of 8 below n_kv is whole, and kp is the row start (sparq_ld8_kt)
+            using RAW = std::conditional_t<KQ8, sparq_raw8q, sparq_raw8<half>>;
+            const char * kp = ktb + (KQ8 ? 0 : (int64_t) j0*sizeof(half));
+            if (j0 + 8 <= n_kv) {
                 // two half batches in turn: the next one's rows are requested before this one's products (against
                 // whole batches one after another: 25.3 / 32.1 against 26.2 / 34.2 us at 16k / 32k, H100)
                 constexpr int HB = BATCH/2;
-                sparq_raw8<half> ra[HB], rb[HB];
-                auto load = [&](sparq_raw8<half> (&r)[HB], const int c0) {
+                RAW ra[HB], rb[HB];
+                auto load = [&](RAW (&r)[HB], const int c0) {
 #pragma unroll
                     for (int u = 0; u < HB; ++u) {
                         if (c0 + RG*u < rr) {
-                            sparq_ld8(r[u], (const half *) (kp + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1));
+                            sparq_ld8_kt(r[u], kp + (int64_t) s_i1[c0 + RG*u]*a.kt_nb1, j0);
                         }
                     }
                 };
-                auto prod = [&](const sparq_raw8<half> (&r)[HB], const int c0) {
+                auto prod = [&](const RAW (&r)[HB], const int c0) {
 #pragma unroll
                     for (int u = 0; u < HB; ++u) {
                         if (c0 + RG*u < rr) {
@@ -1997,7 +1965,7 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                     load(ra, c0 + 2*RG*HB);
                     prod(rb, c0 + RG*HB);
                 }
-            } else if (j0 < n_kv) {
+            } else if (!KQ8 && j0 < n_kv) {
 #pragma unroll 1
                 for (int c = g; c < rr; c += RG) {
                     const half * row = (const half *) (kp + (int64_t) s_i1[c]*a.kt_nb1);

@@ -8,6 +8,9 @@
 //   B. per unit (threads over units): softmax of the approximate logits, top-k positions of the group
 //      sum, exact attention over them, mean-V blend
 // The reference does the same per unit in plain loops with double accumulators and a full sort.
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h" // block_q8_0: the 8-bit transposed K (blocks of 32 positions of one component)
+
 #include "ggml-sparse-cpu-sparq.h"
 #include "ggml-sparse.h"
 #include "ggml-cpu-impl.h"
@@ -57,17 +60,10 @@ static struct sparq_shape sparq_shape_of(const struct ggml_tensor * dst) {
     return sh;
 }
 
-// a Q8_0 block as ggml lays it out (the transposed K in 8 bits: 32 positions of one component)
-#define SPARQ_QK8 32
-typedef struct {
-    ggml_fp16_t d;
-    int8_t      qs[SPARQ_QK8];
-} sparq_block_q8;
-
 static inline float sparq_get(enum ggml_type type, const char * row, int64_t i) {
     if (type == GGML_TYPE_Q8_0) {
-        const sparq_block_q8 * b = (const sparq_block_q8 *) row + i/SPARQ_QK8;
-        return GGML_FP16_TO_FP32(b->d)*b->qs[i % SPARQ_QK8];
+        const block_q8_0 * b = (const block_q8_0 *) row + i/QK8_0;
+        return GGML_FP16_TO_FP32(b->d)*b->qs[i % QK8_0];
     }
     return type == GGML_TYPE_F16 ? GGML_FP16_TO_FP32(((const ggml_fp16_t *) row)[i]) : ((const float *) row)[i];
 }
@@ -76,18 +72,18 @@ static inline float sparq_get(enum ggml_type type, const char * row, int64_t i) 
 // Q8_0: row starts at a block and whole blocks are written (out needs n rounded up to 32)
 static inline void sparq_row_f32(enum ggml_type type, const char * row, float * out, int64_t n) {
     if (type == GGML_TYPE_Q8_0) {
-        const sparq_block_q8 * b = (const sparq_block_q8 *) row;
-        for (int64_t ib = 0; ib*SPARQ_QK8 < n; ++ib) {
+        const block_q8_0 * b = (const block_q8_0 *) row;
+        for (int64_t ib = 0; ib*QK8_0 < n; ++ib) {
             const float d = GGML_FP16_TO_FP32(b[ib].d);
-            float * o = out + ib*SPARQ_QK8;
+            float * o = out + ib*QK8_0;
 #if defined(__AVX2__)
             const __m256 vd = _mm256_set1_ps(d);
-            for (int j = 0; j < SPARQ_QK8; j += 8) {
+            for (int j = 0; j < QK8_0; j += 8) {
                 const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b[ib].qs + j)));
                 _mm256_storeu_ps(o + j, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(q)));
             }
 #else
-            for (int j = 0; j < SPARQ_QK8; ++j) {
+            for (int j = 0; j < QK8_0; ++j) {
                 o[j] = d*b[ib].qs[j];
             }
 #endif

@@ -168,6 +168,28 @@ void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
     st.stale_k = st.stale_v = true;
 }
 
+// the first backend of the scheduler that takes buffer type buft (GPU before CPU), or nullptr
+static ggml_backend_t sparq_backend_for(ggml_backend_sched_t sched, ggml_backend_buffer_type_t buft) {
+    for (int b = 0; b < ggml_backend_sched_get_n_backends(sched); ++b) {
+        ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
+        if (ggml_backend_supports_buft(cand, buft)) {
+            return cand;
+        }
+    }
+    return nullptr;
+}
+
+// point the views of ctx (of the cache and of k_t, which have buffers) at their sources' data
+static bool sparq_init_views(ggml_context * ctx) {
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t != nullptr; t = ggml_get_next_tensor(ctx, t)) {
+        if (t->view_src != nullptr && t->buffer == nullptr && t->view_src->buffer != nullptr &&
+            ggml_backend_view_init(t) != GGML_STATUS_SUCCESS) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // rebuild k_t from the K cache where both live: one ggml_cpy of K's transposed view per layer, computed by the
 // first backend of the scheduler that takes the layer's buffer type (GPU before CPU). A whole 32k-cell cache
 // of an 8B model is ~1 ms on a GPU this way, against seconds through the host. False: not possible here.
@@ -191,15 +213,9 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
         ggml_tensor * kt = st.k_t[i];
         ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(k->buffer);
         if (ggml_backend_buffer_get_type(kt->buffer) != buft || kt->type != k->type) {
-            return false; // Q8_0 k_t: quantized on the host
+            return false; // a Q8_0 k_t goes through sparq_rebuild_k_q8
         }
-        ggml_backend_t backend = nullptr;
-        for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && backend == nullptr; ++b) {
-            ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
-            if (ggml_backend_supports_buft(cand, buft)) {
-                backend = cand;
-            }
-        }
+        ggml_backend_t backend = sparq_backend_for(sched, buft);
         // K [n_embd, kv_size, n_stream] -> k_t [kv_size, n_embd, n_stream]
         ggml_tensor * cpy = ggml_cpy(ctx.get(), ggml_permute(ctx.get(), k, 1, 0, 2, 3), kt);
         if (backend == nullptr || !ggml_backend_supports_op(backend, cpy)) {
@@ -212,10 +228,8 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
         ggml_build_forward_expand(gf, cpy);
     }
     // every tensor here is a view of the cache or of k_t
-    for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
-        if (t->view_src != nullptr && t->buffer == nullptr && ggml_backend_view_init(t) != GGML_STATUS_SUCCESS) {
-            return false;
-        }
+    if (!sparq_init_views(ctx.get())) {
+        return false;
     }
     for (auto & [backend, gf] : graphs) {
         if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
@@ -236,13 +250,7 @@ static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_ba
         return false;
     }
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(acc::layer_k(kv, 0)->buffer);
-    ggml_backend_t backend = nullptr;
-    for (int b = 0; b < ggml_backend_sched_get_n_backends(sched) && backend == nullptr; ++b) {
-        ggml_backend_t cand = ggml_backend_sched_get_backend(sched, b);
-        if (ggml_backend_supports_buft(cand, buft)) {
-            backend = cand;
-        }
-    }
+    ggml_backend_t backend = sparq_backend_for(sched, buft);
     if (backend == nullptr) {
         return false;
     }
@@ -288,11 +296,8 @@ static bool sparq_rebuild_k_q8(llama_kv_cache & kv, llama_sparq_kv & st, ggml_ba
         }
         ggml_build_forward_expand(gf, put);
     }
-    for (ggml_tensor * t = ggml_get_first_tensor(ctx.get()); t != nullptr; t = ggml_get_next_tensor(ctx.get(), t)) {
-        if (t->view_src != nullptr && t->buffer == nullptr && t->view_src->buffer != nullptr &&
-            ggml_backend_view_init(t) != GGML_STATUS_SUCCESS) {
-            return false;
-        }
+    if (!sparq_init_views(ctx.get())) { // the rest (casts, products, keep, idx) are the allocator's
+        return false;
     }
     ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
     bool ok = galloc != nullptr && ggml_gallocr_alloc_graph(galloc, gf);
@@ -335,8 +340,8 @@ static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
             std::vector<float> rowf(kv_size);
             const size_t row_size = ggml_row_size(GGML_TYPE_Q8_0, kv_size);
             for (int64_t s = 0; s < n_stream; ++s) {
+                const auto & cells = acc::cells(kv, (uint32_t) s);
                 for (int64_t e = 0; e < n_embd; ++e) {
-                    const auto & cells = acc::cells(kv, (uint32_t) s);
                     for (int64_t j = 0; j < kv_size; ++j) {
                         const uint8_t * p = src.data() + ((s*kv_size + j)*n_embd + e)*ts;
                         rowf[j] = cells.is_empty((uint32_t) j) ? 0.0f :
@@ -592,14 +597,14 @@ public:
 
     ggml_tensor * kt_idxs   = nullptr;        // I64 [n_embd_k_gqa*n_tokens]: k_t elements, or [n_embd_k_gqa*n_slots]:
                                               // the Q8_0 block row of each (slot, component)
-    ggml_tensor * blk_cells = nullptr;        // I32 [32*n_tokens]: K cache rows of each slot's block (Q8_0 k_t)
-    ggml_tensor * blk_keep  = nullptr;        // F32 [1, 32*n_tokens]: 1 for a used cell, 0 for an empty one
+    ggml_tensor * blk_cells = nullptr;        // I32 [32*n_slots]: K cache rows of each slot's block (Q8_0 k_t)
+    ggml_tensor * blk_keep  = nullptr;        // F32 [1, 32*n_slots]: 1 for a used cell, 0 for an empty one
     ggml_tensor * onehot    = nullptr;        // F32 [n_tokens, n_seq_max]
     ggml_tensor * tok_seq   = nullptr;        // I32 [n_tokens]
     ggml_tensor * inv_count = nullptr;        // F32 [1, n_tokens]
     int64_t       n_embd_k  = 0;
     int64_t       n_tok_built = 0;            // tokens of the ubatch the graph was built for
-    int64_t       n_slots   = 0;              // Q8_0 k_t: 32-cell blocks requantized per graph
+    int64_t       n_slots   = 0;              // Q8_0 k_t: 32-cell blocks requantized per graph; else n_tokens
     bool          decode    = false;          // one token per sequence: the op may run
 
     std::map<int, ggml_tensor *> kt_cur;      // model layer -> k_t after this ubatch's append
@@ -617,12 +622,10 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     GGML_ASSERT(ggml_backend_buffer_is_host(k_idxs->buffer) && k_idxs->ne[0] == n_tokens);
     const int64_t * rows = (const int64_t *) k_idxs->data;
 
-    const bool kt_q8 = st.k_t[0]->type == GGML_TYPE_Q8_0;
-    const bool want_k = st.stale_k;
     // the V sums are only read with mean-V on: until then they stay stale (graph appends to them are moot)
-    if (want_k || (st.stale_v && st.mean_v)) {
+    if (st.stale_k || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
-        if (want_k) {
+        if (st.stale_k) {
             sparq_rebuild_k(*kv, st, sched);
         }
         if (st.stale_v && st.mean_v) {
@@ -634,7 +637,7 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
-    if (kt_q8) {
+    if (st.k_t[0]->type == GGML_TYPE_Q8_0) {
         // one slot per distinct (stream, 32-cell block) of the ubatch, the spare slots repeating slot 0: every
         // slot requantizes its whole block from the K cache, so repeats write the same bytes. More blocks than
         // slots (a prefill over scattered cells): the copy is rebuilt before the next graph
@@ -819,9 +822,11 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         inp->decode    = sparq_ubatch_is_decode(g.ubatch, acc::n_seq_max(*kv));
         inp->n_embd_k  = sp->k_t[ikv]->ne[1];
         inp->n_tok_built = n_tokens;
-        // Q8_0 k_t: a decode token per slot; a prefill's contiguous cells span at most n/32 + 2 blocks
-        inp->n_slots   = !(sp->k_t[ikv]->type == GGML_TYPE_Q8_0) || inp->decode ? n_tokens : std::min<int64_t>(n_tokens, n_tokens/32 + 2);
-        inp->kt_idxs   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I64, inp->n_embd_k*(sp->k_t[ikv]->type == GGML_TYPE_Q8_0 ? inp->n_slots : n_tokens));
+        // Q8_0 k_t: a decode token per slot; a prefill's contiguous cells span at most n/32 + 2 blocks. Else a
+        // slot is a token (one element per component)
+        const bool kt_q8 = sp->k_t[ikv]->type == GGML_TYPE_Q8_0;
+        inp->n_slots   = kt_q8 && !inp->decode ? std::min<int64_t>(n_tokens, n_tokens/32 + 2) : n_tokens;
+        inp->kt_idxs   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I64, inp->n_embd_k*inp->n_slots);
         inp->onehot    = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, n_tokens, acc::n_seq_max(*kv));
         inp->tok_seq   = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, n_tokens);
         inp->inv_count = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, n_tokens);
@@ -840,26 +845,24 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     if (k_t->type == GGML_TYPE_Q8_0) {
         // whole 32-cell blocks read back from the K cache, which holds this ubatch by now (graph order, as for
         // upstream's own attention reads), empty cells zeroed, transposed and requantized: one Q8_0 block row per
-        // (slot, component). k_t = Q8_0 of K over the used cells, as the host rebuild makes it.
-        {
-            const int64_t n_embd = inp->n_embd_k, n_slots = inp->n_slots;
-            if (inp->blk_cells == nullptr) {
-                inp->blk_cells = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, 32*n_slots);
-                inp->blk_keep  = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, 32*n_slots);
-                ggml_set_input(inp->blk_cells);
-                ggml_set_input(inp->blk_keep);
-                ggml_set_name(inp->blk_cells, "sparq_blk_cells");
-            }
-            ggml_tensor * kc  = acc::layer_k(*kv, ikv);
-            GGML_ASSERT(kc->ne[0] == n_embd);
-            ggml_tensor * blk = ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, kc, n_embd, kc->ne[1]*kc->ne[2]), inp->blk_cells);
-            blk = ggml_mul(ctx0, blk, inp->blk_keep); // empty cells count as 0, so stale K there cannot set a scale
-            blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_slots))); // [32, n_embd, n]
-            blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_slots);
-            ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 32, ggml_nelements(k_t)/32), blk, inp->kt_idxs);
-            ggml_build_forward_expand(g.gf, kt_res);
-            inp->kt_cur[il] = kt_res;
+        // (slot, component). k_t = Q8_0 of K over the used cells, as a rebuild makes it.
+        const int64_t n_embd = inp->n_embd_k, n_slots = inp->n_slots;
+        if (inp->blk_cells == nullptr) {
+            inp->blk_cells = ggml_new_tensor_1d(ctx0, GGML_TYPE_I32, 32*n_slots);
+            inp->blk_keep  = ggml_new_tensor_2d(ctx0, GGML_TYPE_F32, 1, 32*n_slots);
+            ggml_set_input(inp->blk_cells);
+            ggml_set_input(inp->blk_keep);
+            ggml_set_name(inp->blk_cells, "sparq_blk_cells");
         }
+        ggml_tensor * kc  = acc::layer_k(*kv, ikv);
+        GGML_ASSERT(kc->ne[0] == n_embd);
+        ggml_tensor * blk = ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, kc, n_embd, kc->ne[1]*kc->ne[2]), inp->blk_cells);
+        blk = ggml_mul(ctx0, blk, inp->blk_keep); // empty cells count as 0, so stale K there cannot set a scale
+        blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_slots))); // [32, n_embd, n]
+        blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_slots);
+        ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 32, ggml_nelements(k_t)/32), blk, inp->kt_idxs);
+        ggml_build_forward_expand(g.gf, kt_res);
+        inp->kt_cur[il] = kt_res;
     } else {
         // one 1-element row per (token, component)
         ggml_tensor * k_flat = ggml_is_contiguous(k_cur) ? k_cur : ggml_cont(ctx0, k_cur);

@@ -251,15 +251,10 @@ static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
             }
             char * dst = q8.data() + i*x.kt_row;
             ggml_quantize_chunk(GGML_TYPE_Q8_0, row.data(), dst, 0, 1, kv_size, nullptr);
-            for (int64_t b = 0; b < kv_size/32; ++b) {
-                if (all_nan) {
-                    set_val(GGML_TYPE_F16, dst, b*34, NAN);
-                }
-                const float d = get_val(GGML_TYPE_F16, dst, b*34);
-                for (int j = 0; j < 32; ++j) {
-                    x.kt_deq[i*kv_size + b*32 + j] = d*(float) (int8_t) dst[b*34 + 2 + j];
-                }
+            for (int64_t b = 0; all_nan && b < kv_size/32; ++b) {
+                set_val(GGML_TYPE_F16, dst, b*ggml_type_size(GGML_TYPE_Q8_0), NAN); // the block scale
             }
+            ggml_get_type_traits(GGML_TYPE_Q8_0)->to_float(dst, x.kt_deq.data() + i*kv_size, kv_size);
         }
         x.kt = std::move(q8);
     }

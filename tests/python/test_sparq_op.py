@@ -62,14 +62,9 @@ def _tensor(base, ctx, arr: np.ndarray, gtype: int):
 
 def quantize_q8_0(x: np.ndarray) -> tuple[bytes, np.ndarray]:
     """ggml's Q8_0 of x along its last axis (blocks of 32): (the blocks' bytes, the values they decode to)."""
-    blocks = x.astype(np.float32).reshape(-1, 32)
-    amax = np.abs(blocks).max(axis=1, keepdims=True)
-    d = amax / 127.0
-    qs = np.where(d > 0, np.round(blocks / np.where(d > 0, d, 1.0)), 0).astype(np.int8)
-    d16 = d.astype(np.float16)
-    raw = np.empty(len(blocks), dtype=[("d", "<f2"), ("qs", "i1", 32)])
-    raw["d"], raw["qs"] = d16[:, 0], qs
-    return raw.tobytes(), (d16.astype(np.float32) * qs).reshape(x.shape)
+    from llama_sparse import _ggml
+    raw = _ggml.quantize("q8_0", x.reshape(-1, x.shape[-1]))
+    return raw.tobytes(), _ggml.dequantize("q8_0", raw, x.shape[-1]).reshape(x.shape)
 
 
 def run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=F16, mask_type=F16, composite=False, threads=2,
@@ -134,6 +129,24 @@ def numpy_ref(q, k, v, v_mean, mask, r, k_top, mean_v, k_approx=None):
     return out.reshape(ns, H, T, -1).transpose(0, 2, 1, 3)                       # [ns, T, H, Dv]
 
 
+def dense_ref(q, k, v, mask):
+    """Exact attention in the op's output layout [ns, T, H, Dv]."""
+    ns, H, T, D = q.shape
+    Hkv, Dv = k.shape[1], v.shape[-1]
+    return attention(q.reshape(ns, Hkv, H // Hkv, T, D).astype(np.float64), k[:, :, None], v[:, :, None],
+                     mask[:, None, None]).reshape(ns, H, T, Dv).transpose(0, 2, 1, 3)
+
+
+def check_op(ggml, want, *args, **kw):
+    """The op and the composite of stock ops on args, both within 1e-4 of want; returns the op's output."""
+    got = run_op(ggml, *args, **kw)
+    assert np.all(np.isfinite(got))
+    assert rel_err(got, want) < 1e-4, rel_err(got, want)
+    comp = run_op(ggml, *args, composite=True, **kw)
+    assert rel_err(comp, want) < 1e-4, rel_err(comp, want)
+    return got
+
+
 def rel_err(a, b):
     return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b))
 
@@ -159,17 +172,11 @@ def test_op_matches_appendix_b(ggml, case, mean_v):
     q, k, v, v_mean, mask = make_case(rng, ns, H, Hkv, T, S, D, Dv, n_seq)
     flags = MEAN_V if mean_v else 0
     want = numpy_ref(q, k, v, v_mean, mask, r, k_top, mean_v)
-    got = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags)
-    assert np.all(np.isfinite(got))
-    assert rel_err(got, want) < 1e-4, rel_err(got, want)
-    # the composite of stock ops gives the same
-    comp = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, composite=True)
-    assert rel_err(comp, want) < 1e-4, rel_err(comp, want)
+    # the op, and the composite of stock ops, give the port's result
+    got = check_op(ggml, want, q, k, v, v_mean, mask, r, k_top, flags)
     # and the sparsity is real: far from dense when k is well below the visible count
-    dense = attention(q.reshape(ns, Hkv, H // Hkv, T, D).astype(np.float64), k[:, :, None], v[:, :, None],
-                      mask[:, None, None]).reshape(ns, H, T, Dv).transpose(0, 2, 1, 3)
     if k_top * 4 < (mask == 0).sum(-1).min() and r < D:
-        assert rel_err(got, dense) > 1e-3
+        assert rel_err(got, dense_ref(q, k, v, mask)) > 1e-3
 
 
 Q8_CASES = [
@@ -195,14 +202,9 @@ def test_op_q8_0_kt_matches_appendix_b(ggml, case, kv_type):
     assert 0 < rel_err(k_approx, k) < 0.02                            # quantized, but close
     for flags in (0, MEAN_V):
         want = numpy_ref(q, k, v, v_mean, mask, r, k_top, bool(flags), k_approx=k_approx)
-        got = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=kv_type, kt_q8=raw)
-        assert np.all(np.isfinite(got))
-        assert rel_err(got, want) < 1e-4, rel_err(got, want)
-        comp = run_op(ggml, q, k, v, v_mean, mask, r, k_top, flags, kv_type=kv_type, kt_q8=raw, composite=True)
-        assert rel_err(comp, want) < 1e-4, rel_err(comp, want)
+        check_op(ggml, want, q, k, v, v_mean, mask, r, k_top, flags, kv_type=kv_type, kt_q8=raw)
     # k >= S: dense attention, the 8-bit copy not read
-    dense = attention(q.reshape(ns, Hkv, H // Hkv, T, D).astype(np.float64), k[:, :, None], v[:, :, None],
-                      mask[:, None, None]).reshape(ns, H, T, Dv).transpose(0, 2, 1, 3)
+    dense = dense_ref(q, k, v, mask)
     assert rel_err(run_op(ggml, q, k, v, v_mean, mask, r, S, 0, kv_type=kv_type, kt_q8=raw), dense) < 1e-5
 
 
@@ -211,8 +213,7 @@ def test_op_q8_0_kt_matches_appendix_b(ggml, case, kv_type):
 def test_k_at_least_s_is_dense(ggml, S, types):
     rng = np.random.default_rng(S)
     q, k, v, v_mean, mask = make_case(rng, 1, 9, 3, 1, S, 64, 64)
-    dense = attention(q.reshape(1, 3, 3, 1, 64).astype(np.float64), k[:, :, None], v[:, :, None],
-                      mask[:, None, None]).reshape(1, 9, 1, 64).transpose(0, 2, 1, 3)
+    dense = dense_ref(q, k, v, mask)
     for k_top in (S, S + 5):
         for flags in (0, MEAN_V):
             got = run_op(ggml, q, k, v, v_mean, mask, 4, k_top, flags, kv_type=types[0], mask_type=types[1])
@@ -231,6 +232,5 @@ def test_numpy_port_k_ge_s_is_dense():
     rng = np.random.default_rng(3)
     q, k, v, v_mean, mask = make_case(rng, 1, 8, 2, 1, 50, 32, 32, holes=False)
     got = numpy_ref(q, k, v, v_mean, mask, 4, 50, True)
-    dense = attention(q.reshape(1, 2, 4, 1, 32).astype(np.float64), k[:, :, None], v[:, :, None],
-                      mask[:, None, None]).reshape(1, 8, 1, 32).transpose(0, 2, 1, 3)
+    dense = dense_ref(q, k, v, mask)
     assert rel_err(got, dense) < 1e-12

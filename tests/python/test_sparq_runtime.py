@@ -6,6 +6,7 @@ enable, a removal or a state load must give the same logits as the copy kept up 
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -325,50 +326,64 @@ def test_cli_sparq_flag(smollm2_gguf: Path):
     assert r.returncode != 0 and "both r and k" in r.stderr
 
 
-@pytest.mark.parametrize("unified", [True, False], ids=["one-stream", "two-streams"])
-@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
-def test_two_sequences_decoded_together(smollm2_gguf: Path, tokens: list[int], unified: bool, kt: str):
-    """Two sequences decode one token each per ubatch. In one stream their new cells share 32-cell blocks (the
-    8-bit copy's slots are shared); each step must give the logits of a copy rebuilt from the K cache before it."""
-    import ctypes
+@contextlib.contextmanager
+def _two_seq_context(owner, unified: bool):
+    """A context for two sequences on owner's model (n_seq_max 2, one stream if unified), and decode(items,
+    last_only=False) for items (seq, pos, token) in one batch, returning the logits of each item (or the last)."""
     import llama_cpp
-    from llama_sparse import _native
-    owner = _llm(smollm2_gguf)
     params = llama_cpp.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 1024, 256, 256, 2
     params.n_threads = params.n_threads_batch = 2
     params.kv_unified = unified
     n_vocab = owner.n_vocab()
+    ctx = llama_cpp.llama_init_from_model(owner._model.model, params)
+    assert ctx
+    batch = llama_cpp.llama_batch_init(256, 0, 2)
+
+    def decode(items, last_only=False):
+        batch.n_tokens = len(items)
+        for i, (s, p, t) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
+            batch.seq_id[i][0], batch.logits[i] = s, int(not last_only or i == len(items) - 1)
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+        rows = [len(items) - 1] if last_only else range(len(items))
+        return [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy() for i in rows]
+    try:
+        yield ctx, decode
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+
+
+def _sparq_pause(ctx, spec: bytes) -> None:
+    """SparQ off and on again: the next graph rebuilds the copies from the cache."""
+    from llama_sparse import _native
+    assert _native.llama_sparse_set_sparq(ctx, 0, 0, False) == 0
+    assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+
+
+@pytest.mark.parametrize("unified", [True, False], ids=["one-stream", "two-streams"])
+@pytest.mark.parametrize("kt", ["", ",kt=q8_0"])
+def test_two_sequences_decoded_together(smollm2_gguf: Path, tokens: list[int], unified: bool, kt: str):
+    """Two sequences decode one token each per ubatch. In one stream their new cells share 32-cell blocks (the
+    8-bit copy's slots are shared); each step must give the logits of a copy rebuilt from the K cache before it."""
+    from llama_sparse import _native
+    owner = _llm(smollm2_gguf)
     prompts = (tokens[:100], tokens[40:140])
     gen = (tokens[140:148], tokens[150:158])
     spec = ("r=16,k=24" + kt).encode()
 
     def run(rebuild_each_step: bool) -> np.ndarray:
-        ctx = llama_cpp.llama_init_from_model(owner._model.model, params)
-        assert ctx
-        batch = llama_cpp.llama_batch_init(256, 0, 2)
-        try:
-            def decode(items):  # (seq, pos, token)
-                batch.n_tokens = len(items)
-                for i, (s, p, t) in enumerate(items):
-                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
-                    batch.seq_id[i][0], batch.logits[i] = s, 1
-                assert llama_cpp.llama_decode(ctx, batch) == 0
-                return [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
-                        for i in range(len(items))]
+        with _two_seq_context(owner, unified) as (ctx, decode):
             for s, pr in enumerate(prompts):
                 decode([(s, p, t) for p, t in enumerate(pr)])
             assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
             out = []
             for i in range(len(gen[0])):
-                if rebuild_each_step:  # a pause: the next step rebuilds the copy from the K cache
-                    assert _native.llama_sparse_set_sparq(ctx, 0, 0, False) == 0
-                    assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
+                if rebuild_each_step:
+                    _sparq_pause(ctx, spec)
                 out += decode([(s, len(prompts[s]) + i, gen[s][i]) for s in range(2)])
             return np.stack(out)
-        finally:
-            llama_cpp.llama_batch_free(batch)
-            llama_cpp.llama_free(ctx)
 
     kept, rebuilt = run(False), run(True)
     assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
@@ -382,39 +397,19 @@ def test_kt_q8_0_prefill_over_scattered_cells(smollm2_gguf: Path, tokens: list[i
     import llama_cpp
     from llama_sparse import _native
     owner = _llm(smollm2_gguf)
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 1024, 256, 256, 2
-    params.n_threads = params.n_threads_batch = 2
-    params.kv_unified = True
-    n_vocab = owner.n_vocab()
     tok = lambda i: tokens[i % len(tokens)]
     spec = b"r=16,k=24,kt=q8_0"
 
     def run(rebuild: bool) -> np.ndarray:
-        ctx = llama_cpp.llama_init_from_model(owner._model.model, params)
-        assert ctx
-        batch = llama_cpp.llama_batch_init(256, 0, 2)
-        try:
-            def decode(items, last_only=False):  # (seq, pos, token)
-                batch.n_tokens = len(items)
-                for i, (s, p, t) in enumerate(items):
-                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
-                    batch.seq_id[i][0], batch.logits[i] = s, int(not last_only or i == len(items) - 1)
-                assert llama_cpp.llama_decode(ctx, batch) == 0
-                return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+        with _two_seq_context(owner, True) as (ctx, decode):
             assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
             for p in range(192):
                 decode([(0, p, tok(p)), (1, p, tok(p + 7))])
-            mem = llama_cpp.llama_get_memory(ctx)
-            assert llama_cpp.llama_memory_seq_rm(mem, 0, -1, -1)
+            assert llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, -1, -1)
             decode([(1, 192 + i, tok(200 + i)) for i in range(80)], last_only=True)
             if rebuild:
-                assert _native.llama_sparse_set_sparq(ctx, 0, 0, False) == 0
-                assert _native.llama_sparse_set_sparq_str(ctx, spec) == 0
-            return np.stack([decode([(1, 272 + i, tok(300 + i))]) for i in range(6)])
-        finally:
-            llama_cpp.llama_batch_free(batch)
-            llama_cpp.llama_free(ctx)
+                _sparq_pause(ctx, spec)
+            return np.stack([decode([(1, 272 + i, tok(300 + i))])[0] for i in range(6)])
 
     kept, rebuilt = run(False), run(True)
     assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
