@@ -856,11 +856,16 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         }
         ggml_tensor * kc  = acc::layer_k(*kv, ikv);
         GGML_ASSERT(kc->ne[0] == n_embd);
+        // (the names let CUDA run these four nodes as one kernel: cuda/sparq-kt.cu)
         ggml_tensor * blk = ggml_get_rows(ctx0, ggml_reshape_2d(ctx0, kc, n_embd, kc->ne[1]*kc->ne[2]), inp->blk_cells);
+        ggml_set_name(blk, "sparq_kt_gather");
         blk = ggml_mul(ctx0, blk, inp->blk_keep); // empty cells count as 0, so stale K there cannot set a scale
+        ggml_set_name(blk, "sparq_kt_keep");
         blk = ggml_cont(ctx0, ggml_transpose(ctx0, ggml_reshape_3d(ctx0, blk, n_embd, 32, n_slots))); // [32, n_embd, n]
+        ggml_set_name(blk, "sparq_kt_tr");
         blk = ggml_reshape_2d(ctx0, blk, 32, n_embd*n_slots);
         ggml_tensor * kt_res = ggml_set_rows(ctx0, ggml_reshape_2d(ctx0, k_t, 32, ggml_nelements(k_t)/32), blk, inp->kt_idxs);
+        ggml_set_name(kt_res, "sparq_kt_put");
         ggml_build_forward_expand(g.gf, kt_res);
         inp->kt_cur[il] = kt_res;
     } else {

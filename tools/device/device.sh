@@ -28,6 +28,8 @@
 #   sparq-q8   test_sparq_cuda bench of the fused op with the f16 and the 8-bit (q8_0) transposed K, alternating
 #   sparq-q8-state  bench/sparq_state_check.py with kt=q8_0 on the 8B-shaped model at 16k (appended = rebuilt)
 #   sparq-q8-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with f16 and q8_0 k_t
+#   sparq-q8-diag  tg64 at 32k: f16 k_t, q8_0 k_t with its append as one kernel and as four nodes, CUDA graphs on / off;
+#              ncu device time per kernel of decode on a 4-layer 8B-shaped model, the same three copies
 #   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
 #              Llama-3-8B shapes, S 4k/16k/32k
 #   sparq-e2e  llama-bench tg32 at depth 16k/32k, dense vs LLAMA_SPARQ=r=32,k=128
@@ -394,6 +396,26 @@ remote() {
             # decode at 16k / 32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with the f16 and the
             # 8-bit transposed K (needs model8b, build)
             sparq8b_rounds sparq-q8-e2e stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0"
+            ;;
+        sparq-q8-diag)
+            # where the 8-bit copy's end-to-end time goes: tg64 at depth 32k (SPARQ_E2E_DEPTHS), f16 copy, q8 copy with
+            # its append as one kernel (default), q8 copy with the four append nodes (LLAMA_SPARSE_CUDA_KT_FUSE=0), each
+            # also without CUDA graphs; then ncu device time per kernel of 8 decode tokens on a 4-layer 8B-shaped
+            # model (needs model8b, build)
+            SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-32768} sparq8b_rounds sparq-q8-diag dense "sparq:LLAMA_SPARQ=r=32,k=128" \
+                "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0" "sparq8-nofuse:LLAMA_SPARQ=r=32,k=128,kt=q8_0 LLAMA_SPARSE_CUDA_KT_FUSE=0" \
+                "sparq-nograph:LLAMA_SPARQ=r=32,k=128 GGML_CUDA_DISABLE_GRAPHS=1" \
+                "sparq8-nograph:LLAMA_SPARQ=r=32,k=128,kt=q8_0 GGML_CUDA_DISABLE_GRAPHS=1"
+            local m4=$work/r8b-4l.q4_k.gguf c
+            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
+                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            for c in "f16:r=32,k=128" "q8:r=32,k=128,kt=q8_0" "q8-nofuse:r=32,k=128,kt=q8_0"; do
+                local envs=(LLAMA_SPARQ=${c#*:}); [ "${c%%:*}" = q8-nofuse ] && envs+=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
+                env "${envs[@]}" timeout 200 ncu --csv --print-units base --metrics gpu__time_duration.sum \
+                    --log-file "$out/prof-kt-${c%%:*}.csv" /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 \
+                    > "$out/prof-kt-${c%%:*}.log" 2>&1 || echo "${c%%:*} ncu rc $?"
+                python3 "$repo/bench/ncu_decode_split.py" "$out/prof-kt-${c%%:*}.csv" --tokens 9 --label "${c%%:*}" --top 24 || true
+            done
             ;;
         sparq-perf)
             # SparQ (r 32, k 128) with both step-2 variants against stock flash-attention decode, Llama-3-8B
