@@ -13,7 +13,8 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, group-off, fuse-off, ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster)
+#              variants zero-kernel, group-off, fuse-off, ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
+#              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0))
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -349,10 +350,11 @@ remote() {
                 [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
                 [ "${o#*:}" = early ] && env=(LLAMA_SPARSE_CUDA_TICKET=3)
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
+                [ "${o#*:}" = kt-fuse-off ] && env=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
-                grep -m1 "llama-sparse: CUDA fuses" "$out/test-backend-ops-$o.log" || true
+                grep -m1 -E "llama-sparse: CUDA (fuses|appends)" "$out/test-backend-ops-$o.log" || true
             done
             ;;
         sparq-test)
