@@ -29,6 +29,8 @@
 #   sparq-q8   test_sparq_cuda bench of the fused op with the f16 and the 8-bit (q8_0) transposed K, alternating
 #   sparq-q8-state  bench/sparq_state_check.py with kt=q8_0 on the 8B-shaped model at 16k (appended = rebuilt)
 #   sparq-q8-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with f16 and q8_0 k_t
+#   kt-check   compute-sanitizer memcheck of the kt=q8_0 append kernel (test-backend-ops SPARQ_KT_APPEND), then a mutant
+#              kernel the test must fail (source restored, test-backend-ops rebuilt)
 #   sparq-q8-diag  tg64 at 32k: f16 k_t, q8_0 k_t with its append as one kernel and as four nodes, CUDA graphs on / off;
 #              ncu device time per kernel of decode on a 4-layer 8B-shaped model, the same three copies
 #   sparq-perf test-backend-ops perf SPARQ_ATTN (LLAMA_SPARSE_CUDA_SPARQ_SPLIT=0 and 1) and stock FLASH_ATTN_EXT,
@@ -418,6 +420,25 @@ remote() {
                     > "$out/prof-kt-${c%%:*}.log" 2>&1 || echo "${c%%:*} ncu rc $?"
                 python3 "$repo/bench/ncu_decode_split.py" "$out/prof-kt-${c%%:*}.csv" --tokens 9 --label "${c%%:*}" --top 24 || true
             done
+            ;;
+        kt-check)
+            # the kt=q8_0 append kernel (cuda/sparq-kt.cu): compute-sanitizer memcheck of test-backend-ops SPARQ_KT_APPEND,
+            # then a mutant (one quant of every block off by one) that the test must fail; the source is restored after
+            # (needs build; the last step of a chain: test-backend-ops is rebuilt with the restored kernel)
+            local kt_src=$repo/cuda/sparq-kt.cu rc=0
+            timeout 300 compute-sanitizer --tool memcheck /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_KT_APPEND \
+                > "$out/kt-memcheck.log" 2>&1 || rc=$?
+            echo "memcheck rc $rc"; grep -E "ERROR SUMMARY|tests passed" "$out/kt-memcheck.log" || true
+            cp "$kt_src" "$work/sparq-kt.cu.orig"
+            sed -i 's/y->qs\[j\] = roundf(v\*id);/y->qs[j] = roundf(v*id) + (j == 5);/' "$kt_src"
+            grep -q "j == 5" "$kt_src" || { echo "mutation not applied"; cp "$work/sparq-kt.cu.orig" "$kt_src"; exit 1; }
+            cmake --build /tmp/b-fork -j "$jobs" --target test-backend-ops > "$out/kt-mutant-build.log" 2>&1 ||
+                { tail -20 "$out/kt-mutant-build.log"; cp "$work/sparq-kt.cu.orig" "$kt_src"; exit 1; }
+            rc=0
+            timeout 120 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_KT_APPEND > "$out/kt-mutant.log" 2>&1 || rc=$?
+            echo "mutant: rc $rc (must fail), $(grep -c FAIL "$out/kt-mutant.log") FAIL lines"; grep -E "passed" "$out/kt-mutant.log" | tail -2
+            cp "$work/sparq-kt.cu.orig" "$kt_src"
+            cmake --build /tmp/b-fork -j "$jobs" --target test-backend-ops > "$out/kt-restore-build.log" 2>&1 || tail -20 "$out/kt-restore-build.log"
             ;;
         sparq-perf)
             # SparQ (r 32, k 128) with both step-2 variants against stock flash-attention decode, Llama-3-8B
