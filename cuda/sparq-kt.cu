@@ -47,16 +47,11 @@ static bool sparq_kt_fuse_enabled() {
     return on;
 }
 
-static bool sparq_kt_is_view(const ggml_tensor * t) {
-    return ggml_is_empty(t) || t->op == GGML_OP_RESHAPE || t->op == GGML_OP_TRANSPOSE || t->op == GGML_OP_VIEW ||
-           t->op == GGML_OP_PERMUTE || t->op == GGML_OP_NONE;
-}
-
-// the next node after *j that is computed (views skipped), or nullptr
+// the next node after *j that is computed (views and no-ops skipped, as the graph loop skips them), or nullptr
 static ggml_tensor * sparq_kt_next(ggml_cgraph * cgraph, int * j) {
     for (++*j; *j < ggml_graph_n_nodes(cgraph); ++*j) {
         ggml_tensor * t = ggml_graph_node(cgraph, *j);
-        if (!sparq_kt_is_view(t)) {
+        if (!ggml_is_empty(t) && !ggml_op_is_empty(t->op)) {
             return t;
         }
     }
