@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
@@ -86,8 +87,37 @@ static bool zz_single_stream(ggml_backend_cuda_context & ctx) {
     return ctx.curr_stream_no == 0 && ctx.stream_context().concurrent_events.empty();
 }
 
+// measurement only: LLAMA_SPARSE_CUDA_WHATIF_SKIP=ROPE,SET_ROWS,... (ggml op names) leaves those nodes out of
+// the graph, their outputs stale, so that decode time without them bounds what fusing them away could gain.
+// The results are wrong while it is set; it is never meant for use.
+static bool zz_whatif_skip(const ggml_tensor * node) {
+    static const std::vector<bool> skip = [] {
+        std::vector<bool> v(GGML_OP_COUNT, false);
+        const char * e = getenv("LLAMA_SPARSE_CUDA_WHATIF_SKIP");
+        if (e == nullptr || *e == '\0') {
+            return v;
+        }
+        std::string list = std::string(",") + e + ",";
+        std::string names;
+        for (int op = 0; op < GGML_OP_COUNT; ++op) {
+            const std::string name = ggml_op_name((ggml_op) op);
+            if (list.find("," + name + ",") != std::string::npos) {
+                v[op] = true;
+                names += " " + name;
+            }
+        }
+        GGML_LOG_WARN("llama-sparse: LLAMA_SPARSE_CUDA_WHATIF_SKIP: the CUDA graph skips%s (timing only: results are wrong)\n",
+                      names.empty() ? " nothing (no op name matched)" : names.c_str());
+        return v;
+    }();
+    return node->op < (int) skip.size() && skip[node->op];
+}
+
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * node = ggml_graph_node(cgraph, i);
+    if (zz_whatif_skip(node)) {
+        return 1;
+    }
     if (node->op == GGML_OP_GLU) {
         return zz_single_stream(ctx) ? ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i) : 0;
     }

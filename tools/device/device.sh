@@ -771,6 +771,36 @@ remote() {
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
             ;;
+        whatif)
+            # upper bounds by leaving ops out of the decode graph (LLAMA_SPARSE_CUDA_WHATIF_SKIP, timing only: the
+            # output is wrong). 7B-shaped zigzag (modelzz: thresholds, not calibrated), tg128, stock and the fork
+            # dense / 0.50 with and without rope + set_rows, rms_norm + mul, flash attention; then the 8B-shaped
+            # model at WHATIF_DEPTHS (default 32k): stock, dense, dense without flash attention, SparQ r 32 k 128,
+            # SparQ without its op, SparQ with k above the context (upkeep only). Two rounds, alternating
+            local lb=(-ngl 99 -p 0 -n 128 -r 3 -o md) i c
+            local sk_rope=ROPE,SET_ROWS sk_norm=RMS_NORM,MUL sk_fa=FLASH_ATTN_EXT
+            if [ -f "$zc7b" ]; then
+                for i in 1 2; do
+                    for c in "stock" "dense" "dense:$sk_rope,$sk_norm,$sk_fa" "0.50" "0.50:$sk_rope" "0.50:$sk_norm" \
+                             "0.50:$sk_fa" "0.50:$sk_rope,$sk_norm,$sk_fa"; do
+                        local lv=${c%%:*} sk= bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                        [ "$c" = "$lv" ] || sk=${c#*:}
+                        [ "$lv" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
+                        echo "7b round $i $c: $(LLAMA_SPARSE=$lv LLAMA_SPARSE_CUDA_WHATIF_SKIP=$sk $bin -m "$m" "${lb[@]}" 2>&1 |
+                            tee -a "$out/whatif7b.log" | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}')"
+                    done
+                done
+            else
+                echo "no 7B model with levels (modelzz-bg / modelzz-wait): 7B part left out"
+            fi
+            if [ -f "$r8b" ]; then
+                SPARQ_E2E_DEPTHS=${WHATIF_DEPTHS:-32768} sparq8b_rounds whatif8b stock dense \
+                    "dense-nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=$sk_fa" "sparq:LLAMA_SPARQ=r=32,k=128" \
+                    "sparq-noop:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN" \
+                    "upkeep:LLAMA_SPARQ=r=32,k=1000000"
+                grep -h -m1 "WHATIF" "$out"/whatif8b-*.log | head -2 || true
+            fi
+            ;;
         fuse-check)
             # decode logits with the fused SwiGLU / residual adds (default) against LLAMA_SPARSE_CUDA_FUSE_OPS=0, dense
             # and at 0.50, on the calibrated 7B-shaped model; at 0.50 also off against off (the reductions' own spread).
