@@ -307,6 +307,36 @@ remote() {
             done
             ls /usr/local/cuda*/bin 2>/dev/null | grep -i -E "nsys|ncu" | head -3; which nsys ncu 2>/dev/null || true
             ;;
+        sparq-ingraph)
+            # the SparQ op inside decode against the op alone, at SPARQ_NCU_DEPTH (default 32k) on the 4-layer
+            # 8B-shaped model (made here if missing): tg32 of SparQ r 32 k 128 with and without its op
+            # (LLAMA_SPARSE_CUDA_WHATIF_SKIP), three rounds; then ncu's device time of each attention kernel of the
+            # decode (serialized, clocks and caches left alone) for SparQ and for flash attention
+            local m4=$work/r8b-4l.q4_k.gguf d=${SPARQ_NCU_DEPTH:-32768} i lb4=(-ngl 99 -fa 1 -p 0 -r 1 -o md)
+            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
+                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            for i in 1 2 3; do
+                for c in "dense:" "nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=FLASH_ATTN_EXT" "sparq:LLAMA_SPARQ=r=32,k=128" \
+                         "noop:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN"; do
+                    local envs=(); read -r -a envs <<< "${c#*:}"
+                    echo "$d ${c%%:*}: $(env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$m4" "${lb4[@]}" -n 64 -d $d 2>&1 |
+                        tee -a "$out/ingraph-${c%%:*}.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
+                done
+            done
+            for c in dense sparq; do
+                local envs=(); [ $c = sparq ] && envs=(LLAMA_SPARQ=r=32,k=128)
+                env "${envs[@]}" timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:"sparq|flash_attn" \
+                    --launch-skip 8 --launch-count 24 --metrics gpu__time_duration.sum \
+                    /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d $d > "$out/ncu-ingraph-$c.log" 2>&1 || true
+                echo "-- ncu $c (us)"
+                grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-ingraph-$c.log" | sed -E 's/\(sparq_args.*|<.*|Context.*//' |
+                    paste - - | awk '{print $1, $NF}' | sort | uniq -c | head -20
+                grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-ingraph-$c.log" | paste - - | awk '{print $NF}' | tail -12 | tr '\n' ' '; echo
+            done
+            # the op alone on this GPU (test_sparq_cuda bench, K/V rotated past L2)
+            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
+            timeout 60 /tmp/sparq-test/t bench --variant fused --S 16384,$d 2>&1 | tee "$out/ingraph-opbench.log" | grep -v "^device"
+            ;;
         sparq-ncu-e2e)
             # device time of the attention kernels inside llama-bench decode (tg8 at depth 16k, 4-layer 8B-shaped model):
             # FA's vec kernel (dense) against the two SparQ kernels, as ncu times them one by one
