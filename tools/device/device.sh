@@ -323,15 +323,16 @@ remote() {
                         tee -a "$out/ingraph-${c%%:*}.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
                 done
             done
+            # (prefill's attention kernels are other ones: flash_attn_ext_f16; the first decode token is at depth 0)
             for c in dense sparq; do
-                local envs=(); [ $c = sparq ] && envs=(LLAMA_SPARQ=r=32,k=128)
-                env "${envs[@]}" timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:"sparq|flash_attn" \
-                    --launch-skip 8 --launch-count 24 --metrics gpu__time_duration.sum \
+                local envs=() rx="flash_attn_ext_vec|flash_attn_combine"
+                [ $c = sparq ] && { envs=(LLAMA_SPARQ=r=32,k=128); rx="sparq"; }
+                env "${envs[@]}" timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:"$rx" \
+                    --launch-count 80 --metrics gpu__time_duration.sum \
                     /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d $d > "$out/ncu-ingraph-$c.log" 2>&1 || true
-                echo "-- ncu $c (us)"
-                grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-ingraph-$c.log" | sed -E 's/\(sparq_args.*|<.*|Context.*//' |
-                    paste - - | awk '{print $1, $NF}' | sort | uniq -c | head -20
-                grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-ingraph-$c.log" | paste - - | awk '{print $NF}' | tail -12 | tr '\n' ' '; echo
+                echo "-- ncu $c: kernel, us (in launch order; the last ones are the decode at depth)"
+                grep -E "^  [a-z_].*\(|gpu__time_duration" "$out/ncu-ingraph-$c.log" |
+                    sed -E 's/^ +void +//; s/^ +//; s/[<(].*//; s/gpu__time_duration.sum +[a-z]+ +//' | paste - - | tail -16 | tr '\n' ';'; echo
             done
             # the op alone on this GPU (test_sparq_cuda bench, K/V rotated past L2)
             [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
