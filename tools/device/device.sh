@@ -338,6 +338,24 @@ remote() {
             [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             timeout 60 /tmp/sparq-test/t bench --variant fused --S 16384,$d 2>&1 | tee "$out/ingraph-opbench.log" | grep -v "^device"
             ;;
+        sparq-ingraph-ncu)
+            # sparq_fused inside decode (4-layer 8B-shaped model at SPARQ_NCU_DEPTH, default 32k) against the op alone
+            # (test_sparq_cuda bench, the same shapes): ncu time, clocks, instructions, DRAM and L2 bytes, per launch
+            local m4=$work/r8b-4l.q4_k.gguf d=${SPARQ_NCU_DEPTH:-32768}
+            local met=gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size,launch__block_size,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_membar_per_warp_active.pct
+            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
+                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
+            LLAMA_SPARQ=r=32,k=128 timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused \
+                --launch-count 12 --metrics $met /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 2 -r 1 -d $d \
+                > "$out/ncu-met-ingraph.log" 2>&1 || true
+            timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused --launch-skip 2 --launch-count 4 \
+                --metrics $met /tmp/sparq-test/t bench --variant fused --S $d --iters 8 > "$out/ncu-met-bench.log" 2>&1 || true
+            for f in ingraph bench; do
+                echo "-- $f (last launch)"
+                grep -E "^ +(gpu__|smsp__|dram__|lts__|sm__|launch__)" "$out/ncu-met-$f.log" | tail -9
+            done
+            ;;
         sparq-ncu-e2e)
             # device time of the attention kernels inside llama-bench decode (tg8 at depth 16k, 4-layer 8B-shaped model):
             # FA's vec kernel (dense) against the two SparQ kernels, as ncu times them one by one
