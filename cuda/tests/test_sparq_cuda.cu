@@ -124,8 +124,10 @@ static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
     const size_t  ts = x.ts, ms = x.ms, fs = sizeof(float);
 
     x.q.resize(D*H*n_tok*ns); // stored [D, H, n_tok, ns], viewed [D, n_tok, H, ns]
+    // SPARQ_TEST_QSCALE: q times this (the spread of the scores; bench experiments)
+    static const float q_scale = getenv("SPARQ_TEST_QSCALE") ? (float) atof(getenv("SPARQ_TEST_QSCALE")) : 1.0f;
     for (size_t i = 0; i < x.q.size(); ++i) {
-        x.q[i] = c.q_zero ? 0.0f : rng_normal()*(1.0f + 2.0f*(i % 7 == 0)); // a few heavier components
+        x.q[i] = c.q_zero ? 0.0f : q_scale*rng_normal()*(1.0f + 2.0f*(i % 7 == 0)); // a few heavier components
     }
     x.k.resize(D*Hkv*kv_size*ns*ts);
     x.kt.resize(D*Hkv*kv_size*ns*ts);

@@ -351,6 +351,11 @@ remote() {
                 > "$out/ncu-met-ingraph.log" 2>&1 || true
             timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused --launch-skip 2 --launch-count 4 \
                 --metrics $met /tmp/sparq-test/t bench --variant fused --S $d --iters 8 > "$out/ncu-met-bench.log" 2>&1 || true
+            local qs
+            for qs in 0.01 0.1 1 3 10; do
+                echo "-- bench, q x $qs: $(SPARQ_TEST_QSCALE=$qs timeout 60 /tmp/sparq-test/t bench --variant fused --S 16384,$d 2>&1 |
+                    grep -E "^ +[0-9]+ +fused" | awk '{print $1": "$3" us"}' | tr '\n' ' ')"
+            done
             for f in ingraph bench; do
                 echo "-- $f (last launch)"
                 grep -E "^ +(gpu__|smsp__|dram__|lts__|sm__|launch__)" "$out/ncu-met-$f.log" | tail -9
