@@ -1904,32 +1904,6 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef);
     SPARQ_MARK_FU(2);
 
-    // the r rows of k_t this block reads (and its mask row) requested into L2 at once: the register batches below
-    // keep only ~8 rows a thread in flight, which is one DRAM round trip after another when the rows are cold, as
-    // they are in a decode graph (the other layers evict them)
-    if (a.l2_prefetch) {
-        const int hi = min(lo + P, n_kv);
-        if (hi > lo) {
-            const char  * ktr = a.kt + kh*a.kt_nb2 + s*a.kt_nb3;
-            const int64_t b0  = KQ8 ? (int64_t) (lo/32)*34 : (int64_t) lo*sizeof(half);
-            const int64_t b1  = KQ8 ? (int64_t) ((hi + 31)/32)*34 : (int64_t) hi*sizeof(half);
-            const int64_t m0  = (int64_t) lo*sizeof(MT);
-            const int64_t m1  = (int64_t) hi*sizeof(MT);
-            const int     nl  = (int) ((max(b1 - b0, m1 - m0) + 127)/128) + 1; // lines a row, at most
-#pragma unroll 1
-            for (int e = tid; e < (rr + 1)*nl; e += SPARQ_FU_THREADS) {
-                const int    c   = e / nl;
-                const char * row = c < rr ? ktr + (int64_t) s_i1[c]*a.kt_nb1 : (const char *) mrow;
-                const char * beg = row + (c < rr ? b0 : m0);
-                const char * end = row + (c < rr ? b1 : m1);
-                const char * p   = (const char *) (((uintptr_t) beg & ~(uintptr_t) 127) + (uintptr_t) (e % nl)*128);
-                if (p < end) {
-                    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-                }
-            }
-        }
-    }
-
     // 1. approximate scores: item (g, pg) = positions lo + 8 pg .. +7 and the rows g, g + RG, ... of the r; the
     // items of row group 0 add the mask (-inf where not visible). Loops over run-time counts stay rolled: this code
     // runs once per block, and unrolled it waits on instruction fetch
@@ -2697,11 +2671,6 @@ static void sparq_launch(const sparq_args & a, const int units, cudaStream_t str
 
 // the vector-load flags of sparq_args from its pointers and strides
 static void sparq_set_vec(sparq_args & a) {
-    static const bool prefetch = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_PREFETCH");
-        return e == nullptr || atoi(e) != 0;
-    }();
-    a.l2_prefetch = prefetch;
     a.kt_vec = (((uintptr_t) a.kt | (uintptr_t) a.kt_nb1 | (uintptr_t) a.kt_nb2 | (uintptr_t) a.kt_nb3) & 15) == 0;
     a.k_vec  = (((uintptr_t) a.k | (uintptr_t) a.k_nb1 | (uintptr_t) a.k_nb2 | (uintptr_t) a.k_nb3) & 15) == 0;
     const uintptr_t v2 = a.kv_f16 ? 2*sizeof(half) : 2*sizeof(float); // one V component pair

@@ -74,6 +74,13 @@
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
+#   whatif     upper bounds: tg with ops left out of the decode graph (LLAMA_SPARSE_CUDA_WHATIF_SKIP; output wrong):
+#              7B zigzag (after modelzz) without rope + set_rows / rms_norm + mul / flash attention; 8B at 32k
+#              (after model8b) without flash attention, without the SparQ op, SparQ upkeep only
+#   sparq-ingraph  4-layer 8B at 32k: tg64 of SparQ with and without its op, ncu time of decode's attention kernels,
+#              and the op alone (test_sparq_cuda bench); sparq-ingraph-ncu: ncu metrics (time, clock, instructions,
+#              DRAM / L2 bytes, barrier stalls) of sparq_fused in decode against the bench, and the bench under
+#              SPARQ_TEST_QSCALE (score spread)
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
 # remote-bg chain with it: keep each chain within one call (remote-bg, then poll in the same command) or re-poll at once.
@@ -441,30 +448,6 @@ remote() {
                         sed "s/^/round $i kt $kt /" | tee -a "$out/sparq-q8-bench.log" || echo "bench $kt failed"
                 done
             done
-            ;;
-        sparq-pf)
-            # the fused op's L2 prefetch of its k_t rows (LLAMA_SPARSE_CUDA_SPARQ_PREFETCH): test_sparq_cuda test of the
-            # fused variant, then its bench (copies rotated by the bytes a call reads) with the prefetch on and off, f16
-            # and 8-bit k_t, two rounds alternating (needs build-base)
-            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
-            local rc=0 i pf kt
-            timeout 200 /tmp/sparq-test/t test --variant fused > "$out/sparq-pf-test.log" 2>&1 || rc=$?
-            echo "test_sparq_cuda test --variant fused: rc $rc; $(grep -c '^ok' "$out/sparq-pf-test.log") ok lines"
-            grep -E "^FAIL|passed" "$out/sparq-pf-test.log" | tail -5 || true
-            for i in 1 2; do
-                for kt in f16 q8_0; do
-                    for pf in 1 0; do
-                        LLAMA_SPARSE_CUDA_SPARQ_PREFETCH=$pf timeout 90 /tmp/sparq-test/t bench --variant fused --kt $kt --S 4096,16384,32768 2>&1 |
-                            tee -a "$out/sparq-pf-bench.log" | grep -E "^ +[0-9]+ +fused" | awk -v h="round $i kt $kt prefetch $pf" '{printf "%s S %s: %s us; ", h, $1, $3} END {print ""}'
-                    done
-                done
-            done
-            ;;
-        sparq-pf-e2e)
-            # decode at SPARQ_E2E_DEPTHS on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with the prefetch
-            # (default) and without, and the 8-bit k_t (needs model8b, build)
-            sparq8b_rounds sparq-pf-e2e stock dense "sparq:LLAMA_SPARQ=r=32,k=128" \
-                "sparq-nopf:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_PREFETCH=0" "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0"
             ;;
         sparq-q8-state)
             # the 8-bit copy on the GPU: appended in the prefill graph (context A) against rebuilt after a state load
