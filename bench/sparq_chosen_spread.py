@@ -19,20 +19,10 @@ from pathlib import Path
 import numpy as np
 
 
-class _Tensor(ctypes.Structure):
-    """struct ggml_tensor of upstream 0c1e570 (ggml.h), as far as its name."""
-
-
-_Tensor._fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-                    ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-                    ("flags", ctypes.c_int32), ("src", ctypes.POINTER(_Tensor) * 10),
-                    ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p),
-                    ("name", ctypes.c_char * 64)]
-
 _F32, _F16 = 0, 1
 
 
-def _array(t: _Tensor) -> np.ndarray:
+def _array(t) -> np.ndarray:
     """A 4-d tensor on the host as float64, numpy axes reversed (ne[3], ne[2], ne[1], ne[0])."""
     dt = {_F32: np.float32, _F16: np.float16}[t.type]
     ne = [t.ne[i] for i in range(4)]
@@ -82,13 +72,14 @@ def main() -> int:
     import llama_cpp
 
     from llama_sparse import _native
+    from llama_sparse._ggml import GgmlTensor
 
     spreads: list[float] = []
     rows: list[tuple[int, int, list[int]]] = []   # (step, layer, counts of every block, all heads)
     step = [0]
 
     def cb(t, ask, _ud):
-        node = ctypes.cast(t, ctypes.POINTER(_Tensor)).contents
+        node = ctypes.cast(t, ctypes.POINTER(GgmlTensor)).contents
         if not node.name.startswith(b"sparq_attn"):
             return False
         if ask:

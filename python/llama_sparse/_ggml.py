@@ -33,6 +33,18 @@ class _TypeTraits(ctypes.Structure):
     ]
 
 
+class GgmlTensor(ctypes.Structure):
+    """struct ggml_tensor of upstream 0c1e570 (ggml/include/ggml.h) as far as its name: what an eval callback
+    (ggml_backend_sched_eval_callback) reads of a node."""
+
+
+GgmlTensor._fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                       ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                       ("flags", ctypes.c_int32), ("src", ctypes.POINTER(GgmlTensor) * 10),
+                       ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p),
+                       ("name", ctypes.c_char * 64)]
+
+
 @dataclass(frozen=True)
 class TypeInfo:
     """Static facts about one ggml type, read from ggml_get_type_traits."""

@@ -231,15 +231,6 @@ def _tokens(model, text: bytes) -> list[int]:
     return list(buf[:n])
 
 
-class _Tensor(ctypes.Structure):
-    """struct ggml_tensor of upstream 0c1e570 (ggml.h), as far as src and name."""
-
-
-_Tensor._fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-                    ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-                    ("flags", ctypes.c_int32), ("src", ctypes.POINTER(_Tensor) * 10),
-                    ("view_src", ctypes.c_void_p), ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p),
-                    ("name", ctypes.c_char * 64)]
 
 
 @pytest.mark.parametrize("level", [None, "0.50"])
@@ -251,12 +242,13 @@ def test_decode_graph_keeps_siblings_adjacent(leveled: Path, level):
     import llama_cpp
 
     from llama_sparse import _native
+    from llama_sparse._ggml import GgmlTensor
 
     order: list[tuple[int, str, str, list[int]]] = []   # (node, its name, src0's name, srcs)
 
     def cb(t, ask, _ud):
         if ask:
-            node = ctypes.cast(t, ctypes.POINTER(_Tensor)).contents
+            node = ctypes.cast(t, ctypes.POINTER(GgmlTensor)).contents
             srcs = [ctypes.addressof(p.contents) for p in node.src if p]
             src0 = node.src[0].contents.name.decode() if node.src[0] else ""
             order.append((t, node.name.decode(), src0, srcs))
