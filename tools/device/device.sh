@@ -162,6 +162,14 @@ remote() {
         GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork NVCC_FLAGS="${3:-}" \
             bash "${4:-$repo}/cuda/tests/build-sparq.sh" "$1" > "$out/$2" 2>&1 || { tail -40 "$out/$2"; return 1; }
     }
+    # test_sparq_cuda at /tmp/sparq-test/t unless an earlier step built it
+    sparq_bin() { [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log; }
+    # the 4-layer Llama-3-8B-shaped model at $m4, made unless there (a minute)
+    local m4=$work/r8b-4l.q4_k.gguf
+    make_m4() {
+        [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
+            > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; return 1; }
+    }
     # one single-variant bench of a test_sparq_cuda binary at S SPARQ_AB_S, appended to $out/LOG, under ENV...
     # (none: the defaults): sparq_bench_single BIN LOG [ENV...]
     sparq_bench_single() {
@@ -297,11 +305,10 @@ remote() {
             # whether decode runs as CUDA graphs with SparQ on: tg32 at depth 16k, dense and SparQ, each with CUDA
             # graphs on and off (GGML_CUDA_DISABLE_GRAPHS=1); plus what ggml-cuda logs about its graphs
             # (the 4-layer Llama-3-8B-shaped model, made here if missing; the full one where model8b made it)
-            local g cfg m4=$work/r8b-4l.q4_k.gguf mg=$r8b
+            local g cfg mg=$r8b
             if [ ! -f "$r8b" ]; then
                 mg=$m4
-                [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
-                    > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+                make_m4 || exit 1
             fi
             for g in 0 1; do
                 for cfg in dense sparq; do
@@ -319,9 +326,8 @@ remote() {
             # 8B-shaped model (made here if missing): tg32 of SparQ r 32 k 128 with and without its op
             # (LLAMA_SPARSE_CUDA_WHATIF_SKIP), three rounds; then ncu's device time of each attention kernel of the
             # decode (serialized, clocks and caches left alone) for SparQ and for flash attention
-            local m4=$work/r8b-4l.q4_k.gguf d=${SPARQ_NCU_DEPTH:-32768} i lb4=(-ngl 99 -fa 1 -p 0 -r 1 -o md)
-            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
-                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            local d=${SPARQ_NCU_DEPTH:-32768} i lb4=(-ngl 99 -fa 1 -p 0 -r 1 -o md)
+            make_m4 || exit 1
             for i in 1 2 3; do
                 for c in "dense:" "nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=FLASH_ATTN_EXT" "sparq:LLAMA_SPARQ=r=32,k=128" \
                          "noop:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN"; do
@@ -342,17 +348,16 @@ remote() {
                     sed -E 's/^ +void +//; s/^ +//; s/[<(].*//; s/gpu__time_duration.sum +[a-z]+ +//' | paste - - | tail -16 | tr '\n' ';'; echo
             done
             # the op alone on this GPU (test_sparq_cuda bench, K/V rotated past L2)
-            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
+            sparq_bin || exit 1
             timeout 60 /tmp/sparq-test/t bench --variant fused --S 16384,$d 2>&1 | tee "$out/ingraph-opbench.log" | grep -v "^device"
             ;;
         sparq-ingraph-ncu)
             # sparq_fused inside decode (4-layer 8B-shaped model at SPARQ_NCU_DEPTH, default 32k) against the op alone
             # (test_sparq_cuda bench, the same shapes): ncu time, clocks, instructions, DRAM and L2 bytes, per launch
-            local m4=$work/r8b-4l.q4_k.gguf d=${SPARQ_NCU_DEPTH:-32768}
+            local d=${SPARQ_NCU_DEPTH:-32768}
             local met=gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size,launch__block_size,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_membar_per_warp_active.pct
-            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
-                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
-            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
+            make_m4 || exit 1
+            sparq_bin || exit 1
             LLAMA_SPARQ=r=32,k=128 timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused \
                 --launch-count 12 --metrics $met /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 2 -r 1 -d $d \
                 > "$out/ncu-met-ingraph.log" 2>&1 || true
@@ -371,7 +376,6 @@ remote() {
         sparq-ncu-e2e)
             # device time of the attention kernels inside llama-bench decode (tg8 at depth 16k, 4-layer 8B-shaped model):
             # FA's vec kernel (dense) against the two SparQ kernels, as ncu times them one by one
-            local m4=$work/r8b-4l.q4_k.gguf
             [ -f "$m4" ] || { echo "no 4-layer model (sparq-graphs or sparq-state makes it)"; exit 1; }
             # (dense: the vec and combine kernels only appear in decode; the first 8 are llama-bench's warm-up token at
             # depth 0 -- not checked yet: the 2026-11-23 run matched prefill kernels with a broader pattern)
@@ -471,9 +475,8 @@ remote() {
                 "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0" "sparq8-nofuse:LLAMA_SPARQ=r=32,k=128,kt=q8_0 LLAMA_SPARSE_CUDA_KT_FUSE=0" \
                 "sparq-nograph:LLAMA_SPARQ=r=32,k=128 GGML_CUDA_DISABLE_GRAPHS=1" \
                 "sparq8-nograph:LLAMA_SPARQ=r=32,k=128,kt=q8_0 GGML_CUDA_DISABLE_GRAPHS=1"
-            local m4=$work/r8b-4l.q4_k.gguf c
-            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" \
-                > "$out/model8b-4l.log" 2>&1 || { tail -5 "$out/model8b-4l.log"; exit 1; }
+            local c
+            make_m4 || exit 1
             for c in "f16:r=32,k=128" "q8:r=32,k=128,kt=q8_0" "q8-nofuse:r=32,k=128,kt=q8_0"; do
                 local envs=(LLAMA_SPARQ=${c#*:}); [ "${c%%:*}" = q8-nofuse ] && envs+=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 env "${envs[@]}" timeout 200 ncu --csv --print-units base --metrics gpu__time_duration.sum \
@@ -546,9 +549,8 @@ remote() {
             # after a state load the transposed K copy is rebuilt on the GPU: same logits as the graph-kept copy, and
             # the first decode's time against the host round trip (LLAMA_SPARSE_SPARQ_HOST_REBUILD=1); on a 4-layer
             # Llama-3-8B-shaped model (made here if missing: a minute)
-            local m4=$work/r8b-4l.q4_k.gguf rc=0
-            [ -f "$m4" ] || python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --layers 4 --type q4_k -o "$m4" > "$out/model8b-4l.log" 2>&1 ||
-                { tail -5 "$out/model8b-4l.log"; exit 1; }
+            local rc=0
+            make_m4 || exit 1
             python3 "$repo/bench/sparq_state_check.py" "$m4" --ngl 99 --depth 16384 > "$out/sparq-state.log" 2>&1 || rc=$?
             echo "device rebuild: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-state.log" | tail -6
             rc=0
@@ -629,7 +631,7 @@ remote() {
         sparq-src)
             # ncu details of sparq_attend and sparq_scores (single variant, S 32k, K/V rotated): registers, spills, warp
             # stalls (builds test_sparq_cuda if sparq-test did not; needs build-base)
-            [ -x /tmp/sparq-test/t ] || build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
+            sparq_bin || exit 1
             local kn
             for kn in sparq_attend sparq_scores; do
                 timeout 240 ncu --kernel-name regex:$kn --launch-skip 3 --launch-count 1 --set full \
