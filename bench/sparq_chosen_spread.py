@@ -35,24 +35,12 @@ def _array(t) -> np.ndarray:
 
 
 def chosen(q: np.ndarray, k: np.ndarray, mask: np.ndarray, r: int, k_top: int, scale: float) -> np.ndarray:
-    """Chosen positions [Hkv, k_top] of token 0, stream 0, as sparq_ref steps 1-2 pick them.
-    q [H, D], k [Hkv, S, D], mask [S]."""
-    H, D = q.shape
-    Hkv, S, _ = k.shape
-    G = H // Hkv
-    qg = q.reshape(Hkv, G, D)
-    out = np.empty((Hkv, min(k_top, S)), dtype=np.int64)
-    for h in range(Hkv):
-        i1 = np.argsort(-np.abs(qg[h]).sum(axis=0), kind="stable")[:r]
-        l1 = np.abs(qg[h]).sum(axis=-1, keepdims=True)
-        l1r = np.abs(qg[h][:, i1]).sum(axis=-1, keepdims=True)
-        rho = np.where((l1 > 0) & (l1r > 0), l1r / np.where(l1 > 0, l1, 1.0), 1.0)
-        logits = qg[h][:, i1] @ k[h][:, i1].T * (scale / np.sqrt(rho)) + mask[None, :]
-        m = logits.max(axis=-1, keepdims=True)
-        p = np.exp(logits - m)
-        p /= p.sum(axis=-1, keepdims=True)
-        out[h] = np.argsort(-p.sum(axis=0), kind="stable")[:k_top]
-    return out
+    """Chosen positions [Hkv, k_top] of one token, q [H, D], k [Hkv, S, D], mask [S] (llama_sparse.sparq_ref)."""
+    from llama_sparse.sparq_ref import sparq_select
+
+    Hkv, S, D = k.shape
+    _, i2 = sparq_select(q.reshape(1, Hkv, -1, 1, D), k[None, :, None], mask.reshape(1, 1, 1, 1, S), r, k_top, scale)
+    return i2[0, :, 0, 0, :]
 
 
 def main() -> int:

@@ -34,18 +34,11 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sca
     return _softmax(s) @ v
 
 
-def sparq_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, v_mean: np.ndarray | None, mask: np.ndarray,
-                    r: int, k_top: int, mean_v: bool = True, scale: float | None = None,
-                    k_approx: np.ndarray | None = None) -> np.ndarray:
-    """SparQ attention; returns [B, Hkv, G, T, Dv].
-
-    scale is the model's softmax scale (1/sqrt(D) by default); the approximate scores use
-    scale / sqrt(rho), which is the paper's temperature sqrt(D * rho) for scale = 1/sqrt(D).
-    With mean_v=False step 3 is skipped (the paper's choice for GQA models). k_top >= S gives dense
-    attention, as in the paper (every position is picked and alpha = 1). k_approx: the keys step 1 reads
-    (same shape as k; default k), e.g. the 8-bit transposed copy dequantized.
-    """
-    q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+def sparq_select(q: np.ndarray, k: np.ndarray, mask: np.ndarray, r: int, k_top: int, scale: float | None = None,
+                 k_approx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 1 and 2's selection of sparq_attention: (s_hat, i2), the approximate scores [B, Hkv, G, T, S] and the
+    chosen positions [B, Hkv, 1, T, k_top] (k_top capped at S)."""
+    q64, k64 = (np.asarray(a, dtype=np.float64) for a in (q, k))
     mask = np.asarray(mask, dtype=np.float64)
     D, S = q64.shape[-1], k64.shape[-2]
     scale = 1.0 / np.sqrt(D) if scale is None else scale
@@ -64,8 +57,29 @@ def sparq_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, v_mean: np.ndar
     logits = np.einsum("bhgtr,bhtsr->bhgts", q_hat, k_hat[:, :, 0]) * (scale / np.sqrt(rho)) + mask
     s_hat = _softmax(logits)                                                             # [B, Hkv, G, T, S]
 
-    # 2. top-k positions of the group-summed approximate scores; exact attention over them
-    i2 = _topk_indices(s_hat.sum(axis=2, keepdims=True), k_top)                         # [B, Hkv, 1, T, k]
+    # 2. top-k positions of the group-summed approximate scores
+    return s_hat, _topk_indices(s_hat.sum(axis=2, keepdims=True), k_top)                # [B, Hkv, 1, T, k]
+
+
+def sparq_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, v_mean: np.ndarray | None, mask: np.ndarray,
+                    r: int, k_top: int, mean_v: bool = True, scale: float | None = None,
+                    k_approx: np.ndarray | None = None) -> np.ndarray:
+    """SparQ attention; returns [B, Hkv, G, T, Dv].
+
+    scale is the model's softmax scale (1/sqrt(D) by default); the approximate scores use
+    scale / sqrt(rho), which is the paper's temperature sqrt(D * rho) for scale = 1/sqrt(D).
+    With mean_v=False step 3 is skipped (the paper's choice for GQA models). k_top >= S gives dense
+    attention, as in the paper (every position is picked and alpha = 1). k_approx: the keys step 1 reads
+    (same shape as k; default k), e.g. the 8-bit transposed copy dequantized.
+    """
+    q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    mask = np.asarray(mask, dtype=np.float64)
+    S = k64.shape[-2]
+    scale = 1.0 / np.sqrt(q64.shape[-1]) if scale is None else scale
+    k_top = min(k_top, S)
+    s_hat, i2 = sparq_select(q64, k64, mask, r, k_top, scale, k_approx)
+
+    # exact attention over the chosen positions
     y = np.empty(q64.shape[:-1] + (v64.shape[-1],))
     for t in range(q64.shape[3]):
         idx = i2[:, :, :, t, :]                                                          # [B, Hkv, 1, k]
