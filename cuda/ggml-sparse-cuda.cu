@@ -110,7 +110,7 @@ static bool zz_whatif_skip(const ggml_tensor * node) {
                       names.empty() ? " nothing (no op name matched)" : names.c_str());
         return v;
     }();
-    return node->op < (int) skip.size() && skip[node->op];
+    return skip[node->op];
 }
 
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
