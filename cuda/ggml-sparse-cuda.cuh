@@ -18,6 +18,7 @@
 #include "mul-mat-zz.cuh"
 #include "sparq-attn.cuh"
 #include "sparq-kt.cuh"
+#include "rope-store.cuh"
 
 // whether the CUDA backend runs this GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ node
 bool ggml_cuda_sparse_supports_op(const ggml_tensor * op);
@@ -29,5 +30,6 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
 // been run (or is run now) as part of a group of sibling MUL_MAT_ZZ nodes (q/k/v, gate/up: one GEMV launch at
 // the first one's place; LLAMA_SPARSE_CUDA_GROUP=0 turns grouping off); more when a zigzag GEMV took in the
 // SwiGLU before it or the residual add after it (ggml_cuda_op_mul_mat_zz_fuse), or when it ran the append of
-// SparQ's Q8_0 transposed K (ggml_cuda_sparq_kt_append_fuse).
+// SparQ's Q8_0 transposed K (ggml_cuda_sparq_kt_append_fuse), or the RoPE of q and k with the K/V cache writes
+// (ggml_cuda_rope_store_fuse).
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);

@@ -14,7 +14,7 @@
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
 #              variants zero-kernel, group-off, fuse-off, ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
-#              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0))
+#              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0))
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -418,10 +418,11 @@ remote() {
                 [ "${o#*:}" = early ] && env=(LLAMA_SPARSE_CUDA_TICKET=3)
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
                 [ "${o#*:}" = kt-fuse-off ] && env=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
+                [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
                 echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
-                grep -m1 -E "llama-sparse: CUDA (fuses|appends)" "$out/test-backend-ops-$o.log" || true
+                grep -m1 -E "llama-sparse: CUDA (fuses|appends|runs the RoPE)" "$out/test-backend-ops-$o.log" || true
             done
             ;;
         sparq-test)
@@ -867,22 +868,25 @@ remote() {
         fuse-check)
             # decode logits with the fused SwiGLU / residual adds (default) against LLAMA_SPARSE_CUDA_FUSE_OPS=0, dense
             # and at 0.50, on the calibrated 7B-shaped model; at 0.50 also off against off (the reductions' own spread).
-            # FUSE_CHECK_ENV (e.g. LLAMA_SPARSE_CUDA_TICKET=1: deterministic reductions) applies to every run
+            # FUSE_CHECK_ENV (e.g. LLAMA_SPARSE_CUDA_TICKET=1: deterministic reductions) applies to every run;
+            # FUSE_CHECK_OFF picks what "not fused" means (default LLAMA_SPARSE_CUDA_FUSE_OPS=0)
+            local off=${FUSE_CHECK_OFF:-LLAMA_SPARSE_CUDA_FUSE_OPS=0}
+            echo "not fused: $off"
             [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
             local lv rc=0
             [ -z "${FUSE_CHECK_ENV:-}" ] || { export ${FUSE_CHECK_ENV}; echo "with $FUSE_CHECK_ENV"; }
             for lv in dense 0.50; do
                 local lvl=(); [ $lv = dense ] || lvl=(--level $lv)
                 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" > "$out/fuse-check-$lv.log" 2>&1 &&
-                LLAMA_SPARSE_CUDA_FUSE_OPS=0 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
+                env $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
                     >> "$out/fuse-check-$lv.log" 2>&1 || { rc=1; tail -5 "$out/fuse-check-$lv.log"; continue; }
                 echo "$lv, fused against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-$lv-off.npy" "$work/logits-$lv-on.npy" || true)"
             done
-            if LLAMA_SPARSE_CUDA_FUSE_OPS=0 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 \
+            if env $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 \
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            grep -h "llama-sparse: CUDA fuses" "$out"/fuse-check-*.log | head -1 || true
+            grep -h -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | head -3 || true
             [ $rc = 0 ]
             ;;
         e2e-prof)

@@ -1,0 +1,284 @@
+// llama-sparse: RoPE of q and k, and the K / V cache writes, as one kernel (see rope-store.cuh).
+#include "rope-store.cuh"
+
+#include "ggml-sparse.h"
+
+#include <atomic>
+#include <cstdlib>
+
+// one RoPE: src rows (ne0 floats, i1 = head, i2 = token) into dst, either at its own strides or, fused with a
+// SET_ROWS, as row rows[i2] of a cache (the heads of a token side by side, as upstream's ROPE -> VIEW -> SET_ROWS)
+struct rs_rope {
+    const float   * x;
+    void          * dst;
+    int             ne0, ne1, ne2;
+    int64_t         sx1, sx2;       // floats
+    int64_t         sd1, sd2;       // dst elements (rows == nullptr)
+    const int64_t * rows;           // SET_ROWS: the cache row of token i2
+    int64_t         srow;           // its row stride, dst elements
+    const int32_t * pos;
+    const float   * ff;             // frequency factors, or nullptr
+    int             n_dims, n_offs;
+    int             neox, f16;
+    float           theta_scale, freq_scale, ext_factor, attn_factor;
+    float           corr0, corr1;
+    int             nb;             // blocks
+};
+
+// one SET_ROWS of f32 rows: row r of x (ne0 floats, sx1 apart) to row rows[r] of dst
+struct rs_copy {
+    const float   * x;
+    void          * dst;
+    int             ne0, nrows;
+    int64_t         sx1;
+    const int64_t * rows;
+    int64_t         srow;
+    int             f16;
+    int             nb;
+};
+
+struct rs_args {
+    rs_rope q;
+    rs_rope k;
+    rs_copy v;
+};
+
+static constexpr int RS_THREADS = 256;
+
+static __device__ __forceinline__ void rs_store(void * dst, const int64_t o, const float v, const int f16) {
+    if (f16) {
+        ((half *) dst)[o] = __float2half(v);
+    } else {
+        ((float *) dst)[o] = v;
+    }
+}
+
+// upstream's rope_yarn (forward) and rope_yarn_ramp, the same operations in the same order
+static __device__ __forceinline__ void rs_yarn(const rs_rope & r, const float theta_extrap, const int iw,
+                                               float & c, float & s) {
+    const float theta_interp = r.freq_scale*theta_extrap;
+    float theta  = theta_interp;
+    float mscale = r.attn_factor;
+    if (r.ext_factor != 0.0f) {
+        const float y        = (iw / 2 - r.corr0) / max(0.001f, r.corr1 - r.corr0);
+        const float ramp_mix = (1.0f - min(1.0f, max(0.0f, y)))*r.ext_factor;
+        theta   = theta_interp*(1 - ramp_mix) + theta_extrap*ramp_mix;
+        mscale *= 1.0f + 0.1f*logf(1.0f/r.freq_scale);
+    }
+    c = cosf(theta)*mscale;
+    s = sinf(theta)*mscale;
+}
+
+static __device__ void rs_rope_pair(const rs_rope & r, const int64_t p) {
+    const int     half_ne0 = r.ne0/2;
+    if (p >= (int64_t) half_ne0*r.ne1*r.ne2) {
+        return;
+    }
+    const int     i0  = 2*(int) (p % half_ne0);
+    const int64_t row = p / half_ne0;
+    const int     i1  = (int) (row % r.ne1);
+    const int     i2  = (int) (row / r.ne1);
+    const float * x   = r.x + i1*r.sx1 + i2*r.sx2;
+    const int64_t d   = r.rows ? r.rows[i2]*r.srow + (int64_t) i1*r.ne0 : i1*r.sd1 + i2*r.sd2;
+    if (i0 < r.n_offs || i0 >= r.n_offs + r.n_dims) {
+        rs_store(r.dst, d + i0,     x[i0],     r.f16);
+        rs_store(r.dst, d + i0 + 1, x[i0 + 1], r.f16);
+        return;
+    }
+    const int   iw         = i0 - r.n_offs;
+    const float theta_base = r.pos[i2]*powf(r.theta_scale, iw/2.0f);
+    const float ff         = r.ff ? r.ff[iw/2] : 1.0f;
+    float c, s;
+    rs_yarn(r, theta_base/ff, iw, c, s);
+    // normal: channels i0, i0 + 1; NeoX: n_offs + iw/2 and n_dims/2 further
+    const int   c0 = r.neox ? r.n_offs + iw/2 : i0;
+    const int   c1 = r.neox ? c0 + r.n_dims/2 : i0 + 1;
+    const float x0 = x[c0];
+    const float x1 = x[c1];
+    rs_store(r.dst, d + c0, x0*c - x1*s, r.f16);
+    rs_store(r.dst, d + c1, x0*s + x1*c, r.f16);
+}
+
+static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a) {
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q, k, v come from the kernel before
+    int b = blockIdx.x;
+    if (b < a.q.nb) {
+        rs_rope_pair(a.q, (int64_t) b*RS_THREADS + threadIdx.x);
+        return;
+    }
+    b -= a.q.nb;
+    if (b < a.k.nb) {
+        rs_rope_pair(a.k, (int64_t) b*RS_THREADS + threadIdx.x);
+        return;
+    }
+    b -= a.k.nb;
+    const rs_copy & v = a.v;
+    const int64_t   e = (int64_t) b*RS_THREADS + threadIdx.x;
+    if (e >= (int64_t) v.ne0*v.nrows) {
+        return;
+    }
+    const int64_t r = e / v.ne0;
+    const int     c = (int) (e % v.ne0);
+    rs_store(v.dst, v.rows[r]*v.srow + c, v.x[r*v.sx1 + c], v.f16);
+}
+
+static bool rs_enabled() {
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_ROPE_FUSE");
+        const char * d = getenv("GGML_CUDA_DISABLE_FUSION");
+        return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
+    }();
+    return on;
+}
+
+// the next node after *j that the graph loop computes (views and no-ops skipped), or nullptr
+static ggml_tensor * rs_next(ggml_cgraph * cgraph, int * j) {
+    for (++*j; *j < ggml_graph_n_nodes(cgraph); ++*j) {
+        ggml_tensor * t = ggml_graph_node(cgraph, *j);
+        if (!ggml_is_empty(t) && !ggml_op_is_empty(t->op)) {
+            return (t->flags & GGML_TENSOR_FLAG_COMPUTE) ? t : nullptr;
+        }
+    }
+    return nullptr;
+}
+
+// index of node t in [lo, hi), or -1
+static int rs_index(const ggml_cgraph * cgraph, const ggml_tensor * t, const int lo, const int hi) {
+    for (int j = lo; j < hi; ++j) {
+        if (cgraph->nodes[j] == t) {
+            return j;
+        }
+    }
+    return -1;
+}
+
+static bool rs_idx_ok(const ggml_tensor * idx, const int64_t n) {
+    return idx->type == GGML_TYPE_I64 && ggml_is_contiguous(idx) && idx->ne[0] == n && ggml_nelements(idx) == n;
+}
+
+static bool rs_cache_ok(const ggml_tensor * sr, const int64_t ne0) {
+    return (sr->type == GGML_TYPE_F16 || sr->type == GGML_TYPE_F32) && sr->ne[0] == ne0 && sr->ne[2] == 1 &&
+           sr->ne[3] == 1 && sr->nb[0] == (size_t) ggml_type_size(sr->type) && sr->nb[1] % ggml_type_size(sr->type) == 0;
+}
+
+// a ROPE this kernel computes: normal or NeoX, f32 in and out, 3-d
+static bool rs_rope_fill(const ggml_tensor * rope, rs_rope & r) {
+    const ggml_tensor * x = rope->src[0];
+    const int32_t * op = (const int32_t *) rope->op_params;
+    const int n_dims = op[1], mode = op[2], n_ctx_orig = op[4], n_offs = op[15];
+    if (rope->op != GGML_OP_ROPE || (mode != GGML_ROPE_TYPE_NORMAL && mode != GGML_ROPE_TYPE_NEOX) ||
+            x->type != GGML_TYPE_F32 || rope->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[3] != 1 ||
+            x->ne[0] % 2 != 0 || n_dims % 2 != 0 || n_offs < 0 || n_offs % 2 != 0 || n_offs + n_dims > x->ne[0] ||
+            rope->src[1]->type != GGML_TYPE_I32 || rope->src[1]->ne[0] < x->ne[2] ||
+            (rope->src[2] != nullptr && rope->src[2]->type != GGML_TYPE_F32) ||
+            x->ne[0]*x->ne[1]*x->ne[2] > INT32_MAX) {
+        return false;
+    }
+    float freq_base, beta_fast, beta_slow;
+    memcpy(&freq_base,     op +  5, sizeof(float));
+    memcpy(&r.freq_scale,  op +  6, sizeof(float));
+    memcpy(&r.ext_factor,  op +  7, sizeof(float));
+    memcpy(&r.attn_factor, op +  8, sizeof(float));
+    memcpy(&beta_fast,     op +  9, sizeof(float));
+    memcpy(&beta_slow,     op + 10, sizeof(float));
+    float corr[2];
+    ggml_rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, corr);
+    r.x           = (const float *) x->data;
+    r.ne0         = (int) x->ne[0];
+    r.ne1         = (int) x->ne[1];
+    r.ne2         = (int) x->ne[2];
+    r.sx1         = x->nb[1]/sizeof(float);
+    r.sx2         = x->nb[2]/sizeof(float);
+    r.pos         = (const int32_t *) rope->src[1]->data;
+    r.ff          = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
+    r.n_dims      = n_dims;
+    r.n_offs      = n_offs;
+    r.neox        = mode == GGML_ROPE_TYPE_NEOX;
+    r.theta_scale = powf(freq_base, -2.0f/n_dims);
+    r.corr0       = corr[0];
+    r.corr1       = corr[1];
+    r.nb          = (int) ((x->ne[0]/2*x->ne[1]*x->ne[2] + RS_THREADS - 1)/RS_THREADS);
+    return x->nb[1] % sizeof(float) == 0 && x->nb[2] % sizeof(float) == 0;
+}
+
+int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ggml_tensor * rq = ggml_graph_node(cgraph, i);
+    if (rq->op != GGML_OP_ROPE || !rs_enabled()) {
+        return 0;
+    }
+    int j = i;
+    ggml_tensor * rk = rs_next(cgraph, &j);
+    const int     jk = j;
+    ggml_tensor * sk = rs_next(cgraph, &j);
+    const int     js = j;
+    ggml_tensor * sv = rs_next(cgraph, &j);
+    if (rk == nullptr || sk == nullptr || sv == nullptr || rk->op != GGML_OP_ROPE || sk->op != GGML_OP_SET_ROWS ||
+            sv->op != GGML_OP_SET_ROWS) {
+        return 0;
+    }
+    rs_args a = {};
+    if (!rs_rope_fill(rq, a.q) || !rs_rope_fill(rk, a.k)) {
+        return 0;
+    }
+    // q: its own output
+    a.q.dst = rq->data;
+    a.q.sd1 = rq->nb[1]/sizeof(float);
+    a.q.sd2 = rq->nb[2]/sizeof(float);
+    a.q.f16 = 0;
+    if (!ggml_are_same_shape(rq, rq->src[0]) || rq->nb[0] != sizeof(float)) {
+        return 0;
+    }
+    // k: ROPE -> VIEW (the heads of a token as one row) -> SET_ROWS, k's rope output read by nothing else
+    const ggml_tensor * kv  = sk->src[0];
+    const int           jkv = rs_index(cgraph, kv, jk + 1, js);
+    if (jkv < 0 || kv->op != GGML_OP_VIEW || kv->view_src != rk || kv->view_offs != 0 || !ggml_is_contiguous(kv) ||
+            kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] || kv->ne[2] != 1 || kv->ne[3] != 1 ||
+            !ggml_is_contiguous(rk) || ggml_node_get_use_count(cgraph, jk) != 1 ||
+            ggml_node_get_use_count(cgraph, jkv) != 1 || (rk->flags & GGML_TENSOR_FLAG_OUTPUT) ||
+            (kv->flags & GGML_TENSOR_FLAG_OUTPUT) || !rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0])) {
+        return 0;
+    }
+    a.k.dst  = sk->data;
+    a.k.rows = (const int64_t *) sk->src[1]->data;
+    a.k.srow = sk->nb[1]/ggml_type_size(sk->type);
+    a.k.f16  = sk->type == GGML_TYPE_F16;
+    // v: SET_ROWS of f32 rows made before node i (only views lie between)
+    const ggml_tensor * vx = sv->src[0];
+    if (ggml_sparse_mem_overlaps(rk, vx) || vx->type != GGML_TYPE_F32 || vx->nb[0] != sizeof(float) || vx->nb[1] % sizeof(float) != 0 || vx->ne[2] != 1 ||
+            vx->ne[3] != 1 || vx->ne[0]*vx->ne[1] > INT32_MAX || !rs_idx_ok(sv->src[1], vx->ne[1]) ||
+            !rs_cache_ok(sv, vx->ne[0])) {
+        return 0;
+    }
+    a.v = { (const float *) vx->data, sv->data, (int) vx->ne[0], (int) vx->ne[1], (int64_t) (vx->nb[1]/sizeof(float)),
+            (const int64_t *) sv->src[1]->data, (int64_t) (sv->nb[1]/ggml_type_size(sv->type)),
+            sv->type == GGML_TYPE_F16, (int) ((vx->ne[0]*vx->ne[1] + RS_THREADS - 1)/RS_THREADS) };
+
+    // run in one launch, nothing written may overlap anything read or another write
+    const ggml_tensor * writes[3] = { rq, sk, sv };
+    const ggml_tensor * reads[9]  = { rq->src[0], rq->src[1], rq->src[2], rk->src[0], rk->src[1], rk->src[2],
+                                      sk->src[1], vx, sv->src[1] };
+    for (int w = 0; w < 3; ++w) {
+        for (const ggml_tensor * t : reads) {
+            if (t != nullptr && ggml_sparse_mem_overlaps(writes[w], t) && !(w == 0 && t == rq->src[0] && t->data == rq->data &&
+                    t->nb[1] == rq->nb[1] && t->nb[2] == rq->nb[2])) { // (q's rope in place is fine: one thread a pair)
+                return 0;
+            }
+        }
+        for (int w2 = w + 1; w2 < 3; ++w2) {
+            if (ggml_sparse_mem_overlaps(writes[w], writes[w2])) {
+                return 0;
+            }
+        }
+    }
+    const int nb = a.q.nb + a.k.nb + a.v.nb;
+    const ggml_cuda_kernel_launch_params p(dim3((unsigned) nb), dim3(RS_THREADS), 0, ctx.stream());
+    ggml_cuda_kernel_launch(rope_store, p, a);
+
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+        GGML_LOG_INFO("llama-sparse: CUDA runs the RoPE of q and k and the K/V cache writes as one kernel (first: %s; "
+                      "LLAMA_SPARSE_CUDA_ROPE_FUSE=0 turns it off)\n", rq->name);
+    }
+    return j - i + 1;
+}
