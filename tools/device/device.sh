@@ -419,8 +419,9 @@ remote() {
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
                 [ "${o#*:}" = kt-fuse-off ] && env=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
-                env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1
-                echo "rc $? $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
+                local orc=0
+                env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1 || orc=$?
+                echo "rc $orc $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
                 grep -m1 -E "llama-sparse: CUDA (fuses|appends|runs the RoPE)" "$out/test-backend-ops-$o.log" || true
             done
