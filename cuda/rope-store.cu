@@ -4,7 +4,6 @@
 #include "ggml-sparse.h"
 
 #include <atomic>
-#include <algorithm>
 #include <cstdlib>
 
 // one RoPE: src rows (ne0 floats, i1 = head, i2 = token) into dst, either at its own strides or, fused with a
@@ -38,21 +37,11 @@ struct rs_copy {
     int             nb;
 };
 
-// an L2 prefetch of the next weight (the attention output's matmul), read while flash attention runs
-struct rs_prefetch {
-    const char * p;
-    int64_t      bytes;
-    int          nb;
-};
-
 struct rs_args {
-    rs_rope     q;
-    rs_rope     k;
-    rs_copy     v;
-    rs_prefetch pf;
+    rs_rope q;
+    rs_rope k;
+    rs_copy v;
 };
-
-static constexpr int64_t RS_PF_CHUNK = 32768; // bytes a thread asks for
 
 static constexpr int RS_THREADS = 256;
 
@@ -124,16 +113,6 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a)
         return;
     }
     b -= a.k.nb;
-    if (b >= a.v.nb) {
-        const int64_t off = ((int64_t) (b - a.v.nb)*RS_THREADS + threadIdx.x)*RS_PF_CHUNK;
-        if (off < a.pf.bytes) {
-#if __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
-            const uint32_t n = (uint32_t) min(RS_PF_CHUNK, a.pf.bytes - off) & ~15u;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(a.pf.p + off), "r"(n) : "memory");
-#endif
-        }
-        return;
-    }
     const rs_copy & v = a.v;
     const int64_t   e = (int64_t) b*RS_THREADS + threadIdx.x;
     if (e >= (int64_t) v.ne0*v.nrows) {
@@ -142,15 +121,6 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a)
     const int64_t r = e / v.ne0;
     const int     c = (int) (e % v.ne0);
     rs_store(v.dst, v.rows[r]*v.srow + c, v.x[r*v.sx1 + c], v.f16);
-}
-
-// LLAMA_SPARSE_CUDA_PREFETCH_NEXT: MiB of the next zigzag weight to request into L2 (0: none; default 0)
-static int64_t rs_prefetch_bytes() {
-    static const int64_t b = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_PREFETCH_NEXT");
-        return e ? (int64_t) atoi(e) << 20 : (int64_t) 0;
-    }();
-    return b;
 }
 
 static bool rs_enabled() {
@@ -301,22 +271,7 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
             }
         }
     }
-    // the next zigzag matmul's weight (sm_90: one bulk L2 prefetch per 32 KiB), 16-byte aligned
-    if (rs_prefetch_bytes() > 0 && ggml_cuda_info().devices[ctx.device].cc >= GGML_CUDA_CC_HOPPER) {
-        for (int jn = j + 1; jn < ggml_graph_n_nodes(cgraph) && jn < j + 40; ++jn) {
-            const ggml_tensor * mm = ggml_graph_node(cgraph, jn);
-            if (mm->op == GGML_OP_MUL_MAT_ZZ) {
-                const ggml_tensor * w = mm->src[0];
-                if (w->buffer != nullptr && !ggml_backend_buffer_is_host(w->buffer) && ((uintptr_t) w->data) % 16 == 0) {
-                    a.pf.p     = (const char *) w->data;
-                    a.pf.bytes = std::min((int64_t) ggml_nbytes(w), rs_prefetch_bytes()) & ~(int64_t) 15;
-                    a.pf.nb    = (int) ((a.pf.bytes + RS_PF_CHUNK*RS_THREADS - 1)/(RS_PF_CHUNK*RS_THREADS));
-                }
-                break;
-            }
-        }
-    }
-    const int nb = a.q.nb + a.k.nb + a.v.nb + a.pf.nb;
+    const int nb = a.q.nb + a.k.nb + a.v.nb;
     const ggml_cuda_kernel_launch_params p(dim3((unsigned) nb), dim3(RS_THREADS), 0, ctx.stream());
     ggml_cuda_kernel_launch(rope_store, p, a);
 
