@@ -1864,6 +1864,7 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     __shared__ int   s_nvt;
     __shared__ float s_rm[SPARQ_FU_NB_MAX][GM], s_rl[SPARQ_FU_NB_MAX][GM], s_ra[SPARQ_FU_NB_MAX][GM]; // block 0
     __shared__ int   s_tmp[WARP_SIZE], s_res[3];
+    __shared__ int   s_nsel, s_off[SPARQ_FU_NB_MAX + 1]; // balanced step 3: this block's chosen count; the cluster's prefix
 
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int nb   = L.nb;
@@ -2192,7 +2193,9 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     SPARQ_MARK_FU(6);
 
     // 3. exact attention over the chosen rows: warp w takes rows w, w + WARPS, ... two at a time in flight; lane
-    // holds components DE*lane .. DE*lane + DE-1 of each row
+    // holds components DE*lane .. DE*lane + DE-1 of each row. Balanced (a.balance, the default): block b takes the
+    // b-th nb-th of the cluster's chosen positions in (block, position) order, read from their blocks' s_sel (on a
+    // real model most chosen positions lie in the most recent block: bench/sparq_chosen_spread.py); else its own
     float m[GM], l[GM], al[GM], acc[GM][DE];
 #pragma unroll
     for (int h = 0; h < GM; ++h) {
@@ -2203,6 +2206,51 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         for (int e = 0; e < DE; ++e) {
             acc[h][e] = 0.0f;
         }
+    }
+    // alpha of this block's chosen positions, whoever attends them (the order of the unbalanced loop below)
+    if (blend) {
+#pragma unroll 1
+        for (int i = warp; i < n_sel; i += SPARQ_FU_WARPS) {
+            const int jl = s_sel[i];
+#pragma unroll
+            for (int h = 0; h < GM; ++h) {
+                if (h < G) {
+                    al[h] += expf(s_a[h*P + jl] - s_M[h])*s_rz[h];
+                }
+            }
+        }
+    }
+    const int * rows   = s_sel; // rows[i] + base: position
+    int         base   = lo;
+    int         n_rows = n_sel;
+    if (a.balance && nb > 1) {
+        if (tid == 0) {
+            s_nsel = n_sel;
+        }
+        cluster.sync();
+        if (tid == 0) {
+            s_off[0] = 0;
+            for (int b = 0; b < nb; ++b) {
+                s_off[b + 1] = s_off[b] + *cluster.map_shared_rank(&s_nsel, b);
+            }
+        }
+        __syncthreads();
+        const int n_all = s_off[nb];
+        const int e0    = (int) ((int64_t) rank*n_all/nb);
+        const int e1    = (int) ((int64_t) (rank + 1)*n_all/nb);
+        int * s_own = (int *) s_key; // the keys are dead; <= ceil(n_all/nb) <= P entries
+#pragma unroll 1
+        for (int i = e0 + tid; i < e1; i += SPARQ_FU_THREADS) {
+            int o = 0;
+            while (i >= s_off[o + 1]) {
+                ++o;
+            }
+            s_own[i - e0] = o*P + *cluster.map_shared_rank(&s_sel[i - s_off[o]], o);
+        }
+        __syncthreads();
+        rows   = s_own;
+        base   = 0;
+        n_rows = e1 - e0;
     }
     {
         const char * kb = a.k + kh*a.k_nb2 + s*a.k_nb3 + (int64_t) (DE*lane)*sizeof(half);
@@ -2216,15 +2264,15 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
             }
         }
         using raw_t = typename std::conditional<DE == 4, uint2, uint32_t>::type;
-        for (int i0 = warp; i0 < n_sel; i0 += 2*SPARQ_FU_WARPS) {
+        for (int i0 = warp; i0 < n_rows; i0 += 2*SPARQ_FU_WARPS) {
             raw_t kr[2] = {}, vr[2] = {};
             float mr[2] = { 0.0f, 0.0f };
             int   jr[2];
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int i = i0 + u*SPARQ_FU_WARPS;
-                jr[u] = i < n_sel ? s_sel[i] : -1;
-                const int j = lo + max(jr[u], 0);
+                jr[u] = i < n_rows ? rows[i] : -1;
+                const int j = base + max(jr[u], 0);
                 if (jr[u] >= 0) {
                     kr[u] = *(const raw_t *) (kb + (int64_t) j*a.k_nb1);
                     vr[u] = *(const raw_t *) (vb + (int64_t) j*a.v_nb1);
@@ -2265,9 +2313,6 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                         acc[h][e] = acc[h][e]*corr + p*vf[e];
                     }
                     m[h] = mn;
-                    if (blend) {
-                        al[h] += expf(s_a[h*P + jr[u]] - s_M[h])*s_rz[h];
-                    }
                 }
             }
         }
@@ -2712,6 +2757,8 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     a.pacc   = (float *) ((char *) scratch + o.pacc);
     sparq_set_vec(a);
     GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
+    static const bool balance = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_BALANCE"); return e == nullptr || atoi(e) != 0; }();
+    a.balance = balance;
 
     if (sparq_try_fused(a, units, stream)) {
         return;

@@ -39,6 +39,7 @@ struct sparq_args {
     bool     kt_vec;              // k_t rows 16-byte aligned: vector loads
     bool     k_vec;               // K rows 16-byte aligned: vector loads (step 2)
     bool     v_vec;               // V rows contiguous, Dv even, pairs aligned: 2-element loads (step 2)
+    bool     balance;             // fused: step 3's rows split evenly over the cluster (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0: off)
     // split step 2 (scratch too): nseg segments of seg_len positions per (unit, KV head)
     uint64_t * cand;              // [units][Hkv][nseg][kseg]: a segment's top keys, (key << 32 | ~position) descending
     int      * ccnt;              // [units][Hkv][nseg]: how many

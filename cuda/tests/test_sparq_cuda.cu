@@ -136,6 +136,10 @@ static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
     x.mask.resize(n_kv*n_pad*ns*ms);
     x.vm.resize(Dv*Hkv*n_tok*ns);
 
+    // SPARQ_TEST_RECENT: added to the visible mask entries of the most recent eighth of the cells, so that the chosen
+    // positions crowd there, as on a real model (bench/sparq_chosen_spread.py)
+    static const char * recent_env = getenv("SPARQ_TEST_RECENT");
+    const float         recent     = recent_env ? (float) atof(recent_env) : 0.0f;
     std::vector<int32_t> cell_seq(n_kv*ns), cell_pos(n_kv*ns);
     for (int64_t s = 0; s < ns; ++s) {
         int32_t next_pos[8] = {0};
@@ -152,7 +156,7 @@ static void make_data(const sparq_case & c, sparq_data & x, bool poison) {
         const int32_t pos = t < n_tok ? (t % 2 == 0 ? 1 << 30 : rng_int(0, (int) (n_kv/c.n_seq))) : -1;
         for (int64_t j = 0; j < n_kv; ++j) {
             const bool vis = cell_seq[s*n_kv + j] == sq && cell_pos[s*n_kv + j] <= pos && rng_int(0, 50) != 0;
-            set_val(c.mask_type, x.mask.data(), ((s*n_pad + t)*n_kv + j)*ms, vis ? 0.0f : -INFINITY);
+            set_val(c.mask_type, x.mask.data(), ((s*n_pad + t)*n_kv + j)*ms, vis ? (8*j >= 7*n_kv ? recent : 0.0f) : -INFINITY);
         }
     }
     auto v_off = [&](int64_t s, int64_t j, int64_t e) -> int64_t {
