@@ -110,7 +110,7 @@ static void free_device(sparq_data & x) {
 }
 
 static bool visible(const sparq_case & c, const sparq_data & x, int64_t j, int64_t t, int64_t s) {
-    return get_val(c.mask_type, x.mask.data(), ((s*x.n_pad + t)*c.n_kv + j)*x.ms) == 0.0f;
+    return get_val(c.mask_type, x.mask.data(), ((s*x.n_pad + t)*c.n_kv + j)*x.ms) != -INFINITY;
 }
 
 // fills x (host): random q, K (and k_t), V, v_mean; a mask of n_seq sequences per stream with ~2% holes
@@ -381,7 +381,7 @@ static double boundary_gap(const sparq_case & c, const sparq_data & x, int64_t k
                 const int64_t e = comp[i].second;
                 dot += qv(g, e)*x.kt_deq[(s*D*c.Hkv + kh*D + e)*x.kv_size + vis[m]];
             }
-            a[m] = sc*dot;
+            a[m] = sc*dot + get_val(c.mask_type, x.mask.data(), ((s*x.n_pad + t)*c.n_kv + vis[m])*x.ms); // 0 but with SPARQ_TEST_RECENT
             mx   = std::max(mx, a[m]);
         }
         double sum = 0.0;
