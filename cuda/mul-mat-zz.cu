@@ -16,6 +16,7 @@
 // cluster (sm_90) reading its peers' shared memory. All are CUDA-graph safe: no host reads, no host sync.
 #include "mul-mat-zz.cuh"
 #include "sparse-idx.cuh"
+#include "graph-hook.cuh"
 #include "ggml-sparse.h"
 
 #include <cooperative_groups.h>
@@ -2820,11 +2821,7 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
 }
 
 static bool zz_fuse_enabled() {
-    static const bool on = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE_OPS");
-        const char * d = getenv("GGML_CUDA_DISABLE_FUSION");
-        return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
-    }();
+    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_FUSE_OPS");
     return on;
 }
 

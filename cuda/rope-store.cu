@@ -1,5 +1,6 @@
 // llama-sparse: RoPE of q and k, and the K / V cache writes, as one kernel (see rope-store.cuh).
 #include "rope-store.cuh"
+#include "graph-hook.cuh"
 
 #include "ggml-sparse.h"
 
@@ -124,23 +125,14 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a)
 }
 
 static bool rs_enabled() {
-    static const bool on = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_ROPE_FUSE");
-        const char * d = getenv("GGML_CUDA_DISABLE_FUSION");
-        return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
-    }();
+    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ROPE_FUSE");
     return on;
 }
 
-// the next node after *j that the graph loop computes (views and no-ops skipped), or nullptr
+// the next computed node, nullptr unless flagged to compute
 static ggml_tensor * rs_next(ggml_cgraph * cgraph, int * j) {
-    for (++*j; *j < ggml_graph_n_nodes(cgraph); ++*j) {
-        ggml_tensor * t = ggml_graph_node(cgraph, *j);
-        if (!ggml_is_empty(t) && !ggml_op_is_empty(t->op)) {
-            return (t->flags & GGML_TENSOR_FLAG_COMPUTE) ? t : nullptr;
-        }
-    }
-    return nullptr;
+    ggml_tensor * t = ggml_sparse_cuda_next_node(cgraph, j);
+    return t != nullptr && (t->flags & GGML_TENSOR_FLAG_COMPUTE) ? t : nullptr;
 }
 
 // index of node t in [lo, hi), or -1

@@ -1,5 +1,6 @@
 // llama-sparse: the append of SparQ's 8-bit transposed K as one kernel (see sparq-kt.cuh).
 #include "sparq-kt.cuh"
+#include "graph-hook.cuh"
 
 #include <cstdlib>
 #include <cstring>
@@ -39,23 +40,8 @@ void sparq_kt_q8_append_launch(const char * k, int64_t k_nb1, const int32_t * ce
 }
 
 static bool sparq_kt_fuse_enabled() {
-    static const bool on = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_KT_FUSE");
-        const char * d = getenv("GGML_CUDA_DISABLE_FUSION");
-        return (e == nullptr || atoi(e) != 0) && (d == nullptr || atoi(d) == 0);
-    }();
+    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_KT_FUSE");
     return on;
-}
-
-// the next node after *j that is computed (views and no-ops skipped, as the graph loop skips them), or nullptr
-static ggml_tensor * sparq_kt_next(ggml_cgraph * cgraph, int * j) {
-    for (++*j; *j < ggml_graph_n_nodes(cgraph); ++*j) {
-        ggml_tensor * t = ggml_graph_node(cgraph, *j);
-        if (!ggml_is_empty(t) && !ggml_op_is_empty(t->op)) {
-            return t;
-        }
-    }
-    return nullptr;
 }
 
 static bool sparq_kt_named(const ggml_tensor * t, const char * name) {
@@ -68,9 +54,9 @@ int ggml_cuda_sparq_kt_append_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph 
         return 0;
     }
     int j = i;
-    ggml_tensor * mul = sparq_kt_next(cgraph, &j);
-    ggml_tensor * tr  = sparq_kt_next(cgraph, &j);
-    ggml_tensor * put = sparq_kt_next(cgraph, &j);
+    ggml_tensor * mul = ggml_sparse_cuda_next_node(cgraph, &j);
+    ggml_tensor * tr  = ggml_sparse_cuda_next_node(cgraph, &j);
+    ggml_tensor * put = ggml_sparse_cuda_next_node(cgraph, &j);
     if (!sparq_kt_named(mul, "sparq_kt_keep") || !sparq_kt_named(tr, "sparq_kt_tr") || !sparq_kt_named(put, "sparq_kt_put")) {
         return 0;
     }
