@@ -224,11 +224,14 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     // k: ROPE -> VIEW (the heads of a token as one row) -> SET_ROWS, k's rope output read by nothing else
     const ggml_tensor * kv  = sk->src[0];
     const int           jkv = rs_index(cgraph, kv, jk + 1, js);
-    if (jkv < 0 || kv->op != GGML_OP_VIEW || kv->view_src != rk || kv->view_offs != 0 || !ggml_is_contiguous(kv) ||
-            kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] || kv->ne[2] != 1 || kv->ne[3] != 1 ||
-            !ggml_is_contiguous(rk) || ggml_node_get_use_count(cgraph, jk) != 1 ||
-            ggml_node_get_use_count(cgraph, jkv) != 1 || (rk->flags & GGML_TENSOR_FLAG_OUTPUT) ||
-            (kv->flags & GGML_TENSOR_FLAG_OUTPUT) || !rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0])) {
+    if (jkv < 0) {
+        return 0;
+    }
+    const int      k_idx[3] = { jk, jkv, js };
+    const ggml_op  k_ops[3] = { GGML_OP_ROPE, GGML_OP_VIEW, GGML_OP_SET_ROWS };
+    if (!ggml_can_fuse_subgraph_ext(cgraph, k_idx, 3, k_ops, &js, 1) || kv->view_src != rk || kv->view_offs != 0 ||
+            !ggml_is_contiguous(kv) || kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] || kv->ne[2] != 1 ||
+            kv->ne[3] != 1 || !ggml_is_contiguous(rk) || !rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0])) {
         return 0;
     }
     a.k.dst  = sk->data;

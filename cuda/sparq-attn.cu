@@ -1864,8 +1864,8 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     __shared__ int   s_nvt;
     __shared__ float s_rm[SPARQ_FU_NB_MAX][GM], s_rl[SPARQ_FU_NB_MAX][GM], s_ra[SPARQ_FU_NB_MAX][GM]; // block 0
     __shared__ int   s_tmp[WARP_SIZE], s_res[3];
-    __shared__ int   s_nsel, s_cmax, s_off[SPARQ_FU_NB_MAX + 1]; // balanced step 3: this block's chosen count (read by
-                                                                 // the others); the cluster's largest and prefix
+    __shared__ int   s_nsel, s_off[SPARQ_FU_NB_MAX + 1]; // balanced step 3: this block's chosen count (read by the
+                                                         // others); the cluster's prefix
 
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const int nb   = L.nb;
@@ -2237,26 +2237,24 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                 const int y = __shfl_up_sync(0xFFFFFFFF, x, o);
                 x += lane >= o ? y : 0;
             }
-            int cmax = c;
-#pragma unroll
-            for (int o = 1; o < WARP_SIZE; o *= 2) {
-                cmax = max(cmax, __shfl_xor_sync(0xFFFFFFFF, cmax, o));
-            }
             if (lane < nb) {
                 s_off[lane + 1] = x;
             }
             if (lane == 0) {
                 s_off[0] = 0;
-                s_cmax   = cmax;
             }
         }
         __syncthreads();
         const int n_all = s_off[nb];
+        int       cmax  = 0; // the busiest block's count
+        for (int b = 0; b < nb; ++b) {
+            cmax = max(cmax, s_off[b + 1] - s_off[b]);
+        }
         const int e0    = (int) ((int64_t) rank*n_all/nb);
         const int e1    = (int) ((int64_t) (rank + 1)*n_all/nb);
         // rounds of 2 WARPS rows: only when the busiest block has more of them than an even share
         constexpr int RW = 2*SPARQ_FU_WARPS;
-        if ((s_cmax + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW) {
+        if ((cmax + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW) {
             int * s_own = (int *) s_key; // the keys are dead; <= ceil(n_all/nb) <= P entries
 #pragma unroll 1
             for (int i = e0 + tid; i < e1; i += SPARQ_FU_THREADS) {
