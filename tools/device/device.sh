@@ -878,7 +878,7 @@ remote() {
             [ -z "${FUSE_CHECK_ENV:-}" ] || { export ${FUSE_CHECK_ENV}; echo "with $FUSE_CHECK_ENV"; }
             for lv in dense 0.50; do
                 local lvl=(); [ $lv = dense ] || lvl=(--level $lv)
-                python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" > "$out/fuse-check-$lv.log" 2>&1 &&
+                python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" --verbose > "$out/fuse-check-$lv.log" 2>&1 &&
                 env $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
                     >> "$out/fuse-check-$lv.log" 2>&1 || { rc=1; tail -5 "$out/fuse-check-$lv.log"; continue; }
                 echo "$lv, fused against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-$lv-off.npy" "$work/logits-$lv-on.npy" || true)"
@@ -887,7 +887,7 @@ remote() {
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            grep -h -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | head -3 || true
+            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
         e2e-prof)
