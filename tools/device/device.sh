@@ -59,6 +59,7 @@
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
 #   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
 #              after build-base if needed)
+#   ncu-split  ncu DRAM bytes and time per launch of the direct Q4_K GEMV, row against split layout (tools/device/ncu_split.py)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -735,6 +736,20 @@ remote() {
                 --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
                 /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes 11008x4096 > "$out/ncu-gemv.log" 2>&1 || true
             grep -E "mul_mat_zz_gemv_q4_K_direct|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Waves Per SM|Block Limit" "$out/ncu-gemv.log" | head -80
+            ;;
+        ncu-split)
+            # DRAM bytes and time per launch of the direct Q4_K GEMV, row against split layout (ZZ_BENCH_SPLIT), ncu
+            # with caches flushed: test_zz_cuda bench on $NCU_SPLIT_SHAPE (default 11008x4096), batch 1; CSVs to OUT
+            zz_build_lite
+            local v
+            for v in 0 1; do
+                ZZ_BENCH_SP=${NCU_SPLIT_SP:-0,0.5} ZZ_BENCH_SPLIT=$v timeout 280 ncu --kernel-name regex:direct --launch-count ${NCU_SPLIT_COUNT:-160} --csv \
+                    --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+                    /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes ${NCU_SPLIT_SHAPE:-11008x4096} \
+                    > "$out/ncu-split-$v.csv" 2>&1 || echo "ncu split=$v failed: $(tail -3 "$out/ncu-split-$v.csv")"
+                gzip -f "$out/ncu-split-$v.csv"
+            done
+            python3 "$repo/tools/device/ncu_split.py" "$out/ncu-split-0.csv.gz" "$out/ncu-split-1.csv.gz" || true
             ;;
         ncu-sparq)
             # the same view of the two SparQ kernels (single variant), S = 32k, Llama-3-8B shapes
