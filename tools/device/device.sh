@@ -902,7 +902,7 @@ remote() {
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
+            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)|in the split device layout" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
         e2e-prof)
