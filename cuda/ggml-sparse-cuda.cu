@@ -4,7 +4,6 @@
 #include "ggml-sparse.h"
 
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -27,9 +26,7 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
             if (!zz_type_supported(src0->type) || !ggml_is_contiguous(src0) || src0->ne[2] != 1 || src0->ne[3] != 1) {
                 return false;
             }
-            const int32_t layout = ggml_sparse_zz_layout(src0);
-            if (layout != GGML_SPARSE_ZZ_LAYOUT_ROWS && // a CPU-repacked weight, or a split one this device cannot read
-                !(layout == GGML_SPARSE_ZZ_LAYOUT_SPLIT && src0->type == GGML_TYPE_Q4_K && zz_split_supported(ggml_cuda_get_device()))) {
+            if (ggml_sparse_zz_layout(src0) != GGML_SPARSE_ZZ_LAYOUT_ROWS) { // a CPU-repacked weight
                 return false;
             }
             if (src0->ne[1] > 65535) { // block-rows are grid.y
@@ -64,41 +61,6 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
         default:
             return false;
     }
-}
-
-// a zigzag Q4_K weight in device memory -> the split layout, in place (load time: src/llama-sparse.cpp)
-static bool ggml_cuda_sparse_zz_split(ggml_tensor * w) {
-    if (w == nullptr || !ggml_sparse_is_zigzag(w) || w->type != GGML_TYPE_Q4_K || w->data == nullptr ||
-            ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS || !ggml_is_contiguous(w)) {
-        return false;
-    }
-    cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, w->data) != cudaSuccess || attr.type != cudaMemoryTypeDevice) {
-        (void) cudaGetLastError();
-        return false; // host memory, or a multi-GPU split buffer's placeholder
-    }
-    const int prev = ggml_cuda_get_device();
-    ggml_cuda_set_device(attr.device);
-    bool done = false;
-    if (zz_split_supported(attr.device)) {
-        cudaStream_t stream;
-        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaDeviceSynchronize()); // (the load's uploads)
-        done = zz_split_repack(w->data, ggml_nelements(w)/QK_K, stream);
-        CUDA_CHECK(cudaStreamDestroy(stream));
-    }
-    ggml_cuda_set_device(prev);
-    if (done) {
-        ggml_sparse_zz_set_layout(w, GGML_SPARSE_ZZ_LAYOUT_SPLIT);
-    }
-    return done;
-}
-
-void * ggml_cuda_sparse_get_proc_address(const char * name) {
-    if (strcmp(name, "llama_sparse_zz_split") == 0) {
-        return (void *) ggml_cuda_sparse_zz_split;
-    }
-    return nullptr;
 }
 
 // siblings run early by a group, to be skipped when the loop reaches them: (context, graph, node index, node)

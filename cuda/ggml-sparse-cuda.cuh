@@ -10,8 +10,6 @@
 //     case GGML_OP_SPARQ_ATTN: return ggml_cuda_sparse_supports_op(op);
 // ggml-cuda.cu, ggml_cuda_graph_evaluate_and_capture, before upstream's fusion:
 //     if (int n = ggml_cuda_sparse_graph_node(*cuda_ctx, cgraph, i); n > 0) { i += n - 1; continue; }
-// ggml-cuda.cu, ggml_backend_cuda_reg_get_proc_address, last:
-//     if (void * f = ggml_cuda_sparse_get_proc_address(name); f != nullptr) { return f; }
 // Sources: cuda/*.cu; include dirs: cuda/, ggml-sparse/.
 #pragma once
 
@@ -35,9 +33,3 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
 // SparQ's Q8_0 transposed K (ggml_cuda_sparq_kt_append_fuse), or the RoPE of q and k with the K/V cache writes
 // (ggml_cuda_rope_store_fuse).
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
-
-// functions libllama finds through ggml_backend_reg_get_proc_address (nullptr for other names):
-//   "llama_sparse_zz_split": bool (*)(ggml_tensor * w): puts a zigzag Q4_K weight held in this backend's device
-//   memory, in the row layout, into the split layout (GGML_SPARSE_ZZ_LAYOUT_SPLIT) in place and tags it; false
-//   (nothing changed) where the device's kernels do not read that layout or the weight is not such a weight
-void * ggml_cuda_sparse_get_proc_address(const char * name);

@@ -1220,7 +1220,6 @@ struct zz_segs {
     int64_t       y_stride[ZZ_GROUP_MAX];
     const float * bias[ZZ_GROUP_MAX];
     int64_t       bias_stride[ZZ_GROUP_MAX];
-    const char  * wh[ZZ_GROUP_MAX]; // split layout (Q4_K): the weight's header region; nullptr: row layout
     const float * up;
     int64_t       up_stride;
 };
@@ -1291,37 +1290,17 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
     }
 }
 
-// where a block-row's blocks lie: header of column c at h + c*hs (16 bytes), its 128 quant bytes at q + c*qs.
-// Row layout: the 144-byte blocks one after another (hs = qs = 144, q = h + 16); split layout
-// (GGML_SPARSE_ZZ_LAYOUT_SPLIT): every block's quants first, then every block's header (qs = 128, hs = 16), so
-// that a column's quants are one aligned 128-byte line whatever its neighbours
-struct zz_q4_K_rowptr {
-    const char * h;
-    const char * q;
-    int          hs;
-    int          qs;
-};
-
-// block-row r (of n columns) of a Q4_K weight at w, its header region at wh (nullptr: row layout)
-static __device__ __forceinline__ zz_q4_K_rowptr zz_q4_K_row(const char * w, const char * wh, const int64_t r, const int n) {
-    if (wh == nullptr) {
-        const char * b = w + r*n*(int64_t) sizeof(block_q4_K);
-        return { b, b + 16, (int) sizeof(block_q4_K), (int) sizeof(block_q4_K) };
-    }
-    return { wh + r*n*16, w + r*n*(int64_t) (QK_K/2), 16, QK_K/2 };
-}
-
 // header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing);
-// V 1: bytes 16g..16g+15 of the quants, V 2: the words at quant bytes 32p + 4g, p = 0..3
+// V 1: bytes 16g..16g+15, V 2: the words at bytes 32p + 4g, p = 0..3
 template <int V>
-static __device__ __forceinline__ void zz_direct_load(const zz_q4_K_rowptr & wr, const int col, const int g, uint4 & h, uint4 & q) {
+static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
-        h = __ldg((const uint4 *) (wr.h + col*wr.hs));
-        const char * qb = wr.q + col*wr.qs;
+        const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
+        h = __ldg((const uint4 *) blk);
         if constexpr (V == 1) {
-            q = __ldg((const uint4 *) (qb + 16*g));
+            q = __ldg((const uint4 *) (blk + 16 + 16*g));
         } else {
-            const uint32_t * qw = (const uint32_t *) qb + g;
+            const uint32_t * qw = (const uint32_t *) (blk + 16) + g;
             q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
         }
     } else {
@@ -1400,16 +1379,15 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     zz_seg_pick(segs, seg, w, y, y_stride, row0);
     const int row_y = row - row0;
 
-    const zz_q4_K_rowptr wr = zz_q4_K_row(w, zz_seg_sel(segs.wh, seg), row_y, n);
+    const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
 
     if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
         // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
-        // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them); the
-        // quants (all of the block in the row layout, where they follow the header)
+        // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them)
         const int    c0 = (int) (((int64_t) n*wid)/nw);
         const int    c1 = min((int) (((int64_t) n*(wid + 1))/nw), c0 + prefetch_cols);
-        const char * p0 = (const char *) ((uintptr_t) (wr.q + (int64_t) c0*wr.qs - (wr.qs - QK_K/2)) & ~(uintptr_t) 127);
-        const char * p1 = wr.q + (int64_t) c1*wr.qs;
+        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*sizeof(block_q4_K)) & ~(uintptr_t) 127);
+        const char * p1 = w_row + (int64_t) c1*sizeof(block_q4_K);
         for (const char * p = p0 + 128*lane; p < p1; p += 128*WARP_SIZE) {
             asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
         }
@@ -1487,7 +1465,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                     for (int i = 0; i < 4; ++i) {
                         const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
                         const int col = e < nb ? q_col[e] : -1;
-                        zz_direct_load<V>(wr, col, g, h[st][i], q[st][i]);
+                        zz_direct_load<V>(w_row, col, g, h[st][i], q[st][i]);
                         xb[st][i] = col >= 0 && tg < T ? q_x[e*T + tg] : 0.0f;
                     }
                 }
@@ -1543,7 +1521,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             for (int st = 0; st < S; ++st) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    zz_direct_load<V>(wr, col[st][i], g, h[st][i], q[st][i]);
+                    zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
                     xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<GLU>(segs, x, x_stride, tg, col[st][i]) : 0.0f;
                 }
             }
@@ -1966,7 +1944,6 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
         }
     }
     GGML_ASSERT(segs.nseg == 1 && segs.bias[0] == nullptr && segs.up == nullptr);
-    GGML_ASSERT(segs.wh[0] == nullptr && "zigzag GEMV: the split Q4_K layout needs the direct kernel");
     const char *  w        = segs.w[0];
     float *       y        = segs.y[0];
     const int64_t y_stride = segs.y_stride[0];
@@ -2067,8 +2044,6 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         segs.y_stride[s] = seg[s].y_stride;
         segs.bias[s]        = seg[s].bias;
         segs.bias_stride[s] = seg[s].bias_stride;
-        segs.wh[s]          = (const char *) seg[s].wh;
-        GGML_ASSERT(seg[s].wh == nullptr || (type == GGML_TYPE_Q4_K && (uintptr_t) seg[s].w % 128 == 0));
     }
     segs.up        = up;
     segs.up_stride = up_stride;
@@ -2083,28 +2058,24 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
 
 void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream, const void * wh) {
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, cudaStream_t stream) {
     GGML_ASSERT(mode != ZZ_GEMV_FUSED && "zigzag GEMV: FUSED goes through zz_gemv_launch_fused");
-    zz_gemv_seg seg = { w, m, y, y_stride };
-    seg.wh = wh;
+    const zz_gemv_seg seg = { w, m, y, y_stride };
     zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, idx, mode, cfg, zz_get_caps(), 0.0f, stream);
 }
 
 bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const float thr,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream,
-        const void * wh) {
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream) {
     const zz_caps caps = zz_get_caps();
     if (!(type == GGML_TYPE_Q4_K && caps.direct)) {
-        GGML_ASSERT(wh == nullptr && "zigzag GEMV: the split Q4_K layout needs the direct kernel");
         // the staged kernel's fused area next to its largest pipeline + reduction buffers (8 warps, batch 8)
         // stays < 227 KiB; the direct Q4_K kernel keeps only a small queue per warp
         if (!allow_staged || zz_fused_smem(n, cfg.n1) > 64*1024) {
             return false;
         }
     }
-    zz_gemv_seg seg = { w, m, y, y_stride };
-    seg.wh = wh;
+    const zz_gemv_seg seg = { w, m, y, y_stride };
     zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, cfg, caps, thr, stream);
     return true;
 }
@@ -2126,49 +2097,6 @@ void zz_gemv_launch(const ggml_type type, const void * w, const int64_t n, const
     CUDA_CHECK(cudaGetDevice(&device));
     const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, n_tokens);
     zz_gemv_launch_ex(type, w, n, m, x, x_stride, n_tokens, idx, idx ? ZZ_GEMV_IDX : ZZ_GEMV_DENSE, y, m, cfg, stream);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// split Q4_K layout (GGML_SPARSE_ZZ_LAYOUT_SPLIT)
-
-// LLAMA_SPARSE_CUDA_SPLIT=0 keeps the row layout (A/B)
-bool zz_split_supported(const int device) {
-    static const bool env_on = zz_env_int("LLAMA_SPARSE_CUDA_SPLIT") != 0;
-    return env_on && zz_direct_enabled(zz_get_device_props(device).cc_major);
-}
-
-// one thread a block: src (row layout) -> dst (split)
-static __global__ void zz_split_q4_K(const char * src, char * dst, const int64_t nblk) {
-    const int64_t b = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
-    if (b >= nblk) {
-        return;
-    }
-    const uint4 * sb = (const uint4 *) (src + b*sizeof(block_q4_K));
-    uint4       * dq = (uint4 *) (dst + b*(QK_K/2));
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        dq[k] = sb[1 + k];
-    }
-    ((uint4 *) (dst + nblk*(QK_K/2)))[b] = sb[0];
-}
-
-bool zz_split_repack(void * w, const int64_t nblk, cudaStream_t stream) {
-    const size_t size = (size_t) nblk*sizeof(block_q4_K);
-    if ((uintptr_t) w % 128 != 0 || nblk <= 0) {
-        return false;
-    }
-    void * tmp = nullptr;
-    if (cudaMallocAsync(&tmp, size, stream) != cudaSuccess) {
-        (void) cudaGetLastError();
-        return false;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(tmp, w, size, cudaMemcpyDeviceToDevice, stream));
-    const int threads = 256;
-    zz_split_q4_K<<<(unsigned) ((nblk + threads - 1)/threads), threads, 0, stream>>>((const char *) tmp, (char *) w, nblk);
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaFreeAsync(tmp, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    return true;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -2362,11 +2290,11 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
 template <ggml_type type>
 static __device__ __forceinline__ void zz_dequant_col(const char * blk, half * out, const int64_t n);
 
-// Q4_K with the header at hb and the quants at qb (row layout: qb = hb + 16)
-static __device__ __forceinline__ void zz_dequant_col_q4_K(const char * hb, const char * qb, half * out, const int64_t n) {
-    const uint4      h   = __ldg((const uint4 *) hb);
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk, half * out, const int64_t n) {
+    const uint4      h   = __ldg((const uint4 *) blk);
     const float2     dm  = __half22float2(*(const half2 *) &h.x);
-    const uint32_t * q32 = (const uint32_t *) qb;
+    const uint32_t * q32 = (const uint32_t *) (blk + 16);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
         uint32_t sc0, mn0, sc1, mn1;
@@ -2387,11 +2315,6 @@ static __device__ __forceinline__ void zz_dequant_col_q4_K(const char * hb, cons
             }
         }
     }
-}
-
-template <>
-__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk, half * out, const int64_t n) {
-    zz_dequant_col_q4_K(blk, blk + 16, out, n);
 }
 
 template <>
@@ -2464,10 +2387,9 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk,
     }
 }
 
-// grid (ceil(n/blockDim), block-rows of the tile); w points at the tile's first block-row (split Q4_K: at its
-// quants, wh at its headers)
+// grid (ceil(n/blockDim), block-rows of the tile); w points at the tile's first block-row
 template <ggml_type type>
-static __global__ void zz_dequant_f16(const char * w, const char * wh, half * dst, const int n) {
+static __global__ void zz_dequant_f16(const char * w, half * dst, const int n) {
     typedef zz_type<type> zt;
     ggml_cuda_pdl_lc();
     const int j = blockIdx.x*blockDim.x + threadIdx.x;
@@ -2475,15 +2397,8 @@ static __global__ void zz_dequant_f16(const char * w, const char * wh, half * ds
     if (j >= n) {
         return;
     }
-    const int64_t b   = (int64_t) blockIdx.y*n + j;
-    half        * out = dst + (int64_t) blockIdx.y*zt::B*n + j;
-    if constexpr (type == GGML_TYPE_Q4_K) {
-        if (wh != nullptr) {
-            zz_dequant_col_q4_K(wh + b*16, w + b*(QK_K/2), out, n);
-            return;
-        }
-    }
-    zz_dequant_col<type>(w + b*zt::bs, out, n);
+    const char * blk = w + ((int64_t) blockIdx.y*n + j)*zt::bs;
+    zz_dequant_col<type>(blk, dst + (int64_t) blockIdx.y*zt::B*n + j, n);
 }
 
 #ifndef GGML_SPARSE_CUDA_NO_CUBLAS
@@ -2500,21 +2415,19 @@ static __global__ void zz_x_to_f16(const float * x, const int64_t x_stride, cons
 #endif // GGML_SPARSE_CUDA_NO_CUBLAS
 
 void zz_dequant_f16_launch(const ggml_type type, const void * w, const int64_t n, const int64_t row0, const int64_t nrows,
-        half * dst, cudaStream_t stream, const void * wh) {
+        half * dst, cudaStream_t stream) {
     const int64_t B = ggml_blck_size(type);
     GGML_ASSERT(row0 % B == 0 && nrows % B == 0 && nrows/B <= 65535);
-    GGML_ASSERT(wh == nullptr || type == GGML_TYPE_Q4_K);
-    const char * wt  = (const char *) w + (row0/B)*n*(wh ? QK_K/2 : ggml_type_size(type));
-    const char * wht = wh ? (const char *) wh + (row0/B)*n*16 : nullptr;
+    const char * wt = (const char *) w + (row0/B)*n*ggml_type_size(type);
 
     const int  block_size = 128;
     const dim3 grid((n + block_size - 1)/block_size, nrows/B, 1);
     const ggml_cuda_kernel_launch_params params(grid, dim3(block_size, 1, 1), 0, stream);
     switch (type) {
-        case GGML_TYPE_Q4_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_K>, params, wt, wht, dst, (int) n); break;
-        case GGML_TYPE_Q6_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q6_K>, params, wt, wht, dst, (int) n); break;
-        case GGML_TYPE_Q4_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_0>, params, wt, wht, dst, (int) n); break;
-        case GGML_TYPE_Q8_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q8_0>, params, wt, wht, dst, (int) n); break;
+        case GGML_TYPE_Q4_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_K>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q6_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q6_K>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q4_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_0>, params, wt, dst, (int) n); break;
+        case GGML_TYPE_Q8_0: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q8_0>, params, wt, dst, (int) n); break;
         default: GGML_ABORT("zigzag dequantize: unsupported type %s", ggml_type_name(type));
     }
 }
@@ -2537,7 +2450,7 @@ int64_t zz_prefill_tmp_x_size(const int64_t n, const int n_tokens) {
 
 void zz_prefill_launch(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, float * y, const int64_t y_stride,
-        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream, const void * wh) {
+        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream) {
 #ifdef GGML_SPARSE_CUDA_NO_CUBLAS
     GGML_UNUSED(tmp_w);
     GGML_UNUSED(tmp_x);
@@ -2547,8 +2460,7 @@ void zz_prefill_launch(const ggml_type type, const void * w, const int64_t n, co
     for (int t0 = 0; t0 < n_tokens; t0 += ZZ_GEMV_MAX_BATCH) {
         const int nt = std::min(ZZ_GEMV_MAX_BATCH, n_tokens - t0);
         const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, nt);
-        zz_gemv_launch_ex(type, w, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE, y + t0*y_stride, y_stride, cfg,
-                stream, wh);
+        zz_gemv_launch_ex(type, w, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE, y + t0*y_stride, y_stride, cfg, stream);
     }
 #else
     GGML_ASSERT(n < INT32_MAX && m < INT32_MAX && y_stride < INT32_MAX);
@@ -2563,7 +2475,7 @@ void zz_prefill_launch(const ggml_type type, const void * w, const int64_t n, co
     const float   beta  = 0.0f;
     for (int64_t r0 = 0; r0 < m; r0 += tile) {
         const int64_t rows = std::min(tile, m - r0);
-        zz_dequant_f16_launch(type, w, n, r0, rows, tmp_w, stream, wh);
+        zz_dequant_f16_launch(type, w, n, r0, rows, tmp_w, stream);
         // dst[r0 .. r0+rows, t] = W_tile (row-major [rows, n], i.e. column-major n x rows, transposed) * x_f16
         CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N,
                 (int) rows, n_tokens, (int) n,
@@ -2787,15 +2699,6 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
 // ggml op
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
-// the header region of a weight in the split Q4_K layout, nullptr for the row layout
-static const void * zz_tensor_wh(const ggml_tensor * w) {
-    if (ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_SPLIT) {
-        return nullptr;
-    }
-    GGML_ASSERT(w->type == GGML_TYPE_Q4_K);
-    return zz_split_headers(w->data, ggml_nelements(w)/QK_K);
-}
-
 void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0]; // zigzag W
     const ggml_tensor * src1 = dst->src[1]; // x
@@ -2819,7 +2722,6 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     const int64_t x_stride = src1->nb[1]/sizeof(float);
     const int64_t y_stride = dst->nb[1]/sizeof(float);
     cudaStream_t  stream   = ctx.stream();
-    const void  * wh       = zz_tensor_wh(src0);
 
     if (src2 != nullptr) {
         GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
@@ -2838,7 +2740,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             const int64_t reread       = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
             const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
             if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
-                        allow_staged, stream, wh)) {
+                        allow_staged, stream)) {
                 return;
             }
             ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());
@@ -2849,7 +2751,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream);
         }
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
-                ZZ_GEMV_IDX, y, y_stride, cfg, stream, wh);
+                ZZ_GEMV_IDX, y, y_stride, cfg, stream);
         return;
     }
 
@@ -2858,7 +2760,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         ggml_cuda_pool_alloc<half> tmp_w(ctx.pool(), zz_prefill_tmp_w_size(src0->type, n, m));
         ggml_cuda_pool_alloc<half> tmp_x(ctx.pool(), zz_prefill_tmp_x_size(n, (int) n_tokens));
         zz_prefill_launch(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, y, y_stride,
-                tmp_w.get(), tmp_x.get(), ctx.cublas_handle(), stream, wh);
+                tmp_w.get(), tmp_x.get(), ctx.cublas_handle(), stream);
         return;
     }
 #endif // GGML_SPARSE_CUDA_NO_CUBLAS
@@ -2867,7 +2769,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         const int            nt  = (int) std::min<int64_t>(ZZ_GEMV_MAX_BATCH, n_tokens - t0);
         const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, nt);
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE,
-                y + t0*y_stride, y_stride, cfg, stream, wh);
+                y + t0*y_stride, y_stride, cfg, stream);
     }
 }
 
@@ -2907,7 +2809,6 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
             return false;
         }
         seg[s] = { d->src[0]->data, d->src[0]->ne[1]*B, (float *) d->data, (int64_t) (d->nb[1]/sizeof(float)) };
-        seg[s].wh = zz_tensor_wh(d->src[0]);
         m_sum += seg[s].m;
     }
     const float * x        = (const float *) src1->data;
@@ -3035,7 +2936,6 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
-    seg.wh = zz_tensor_wh(w);
     if (bias != nullptr) {
         seg.bias        = (const float *) bias->data;
         seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));

@@ -46,14 +46,6 @@ void zz_gemv_ticket_forget(cudaStream_t stream);
 
 bool zz_type_supported(ggml_type type);
 
-// split Q4_K layout (GGML_SPARSE_ZZ_LAYOUT_SPLIT: every block's 128 quant bytes, then every block's 16-byte
-// header): whether this device's kernels read it (the direct Q4_K kernel; LLAMA_SPARSE_CUDA_SPLIT=0: no), the
-// header region of a weight of nblk blocks at w, and the in-place repack of such a weight from the row layout
-// (synchronous; false, nothing changed, when w is not 128-byte aligned or no scratch was free)
-bool zz_split_supported(int device);
-static inline const void * zz_split_headers(const void * w, int64_t nblk) { return (const char *) w + nblk*(QK_K/2); }
-bool zz_split_repack(void * w, int64_t nblk, cudaStream_t stream);
-
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
 zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);
 
@@ -61,7 +53,7 @@ zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t
 // Strides in elements. idx is required for ZZ_GEMV_IDX and ignored otherwise. No host synchronization.
 void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode,
-        float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream, const void * wh = nullptr);
+        float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream);
 
 // FUSED mode (index collection inside the GEMV): active columns are those with |x| >= thr for any token, as
 // in the LIST op. The direct Q4_K kernel always fuses; other types run the staged kernel's fused mode only
@@ -69,7 +61,7 @@ void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
 // Returns false when nothing was launched; the caller then runs the LIST op and ZZ_GEMV_IDX.
 bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float thr,
-        float * y, int64_t y_stride, zz_gemv_config cfg, bool allow_staged, cudaStream_t stream, const void * wh = nullptr);
+        float * y, int64_t y_stride, zz_gemv_config cfg, bool allow_staged, cudaStream_t stream);
 
 // one weight of a grouped launch: W [m outputs], y[t*y_stride + i]
 struct zz_gemv_seg {
@@ -79,7 +71,6 @@ struct zz_gemv_seg {
     int64_t       y_stride;
     const float * bias        = nullptr; // y = W x + bias (a fused residual add; direct Q4_K kernel only)
     int64_t       bias_stride = 0;
-    const void  * wh          = nullptr; // Q4_K in the split layout: its header region (zz_split_headers); direct kernel only
 };
 
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
@@ -95,7 +86,7 @@ void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,
 
 // prefill: dequantize block-rows [row0, row0 + nrows) (in outputs; multiples of B) to f16, row-major [nrows, n]
 void zz_dequant_f16_launch(ggml_type type, const void * w, int64_t n, int64_t row0, int64_t nrows,
-        half * dst, cudaStream_t stream, const void * wh = nullptr);
+        half * dst, cudaStream_t stream);
 
 // prefill scratch: f16 elements needed for the weight tile and for x
 int64_t zz_prefill_tile_rows(ggml_type type, int64_t n, int64_t m);
@@ -106,7 +97,7 @@ int64_t zz_prefill_tmp_x_size(int64_t n, int n_tokens);
 // tmp_w, tmp_x sized by the functions above. handle must be bound to stream.
 void zz_prefill_launch(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float * y, int64_t y_stride,
-        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream, const void * wh = nullptr);
+        half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream);
 
 // times GEMV candidates (n1, n2, cluster) on the device for the given shapes (pairs m, n), every supported
 // type and batch 1, 2, 4, 8 up to max_tokens, at the given sparsity (IDX mode, weights rotated through more

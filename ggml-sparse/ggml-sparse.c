@@ -31,22 +31,6 @@ int64_t ggml_sparse_zz_m(const struct ggml_tensor * w) {
     return w->ne[1] * ggml_blck_size(w->type);
 }
 
-void ggml_sparse_zz_q4_K_split(int64_t nblk, const void * src, void * dst, bool to_split) {
-    const size_t bs = 144, hs = 16, qs = 128; // sizeof(block_q4_K): header (d, dmin, scales[12]) + qs[128]
-    GGML_ASSERT(ggml_type_size(GGML_TYPE_Q4_K) == bs && src != dst);
-    char       * d = (char *) dst;
-    const char * s = (const char *) src;
-    for (int64_t b = 0; b < nblk; ++b) {
-        if (to_split) {
-            memcpy(d + b*qs,          s + b*bs + hs, qs);
-            memcpy(d + nblk*qs + b*hs, s + b*bs,      hs);
-        } else {
-            memcpy(d + b*bs + hs, s + b*qs,          qs);
-            memcpy(d + b*bs,      s + nblk*qs + b*hs, hs);
-        }
-    }
-}
-
 bool ggml_sparse_zz_type_ok(enum ggml_type type) {
     switch (type) {
         case GGML_TYPE_Q4_0:

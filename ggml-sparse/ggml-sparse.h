@@ -41,10 +41,6 @@ GGML_API int64_t ggml_sparse_zz_m(const struct ggml_tensor * w);
 #define GGML_SPARSE_ZZ_PARAM_LAYOUT 3
 #define GGML_SPARSE_ZZ_LAYOUT_ROWS  0 // block (r, j) at r*n + j (the file's)
 #define GGML_SPARSE_ZZ_LAYOUT_COLS  1 // block (r, j) at j*nr + r, nr = m/B block-rows
-// Q4_K on CUDA (src/llama-sparse.cpp, cuda/mul-mat-zz.cu): the 128 quant bytes of every block first, in the row
-// layout's order, then the 16-byte headers (d, dmin, scales) in the same order. A skipped column then skips
-// whole aligned 128-byte lines instead of leaving parts of its 144-byte block in the lines of its neighbours.
-#define GGML_SPARSE_ZZ_LAYOUT_SPLIT 2
 
 static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
     return w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT];
@@ -53,9 +49,6 @@ static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
 static inline void ggml_sparse_zz_set_layout(struct ggml_tensor * w, int32_t layout) {
     w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT] = layout;
 }
-
-// nblk Q4_K blocks from the row layout to the split one (or back, with to_split false); src != dst
-GGML_API void ggml_sparse_zz_q4_K_split(int64_t nblk, const void * src, void * dst, bool to_split);
 
 // true if type can be stored zigzag (Q4_0, Q8_0, Q4_K, Q6_K)
 GGML_API bool ggml_sparse_zz_type_ok(enum ggml_type type);

@@ -134,19 +134,9 @@ static bool add_col_norms(llama_sparse_calib * calib, const ggml_tensor * w, std
     if (!host) {
         calib->qbuf.resize(bytes);
     }
-    // the split device layout (Q4_K): the whole weight back to the row layout first
-    std::vector<uint8_t> rows;
-    if (ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_SPLIT) {
-        std::vector<uint8_t> split(ggml_nbytes(w));
-        ggml_backend_tensor_get(w, split.data(), 0, split.size());
-        rows.resize(split.size());
-        ggml_sparse_zz_q4_K_split(ggml_nelements(w)/ggml_blck_size(w->type), split.data(), rows.data(), false);
-    }
     for (int64_t r = 0; r < w->ne[1]; ++r) {
         const void * row;
-        if (!rows.empty()) {
-            row = rows.data() + r*w->nb[1];
-        } else if (host) {
+        if (host) {
             row = (const char *) w->data + r*w->nb[1];
         } else {
             ggml_backend_tensor_get(w, calib->qbuf.data(), r*w->nb[1], bytes);

@@ -41,7 +41,6 @@ struct sparse_model_info {
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
     bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
-    bool                      gpu_layout_done = false; // device weights offered to their backends (once per model)
     void *                    cpu_arena = nullptr;     // copies of read-only (mapped) weights (repack_cpu_weights)
 };
 
@@ -449,40 +448,6 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     }
 }
 
-// Zigzag Q4_K weights in a device's memory go to the layout that device's GEMV reads best where its backend offers
-// one through the registry ("llama_sparse_zz_split", CUDA: GGML_SPARSE_ZZ_LAYOUT_SPLIT, every block's quants in
-// aligned 128-byte lines; LLAMA_SPARSE_CUDA_SPLIT=0 keeps the row layout). In place, on the device, when the first
-// context is made.
-static void repack_device_weights(const llama_model & model, sparse_model_info & info) {
-    if (info.gpu_layout_done) {
-        return;
-    }
-    info.gpu_layout_done = true;
-    if (model.hparams.no_alloc) {
-        return;
-    }
-    typedef bool (*split_fn)(ggml_tensor *);
-    int    n_done = 0;
-    size_t bytes  = 0;
-    for (const auto & nt : model.tensors_by_name) {
-        ggml_tensor * t = nt.second;
-        if (!ggml_sparse_is_zigzag(t) || t->type != GGML_TYPE_Q4_K || ggml_sparse_zz_layout(t) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
-                t->buffer == nullptr || ggml_backend_buffer_is_host(t->buffer)) {
-            continue;
-        }
-        ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(t->buffer));
-        ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
-        auto fn = reg ? (split_fn) ggml_backend_reg_get_proc_address(reg, "llama_sparse_zz_split") : nullptr;
-        if (fn != nullptr && fn(t)) {
-            n_done++;
-            bytes += ggml_nbytes(t);
-        }
-    }
-    if (n_done > 0) {
-        LLAMA_LOG_INFO("%s: %d zigzag Q4_K weights (%.1f MiB) in the split device layout\n", __func__, n_done, bytes/1048576.0);
-    }
-}
-
 bool llama_sparse_check_dims(const ggml_tensor * cur, const std::vector<int64_t> & ne) {
     if (!ggml_sparse_is_zigzag(cur)) {
         return false;
@@ -598,7 +563,6 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
         auto it = g_models.find(&model);
         if (it != g_models.end()) {
             repack_cpu_weights(model, it->second);
-            repack_device_weights(model, it->second);
         }
     }
     if (env_level && sctx->level >= 0) {

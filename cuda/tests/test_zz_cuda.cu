@@ -13,7 +13,6 @@
 #include "sparse-idx.cuh"
 
 #include "ggml.h"
-#include "ggml-sparse.h"
 
 #ifdef ZZ_TEST_WITH_GGML_CUDA
 #include "ggml-alloc.h"
@@ -475,21 +474,13 @@ static int test_gemv(test_rng & rng, const int cases) {
             ref_gemv(w, x, x_stride, T, all, ref_dense);
             ref_gemv(w, x, x_stride, T, active, ref_sparse);
 
-            // Q4_K: every other case in the split layout (GGML_SPARSE_ZZ_LAYOUT_SPLIT), converted on the host
-            const bool split = type == GGML_TYPE_Q4_K && c % 2 == 1 && zz_split_supported(device);
-            const int64_t nblk = (m/B)*n;
-            std::vector<uint8_t> wq = w.q;
-            if (split) {
-                ggml_sparse_zz_q4_K_split(nblk, w.q.data(), wq.data(), true);
-            }
             dev_buf<uint8_t> w_d(w.q.size());
             dev_buf<float>   x_d(x.size());
             dev_buf<float>   xz_d(xz.size());
             dev_buf<int32_t> idx_d(n + 1);
             dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
             dev_buf<float>   y_d(T*y_stride);
-            w_d.upload(wq.data(), wq.size());
-            const void * wh = split ? zz_split_headers(w_d.ptr, nblk) : nullptr;
+            w_d.upload(w.q.data(), w.q.size());
             x_d.upload(x.data(), x.size());
             xz_d.upload(xz.data(), xz.size());
             std::vector<float> y(y_d.n);
@@ -499,8 +490,8 @@ static int test_gemv(test_rng & rng, const int cases) {
             for (const int ticket : { 1, 2, 3, 0 }) {
                 zz_gemv_set_ticket(ticket);
                 char what[256];
-                snprintf(what, sizeof(what), "%s%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", ggml_type_name(type),
-                        split ? " split" : "", (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket));
+                snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", ggml_type_name(type),
+                        (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket));
                 double rel;
                 auto check = [&](const char * mode, const std::vector<double> & ref) {
                     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -515,20 +506,20 @@ static int test_gemv(test_rng & rng, const int cases) {
 
                 // dense
                 y_d.poison();
-                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream, wh);
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream);
                 check("dense", ref_dense);
 
                 // sparse through the index list made on the device
                 idx_d.poison();
                 sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
                 y_d.poison();
-                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream, wh);
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
                 check("idx", ref_sparse);
                 if (ticket == 1) {
                     // again: the counters were reset, and the block order of the final sum is fixed (bitwise equal)
                     const std::vector<float> y_first = y;
                     y_d.poison();
-                    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream, wh);
+                    zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
                     check("idx again", ref_sparse);
                     for (int t = 0; t < T; ++t) {
                         if (memcmp(&y[t*y_stride], &y_first[t*y_stride], m*sizeof(float)) != 0) {
@@ -541,16 +532,14 @@ static int test_gemv(test_rng & rng, const int cases) {
 
                 // sparse with the index collection inside the GEMV (no list)
                 y_d.poison();
-                if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream, wh)) {
+                if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream)) {
                     check("fused", ref_sparse);
                 }
 
-                // ablation: every column visited, zeros skipped in place (the staged kernel: row layout only)
-                if (!split) {
-                    y_d.poison();
-                    zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
-                    check("skip", ref_sparse);
-                }
+                // ablation: every column visited, zeros skipped in place
+                y_d.poison();
+                zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
+                check("skip", ref_sparse);
             }
             zz_gemv_set_ticket(-1);
         }
@@ -614,18 +603,10 @@ static int test_group(test_rng & rng, const int cases) {
         std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
         std::vector<zz_gemv_seg> seg(nseg);
         for (int s = 0; s < nseg; ++s) {
-            // weights in the split layout and in the row layout side by side in one launch
-            const bool split = (c + s) % 2 == 1 && zz_split_supported(device);
-            const int64_t nblk = (w[s].m/QK_K)*n;
-            std::vector<uint8_t> wq = w[s].q;
-            if (split) {
-                ggml_sparse_zz_q4_K_split(nblk, w[s].q.data(), wq.data(), true);
-            }
-            w_d.emplace_back(new dev_buf<uint8_t>(wq.size()));
-            w_d[s]->upload(wq.data(), wq.size());
+            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
+            w_d[s]->upload(w[s].q.data(), w[s].q.size());
             y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
             seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
-            seg[s].wh = split ? zz_split_headers(w_d[s]->ptr, nblk) : nullptr;
         }
         dev_buf<float>   x_d(x.size());
         dev_buf<int32_t> idx_d(n + 1);
@@ -1011,18 +992,7 @@ static int test_prefill(test_rng & rng) {
 #else
     cublasHandle_t handle = nullptr;
 #endif
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
-    std::vector<std::pair<ggml_type, bool>> variants; // (type, split layout)
     for (ggml_type type : test_types) {
-        variants.push_back({ type, false });
-        if (type == GGML_TYPE_Q4_K && zz_split_supported(device)) {
-            variants.push_back({ type, true });
-        }
-    }
-    for (const auto & tv : variants) {
-        const ggml_type type  = tv.first;
-        const bool      split = tv.second;
         const int64_t B = ggml_blck_size(type);
         const int64_t m = B == QK_K ? 3*B : 40*B;
         const int64_t n = 1000 + rng.randint(0, 100);
@@ -1030,29 +1000,11 @@ static int test_prefill(test_rng & rng) {
         make_weights(w, type, n, m, rng);
         dev_buf<uint8_t> w_d(w.q.size());
         w_d.upload(w.q.data(), w.q.size());
-        const int64_t nblk = (m/B)*n;
-        const void *  wh   = nullptr;
-        if (split) {
-            // the device repack against the host conversion, byte for byte
-            if (!zz_split_repack(w_d.ptr, nblk, stream)) {
-                printf("  FAIL split repack declined\n");
-                failures++;
-                continue;
-            }
-            std::vector<uint8_t> want(w.q.size()), got(w.q.size());
-            ggml_sparse_zz_q4_K_split(nblk, w.q.data(), want.data(), true);
-            w_d.download(got.data(), got.size());
-            if (memcmp(want.data(), got.data(), got.size()) != 0) {
-                printf("  FAIL split repack: device bytes differ from ggml_sparse_zz_q4_K_split\n");
-                failures++;
-            }
-            wh = zz_split_headers(w_d.ptr, nblk);
-        }
 
         // dequantized tile against to_float (f16 rounding only)
         {
             dev_buf<half> d_d(m*n);
-            zz_dequant_f16_launch(type, w_d.ptr, n, 0, m, d_d.ptr, stream, wh);
+            zz_dequant_f16_launch(type, w_d.ptr, n, 0, m, d_d.ptr, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
             std::vector<half> d(m*n);
             d_d.download(d.data(), d.size());
@@ -1063,7 +1015,7 @@ static int test_prefill(test_rng & rng) {
                     const float got  = __half2float(d[i*n + j]);
                     if (!(fabsf(got - want) <= 1e-3f*fabsf(want) + 1e-6f)) {
                         if (bad++ < 5) {
-                            printf("  FAIL dequant %s%s W[%lld][%lld] = %g, want %g\n", ggml_type_name(type), split ? " split" : "", (long long) i, (long long) j, got, want);
+                            printf("  FAIL dequant %s W[%lld][%lld] = %g, want %g\n", ggml_type_name(type), (long long) i, (long long) j, got, want);
                         }
                     }
                 }
@@ -1088,12 +1040,12 @@ static int test_prefill(test_rng & rng) {
             dev_buf<half>  tx(zz_prefill_tmp_x_size(n, T));
             x_d.upload(x.data(), x.size());
             y_d.poison();
-            zz_prefill_launch(type, w_d.ptr, n, m, x_d.ptr, n, T, y_d.ptr, m, tw.ptr, tx.ptr, handle, stream, wh);
+            zz_prefill_launch(type, w_d.ptr, n, m, x_d.ptr, n, T, y_d.ptr, m, tw.ptr, tx.ptr, handle, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
             std::vector<float> y(T*m);
             y_d.download(y.data(), y.size());
             char what[128];
-            snprintf(what, sizeof(what), "prefill %s%s m=%lld n=%lld T=%d", ggml_type_name(type), split ? " split" : "", (long long) m, (long long) n, T);
+            snprintf(what, sizeof(what), "prefill %s m=%lld n=%lld T=%d", ggml_type_name(type), (long long) m, (long long) n, T);
             double rel;
             if (!check_y(what, y, m, ref, m, T, 5e-3, &rel)) {
                 failures++;
@@ -1271,20 +1223,7 @@ static int run_bench(const bench_opts & o) {
         fprintf(csv, "type,m,n,batch,sparsity,dense_us,idx_us,idx_list_us,fused_us,skip_us,naive_us,list_us,stock_us,idx_gbs,copy_gbs,n1,n2,cluster,reduction,dense_atomic_us,idx_atomic_us,fused_atomic_us\n");
     }
 
-    // ZZ_BENCH_SP=0,0.5 (a comma list): other sparsities (the dense column is timed at 0 only)
-    std::vector<double> sparsities = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
-    if (const char * e = getenv("ZZ_BENCH_SP")) {
-        sparsities.clear();
-        for (const char * p = e; *p != '\0';) {
-            char * end;
-            const double v = strtod(p, &end);
-            if (end == p) {
-                break;
-            }
-            sparsities.push_back(v);
-            p = *end == ',' ? end + 1 : end;
-        }
-    }
+    const double sparsities[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
     for (ggml_type type : o.types) {
         for (const auto & shape : o.shapes) {
             const int64_t m = shape.first;
@@ -1302,14 +1241,6 @@ static int run_bench(const bench_opts & o) {
                 bench_random_weights(ws[i], type, nblocks, 1234u + i);
             }
             const bool naive_ok = type == GGML_TYPE_Q4_K && n % QK_K == 0;
-            // ZZ_BENCH_SPLIT=1: Q4_K read as the split layout (the random blocks need no conversion; skip and naive
-            // stay on the row layout)
-            static const bool split_env = getenv("ZZ_BENCH_SPLIT") != nullptr && atoi(getenv("ZZ_BENCH_SPLIT")) != 0;
-            const bool split = split_env && type == GGML_TYPE_Q4_K && zz_split_supported(device);
-            auto wh_of = [&](const int i) { return split ? zz_split_headers(ws[i % nbuf], nblocks) : nullptr; };
-            if (split) {
-                printf("(%s %lldx%lld: split layout)\n", ggml_type_name(type), (long long) m, (long long) n);
-            }
 
             for (int T : o.batches) {
                 const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, T);
@@ -1339,23 +1270,23 @@ static int run_bench(const bench_opts & o) {
 
                     if (sp == 0.0) {
                         dense_us = time_graph_us([&](cudaStream_t s, int i) {
-                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s, wh_of(i));
+                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s);
                         }, reps, stream);
                     }
                     const double idx_us = time_graph_us([&](cudaStream_t s, int i) {
-                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s, wh_of(i));
+                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
                     }, reps, stream);
                     const double list_us = time_graph_us([&](cudaStream_t s, int) {
                         sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, s);
                     }, reps, stream);
                     const double idx_list_us = time_graph_us([&](cudaStream_t s, int i) {
                         sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, s);
-                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s, wh_of(i));
+                        zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
                     }, reps, stream);
                     double fused_us = -1.0;
-                    if (zz_gemv_launch_fused(type, ws[0], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, stream, wh_of(0))) {
+                    if (zz_gemv_launch_fused(type, ws[0], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, stream)) {
                         fused_us = time_graph_us([&](cudaStream_t s, int i) {
-                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s, wh_of(i));
+                            zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                         }, reps, stream);
                     }
                     const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
@@ -1374,15 +1305,15 @@ static int run_bench(const bench_opts & o) {
                         zz_gemv_set_ticket(0);
                         if (sp == 0.0) {
                             dense_at_us = time_graph_us([&](cudaStream_t s, int i) {
-                                zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s, wh_of(i));
+                                zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, s);
                             }, reps, stream);
                         }
                         idx_at_us = time_graph_us([&](cudaStream_t s, int i) {
-                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s, wh_of(i));
+                            zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, s);
                         }, reps, stream);
                         if (fused_us > 0.0) {
                             fused_at_us = time_graph_us([&](cudaStream_t s, int i) {
-                                zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s, wh_of(i));
+                                zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                             }, reps, stream);
                         }
                         zz_gemv_set_ticket(red);

@@ -1,12 +1,10 @@
 // llama-sparse: ggml_sparse_zz_siblings (which MUL_MAT_ZZ nodes a backend may run as one launch) on small graphs
-// with made-up data addresses (nothing is computed or dereferenced); the split Q4_K layout's conversion.
+// with made-up data addresses (nothing is computed or dereferenced).
 #include "ggml.h"
 #include "ggml-sparse.h"
 #include "zz_test_check.h"
 
 #include <stdbool.h>
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define N_COLS 576
@@ -117,29 +115,6 @@ int main(void) {
     count = siblings_of_y0(&L, 32, 8, ys);
     CHECK(count == 2 && ys[1] == 1, "other width: y0 y1 (count %d)", count);
     ggml_free(L.ctx);
-
-    // the split Q4_K layout (CUDA's): every block's quants in order, then every header; back restores every byte
-    {
-        const int64_t nblk = 37;
-        const size_t  bs   = ggml_type_size(GGML_TYPE_Q4_K);
-        uint8_t * a = malloc(nblk*bs), * b = malloc(nblk*bs), * c = malloc(nblk*bs);
-        uint32_t  h = 2166136261u;
-        for (int64_t i = 0; i < nblk*(int64_t) bs; ++i) {
-            h = (h ^ (uint32_t) i)*16777619u;
-            a[i] = (uint8_t) (h >> 24);
-        }
-        ggml_sparse_zz_q4_K_split(nblk, a, b, true);
-        bool ok = true;
-        for (int64_t k = 0; k < nblk; ++k) {
-            ok = ok && memcmp(b + k*128, a + k*bs + 16, 128) == 0 && memcmp(b + nblk*128 + k*16, a + k*bs, 16) == 0;
-        }
-        CHECK(ok, "split layout: quants then headers, in block order");
-        ggml_sparse_zz_q4_K_split(nblk, b, c, false);
-        CHECK(memcmp(a, c, nblk*bs) == 0, "split layout: the round trip restores the row layout");
-        free(a);
-        free(b);
-        free(c);
-    }
 
     printf("zz_siblings: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail == 0 ? 0 : 1;

@@ -45,6 +45,7 @@
 #   sparq-src  ncu details (registers, spills, stalls) of sparq_attend / sparq_scores
 #   sparq-decomp  tg64 at 16k/32k on the 8B-shaped model: dense, SparQ with k above the context (upkeep only), SparQ k 128
 #   sparq-fused-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ k 128 fused (default) and single
+#   sparq-rounds  tg64 rounds of the configurations in SPARQ_ROUNDS on the 8B-shaped model (sparq8b_rounds)
 #   combo8b-prep, combo8b  the 8B-shaped model as zigzag with level 0.50 (random-token calibration), then tg64 at
 #              16k/32k: stock, fork dense, SparQ alone, TEAL 0.50 alone, both (after model8b-wait, stock-wait)
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
@@ -59,7 +60,6 @@
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
 #   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
 #              after build-base if needed)
-#   ncu-split  ncu DRAM bytes and time per launch of the direct Q4_K GEMV, row against split layout (tools/device/ncu_split.py)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -283,6 +283,12 @@ remote() {
             # stock, fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
             sparq8b_rounds sparq-fused-e2e stock dense "fused:LLAMA_SPARQ=r=32,k=128" \
                 "single:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0"
+            ;;
+        sparq-rounds)
+            # sparq8b_rounds over $SPARQ_ROUNDS: configurations NAME or NAME:VAR=V+VAR2=V2 ('+' for spaces inside one)
+            local cs=() c
+            for c in ${SPARQ_ROUNDS:?set SPARQ_ROUNDS}; do cs+=("${c//+/ }"); done
+            sparq8b_rounds sparq-rounds "${cs[@]}"
             ;;
         combo8b-prep)
             # the 8B-shaped model as zigzag Q4_K with level 0.50 calibrated on random tokens (needs model8b, build)
@@ -737,20 +743,6 @@ remote() {
                 /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes 11008x4096 > "$out/ncu-gemv.log" 2>&1 || true
             grep -E "mul_mat_zz_gemv_q4_K_direct|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Waves Per SM|Block Limit" "$out/ncu-gemv.log" | head -80
             ;;
-        ncu-split)
-            # DRAM bytes and time per launch of the direct Q4_K GEMV, row against split layout (ZZ_BENCH_SPLIT), ncu
-            # with caches flushed: test_zz_cuda bench on $NCU_SPLIT_SHAPE (default 11008x4096), batch 1; CSVs to OUT
-            zz_build_lite
-            local v
-            for v in 0 1; do
-                ZZ_BENCH_SP=${NCU_SPLIT_SP:-0,0.5} ZZ_BENCH_SPLIT=$v timeout 280 ncu --kernel-name regex:direct --launch-count ${NCU_SPLIT_COUNT:-160} --csv \
-                    --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
-                    /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes ${NCU_SPLIT_SHAPE:-11008x4096} \
-                    > "$out/ncu-split-$v.csv" 2>&1 || echo "ncu split=$v failed: $(tail -3 "$out/ncu-split-$v.csv")"
-                gzip -f "$out/ncu-split-$v.csv"
-            done
-            python3 "$repo/tools/device/ncu_split.py" "$out/ncu-split-0.csv.gz" "$out/ncu-split-1.csv.gz" || true
-            ;;
         ncu-sparq)
             # the same view of the two SparQ kernels (single variant), S = 32k, Llama-3-8B shapes
             [ -x /tmp/sparq-test/t ] || { echo "no test binary (sparq-test step)"; exit 1; }
@@ -902,7 +894,7 @@ remote() {
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)|in the split device layout" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
+            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
         e2e-prof)
