@@ -40,6 +40,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
@@ -1899,6 +1902,10 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     ggml_cuda_pdl_sync();
     ggml_cuda_pdl_lc();
     SPARQ_MARK_FU(1);
+    // balanced step 3: the hint of the last launch on these caches, read before any block of the cluster rewrites it
+    // (after the cluster barriers of step 1)
+    int * const hint      = a.balance && nb > 1 && a.bhint != nullptr ? a.bhint + (int64_t) unit*a.Hkv + kh : nullptr;
+    const bool  hint_skip = hint != nullptr && __ldcg(hint) == 1;
 
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     sparq_load_q(a, kh, t, s, G, s_q);
@@ -2224,7 +2231,15 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     const int * rows   = s_sel; // rows[i] + base: position
     int         base   = lo;
     int         n_rows = n_sel;
-    if (a.balance && nb > 1) {
+    constexpr int RW = 2*SPARQ_FU_WARPS; // rows a block attends to in one round
+    if (hint_skip) {
+        // the last launch found the chosen positions spread: each block keeps its own, and one with more rounds than an
+        // even share of the cluster's asks the next launch to exchange the counts again
+        const int n_all = dense ? nvt : a.k_top;
+        if (tid == 0 && (n_sel + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW) {
+            *hint = 0;
+        }
+    } else if (a.balance && nb > 1) {
         if (tid == 0) {
             s_nsel = n_sel;
         }
@@ -2252,9 +2267,12 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         }
         const int e0    = (int) ((int64_t) rank*n_all/nb);
         const int e1    = (int) ((int64_t) (rank + 1)*n_all/nb);
-        // rounds of 2 WARPS rows: only when the busiest block has more of them than an even share
-        constexpr int RW = 2*SPARQ_FU_WARPS;
-        if ((cmax + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW) {
+        // rounds of RW rows: only when the busiest block has more of them than an even share
+        const bool uneven = (cmax + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW;
+        if (hint != nullptr && rank == 0 && tid == 0) {
+            *hint = uneven ? 0 : 1; // for the next launch
+        }
+        if (uneven) {
             int * s_own = (int *) s_key; // the keys are dead; <= ceil(n_all/nb) <= P entries
 #pragma unroll 1
             for (int i = e0 + tid; i < e1; i += SPARQ_FU_THREADS) {
@@ -2741,6 +2759,40 @@ static void sparq_set_vec(sparq_args & a) {
                (((uintptr_t) a.v | (uintptr_t) a.v_nb1 | (uintptr_t) a.v_nb2 | (uintptr_t) a.v_nb3) & (v2 - 1)) == 0;
 }
 
+// the fused kernel's balance hints of one (k_t, units) pair: n ints, zero at first (exchange), from one device pool
+// allocated at first need; nullptr when the pool is full (then every launch exchanges)
+static int * sparq_balance_hints(const void * kt, const int n) {
+    constexpr int pool_size = 1 << 16;
+    static std::mutex mutex;
+    static std::map<std::tuple<int, const void *, int>, int *> slots;
+    static int * pool[GGML_CUDA_MAX_DEVICES] = {};
+    static int   used[GGML_CUDA_MAX_DEVICES] = {};
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(device, kt, n);
+    const auto it  = slots.find(key);
+    if (it != slots.end()) {
+        return it->second;
+    }
+    if (pool[device] == nullptr) {
+        // (a CUDA graph may be capturing on the op's stream: relaxed mode allows this on a stream of our own)
+        cudaStream_t s;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaMalloc(&pool[device], pool_size*sizeof(int)));
+        CUDA_CHECK(cudaMemsetAsync(pool[device], 0, pool_size*sizeof(int), s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaStreamDestroy(s));
+    }
+    if (used[device] + n > pool_size) {
+        return nullptr;
+    }
+    int * p = pool[device] + used[device];
+    used[device] += n;
+    slots[key] = p;
+    return p;
+}
+
 bool sparq_attn_fused_takes(sparq_args a) {
     sparq_set_vec(a);
     a.step2 = 4;
@@ -2775,8 +2827,12 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream) {
     a.pacc   = (float *) ((char *) scratch + o.pacc);
     sparq_set_vec(a);
     GGML_ASSERT(((uintptr_t) scratch & 15) == 0);
-    static const bool balance = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_BALANCE"); return e == nullptr || atoi(e) != 0; }();
-    a.balance = balance;
+    // LLAMA_SPARSE_CUDA_SPARQ_BALANCE: 0 off, 1 (default) as the last launch on these caches found, 2 always exchange
+    static const int balance = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_BALANCE"); return e == nullptr ? 1 : atoi(e); }();
+    a.balance = balance != 0;
+    if (balance == 1 && a.bhint == nullptr) {
+        a.bhint = sparq_balance_hints(a.kt, units*a.Hkv);
+    }
 
     if (sparq_try_fused(a, units, stream)) {
         return;

@@ -40,6 +40,8 @@ struct sparq_args {
     bool     k_vec;               // K rows 16-byte aligned: vector loads (step 2)
     bool     v_vec;               // V rows contiguous, Dv even, pairs aligned: 2-element loads (step 2)
     bool     balance;             // fused: step 3's rows split evenly over the cluster (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0: off)
+    int    * bhint;               // fused, balanced: [units][Hkv] what the last launch on these caches found, 1: its chosen
+                                  // positions were spread evenly, so skip the counts' exchange (nullptr: always exchange)
     // split step 2 (scratch too): nseg segments of seg_len positions per (unit, KV head)
     uint64_t * cand;              // [units][Hkv][nseg][kseg]: a segment's top keys, (key << 32 | ~position) descending
     int      * ccnt;              // [units][Hkv][nseg]: how many

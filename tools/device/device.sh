@@ -26,6 +26,8 @@
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
 #              every variant (single / split / fused)
+#   sparq-bal  test_sparq_cuda test and bench of the fused kernel under LLAMA_SPARSE_CUDA_SPARQ_BALANCE 1 / 2 / 0, spread and
+#              crowded (SPARQ_TEST_RECENT=4) chosen positions
 #   sparq-q8   test_sparq_cuda bench of the fused op with the f16 and the 8-bit (q8_0) transposed K, alternating
 #   sparq-q8-state  bench/sparq_state_check.py with kt=q8_0 on the 8B-shaped model at 16k (appended = rebuilt)
 #   sparq-q8-e2e  tg64 at 16k/32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with f16 and q8_0 k_t
@@ -450,6 +452,30 @@ remote() {
             timeout 75 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
             LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 45 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |
                 tee -a "$out/sparq-bench.log" || echo "bench (no cluster) failed"
+            ;;
+        sparq-bal)
+            # the fused kernel's step 3 balancing (LLAMA_SPARSE_CUDA_SPARQ_BALANCE 1: as the last launch on the same
+            # caches found, 2: always exchange the counts, 0: never): test --variant fused under each, spread and crowded
+            # (SPARQ_TEST_RECENT=4); then bench rounds of the three on both kinds of data; needs build-base
+            sparq_bin || exit 1
+            local b r i rc
+            for b in 1 2 0; do
+                for r in 0 4; do
+                    rc=0
+                    LLAMA_SPARSE_CUDA_SPARQ_BALANCE=$b SPARQ_TEST_RECENT=$r timeout 200 /tmp/sparq-test/t test --variant fused \
+                        > "$out/sparq-bal-test-$b-$r.log" 2>&1 || rc=$?
+                    echo "test --variant fused, balance $b, recent $r: rc $rc, $(grep -E "passed" "$out/sparq-bal-test-$b-$r.log" | tail -1)"
+                done
+            done
+            for i in 1 2; do
+                for r in 0 4; do
+                    for b in 1 2 0; do
+                        echo "-- round $i recent=$r balance=$b" | tee -a "$out/sparq-bal-bench.log"
+                        LLAMA_SPARSE_CUDA_SPARQ_BALANCE=$b SPARQ_TEST_RECENT=$r timeout 60 /tmp/sparq-test/t bench --variant fused \
+                            --S 4096,16384,32768 2>&1 | tee -a "$out/sparq-bal-bench.log" | grep -E "^ +[0-9]+ +fused" || echo "bench failed"
+                    done
+                done
+            done
             ;;
         sparq-q8)
             # the 8-bit transposed K (kt=q8_0) against the f16 one: test_sparq_cuda bench of the fused op, K/V rotated
