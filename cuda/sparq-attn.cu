@@ -2203,7 +2203,9 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     // 3. exact attention over the chosen rows: warp w takes rows w, w + WARPS, ... two at a time in flight; lane
     // holds components DE*lane .. DE*lane + DE-1 of each row. Balanced (a.balance, the default): block b takes the
     // b-th nb-th of the cluster's chosen positions in (block, position) order, read from their blocks' s_sel (on a
-    // real model most chosen positions lie in the most recent block: bench/sparq_chosen_spread.py); else its own
+    // real model most chosen positions lie in the most recent block: bench/sparq_chosen_spread.py); else its own.
+    // The counts' exchange costs a cluster barrier (~1.5 us, H100), so it runs only where the hint says the last
+    // launch on these caches found them uneven; consecutive tokens choose alike (bench/results/cuda_h100_2026-11-26h.md)
     float m[GM], l[GM], al[GM], acc[GM][DE];
 #pragma unroll
     for (int h = 0; h < GM; ++h) {

@@ -252,7 +252,8 @@ remote() {
             tr '\r' '\n' < "$out/modelzz.log" | tail -4
             ;;
         model8b-bg)
-            # random Llama-3-8B-shaped Q4_K (GQA 32/8, d_h 128) for SparQ end to end; model8b-wait joins it
+            # random Llama-3-8B-shaped Q4_K (GQA 32/8, d_h 128) for SparQ end to end; model8b-wait joins it. After build:
+            # bench/make_random_gguf.py imports llama_sparse, which loads libllama
             python3 "$repo/bench/make_random_gguf.py" --shape llama3-8b --type q4_k -o "$r8b" > "$out/model8b.log" 2>&1 & model8b_pid=$!
             ;;
         model8b-wait)
