@@ -766,11 +766,15 @@ remote() {
             done
             ;;
         ncu-gemv)
-            # where the direct Q4_K GEMV waits: speed of light, occupancy, warp states, 11008x4096 batch 1
-            [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
-            timeout 240 ncu --kernel-name regex:direct --launch-count 4 --section SpeedOfLight --section Occupancy \
-                --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-                /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes 11008x4096 > "$out/ncu-gemv.log" 2>&1 || true
+            # where the direct Q4_K GEMV waits: speed of light, occupancy, warp states, stall sources, 11008x4096 batch 1
+            zz_build_lite
+            # (NCU_GEMV_SKIP: direct launches to pass first; the bench's order per sparsity 0, 25, 40, 50 ...: dense
+            # (sparsity 0 only), idx, idx + list, one fused check, fused, each timed as 1 + 8 reps launches)
+            timeout 280 ncu --kernel-name regex:direct --launch-skip ${NCU_GEMV_SKIP:-0} --launch-count ${NCU_GEMV_COUNT:-4} \
+                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
+                /tmp/zz-test/t bench --type q4_K --batch 1 --reduction atomic --shapes ${NCU_GEMV_SHAPE:-11008x4096} \
+                > "$out/ncu-gemv.log" 2>&1 || true
             grep -E "mul_mat_zz_gemv_q4_K_direct|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Waves Per SM|Block Limit" "$out/ncu-gemv.log" | head -80
             ;;
         ncu-sparq)
