@@ -2233,12 +2233,15 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     const int * rows   = s_sel; // rows[i] + base: position
     int         base   = lo;
     int         n_rows = n_sel;
-    constexpr int RW = 2*SPARQ_FU_WARPS; // rows a block attends to in one round
+    // whether a block with cnt of the cluster's n_all chosen rows needs more rounds (2 WARPS rows each) than an even share
+    auto over_share = [nb](const int cnt, const int n_all) {
+        constexpr int RW = 2*SPARQ_FU_WARPS;
+        return (cnt + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW;
+    };
     if (hint_skip) {
-        // the last launch found the chosen positions spread: each block keeps its own, and one with more rounds than an
-        // even share of the cluster's asks the next launch to exchange the counts again
-        const int n_all = dense ? nvt : a.k_top;
-        if (tid == 0 && (n_sel + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW) {
+        // the last launch found the chosen positions spread: each block keeps its own, and one over its share asks the
+        // next launch to exchange the counts again
+        if (tid == 0 && over_share(n_sel, dense ? nvt : a.k_top)) {
             *hint = 0;
         }
     } else if (a.balance && nb > 1) {
@@ -2269,8 +2272,8 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         }
         const int e0    = (int) ((int64_t) rank*n_all/nb);
         const int e1    = (int) ((int64_t) (rank + 1)*n_all/nb);
-        // rounds of RW rows: only when the busiest block has more of them than an even share
-        const bool uneven = (cmax + RW - 1)/RW > ((n_all + nb - 1)/nb + RW - 1)/RW;
+        // rows move only when the busiest block is over its share
+        const bool uneven = over_share(cmax, n_all);
         if (hint != nullptr && rank == 0 && tid == 0) {
             *hint = uneven ? 0 : 1; // for the next launch
         }
