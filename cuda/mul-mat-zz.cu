@@ -531,6 +531,54 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
     }
 }
 
+// Version 3 (batch 1 only; the default there): the tiles of version 2, but B's 8 columns are the 8 sub-blocks
+// instead of 8 copies of token 0. Lane (g, tq) puts x d sc of its own sub-block g in column g of the B of tile s
+// and zero in every other tile, so tile s adds only to column s of its accumulator, and the 8 tiles of one ep
+// (and p parity) share one: 16 accumulators a lane instead of 64, every element of them an output, and no
+// shuffles for B. cm[2 ep + p % 2]: rows g | g+8, columns s = 2tq | 2tq+1 (only the chain p = tq % 2 adds to them).
+static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+        const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[4][4], float (&cmin)[4]) {
+    const int g = lane/4;
+    float dsc[4], dmn[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint32_t sc, mn;
+        zz_lane_sc_mn(h[i], L, sc, mn);
+        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
+        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
+        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
+    }
+    const uint32_t x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
+    const uint32_t x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
+    zz_mma_16816(cmin, zz_h2_bits(__floats2half2_rn(dmn[0], dmn[1])), 0u, zz_h2_bits(__floats2half2_rn(dmn[2], dmn[3])), 0u,
+                 x01, x23);
+    const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
+    const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
+
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const uint32_t w0 = zz_u4_word(q[0], p);
+        const uint32_t w1 = zz_u4_word(q[1], p);
+        const uint32_t w2 = zz_u4_word(q[2], p);
+        const uint32_t w3 = zz_u4_word(q[3], p);
+#pragma unroll
+        for (int ep = 0; ep < 2; ++ep) {
+            const int      e0 = 2*ep;
+            const int      e1 = 2*ep + 1;
+            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
+            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
+            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
+            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
+                const bool     own = g == 2*p + hh;
+                zz_mma_16816(cm[2*ep + p%2], r01 & msk, s01 & msk, r23 & msk, s23 & msk, own ? my0 : 0u, own ? my1 : 0u);
+            }
+        }
+    }
+}
+
 // one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
 template <int T, int XS>
 static __device__ __forceinline__ void zz_mma_q4_K_chunk(const char * cw, const float * cx, const int nv, const int lane,
@@ -819,6 +867,26 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
             if (t < T && t >= t0 && t < t0 + tp) {
                 red_w[(t - t0)*B + o] = cm[mt][e]*16777216.0f - mn[s][e & 1];
             }
+        }
+    }
+}
+
+// version 3 (T = 1): cm[2 ep + c] summed over c, rows g | g+8 -> output 32 s + 4g + 2ep + (0 | 1), s = 2tq | 2tq+1;
+// units of 2^-24, and the min term of sub-block s (cmin of lane 4s) comes off
+template <int B>
+static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], const float (&cmin)[4], const int lane,
+        float * red_w) {
+    const int g  = lane/4;
+    const int tq = lane%4;
+    const float mn0 = __shfl_sync(ZZ_FULL_MASK, cmin[0], 4*(2*tq));
+    const float mn1 = __shfl_sync(ZZ_FULL_MASK, cmin[0], 4*(2*tq + 1));
+#pragma unroll
+    for (int ep = 0; ep < 2; ++ep) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int s = 2*tq + (e & 1);
+            const int o = 32*s + 4*g + 2*ep + (e >> 1);
+            red_w[o] = (cm[2*ep][e] + cm[2*ep + 1][e])*16777216.0f - (e & 1 ? mn1 : mn0);
         }
     }
 }
@@ -1206,6 +1274,9 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 #ifndef ZZ_DIRECT_MIN_BLOCKS
 #define ZZ_DIRECT_MIN_BLOCKS 3
 #endif
+#ifndef ZZ_DIRECT_MIN_BLOCKS_V3
+#define ZZ_DIRECT_MIN_BLOCKS_V3 4 // version 3 (16 accumulators a lane instead of 64) fits 4 blocks in 128 registers
+#endif
 #define ZZ_DIRECT_QUEUE 64 // queued active columns per warp (< 16*ZZ_DIRECT_STEPS left + 32 new)
 
 // The weights of one direct launch: up to ZZ_GROUP_MAX weights of the same width that read the same x (q/k/v,
@@ -1341,9 +1412,24 @@ static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_s
     }
 }
 
+#ifdef AMPERE_MMA_AVAILABLE
+// one 16-column step of the direct kernel's version V
+template <int T, int V, int NACC>
+static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+        const int lane, const zz_lane_q4_K & L, const float k16, float (&cm)[NACC][4], float (&cmin)[4]) {
+    if constexpr (V == 1) {
+        zz_mma_q4_K_step(h, q, xb, lane, cm);
+    } else if constexpr (V == 2) {
+        zz_mma_q4_K_step_v2<T>(h, q, xb, lane, L, k16, cm, cmin);
+    } else {
+        zz_mma_q4_K_step_v3(h, q, xb, lane, L, k16, cm, cmin);
+    }
+}
+#endif // AMPERE_MMA_AVAILABLE
+
 // GLU: x is silu(x)*segs.up (a fused SwiGLU)
 template <int T, int mode, int V, bool OPQ = false, bool GLU = false>
-static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
+static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
         float * ws, int * tickets, const int prefetch_cols) {
@@ -1351,7 +1437,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
-    static_assert(V == 1 || V == 2, "direct kernel: version 1 or 2");
+    static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
+    constexpr int NACC = V == 3 ? 4 : 16; // accumulator tiles
 
     extern __shared__ __align__(16) char zz_smem[];
 
@@ -1401,20 +1488,20 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
         zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
 
-    float cm[16][4];
+    float cm[NACC][4];
 #pragma unroll
-    for (int mt = 0; mt < 16; ++mt) {
+    for (int mt = 0; mt < NACC; ++mt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             cm[mt][e] = 0.0f;
         }
     }
-    float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f }; // V 2: min terms
+    float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f }; // V 2, 3: min terms
     zz_lane_q4_K L; // V 2: the lane's sub-block g
     zz_lane_init(L, lane);
     const float k16 = g & 1 ? 1.0f/16.0f : 1.0f;
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
-    const int tg = V == 2 && T == 1 ? 0 : g;
+    const int tg = V >= 2 && T == 1 ? 0 : g;
 
     if constexpr (mode == ZZ_GEMV_FUSED) {
         int   * q_col = (int *) (zz_smem + warp*zz_direct_queue_bytes<T>());
@@ -1496,11 +1583,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
                 queued = rest;
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
-                    if constexpr (V == 1) {
-                        zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
-                    } else {
-                        zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
-                    }
+                    zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                 }
             }
         }
@@ -1531,11 +1614,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
             }
 #pragma unroll
             for (int st = 0; st < S; ++st) {
-                if constexpr (V == 1) {
-                    zz_mma_q4_K_step(h[st], q[st], xb[st], lane, cm);
-                } else {
-                    zz_mma_q4_K_step_v2<T>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
-                }
+                zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
             }
         }
     }
@@ -1544,8 +1623,11 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, ZZ_DIREC
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
         if constexpr (V == 1) {
             zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
-        } else {
+        } else if constexpr (V == 2) {
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
+        } else {
+            GGML_UNUSED_VARS(t0, tp);
+            zz_mma_put_v3<B>(cm, cmin, lane, red_w);
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
@@ -1732,12 +1814,13 @@ static int zz_prefetch_cols(const int mode) {
     return mode == ZZ_GEMV_DENSE ? env_dense : mode == ZZ_GEMV_FUSED ? env_fused : 0; // IDX: columns from an earlier kernel
 }
 
-// LLAMA_SPARSE_CUDA_Q4K_V: the direct kernel's step, 2 (default: scales in B, bare nibbles in A) or 1 (the
-// first one: weights dequantized into A)
+// LLAMA_SPARSE_CUDA_Q4K_V: the direct kernel's step, 3 (default: version 2, with the sub-blocks as B's columns at
+// batch 1), 2 (scales in B, bare nibbles in A) or 1 (the first one: weights dequantized into A)
 static int zz_direct_version() {
     static const int v = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_Q4K_V");
-        return e != nullptr && atoi(e) == 1 ? 1 : 2;
+        const int    i = e != nullptr ? atoi(e) : 3;
+        return i == 1 || i == 2 ? i : 3;
     }();
     return v;
 }
@@ -1908,18 +1991,29 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    auto kernel = zz_direct_version() == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
+    const int v = zz_direct_version();
+    auto kernel = v == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
+    if constexpr (T == 1) {
+        if (v == 3) {
+            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 3>;
+        }
+    }
     if constexpr (mode != ZZ_GEMV_IDX) {
-        if (segs.up != nullptr) { // a fused SwiGLU: version 2 only (ggml_cuda_op_mul_mat_zz_fuse checks)
-            GGML_ASSERT(zz_direct_version() == 2);
+        if (segs.up != nullptr) { // a fused SwiGLU: version 2 or 3 only (ggml_cuda_op_mul_mat_zz_fuse checks)
+            GGML_ASSERT(v >= 2);
             kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, true>;
+            if constexpr (T == 1) {
+                if (v == 3) {
+                    kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, true>;
+                }
+            }
         }
     }
     GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
-        if (opaque_on && segs.up == nullptr && zz_direct_version() == 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
-            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
+        if (opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+            kernel = v == 3 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 3, true> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
@@ -2201,8 +2295,18 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
     return entries;
 }
 
+// blocks of the direct Q4_K kernel an SM holds, for the launch's one wave: version 3 at batch 1 fits 4 in 128
+// registers, the others 3 (LLAMA_SPARSE_CUDA_DIRECT_WAVE=b overrides: A/B)
+static int zz_direct_blocks_per_sm(const int n_tokens) {
+    static const int env = zz_env_int("LLAMA_SPARSE_CUDA_DIRECT_WAVE");
+    if (env > 0) {
+        return env;
+    }
+    return n_tokens == 1 && zz_direct_version() == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
+}
+
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
-        const int64_t m) {
+        const int64_t m, const int n_tokens) {
     const int64_t rows = m/ggml_blck_size(type);
 
     zz_gemv_config cfg;
@@ -2210,13 +2314,13 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     cfg.cluster = 0;
 
     if (type == GGML_TYPE_Q4_K && zz_direct_enabled(props.cc_major)) {
-        // 4 warps a block; n1 such that the grid is one wave of resident blocks (ZZ_DIRECT_MIN_BLOCKS an SM) and
+        // 4 warps a block; n1 such that the grid is one wave of resident blocks (zz_direct_blocks_per_sm) and
         // each warp gets whole rounds of 32 columns, the fewest per warp that allow it. H100 against the former
         // fixed n1 = 16: batch 1 dense 0.98-1.22x as fast, fused 50 % 1.00-1.32x, batch 4 up to 1.65x (e.g.
         // 11008x4096 16.3 against 18.9 us: n1 = 8, one wave instead of 1.7; bench/results/cuda_h100_2026-11-23f.md).
         // Atomics: clusters of 8 measured ~1.8x slower
         cfg.n2 = 4;
-        const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*ZZ_DIRECT_MIN_BLOCKS/rows)*cfg.n2; // warps a block-row
+        const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*zz_direct_blocks_per_sm(n_tokens)/rows)*cfg.n2; // warps a block-row
         const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
         cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
         return cfg;
@@ -2239,7 +2343,7 @@ static int zz_env_int(const char * name) {
 zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
     const zz_device_props & props = zz_get_device_props(device);
 
-    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m);
+    zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
     {
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
@@ -2616,7 +2720,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
 
             for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
-                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m);
+                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
                 float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
                 const int      n2s[]    = { 2, 4, 8 };
                 const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
@@ -2883,7 +2987,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     if (glu != nullptr) {
         const ggml_tensor * a = glu->src[0];
         const ggml_tensor * b = glu->src[1];
-        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() == 2 &&
+        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
                           zz_fuse_rows_f32(glu, n, n_tokens) &&
                           (idx == nullptr ? list == nullptr : list == idx && mode == ZZ_GEMV_FUSED) &&
                           zz_fuse_node_ok(cgraph, i, idx ? 2 : 1) && (idx == nullptr || zz_fuse_node_ok(cgraph, i + 1, 1));
