@@ -915,16 +915,17 @@ remote() {
             local off=${FUSE_CHECK_OFF:-LLAMA_SPARSE_CUDA_FUSE_OPS=0}
             echo "not fused: $off"
             [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
-            local lv rc=0
-            [ -z "${FUSE_CHECK_ENV:-}" ] || { export ${FUSE_CHECK_ENV}; echo "with $FUSE_CHECK_ENV"; }
+            local lv rc=0 fenv=(${FUSE_CHECK_ENV:-})
+            # (FUSE_CHECK_ENV applies to this step's runs only: exported, it used to reach the steps after it)
+            [ ${#fenv[@]} = 0 ] || echo "with ${fenv[*]}"
             for lv in dense 0.50; do
                 local lvl=(); [ $lv = dense ] || lvl=(--level $lv)
-                python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" --verbose > "$out/fuse-check-$lv.log" 2>&1 &&
-                env $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
+                env "${fenv[@]}" python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" --verbose > "$out/fuse-check-$lv.log" 2>&1 &&
+                env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" \
                     >> "$out/fuse-check-$lv.log" 2>&1 || { rc=1; tail -5 "$out/fuse-check-$lv.log"; continue; }
                 echo "$lv, fused against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-$lv-off.npy" "$work/logits-$lv-on.npy" || true)"
             done
-            if env $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 \
+            if env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 \
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
