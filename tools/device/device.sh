@@ -294,6 +294,24 @@ remote() {
             for c in ${SPARQ_ROUNDS:?set SPARQ_ROUNDS}; do cs+=("${c//+/ }"); done
             sparq8b_rounds sparq-rounds "${cs[@]}"
             ;;
+        zz-rounds)
+            # tg128 of the 7B-shaped zigzag model (modelzz) in alternating rounds over $ZZ_ROUNDS: configurations
+            # LEVEL:NAME or LEVEL:NAME:VAR=V+VAR2=V2 ('+' for spaces inside one; LEVEL stock: the stock build on the
+            # standard Q4_K), $ZZ_ROUNDS_N rounds (default 2)
+            [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
+            local i c
+            for i in $(seq 1 "${ZZ_ROUNDS_N:-2}"); do
+                for c in ${ZZ_ROUNDS:?set ZZ_ROUNDS}; do
+                    local lv=${c%%:*} rest=${c#*:} envs=() bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                    local name=${rest%%:*} ev=
+                    [ "$rest" = "$name" ] || ev=${rest#*:}
+                    read -r -a envs <<< "${ev//+/ }"
+                    [ "$lv" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
+                    echo "round $i $lv $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 |
+                        tee -a "$out/zz-rounds-$lv-$name.log" | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}')"
+                done
+            done
+            ;;
         combo8b-prep)
             # the 8B-shaped model as zigzag Q4_K with level 0.50 calibrated on random tokens (needs model8b, build)
             convert_q4k "$r8b" "$z8b" > "$out/convert8b.log" 2>&1 || { tr '\r' '\n' < "$out/convert8b.log" | tail -20; exit 1; }
