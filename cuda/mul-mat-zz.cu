@@ -455,8 +455,56 @@ static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], con
     }
 }
 
-// Direct kernel, version 2 (default; LLAMA_SPARSE_CUDA_Q4K_V=1 selects the step above): every tile's 16 rows
-// lie in one sub-block, so the sub-block's scale goes into B and A is the bare nibbles. Lane (g, tq) holds of
+// versions 2 and 3: d sc and dmin m of the lane's sub-block for its 4 columns (k: 1, or 1/16 for odd sub-blocks), x of
+// those columns as f16 pairs, and the min terms' MMA (rows = sub-blocks, A = dmin m, B = x) into cmin
+static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], const float (&xb)[4], const zz_lane_q4_K & L,
+        const float k, float (&dsc)[4], uint32_t & x01, uint32_t & x23, float (&cmin)[4]) {
+    float dmn[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint32_t sc, mn;
+        zz_lane_sc_mn(h[i], L, sc, mn);
+        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
+        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
+        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
+    }
+    x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
+    x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
+    // mins: row s = g of A (rows 8..15 unused)
+    zz_mma_16816(cmin, zz_h2_bits(__floats2half2_rn(dmn[0], dmn[1])), 0u, zz_h2_bits(__floats2half2_rn(dmn[2], dmn[3])), 0u,
+                 x01, x23);
+}
+
+// versions 2 and 3: the A fragments of the 16 tiles from the lane's quant words q, tile (p, hh, ep) handed to
+// mma(p, hh, ep, a0, a1, a2, a3)
+template <typename F>
+static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F mma) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const uint32_t w0 = zz_u4_word(q[0], p);
+        const uint32_t w1 = zz_u4_word(q[1], p);
+        const uint32_t w2 = zz_u4_word(q[2], p);
+        const uint32_t w3 = zz_u4_word(q[3], p);
+#pragma unroll
+        for (int ep = 0; ep < 2; ++ep) {
+            const int      e0 = 2*ep;
+            const int      e1 = 2*ep + 1;
+            // bytes e of the two columns of a pair at bytes 0 and 2 (each nibble then sits in an f16 mantissa)
+            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
+            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
+            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
+            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
+                mma(p, hh, ep, r01 & msk, s01 & msk, r23 & msk, s23 & msk);
+            }
+        }
+    }
+}
+
+// Direct kernel, version 2 (default at batch 2-8; LLAMA_SPARSE_CUDA_Q4K_V=1 selects the step above): every
+// tile's 16 rows lie in one sub-block, so the sub-block's scale goes into B and A is the bare nibbles. Lane (g, tq) holds of
 // each of its 4 columns the header and the words at quant bytes 32p + 4g (p = 0..3): byte e of word p holds
 // output l = 4g + e of sub-blocks 2p (low nibble) and 2p + 1 (high nibble). Tile mt = 4p + 2h + ep: sub-block
 // s = 2p + h, rows g -> l = 4g + 2ep, g + 8 -> l = 4g + 2ep + 1. A = the nibble masked into an f16 mantissa with
@@ -472,20 +520,9 @@ template <int T>
 static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[16][4], float (&cmin)[4]) {
     const int tq = lane%4;
-    float dsc[4], dmn[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint32_t sc, mn;
-        zz_lane_sc_mn(h[i], L, sc, mn);
-        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
-        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
-        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
-    }
-    const uint32_t x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
-    const uint32_t x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
-    // mins: row s = g of A (rows 8..15 unused)
-    zz_mma_16816(cmin, zz_h2_bits(__floats2half2_rn(dmn[0], dmn[1])), 0u, zz_h2_bits(__floats2half2_rn(dmn[2], dmn[3])), 0u,
-                 x01, x23);
+    float    dsc[4];
+    uint32_t x01, x23;
+    zz_q4_K_v2_scales(h, xb, L, k, dsc, x01, x23, cmin);
 
     uint32_t bs0[8], bs1[8];
     if constexpr (T == 1) {
@@ -506,29 +543,10 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
             bs1[s] = zz_h2_bits(__hmul2(zz_bits_h2(x23), zz_bits_h2(__shfl_sync(ZZ_FULL_MASK, d23, 4*s + tq))));
         }
     }
-
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-        const uint32_t w0 = zz_u4_word(q[0], p);
-        const uint32_t w1 = zz_u4_word(q[1], p);
-        const uint32_t w2 = zz_u4_word(q[2], p);
-        const uint32_t w3 = zz_u4_word(q[3], p);
-#pragma unroll
-        for (int ep = 0; ep < 2; ++ep) {
-            const int      e0 = 2*ep;
-            const int      e1 = 2*ep + 1;
-            // bytes e of the two columns of a pair at bytes 0 and 2 (each nibble then sits in an f16 mantissa)
-            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
-            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
-            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
-            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
-                zz_mma_16816(cm[4*p + 2*hh + ep], r01 & msk, s01 & msk, r23 & msk, s23 & msk, bs0[2*p + hh], bs1[2*p + hh]);
-            }
-        }
-    }
+    zz_q4_K_v2_tiles(q, [&](const int p, const int hh, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
+            const uint32_t a3) {
+        zz_mma_16816(cm[4*p + 2*hh + ep], a0, a1, a2, a3, bs0[2*p + hh], bs1[2*p + hh]);
+    });
 }
 
 // Version 3 (batch 1 only; the default there): the tiles of version 2, but B's 8 columns are the 8 sub-blocks
@@ -539,44 +557,16 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
 static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[4][4], float (&cmin)[4]) {
     const int g = lane/4;
-    float dsc[4], dmn[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint32_t sc, mn;
-        zz_lane_sc_mn(h[i], L, sc, mn);
-        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
-        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
-        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
-    }
-    const uint32_t x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
-    const uint32_t x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
-    zz_mma_16816(cmin, zz_h2_bits(__floats2half2_rn(dmn[0], dmn[1])), 0u, zz_h2_bits(__floats2half2_rn(dmn[2], dmn[3])), 0u,
-                 x01, x23);
+    float    dsc[4];
+    uint32_t x01, x23;
+    zz_q4_K_v2_scales(h, xb, L, k, dsc, x01, x23, cmin);
     const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
     const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
-
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-        const uint32_t w0 = zz_u4_word(q[0], p);
-        const uint32_t w1 = zz_u4_word(q[1], p);
-        const uint32_t w2 = zz_u4_word(q[2], p);
-        const uint32_t w3 = zz_u4_word(q[3], p);
-#pragma unroll
-        for (int ep = 0; ep < 2; ++ep) {
-            const int      e0 = 2*ep;
-            const int      e1 = 2*ep + 1;
-            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
-            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
-            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
-            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
-                const bool     own = g == 2*p + hh;
-                zz_mma_16816(cm[2*ep + p%2], r01 & msk, s01 & msk, r23 & msk, s23 & msk, own ? my0 : 0u, own ? my1 : 0u);
-            }
-        }
-    }
+    zz_q4_K_v2_tiles(q, [&](const int p, const int hh, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
+            const uint32_t a3) {
+        const bool own = g == 2*p + hh;
+        zz_mma_16816(cm[2*ep + p%2], a0, a1, a2, a3, own ? my0 : 0u, own ? my1 : 0u);
+    });
 }
 
 // one chunk of nv staged columns: cw = blocks (144 B slots), cx = x (XS floats per column)
