@@ -746,10 +746,11 @@ remote() {
             echo "test_sparq_cuda test --variant single under memcheck: rc $rc"; grep -E "SUMMARY|passed" "$out/sanitize-sparq-memcheck.log" | tail -3
             ;;
         bench-q4kv)
-            # direct Q4_K GEMV: step versions $Q4KV_VERSIONS (default 1 2; 2 is the default), batch 1 and 4
+            # direct Q4_K GEMV: step versions $Q4KV_VERSIONS (default 2 3; 3 is the default at batch 1, 2 above), batch 1
+            # and 4
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
             local v envs=()
-            for v in ${Q4KV_VERSIONS:-1 2}; do envs+=(LLAMA_SPARSE_CUDA_Q4K_V=$v); done
+            for v in ${Q4KV_VERSIONS:-2 3}; do envs+=(LLAMA_SPARSE_CUDA_Q4K_V=$v); done
             zz_bench_envs bench-q4kv.log 1,4 "${envs[@]}"
             ;;
         bench-cfg)
@@ -846,8 +847,9 @@ remote() {
             # twice (bitwise equal), graph replays check that the ticket counters stay at zero
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
             /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
-            # the direct kernel's first step version (kept for comparisons)
+            # the direct kernel's earlier step versions (kept for comparisons; version 2 is still the default at batch 2-8)
             LLAMA_SPARSE_CUDA_Q4K_V=1 /tmp/zz-test/t test --seed 3 2>&1 | tee "$out/zztest-v1.log" | tail -4
+            LLAMA_SPARSE_CUDA_Q4K_V=2 /tmp/zz-test/t test --seed 4 2>&1 | tee "$out/zztest-v2.log" | tail -4
             ;;
         model)
             make_r7b 2>&1 | tr '\r' '\n' | tail -3
