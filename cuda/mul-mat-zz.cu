@@ -1261,8 +1261,8 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 // The direct kernel runs n2 <= 4 warps a block. At ~170 registers a thread (its 64 accumulators + two steps
 // of blocks) an SM holds only 2 such blocks; bounding it to 168 lets 3 fit (12 warps, +50 % loads in flight).
 // Version 3 (batch 1) keeps 16 accumulators and fits 4 blocks (16 warps) in 128 registers without spills: on the
-// H100 +1-4 % end to end dense and at 0.25-0.65 against version 2 (bench/results/cuda_h100_2026-11-26i.md), all of
-// it from the fourth block: on version 2's grid (3 blocks an SM) it is 3-9 % slower.
+// H100 +0.3-4.7 % end to end dense and at 0.25-0.65 against version 2 (bench/results/cuda_h100_2026-11-26i.md), all
+// of it from the fourth block: on version 2's grid (3 blocks an SM) it is 1-9 % slower.
 #define ZZ_DIRECT_MAX_WARPS 4
 #ifndef ZZ_DIRECT_MIN_BLOCKS
 #define ZZ_DIRECT_MIN_BLOCKS 3
