@@ -504,8 +504,8 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F m
 }
 
 // Direct kernel, version 2 (default at batch 2-8; LLAMA_SPARSE_CUDA_Q4K_V=1 selects the step above): every
-// tile's 16 rows lie in one sub-block, so the sub-block's scale goes into B and A is the bare nibbles. Lane (g, tq) holds of
-// each of its 4 columns the header and the words at quant bytes 32p + 4g (p = 0..3): byte e of word p holds
+// tile's 16 rows lie in one sub-block, so the sub-block's scale goes into B and A is the bare nibbles. Lane (g, tq)
+// holds of each of its 4 columns the header and the words at quant bytes 32p + 4g (p = 0..3): byte e of word p holds
 // output l = 4g + e of sub-blocks 2p (low nibble) and 2p + 1 (high nibble). Tile mt = 4p + 2h + ep: sub-block
 // s = 2p + h, rows g -> l = 4g + 2ep, g + 8 -> l = 4g + 2ep + 1. A = the nibble masked into an f16 mantissa with
 // a zero exponent, the exact subnormal q 2^-24 (16 q 2^-24 for high nibbles): one PRMT per two registers and
