@@ -863,7 +863,6 @@ static __device__ __forceinline__ void zz_mma_put_v2(const float (&cm)[16][4], c
 
 // version 3 (T = 1): cm[2 ep + c] summed over c, rows g | g+8 -> output 32 s + 4g + 2ep + (0 | 1), s = 2tq | 2tq+1;
 // units of 2^-24, and the min term of sub-block s (cmin of lane 4s) comes off
-template <int B>
 static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], const float (&cmin)[4], const int lane,
         float * red_w) {
     const int g  = lane/4;
@@ -1620,7 +1619,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
         } else {
             GGML_UNUSED_VARS(t0, tp);
-            zz_mma_put_v3<B>(cm, cmin, lane, red_w);
+            zz_mma_put_v3(cm, cmin, lane, red_w);
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
@@ -1818,6 +1817,28 @@ static int zz_direct_version() {
     return v;
 }
 
+// the step version a launch of n_tokens runs: version 3 exists at batch 1 only, version 2 stands in above it
+static int zz_direct_version_at(const int n_tokens) {
+    const int v = zz_direct_version();
+    return v == 3 && n_tokens != 1 ? 2 : v;
+}
+
+// the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
+template <int T, int mode, bool OPQ, bool GLU>
+static auto zz_direct_kernel(const int v) {
+    if constexpr (T == 1) {
+        if (v == 3) {
+            return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, OPQ, GLU>;
+        }
+    }
+    if constexpr (!OPQ && !GLU) {
+        if (v == 1) {
+            return mul_mat_zz_gemv_q4_K_direct<T, mode, 1>;
+        }
+    }
+    return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, OPQ, GLU>;
+}
+
 // what the current device allows, looked up once per launch
 struct zz_caps {
     int  device;
@@ -1984,29 +2005,19 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    const int v = zz_direct_version();
-    auto kernel = v == 1 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 1> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2>;
-    if constexpr (T == 1) {
-        if (v == 3) {
-            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 3>;
-        }
-    }
+    const int v = zz_direct_version_at(T);
+    auto kernel = zz_direct_kernel<T, mode, false, false>(v);
     if constexpr (mode != ZZ_GEMV_IDX) {
         if (segs.up != nullptr) { // a fused SwiGLU: version 2 or 3 only (ggml_cuda_op_mul_mat_zz_fuse checks)
             GGML_ASSERT(v >= 2);
-            kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, true>;
-            if constexpr (T == 1) {
-                if (v == 3) {
-                    kernel = mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, true>;
-                }
-            }
+            kernel = zz_direct_kernel<T, mode, false, true>(v);
         }
     }
     GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
         if (opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
-            kernel = v == 3 ? mul_mat_zz_gemv_q4_K_direct<T, mode, 3, true> : mul_mat_zz_gemv_q4_K_direct<T, mode, 2, true>;
+            kernel = zz_direct_kernel<T, mode, true, false>(v);
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
@@ -2295,7 +2306,7 @@ static int zz_direct_blocks_per_sm(const int n_tokens) {
     if (env > 0) {
         return env;
     }
-    return n_tokens == 1 && zz_direct_version() == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
+    return zz_direct_version_at(n_tokens) == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
 }
 
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
