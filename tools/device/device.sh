@@ -998,6 +998,10 @@ remote_bg() {
 
 poll() {   # wait up to $1 s for remote-bg, then copy its logs to $OUT
     local t=${1:-540} s=$SECONDS
+    if [ ! -d /tmp/ls-out ]; then   # a bare machine (the one that ran remote-bg went back): nothing to wait for
+        echo "== no background run on this machine (it is a fresh one: the earlier one went back)"
+        return 3
+    fi
     while [ ! -f /tmp/ls-out/done ] && [ $(( SECONDS - s )) -lt "$t" ]; do sleep 5; done
     if [ -n "${OUT:-}" ]; then
         tar -C /tmp/ls-out -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
