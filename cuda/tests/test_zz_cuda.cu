@@ -1355,6 +1355,136 @@ static int run_bench(const bench_opts & o) {
     return 0;
 }
 
+// decode's GEMV chain: per layer the q/k/v group, o (+ residual), the gate/up group and down (+ residual), each
+// launched as ggml-cuda launches it (config of the summed rows, FUSED mode at a level, DENSE for dense), for
+// `layers` layers with their own weights, back to back in one CUDA graph (PDL between neighbours). Nothing else of a
+// layer runs, and the launches read fixed inputs, so the time is the chain's alone: an A/B proxy for end to end
+// that needs no model and no full build.
+struct chain_model {
+    const char * name;
+    int64_t      d, d_kv, d_ff;
+};
+
+static const chain_model chain_models[] = {
+    { "7b", 4096, 4096, 11008 }, // Llama-2-7B
+    { "8b", 4096, 1024, 14336 }, // Llama-3-8B
+};
+
+static int run_chain_bench(const bench_opts & o, const std::string & model, const int layers) {
+    const chain_model * cm = nullptr;
+    for (const auto & c : chain_models) {
+        if (model == c.name) {
+            cm = &c;
+        }
+    }
+    if (cm == nullptr || layers < 1) {
+        fprintf(stderr, "chain: unknown model %s (7b, 8b) or layers %d < 1\n", model.c_str(), layers);
+        return 2;
+    }
+    const ggml_type type = GGML_TYPE_Q4_K;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+
+    // [q k v] [o] [gate up] [down]: outputs and widths
+    const int64_t d = cm->d, dkv = cm->d_kv, dff = cm->d_ff;
+    const std::vector<std::vector<int64_t>> group_m = { { d, dkv, dkv }, { d }, { dff, dff }, { d } };
+    const int64_t group_n[4] = { d, d, d, dff };
+    const bool    group_res[4] = { false, true, false, true };
+
+    size_t wbytes = 0;
+    std::vector<std::vector<void *>> w(layers*4);
+    for (int l = 0; l < layers; ++l) {
+        for (int g = 0; g < 4; ++g) {
+            for (int64_t m : group_m[g]) {
+                const int64_t nblocks = m/QK_K*group_n[g];
+                void * p;
+                CUDA_CHECK(cudaMalloc(&p, nblocks*ggml_type_size(type)));
+                bench_random_weights(p, type, nblocks, 77u + 4*l + g + (uint32_t) w[l*4 + g].size());
+                w[l*4 + g].push_back(p);
+                wbytes += nblocks*ggml_type_size(type);
+            }
+        }
+    }
+    printf("device %s, %d SMs; %s-shaped chain: %d layers x 4 launches (q/k/v, o + residual, gate/up, down + residual), "
+           "Q4_K weights %.0f MiB, from DRAM\n", prop.name, prop.multiProcessorCount, cm->name, layers, wbytes/1048576.0);
+
+    const int Tmax = *std::max_element(o.batches.begin(), o.batches.end());
+    dev_buf<float> xa(Tmax*d), xf(Tmax*dff), res(Tmax*d);
+    dev_buf<float> y(Tmax*(d + 2*dkv + 2*dff)); // outputs (shared by the layers: only the time matters)
+    std::vector<float> r(Tmax*d);
+    test_rng rr(3);
+    for (float & v : r) {
+        v = (float) rr.normal();
+    }
+    res.upload(r.data(), r.size());
+
+    printf("%2s %5s | %10s %9s %9s | %s\n", "T", "level", "us/token", "us/layer", "tok/s", "vs dense");
+    const double levels[] = { 0.0, 0.25, 0.40, 0.50, 0.65 };
+    for (int T : o.batches) {
+        double dense_us = -1.0;
+        for (double sp : levels) {
+            // inputs with exact zeros in the inactive columns (the same columns for every token, as decode's union)
+            for (int which = 0; which < 2; ++which) {
+                const int64_t n = which == 0 ? d : dff;
+                test_rng rng(11 + which);
+                std::vector<float> x(T*n);
+                for (int64_t j = 0; j < n; ++j) {
+                    const bool act = rng.uniform() >= sp;
+                    for (int t = 0; t < T; ++t) {
+                        x[t*n + j] = act ? (float) rng.normal() : 0.0f;
+                    }
+                }
+                (which == 0 ? xa : xf).upload(x.data(), x.size());
+            }
+            const zz_gemv_mode mode = sp == 0.0 ? ZZ_GEMV_DENSE : ZZ_GEMV_FUSED;
+            const float thr = 1e-30f;
+            auto token = [&](cudaStream_t s, int) {
+                for (int l = 0; l < layers; ++l) {
+                    for (int g = 0; g < 4; ++g) {
+                        const int64_t n = group_n[g];
+                        zz_gemv_seg seg[3];
+                        int64_t m_sum = 0, off = 0;
+                        const int nseg = (int) group_m[g].size();
+                        for (int k = 0; k < nseg; ++k) {
+                            const int64_t m = group_m[g][k];
+                            seg[k].w        = w[l*4 + g][k];
+                            seg[k].m        = m;
+                            seg[k].y        = y.ptr + T*off;
+                            seg[k].y_stride = m;
+                            if (group_res[g]) {
+                                seg[k].bias        = res.ptr;
+                                seg[k].bias_stride = d;
+                            }
+                            m_sum += m;
+                            off   += m;
+                        }
+                        const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
+                        GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, g == 3 ? xf.ptr : xa.ptr, n, T, nullptr,
+                                mode, thr, cfg, s));
+                    }
+                }
+            };
+            const double us = time_graph_us(token, 3, stream);
+            if (sp == 0.0) {
+                dense_us = us;
+            }
+            printf("%2d %4.0f%% | %10.1f %9.2f %9.1f | %.3f\n", T, 100.0*sp, us, us/layers, 1e6/us, dense_us/us);
+            fflush(stdout);
+        }
+    }
+    for (auto & v : w) {
+        for (void * p : v) {
+            CUDA_CHECK(cudaFree(p));
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
 // prefill: zigzag dequantize + cuBLAS against the GEMV run once per 8 tokens
 static int run_prefill_bench(const bench_opts & o) {
     cudaStream_t stream;
@@ -1462,7 +1592,8 @@ static void usage() {
            "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
            "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both]\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
-           "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n");
+           "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n"
+           "       test_zz_cuda chain   [--model 7b|8b] [--layers 32] [--batch 1,4]   (decode's GEMV chain, levels 0-65 %%)\n");
 }
 
 int main(int argc, char ** argv) {
@@ -1477,6 +1608,8 @@ int main(int argc, char ** argv) {
     int        max_batch = ZZ_GEMV_MAX_BATCH;
     float      sparsity  = 0.5f;
     std::string out;
+    std::string model  = "7b";
+    int         layers = 32;
     bench_opts o;
     bool       batch_set = false;
     for (int i = 2; i < argc; ++i) {
@@ -1519,6 +1652,10 @@ int main(int argc, char ** argv) {
             sparsity = (float) atof(val);
         } else if (a == "--out") {
             out = val;
+        } else if (a == "--model") {
+            model = val;
+        } else if (a == "--layers") {
+            layers = atoi(val);
         } else if (a == "--shapes") {
             for (const char * p = val; p && *p; ) {
                 long long m_, n_;
@@ -1554,6 +1691,9 @@ int main(int argc, char ** argv) {
     }
     if (cmd == "bench") {
         return run_bench(o);
+    }
+    if (cmd == "chain") {
+        return run_chain_bench(o, model, layers);
     }
     if (cmd == "prefill") {
         if (!batch_set) {

@@ -23,6 +23,7 @@
 #   zztest-lite  test_zz_cuda built without ggml-cuda (after build-base), `test` under each of ZZTEST_ENVS
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
+#   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -769,6 +770,20 @@ remote() {
                 echo "-- test: $v" | tee -a "$out/zztest-lite.log"
                 env ${v//,/ } /tmp/zz-test/t test --seed $i 2>&1 | tee -a "$out/zztest-lite.log" | tail -6
                 i=$((i + 1))
+            done
+            ;;
+        zz-chain)
+            # decode's GEMV chain without a model (test_zz_cuda chain: 32 layers of q/k/v, o, gate/up, down, levels
+            # dense-65 %), two alternating rounds over $CHAIN_ENVS (',' for spaces inside one), $CHAIN_MODEL (7b | 8b),
+            # $CHAIN_BATCH (default 1); after build-base (builds test_zz_cuda like zztest-lite)
+            zz_build_lite
+            local i v
+            for i in 1 2; do
+                for v in ${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
+                    echo "-- round $i: $v" | tee -a "$out/zz-chain.log"
+                    env ${v//,/ } timeout 120 /tmp/zz-test/t chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
+                        tee -a "$out/zz-chain.log" | tail -n +2
+                done
             done
             ;;
         bench-n1)
