@@ -1269,7 +1269,6 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 #ifndef ZZ_DIRECT_MIN_BLOCKS_V3
 #define ZZ_DIRECT_MIN_BLOCKS_V3 4 // version 3 (16 accumulators a lane instead of 64) fits 4 blocks in 128 registers
 #endif
-#define ZZ_DIRECT_MIN_BLOCKS_V4 6 // "version 4": version 3 with one step in flight, 6 blocks in 80 registers (A/B)
 #define ZZ_DIRECT_QUEUE 64 // queued active columns per warp (< 16*ZZ_DIRECT_STEPS left + 32 new)
 
 // The weights of one direct launch: up to ZZ_GROUP_MAX weights of the same width that read the same x (q/k/v,
@@ -1422,17 +1421,16 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 
 // GLU: x is silu(x)*segs.up (a fused SwiGLU)
 template <int T, int mode, int V, bool OPQ = false, bool GLU = false>
-static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE,
-        V == 4 ? ZZ_DIRECT_MIN_BLOCKS_V4 : V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
+static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
         float * ws, int * tickets, const int prefetch_cols) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
-    constexpr int S  = V == 4 ? 1 : ZZ_DIRECT_STEPS;
+    constexpr int S  = ZZ_DIRECT_STEPS;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
-    static_assert(V == 1 || V == 2 || (V >= 3 && V <= 4 && T == 1), "direct kernel: version 1 or 2, or 3 / 4 at batch 1");
-    constexpr int NACC = V >= 3 ? 4 : 16; // accumulator tiles
+    static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
+    constexpr int NACC = V == 3 ? 4 : 16; // accumulator tiles
 
     extern __shared__ __align__(16) char zz_smem[];
 
@@ -1619,7 +1617,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE,
             zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
         } else if constexpr (V == 2) {
             zz_mma_put_v2<T, B>(cm, cmin, lane, t0, tp, red_w);
-        } else { // 3, 4
+        } else {
             GGML_UNUSED_VARS(t0, tp);
             zz_mma_put_v3(cm, cmin, lane, red_w);
         }
@@ -1814,15 +1812,15 @@ static int zz_direct_version() {
     static const int v = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_Q4K_V");
         const int    i = e != nullptr ? atoi(e) : 3;
-        return i == 1 || i == 2 || i == 4 ? i : 3;
+        return i == 1 || i == 2 ? i : 3;
     }();
     return v;
 }
 
-// the step version a launch of n_tokens runs: versions 3 and 4 exist at batch 1 only, version 2 stands in above it
+// the step version a launch of n_tokens runs: version 3 exists at batch 1 only, version 2 stands in above it
 static int zz_direct_version_at(const int n_tokens) {
     const int v = zz_direct_version();
-    return v >= 3 && n_tokens != 1 ? 2 : v;
+    return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
@@ -1831,9 +1829,6 @@ static auto zz_direct_kernel(const int v) {
     if constexpr (T == 1) {
         if (v == 3) {
             return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, OPQ, GLU>;
-        }
-        if (v == 4) {
-            return mul_mat_zz_gemv_q4_K_direct<T, mode, 4, OPQ, GLU>;
         }
     }
     if constexpr (!OPQ && !GLU) {
@@ -2311,8 +2306,7 @@ static int zz_direct_blocks_per_sm(const int n_tokens) {
     if (env > 0) {
         return env;
     }
-    const int v = zz_direct_version_at(n_tokens);
-    return v == 4 ? ZZ_DIRECT_MIN_BLOCKS_V4 : v == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
+    return zz_direct_version_at(n_tokens) == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
 }
 
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
