@@ -1196,13 +1196,18 @@ struct bench_opts {
     std::string                         reduction = "both"; // cross-block reduction: ticket, first, atomic, or both (ticket and atomic)
 };
 
-static int run_bench(const bench_opts & o) {
-    cudaStream_t stream;
+// a benchmark's non-blocking stream, and the current device and its properties
+static void bench_begin(cudaStream_t & stream, int & device, cudaDeviceProp & prop) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+}
+
+static int run_bench(const bench_opts & o) {
+    cudaStream_t   stream;
+    int            device;
+    cudaDeviceProp prop;
+    bench_begin(stream, device, prop);
 
     const double copy_gbs = bench_copy_gbs(stream);
     printf("device %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
@@ -1382,12 +1387,10 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
         return 2;
     }
     const ggml_type type = GGML_TYPE_Q4_K;
-    cudaStream_t stream;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    int device;
-    CUDA_CHECK(cudaGetDevice(&device));
+    cudaStream_t   stream;
+    int            device;
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    bench_begin(stream, device, prop);
 
     // [q k v] [o] [gate up] [down]: outputs and widths
     const int64_t d = cm->d, dkv = cm->d_kv, dff = cm->d_ff;
