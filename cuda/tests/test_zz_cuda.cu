@@ -1426,7 +1426,7 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
     res.upload(r.data(), r.size());
 
     printf("%2s %5s | %10s %9s %9s | %s\n", "T", "level", "us/token", "us/layer", "tok/s", "vs dense");
-    const double levels[] = { 0.0, 0.25, 0.40, 0.50, 0.65 };
+    const double levels[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80, 1.0 }; // 1.0: no active column, the launches' fixed cost
     for (int T : o.batches) {
         double dense_us = -1.0;
         for (double sp : levels) {
@@ -1596,7 +1596,7 @@ static void usage() {
            "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both]\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
            "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n"
-           "       test_zz_cuda chain   [--model 7b|8b] [--layers 32] [--batch 1,4]   (decode's GEMV chain, levels 0-65 %%)\n");
+           "       test_zz_cuda chain   [--model 7b|8b] [--layers 32] [--batch 1,4]   (decode's GEMV chain, levels 0-100 %%)\n");
 }
 
 int main(int argc, char ** argv) {

@@ -774,8 +774,9 @@ remote() {
             ;;
         zz-chain)
             # decode's GEMV chain without a model (test_zz_cuda chain: 32 layers of q/k/v, o, gate/up, down, levels
-            # dense-65 %), two alternating rounds over $CHAIN_ENVS (',' for spaces inside one), $CHAIN_MODEL (7b | 8b),
-            # $CHAIN_BATCH (default 1); after build-base (builds test_zz_cuda like zztest-lite)
+            # dense-100 %; 100 %: no active column, the launches' fixed cost), two alternating rounds over $CHAIN_ENVS
+            # (',' for spaces inside one), $CHAIN_MODEL (7b | 8b), $CHAIN_BATCH (default 1); after build-base (builds
+            # test_zz_cuda like zztest-lite)
             zz_build_lite
             local i v
             for i in 1 2; do
