@@ -1375,6 +1375,63 @@ static const chain_model chain_models[] = {
     { "8b", 4096, 1024, 14336 }, // Llama-3-8B
 };
 
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+// the same chain on stock ggml-cuda (standard Q4_K, mmvq; q, k, v, gate and up as separate matmuls, o and down with
+// an ADD, which ggml-cuda may fuse): us a token, wall time over graph computes
+static double bench_stock_chain_us(const chain_model & cm, const int layers, const int T) {
+    static ggml_backend_t backend = ggml_backend_cuda_init(0);
+    const ggml_type type  = GGML_TYPE_Q4_K;
+    const int       nodes = layers*9 + 8;
+    ggml_init_params ip = { ggml_tensor_overhead()*(layers*7 + nodes + 8) + ggml_graph_overhead_custom(nodes, false),
+                            nullptr, true };
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * xa  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cm.d, T);
+    ggml_tensor * xf  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cm.d_ff, T);
+    ggml_tensor * res = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cm.d, T);
+    ggml_cgraph * gf  = ggml_new_graph_custom(ctx, nodes, false);
+    std::vector<ggml_tensor *> ws;
+    for (int l = 0; l < layers; ++l) {
+        const int64_t shape[7][2] = { { cm.d, cm.d }, { cm.d, cm.d_kv }, { cm.d, cm.d_kv }, { cm.d, cm.d },
+                                      { cm.d, cm.d_ff }, { cm.d, cm.d_ff }, { cm.d_ff, cm.d } }; // ne0 = n, ne1 = m
+        for (int k = 0; k < 7; ++k) {
+            ws.push_back(ggml_new_tensor_2d(ctx, type, shape[k][0], shape[k][1]));
+            ggml_tensor * y = ggml_mul_mat(ctx, ws.back(), k == 6 ? xf : xa);
+            if (k == 3 || k == 6) {
+                y = ggml_add(ctx, y, res);
+            }
+            ggml_build_forward_expand(gf, y);
+        }
+    }
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    for (size_t i = 0; i < ws.size(); ++i) {
+        bench_random_weights(ws[i]->data, type, ggml_nelements(ws[i])/ggml_blck_size(type), 500u + (uint32_t) i);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (ggml_tensor * t : { xa, xf, res }) {
+        std::vector<float> v(ggml_nelements(t));
+        test_rng rng(7);
+        for (float & e : v) {
+            e = (float) rng.normal();
+        }
+        ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    }
+    for (int i = 0; i < 3; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const int  iters = 10;
+    const auto t0    = std::chrono::high_resolution_clock::now();
+    for (int i = 0; i < iters; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const auto t1 = std::chrono::high_resolution_clock::now();
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return std::chrono::duration<double, std::micro>(t1 - t0).count()/iters;
+}
+#endif // ZZ_TEST_WITH_GGML_CUDA
+
 static int run_chain_bench(const bench_opts & o, const std::string & model, const int layers) {
     const chain_model * cm = nullptr;
     for (const auto & c : chain_models) {
@@ -1425,10 +1482,16 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
     }
     res.upload(r.data(), r.size());
 
-    printf("%2s %5s | %10s %9s %9s | %s\n", "T", "level", "us/token", "us/layer", "tok/s", "vs dense");
+    printf("%2s %5s | %10s %9s %9s | %s\n", "T", "level", "us/token", "us/layer", "tok/s", "vs dense, vs stock");
     const double levels[] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80, 1.0 }; // 1.0: no active column, the launches' fixed cost
     for (int T : o.batches) {
         double dense_us = -1.0;
+        double stock_us = -1.0;
+#ifdef ZZ_TEST_WITH_GGML_CUDA
+        stock_us = bench_stock_chain_us(*cm, layers, T);
+        printf("%2d stock | %10.1f %9.2f %9.1f | (ggml-cuda mmvq on the standard layout)\n", T, stock_us,
+                stock_us/layers, 1e6/stock_us);
+#endif
         for (double sp : levels) {
             // inputs with exact zeros in the inactive columns (the same columns for every token, as decode's union)
             for (int which = 0; which < 2; ++which) {
@@ -1475,7 +1538,11 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
             if (sp == 0.0) {
                 dense_us = us;
             }
-            printf("%2d %4.0f%% | %10.1f %9.2f %9.1f | %.3f\n", T, 100.0*sp, us, us/layers, 1e6/us, dense_us/us);
+            printf("%2d %4.0f%% | %10.1f %9.2f %9.1f | %.3f", T, 100.0*sp, us, us/layers, 1e6/us, dense_us/us);
+            if (stock_us > 0.0) {
+                printf(" %.3f", stock_us/us);
+            }
+            printf("\n");
             fflush(stdout);
         }
     }

@@ -776,7 +776,8 @@ remote() {
             # decode's GEMV chain without a model (test_zz_cuda chain: 32 layers of q/k/v, o, gate/up, down, levels
             # dense-100 %; 100 %: no active column, the launches' fixed cost), two alternating rounds over $CHAIN_ENVS
             # (',' for spaces inside one), $CHAIN_MODEL (7b | 8b), $CHAIN_BATCH (default 1); after build-base (builds
-            # test_zz_cuda like zztest-lite)
+            # test_zz_cuda like zztest-lite), or after build zztest: then the binary has ggml-cuda and also times stock's
+            # chain
             zz_build_lite
             local i v
             for i in 1 2; do
