@@ -1143,10 +1143,32 @@ static double bench_copy_gbs(cudaStream_t stream) {
 }
 
 #ifdef ZZ_TEST_WITH_GGML_CUDA
+// the CUDA backend of stock's timings (device 0), made once
+static ggml_backend_t stock_backend() {
+    static ggml_backend_t backend = ggml_backend_cuda_init(0);
+    return backend;
+}
+
+// wall time of one compute of gf, us: 3 computes to warm up (ggml-cuda captures its CUDA graph), then 10 timed
+static double stock_graph_us(ggml_backend_t backend, ggml_cgraph * gf) {
+    for (int i = 0; i < 3; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const int  iters = 10;
+    const auto t0    = std::chrono::high_resolution_clock::now();
+    for (int i = 0; i < iters; ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    ggml_backend_synchronize(backend);
+    const auto t1 = std::chrono::high_resolution_clock::now();
+    return std::chrono::duration<double, std::micro>(t1 - t0).count()/iters;
+}
+
 // stock ggml_mul_mat on the CUDA backend (standard layout, mmvq for small batches), per-op wall time of a
 // graph of nbuf*k independent nodes over nbuf weight copies
 static double bench_stock_us(const ggml_type type, const int64_t m, const int64_t n, const int T, const std::vector<float> & x_h) {
-    static ggml_backend_t backend = ggml_backend_cuda_init(0);
+    ggml_backend_t backend = stock_backend();
     const size_t wbytes = (size_t) m*n/ggml_blck_size(type)*ggml_type_size(type);
     const int    nbuf   = (int) std::max<size_t>(1, ((size_t) 256 << 20)/wbytes + 1);
     const int    nodes  = std::max(32, nbuf);
@@ -1169,20 +1191,10 @@ static double bench_stock_us(const ggml_type type, const int64_t m, const int64_
     CUDA_CHECK(cudaDeviceSynchronize());
     ggml_backend_tensor_set(xb, x_h.data(), 0, n*T*sizeof(float));
 
-    for (int i = 0; i < 3; ++i) {
-        ggml_backend_graph_compute(backend, gf);
-    }
-    ggml_backend_synchronize(backend);
-    const int  iters = 10;
-    const auto t0    = std::chrono::high_resolution_clock::now();
-    for (int i = 0; i < iters; ++i) {
-        ggml_backend_graph_compute(backend, gf);
-    }
-    ggml_backend_synchronize(backend);
-    const auto t1 = std::chrono::high_resolution_clock::now();
+    const double us = stock_graph_us(backend, gf);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
-    return std::chrono::duration<double, std::micro>(t1 - t0).count()/((double) iters*nodes);
+    return us/nodes;
 }
 #endif // ZZ_TEST_WITH_GGML_CUDA
 
@@ -1379,7 +1391,7 @@ static const chain_model chain_models[] = {
 // the same chain on stock ggml-cuda (standard Q4_K, mmvq; q, k, v, gate and up as separate matmuls, o and down with
 // an ADD, which ggml-cuda may fuse): us a token, wall time over graph computes
 static double bench_stock_chain_us(const chain_model & cm, const int layers, const int T) {
-    static ggml_backend_t backend = ggml_backend_cuda_init(0);
+    ggml_backend_t backend = stock_backend();
     const ggml_type type  = GGML_TYPE_Q4_K;
     const int       nodes = layers*9 + 8;
     ggml_init_params ip = { ggml_tensor_overhead()*(layers*7 + nodes + 8) + ggml_graph_overhead_custom(nodes, false),
@@ -1415,20 +1427,10 @@ static double bench_stock_chain_us(const chain_model & cm, const int layers, con
         }
         ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     }
-    for (int i = 0; i < 3; ++i) {
-        ggml_backend_graph_compute(backend, gf);
-    }
-    ggml_backend_synchronize(backend);
-    const int  iters = 10;
-    const auto t0    = std::chrono::high_resolution_clock::now();
-    for (int i = 0; i < iters; ++i) {
-        ggml_backend_graph_compute(backend, gf);
-    }
-    ggml_backend_synchronize(backend);
-    const auto t1 = std::chrono::high_resolution_clock::now();
+    const double us = stock_graph_us(backend, gf);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
-    return std::chrono::duration<double, std::micro>(t1 - t0).count()/iters;
+    return us;
 }
 #endif // ZZ_TEST_WITH_GGML_CUDA
 
