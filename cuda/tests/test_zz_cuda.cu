@@ -1387,6 +1387,20 @@ static const chain_model chain_models[] = {
     { "8b", 4096, 1024, 14336 }, // Llama-3-8B
 };
 
+// one launch of a layer: the outputs of its weights, their width n (d_ff: down, reading the FFN activation), and
+// whether the residual is added
+struct chain_group {
+    std::vector<int64_t> m;
+    int64_t              n;
+    bool                 res;
+};
+
+// [q k v] [o] [gate up] [down]
+static std::vector<chain_group> chain_groups(const chain_model & cm) {
+    return { { { cm.d, cm.d_kv, cm.d_kv }, cm.d, false }, { { cm.d }, cm.d, true },
+             { { cm.d_ff, cm.d_ff }, cm.d, false }, { { cm.d }, cm.d_ff, true } };
+}
+
 #ifdef ZZ_TEST_WITH_GGML_CUDA
 // the same chain on stock ggml-cuda (standard Q4_K, mmvq; q, k, v, gate and up as separate matmuls, o and down with
 // an ADD, which ggml-cuda may fuse): us a token, wall time over graph computes
@@ -1403,15 +1417,15 @@ static double bench_stock_chain_us(const chain_model & cm, const int layers, con
     ggml_cgraph * gf  = ggml_new_graph_custom(ctx, nodes, false);
     std::vector<ggml_tensor *> ws;
     for (int l = 0; l < layers; ++l) {
-        const int64_t shape[7][2] = { { cm.d, cm.d }, { cm.d, cm.d_kv }, { cm.d, cm.d_kv }, { cm.d, cm.d },
-                                      { cm.d, cm.d_ff }, { cm.d, cm.d_ff }, { cm.d_ff, cm.d } }; // ne0 = n, ne1 = m
-        for (int k = 0; k < 7; ++k) {
-            ws.push_back(ggml_new_tensor_2d(ctx, type, shape[k][0], shape[k][1]));
-            ggml_tensor * y = ggml_mul_mat(ctx, ws.back(), k == 6 ? xf : xa);
-            if (k == 3 || k == 6) {
-                y = ggml_add(ctx, y, res);
+        for (const chain_group & g : chain_groups(cm)) {
+            for (int64_t m : g.m) {
+                ws.push_back(ggml_new_tensor_2d(ctx, type, g.n, m));
+                ggml_tensor * y = ggml_mul_mat(ctx, ws.back(), g.n == cm.d ? xa : xf);
+                if (g.res) {
+                    y = ggml_add(ctx, y, res);
+                }
+                ggml_build_forward_expand(gf, y);
             }
-            ggml_build_forward_expand(gf, y);
         }
     }
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
@@ -1451,22 +1465,20 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
     cudaDeviceProp prop;
     bench_begin(stream, device, prop);
 
-    // [q k v] [o] [gate up] [down]: outputs and widths
+    const std::vector<chain_group> groups = chain_groups(*cm);
+    const int     ng = (int) groups.size();
     const int64_t d = cm->d, dkv = cm->d_kv, dff = cm->d_ff;
-    const std::vector<std::vector<int64_t>> group_m = { { d, dkv, dkv }, { d }, { dff, dff }, { d } };
-    const int64_t group_n[4] = { d, d, d, dff };
-    const bool    group_res[4] = { false, true, false, true };
 
     size_t wbytes = 0;
-    std::vector<std::vector<void *>> w(layers*4);
+    std::vector<std::vector<void *>> w(layers*ng);
     for (int l = 0; l < layers; ++l) {
-        for (int g = 0; g < 4; ++g) {
-            for (int64_t m : group_m[g]) {
-                const int64_t nblocks = m/QK_K*group_n[g];
+        for (int g = 0; g < ng; ++g) {
+            for (int64_t m : groups[g].m) {
+                const int64_t nblocks = m/QK_K*groups[g].n;
                 void * p;
                 CUDA_CHECK(cudaMalloc(&p, nblocks*ggml_type_size(type)));
-                bench_random_weights(p, type, nblocks, 77u + 4*l + g + (uint32_t) w[l*4 + g].size());
-                w[l*4 + g].push_back(p);
+                bench_random_weights(p, type, nblocks, 77u + 4*l + g + (uint32_t) w[l*ng + g].size());
+                w[l*ng + g].push_back(p);
                 wbytes += nblocks*ggml_type_size(type);
             }
         }
@@ -1512,26 +1524,25 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
             const float thr = 1e-30f;
             auto token = [&](cudaStream_t s, int) {
                 for (int l = 0; l < layers; ++l) {
-                    for (int g = 0; g < 4; ++g) {
-                        const int64_t n = group_n[g];
-                        zz_gemv_seg seg[3];
-                        int64_t m_sum = 0, off = 0;
-                        const int nseg = (int) group_m[g].size();
+                    for (int g = 0; g < ng; ++g) {
+                        const int64_t n = groups[g].n;
+                        zz_gemv_seg seg[ZZ_GROUP_MAX];
+                        int64_t m_sum = 0;
+                        const int nseg = (int) groups[g].m.size();
                         for (int k = 0; k < nseg; ++k) {
-                            const int64_t m = group_m[g][k];
-                            seg[k].w        = w[l*4 + g][k];
+                            const int64_t m = groups[g].m[k];
+                            seg[k].w        = w[l*ng + g][k];
                             seg[k].m        = m;
-                            seg[k].y        = y.ptr + T*off;
+                            seg[k].y        = y.ptr + T*m_sum;
                             seg[k].y_stride = m;
-                            if (group_res[g]) {
+                            if (groups[g].res) {
                                 seg[k].bias        = res.ptr;
                                 seg[k].bias_stride = d;
                             }
                             m_sum += m;
-                            off   += m;
                         }
                         const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
-                        GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, g == 3 ? xf.ptr : xa.ptr, n, T, nullptr,
+                        GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, n == d ? xa.ptr : xf.ptr, n, T, nullptr,
                                 mode, thr, cfg, s));
                     }
                 }

@@ -129,18 +129,24 @@ build_stock() {
 }
 
 remote() {
+    # test_zz_cuda ARGS... in two alternating rounds over the settings ENVS (',' for spaces inside one), into
+    # $out/LOG, printing the lines that match SHOW: zz_env_rounds LOG SHOW "ENVS" ARGS...
+    zz_env_rounds() {
+        local log=$1 show=$2 envs=$3 i v
+        shift 3
+        for i in 1 2; do
+            for v in $envs; do
+                echo "-- round $i: $v" | tee -a "$out/$log"
+                env ${v//,/ } timeout 150 /tmp/zz-test/t "$@" 2>&1 | tee -a "$out/$log" | grep -E "$show"
+            done
+        done
+    }
     # test_zz_cuda bench on the 7B/8B/70B shapes, two rounds, each round once under every ENV (',' for spaces
     # inside one), atomics: zz_bench_envs LOG BATCHES ENV...
     zz_bench_envs() {
-        local log=$1 batch=$2 i v sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
+        local log=$1 batch=$2 sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
         shift 2
-        for i in 1 2; do
-            for v in "$@"; do
-                echo "-- round $i: $v" | tee -a "$out/$log"
-                env ${v//,/ } timeout 150 /tmp/zz-test/t bench --type q4_K --batch "$batch" --reduction atomic --shapes $sh 2>&1 |
-                    tee -a "$out/$log" | grep -E "^(type|q4_K)"
-            done
-        done
+        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction atomic --shapes $sh
     }
     local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
     local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
@@ -779,14 +785,8 @@ remote() {
             # test_zz_cuda like zztest-lite), or after build zztest: then the binary has ggml-cuda and also times stock's
             # chain
             zz_build_lite
-            local i v
-            for i in 1 2; do
-                for v in ${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
-                    echo "-- round $i: $v" | tee -a "$out/zz-chain.log"
-                    env ${v//,/ } timeout 120 /tmp/zz-test/t chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
-                        tee -a "$out/zz-chain.log" | tail -n +2
-                done
-            done
+            zz_env_rounds zz-chain.log "^ ?[0-9]|^ T " "${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}" \
+                chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}"
             ;;
         bench-n1)
             # blocks per block-row (LLAMA_SPARSE_CUDA_N1) for the step versions $Q4KV_VERSIONS (default 2), batch 1,
