@@ -1419,8 +1419,54 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 }
 #endif // AMPERE_MMA_AVAILABLE
 
+// RL (rolled) launches, batch 1: a step's registers are refilled with the step two ahead as soon as that step has
+// run, so a warp's loads stay in flight while it computes (the unrolled loop waits for both steps, then computes).
+// FUSED RL balances within the thread block: each warp ballots its own columns into its slice of a block list in
+// shared memory (column, x), then the block's n2 warps split the list's A entries evenly. The slowest warp sets a
+// launch's time, and without the list a warp's share of active columns varies with the pattern.
+//
+// list entry p of the block (warps' slices in order: pre[k] entries before slice k, which starts at off[k])
+static __device__ __forceinline__ int zz_bl_at(const int p, const int (&pre)[ZZ_DIRECT_MAX_WARPS + 1],
+        const int (&off)[ZZ_DIRECT_MAX_WARPS]) {
+    int j = off[0] + p;
+#pragma unroll
+    for (int k = 1; k < ZZ_DIRECT_MAX_WARPS; ++k) {
+        if (p >= pre[k]) {
+            j = off[k] + p - pre[k];
+        }
+    }
+    return j;
+}
+
+// one RL step's blocks: list positions pb + 2tq + (i & 1) + 8(i >> 1) below p1; FUSED reads column and x from the
+// block list, DENSE takes position = column and x from global memory
+template <int mode, bool GLU>
+static __device__ __forceinline__ void zz_rl_fetch(const int pb, const int p1, const int tq, const int g,
+        const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride,
+        const int * s_col, const float * s_x, const int (&pre)[ZZ_DIRECT_MAX_WARPS + 1],
+        const int (&off)[ZZ_DIRECT_MAX_WARPS], uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int p   = pb + 2*tq + (i & 1) + 8*(i >> 1);
+        int       col = -1;
+        float     xv  = 0.0f;
+        if (p < p1) {
+            if constexpr (mode == ZZ_GEMV_FUSED) {
+                const int j = zz_bl_at(p, pre, off);
+                col = s_col[j];
+                xv  = s_x[j];
+            } else {
+                col = p;
+                xv  = zz_x_in<GLU>(segs, x, x_stride, 0, p);
+            }
+        }
+        zz_direct_load<3>(w_row, col, g, h[i], q[i]);
+        xb[i] = xv;
+    }
+}
+
 // GLU: x is silu(x)*segs.up (a fused SwiGLU)
-template <int T, int mode, int V, bool OPQ = false, bool GLU = false>
+template <int T, int mode, int V, bool OPQ = false, bool GLU = false, bool RL = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1495,7 +1541,75 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
     const int tg = V >= 2 && T == 1 ? 0 : g;
 
-    if constexpr (mode == ZZ_GEMV_FUSED) {
+    if constexpr (RL) {
+        static_assert(T == 1 && V == 3 && !OPQ && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_FUSED), "RL: batch 1, version 3");
+        int   pre[ZZ_DIRECT_MAX_WARPS + 1];
+        int   off[ZZ_DIRECT_MAX_WARPS];
+        int   p0, p1;
+        int   * s_col = nullptr;
+        float * s_x   = nullptr;
+        if constexpr (mode == ZZ_GEMV_FUSED) {
+            __shared__ int s_cnt[ZZ_DIRECT_MAX_WARPS];
+            const int b_begin = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
+            const int b_end   = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x);
+            s_col = (int *) zz_smem;
+            s_x   = (float *) (s_col + (b_end - b_begin));
+            const int c_begin = (int) (((int64_t) n*wid)/nw);
+            const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
+            const int my_off  = c_begin - b_begin;
+            int   cnt = 0;
+            float xn  = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c_begin + lane) : 0.0f;
+            for (int base = c_begin; base < c_end; base += WARP_SIZE) {
+                const int   c  = base + lane;
+                const float xv = xn;
+                xn = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c + WARP_SIZE) : 0.0f;
+                const bool     act  = c < c_end && fabsf(xv) >= thr;
+                const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
+                if (act) {
+                    const int j = my_off + cnt + __popc(mask & ((1u << lane) - 1));
+                    s_col[j] = c;
+                    s_x[j]   = xv;
+                }
+                cnt += __popc(mask);
+            }
+            if (lane == 0) {
+                s_cnt[warp] = cnt;
+            }
+            __syncthreads();
+            pre[0] = 0;
+#pragma unroll
+            for (int k = 0; k < ZZ_DIRECT_MAX_WARPS; ++k) {
+                pre[k + 1] = pre[k] + (k < n2 ? s_cnt[k] : 0);
+                off[k]     = (int) (((int64_t) n*(blockIdx.x*n2 + k))/nw) - b_begin;
+            }
+            const int A = pre[ZZ_DIRECT_MAX_WARPS];
+            p0 = (A*warp)/n2;
+            p1 = (A*(warp + 1))/n2;
+        } else {
+#pragma unroll
+            for (int k = 0; k <= ZZ_DIRECT_MAX_WARPS; ++k) {
+                pre[k] = 0;
+            }
+#pragma unroll
+            for (int k = 0; k < ZZ_DIRECT_MAX_WARPS; ++k) {
+                off[k] = 0;
+            }
+            p0 = (int) (((int64_t) n*wid)/nw);
+            p1 = (int) (((int64_t) n*(wid + 1))/nw);
+        }
+        uint4 h0[4], q0[4], h1[4], q1[4];
+        float x0[4], x1[4];
+        zz_rl_fetch<mode, GLU>(p0,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
+        zz_rl_fetch<mode, GLU>(p0 + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+        for (int pb = p0; pb < p1; pb += 32) {
+            zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
+            zz_rl_fetch<mode, GLU>(pb + 32, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
+            if (pb + 16 < p1) {
+                zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
+                zz_rl_fetch<mode, GLU>(pb + 48, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+            }
+        }
+    } else if constexpr (mode == ZZ_GEMV_FUSED) {
         int   * q_col = (int *) (zz_smem + warp*zz_direct_queue_bytes<T>());
         float * q_x   = (float *) (q_col + ZZ_DIRECT_QUEUE);
         const int c_begin = (int) (((int64_t) n*wid)/nw);
@@ -1823,10 +1937,28 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
+// LLAMA_SPARSE_CUDA_RL: which batch-1 version-3 launches run rolled (see zz_rl_fetch): 1 FUSED (with the block
+// list), 2 DENSE, 3 both, 0 none
+static int zz_rl_modes() {
+    static const int m = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_RL");
+        return e != nullptr ? atoi(e) & 3 : 1;
+    }();
+    return m;
+}
+
+// FUSED RL keeps its block's list (column, x) in shared memory: at most this many columns a block
+#define ZZ_RL_MAX_COLS 3072
+
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
 template <int T, int mode, bool OPQ, bool GLU>
-static auto zz_direct_kernel(const int v) {
+static auto zz_direct_kernel(const int v, const bool rl = false) {
     if constexpr (T == 1) {
+        if constexpr (!OPQ && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_FUSED)) {
+            if (v == 3 && rl) {
+                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, GLU, true>;
+            }
+        }
         if (v == 3) {
             return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, OPQ, GLU>;
         }
@@ -2000,23 +2132,27 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     int   * tickets;
     const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true, mode);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
-    const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
+    const int v         = zz_direct_version_at(T);
+    const int64_t span  = (n + cfg.n1 - 1)/cfg.n1; // columns of a block
+    const bool rl       = T == 1 && v == 3 && ((mode == ZZ_GEMV_FUSED && (zz_rl_modes() & 1) && span <= ZZ_RL_MAX_COLS) ||
+                                               (mode == ZZ_GEMV_DENSE && (zz_rl_modes() & 2)));
+    const int q_bytes   = mode != ZZ_GEMV_FUSED ? 0 : rl ? (int) span*(int) (sizeof(int) + sizeof(float)) : cfg.n2*zz_direct_queue_bytes<T>();
+    const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), q_bytes);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    const int v = zz_direct_version_at(T);
-    auto kernel = zz_direct_kernel<T, mode, false, false>(v);
+    auto kernel = zz_direct_kernel<T, mode, false, false>(v, rl);
     if constexpr (mode != ZZ_GEMV_IDX) {
         if (segs.up != nullptr) { // a fused SwiGLU: version 2 or 3 only (ggml_cuda_op_mul_mat_zz_fuse checks)
             GGML_ASSERT(v >= 2);
-            kernel = zz_direct_kernel<T, mode, false, true>(v);
+            kernel = zz_direct_kernel<T, mode, false, true>(v, rl);
         }
     }
     GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
-        if (opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+        if (!rl && opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
             kernel = zz_direct_kernel<T, mode, true, false>(v);
         }
     }
