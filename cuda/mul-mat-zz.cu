@@ -1470,7 +1470,7 @@ template <int T, int mode, int V, bool OPQ = false, bool GLU = false, bool RL = 
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
-        float * ws, int * tickets, const int prefetch_cols) {
+        float * ws, int * tickets, const int prefetch_cols, const bool zz_rl_roll) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
@@ -1597,16 +1597,29 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             p0 = (int) (((int64_t) n*wid)/nw);
             p1 = (int) (((int64_t) n*(wid + 1))/nw);
         }
-        uint4 h0[4], q0[4], h1[4], q1[4];
-        float x0[4], x1[4];
-        zz_rl_fetch<mode, GLU>(p0,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
-        zz_rl_fetch<mode, GLU>(p0 + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
-        for (int pb = p0; pb < p1; pb += 32) {
-            zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
-            zz_rl_fetch<mode, GLU>(pb + 32, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
-            if (pb + 16 < p1) {
-                zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
-                zz_rl_fetch<mode, GLU>(pb + 48, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+        if (zz_rl_roll) {
+            uint4 h0[4], q0[4], h1[4], q1[4];
+            float x0[4], x1[4];
+            zz_rl_fetch<mode, GLU>(p0,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
+            zz_rl_fetch<mode, GLU>(p0 + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+            for (int pb = p0; pb < p1; pb += 32) {
+                zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
+                zz_rl_fetch<mode, GLU>(pb + 32, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
+                if (pb + 16 < p1) {
+                    zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
+                    zz_rl_fetch<mode, GLU>(pb + 48, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+                }
+            }
+        } else {
+            for (int pb = p0; pb < p1; pb += 32) {
+                uint4 h0[4], q0[4], h1[4], q1[4];
+                float x0[4], x1[4];
+                zz_rl_fetch<mode, GLU>(pb,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
+                zz_rl_fetch<mode, GLU>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
+                zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
+                if (pb + 16 < p1) {
+                    zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
+                }
             }
         }
     } else if constexpr (mode == ZZ_GEMV_FUSED) {
@@ -1739,7 +1752,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
-                     prefetch_cols);
+                     prefetch_cols, zz_rl_roll);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -1937,12 +1950,12 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
-// LLAMA_SPARSE_CUDA_RL: which batch-1 version-3 launches run rolled (see zz_rl_fetch): 1 FUSED (with the block
-// list), 2 DENSE, 3 both, 0 none
+// LLAMA_SPARSE_CUDA_RL: which batch-1 version-3 launches take the RL path (see zz_rl_fetch): 1 FUSED (with the
+// block list), 2 DENSE, 3 both, 0 none; + 4: rolled steps (else two steps loaded, then run, as the other paths)
 static int zz_rl_modes() {
     static const int m = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_RL");
-        return e != nullptr ? atoi(e) & 3 : 1;
+        return e != nullptr ? atoi(e) & 7 : 1;
     }();
     return m;
 }
@@ -2157,7 +2170,8 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
-              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode),
+              (zz_rl_modes() & 4) != 0);
 }
 
 // segs: one weight, or (direct Q4_K kernel only) a group
