@@ -1419,58 +1419,31 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 }
 #endif // AMPERE_MMA_AVAILABLE
 
-// RL (rolled) launches, batch 1: a step's registers are refilled with the step two ahead as soon as that step has
-// run, so a warp's loads stay in flight while it computes (the unrolled loop waits for both steps, then computes).
-// FUSED RL balances within the thread block: each warp ballots its own columns into its slice of a block list in
-// shared memory (column, x), then the block's n2 warps split the list's A entries evenly. The slowest warp sets a
-// launch's time, and without the list a warp's share of active columns varies with the pattern.
-//
-// list entry p of the block (warps' slices in order: pre[k] entries before slice k, which starts at off[k])
-static __device__ __forceinline__ int zz_bl_at(const int p, const int (&pre)[ZZ_DIRECT_MAX_WARPS + 1],
-        const int (&off)[ZZ_DIRECT_MAX_WARPS]) {
-    int j = off[0] + p;
-#pragma unroll
-    for (int k = 1; k < ZZ_DIRECT_MAX_WARPS; ++k) {
-        if (p >= pre[k]) {
-            j = off[k] + p - pre[k];
-        }
-    }
-    return j;
-}
+// B1 variant, batch 1, version 3 (LLAMA_SPARSE_CUDA_B1V). DENSE: a step's columns are its positions, x read with
+// its blocks (no column list carried between steps). FUSED: x loaded ZZ_B1_XD rounds of 32 columns ahead instead
+// of one, so the ballot rounds between two queue flushes do not each wait for an L2 load.
+#define ZZ_B1_XD 4
 
-// one RL step's blocks: list positions pb + 2tq + (i & 1) + 8(i >> 1) below p1; FUSED reads column and x from the
-// block list, DENSE takes position = column and x from global memory
-template <int mode, bool GLU>
-static __device__ __forceinline__ void zz_rl_fetch(const int pb, const int p1, const int tq, const int g,
+// the blocks and x of one DENSE step: columns pb + 2tq + (i & 1) + 8(i >> 1) below p1
+template <bool GLU>
+static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, const int tq, const int g,
         const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride,
-        const int * s_col, const float * s_x, const int (&pre)[ZZ_DIRECT_MAX_WARPS + 1],
-        const int (&off)[ZZ_DIRECT_MAX_WARPS], uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
+        uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int p   = pb + 2*tq + (i & 1) + 8*(i >> 1);
-        int       col = -1;
-        float     xv  = 0.0f;
-        if (p < p1) {
-            if constexpr (mode == ZZ_GEMV_FUSED) {
-                const int j = zz_bl_at(p, pre, off);
-                col = s_col[j];
-                xv  = s_x[j];
-            } else {
-                col = p;
-                xv  = zz_x_in<GLU>(segs, x, x_stride, 0, p);
-            }
-        }
+        const int col = p < p1 ? p : -1;
         zz_direct_load<3>(w_row, col, g, h[i], q[i]);
-        xb[i] = xv;
+        xb[i] = col >= 0 ? zz_x_in<GLU>(segs, x, x_stride, 0, col) : 0.0f;
     }
 }
 
 // GLU: x is silu(x)*segs.up (a fused SwiGLU)
-template <int T, int mode, int V, bool OPQ = false, bool GLU = false, bool RL = false>
+template <int T, int mode, int V, bool OPQ = false, bool GLU = false, bool B1 = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
-        float * ws, int * tickets, const int prefetch_cols, const bool zz_rl_roll) {
+        float * ws, int * tickets, const int prefetch_cols) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
@@ -1541,85 +1514,18 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
     const int tg = V >= 2 && T == 1 ? 0 : g;
 
-    if constexpr (RL) {
-        static_assert(T == 1 && V == 3 && !OPQ && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_FUSED), "RL: batch 1, version 3");
-        int   pre[ZZ_DIRECT_MAX_WARPS + 1];
-        int   off[ZZ_DIRECT_MAX_WARPS];
-        int   p0, p1;
-        int   * s_col = nullptr;
-        float * s_x   = nullptr;
-        if constexpr (mode == ZZ_GEMV_FUSED) {
-            __shared__ int s_cnt[ZZ_DIRECT_MAX_WARPS];
-            const int b_begin = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
-            const int b_end   = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x);
-            s_col = (int *) zz_smem;
-            s_x   = (float *) (s_col + (b_end - b_begin));
-            const int c_begin = (int) (((int64_t) n*wid)/nw);
-            const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
-            const int my_off  = c_begin - b_begin;
-            int   cnt = 0;
-            float xn  = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c_begin + lane) : 0.0f;
-            for (int base = c_begin; base < c_end; base += WARP_SIZE) {
-                const int   c  = base + lane;
-                const float xv = xn;
-                xn = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, 0, c + WARP_SIZE) : 0.0f;
-                const bool     act  = c < c_end && fabsf(xv) >= thr;
-                const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
-                if (act) {
-                    const int j = my_off + cnt + __popc(mask & ((1u << lane) - 1));
-                    s_col[j] = c;
-                    s_x[j]   = xv;
-                }
-                cnt += __popc(mask);
-            }
-            if (lane == 0) {
-                s_cnt[warp] = cnt;
-            }
-            __syncthreads();
-            pre[0] = 0;
-#pragma unroll
-            for (int k = 0; k < ZZ_DIRECT_MAX_WARPS; ++k) {
-                pre[k + 1] = pre[k] + (k < n2 ? s_cnt[k] : 0);
-                off[k]     = (int) (((int64_t) n*(blockIdx.x*n2 + k))/nw) - b_begin;
-            }
-            const int A = pre[ZZ_DIRECT_MAX_WARPS];
-            p0 = (A*warp)/n2;
-            p1 = (A*(warp + 1))/n2;
-        } else {
-#pragma unroll
-            for (int k = 0; k <= ZZ_DIRECT_MAX_WARPS; ++k) {
-                pre[k] = 0;
-            }
-#pragma unroll
-            for (int k = 0; k < ZZ_DIRECT_MAX_WARPS; ++k) {
-                off[k] = 0;
-            }
-            p0 = (int) (((int64_t) n*wid)/nw);
-            p1 = (int) (((int64_t) n*(wid + 1))/nw);
-        }
-        if (zz_rl_roll) {
+    if constexpr (B1 && mode == ZZ_GEMV_DENSE) {
+        static_assert(T == 1 && V == 3 && !OPQ, "B1: batch 1, version 3");
+        const int p0 = (int) (((int64_t) n*wid)/nw);
+        const int p1 = (int) (((int64_t) n*(wid + 1))/nw);
+        for (int pb = p0; pb < p1; pb += 32) {
             uint4 h0[4], q0[4], h1[4], q1[4];
             float x0[4], x1[4];
-            zz_rl_fetch<mode, GLU>(p0,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
-            zz_rl_fetch<mode, GLU>(p0 + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
-            for (int pb = p0; pb < p1; pb += 32) {
-                zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
-                zz_rl_fetch<mode, GLU>(pb + 32, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
-                if (pb + 16 < p1) {
-                    zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
-                    zz_rl_fetch<mode, GLU>(pb + 48, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
-                }
-            }
-        } else {
-            for (int pb = p0; pb < p1; pb += 32) {
-                uint4 h0[4], q0[4], h1[4], q1[4];
-                float x0[4], x1[4];
-                zz_rl_fetch<mode, GLU>(pb,      p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h0, q0, x0);
-                zz_rl_fetch<mode, GLU>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, s_col, s_x, pre, off, h1, q1, x1);
-                zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
-                if (pb + 16 < p1) {
-                    zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
-                }
+            zz_b1_fetch<GLU>(pb,      p1, tq, g, w_row, segs, x, x_stride, h0, q0, x0);
+            zz_b1_fetch<GLU>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, h1, q1, x1);
+            zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
+            if (pb + 16 < p1) {
+                zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
             }
         }
     } else if constexpr (mode == ZZ_GEMV_FUSED) {
@@ -1628,10 +1534,15 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         const int c_begin = (int) (((int64_t) n*wid)/nw);
         const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
 
-        float xn[T]; // x of the next 32 columns, loaded a round ahead
+        constexpr int XD = B1 ? ZZ_B1_XD : 1; // rounds of x loaded ahead
+        float xn[XD][T]; // x of the next XD rounds of 32 columns
 #pragma unroll
-        for (int t = 0; t < T; ++t) {
-            xn[t] = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
+        for (int r = 0; r < XD; ++r) {
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                const int c = c_begin + r*WARP_SIZE + lane;
+                xn[r][t] = c < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c) : 0.0f;
+            }
         }
         int queued = 0;
         for (int base = c_begin; base < c_end; base += WARP_SIZE) {
@@ -1640,13 +1551,21 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             bool  act = false;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xv[t] = xn[t];
+                xv[t] = xn[0][t];
                 act   = act || fabsf(xv[t]) >= thr;
             }
             act = act && c < c_end;
 #pragma unroll
+            for (int r = 0; r + 1 < XD; ++r) {
+#pragma unroll
+                for (int t = 0; t < T; ++t) {
+                    xn[r][t] = xn[r + 1][t];
+                }
+            }
+#pragma unroll
             for (int t = 0; t < T; ++t) {
-                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
+                const int cn = c + XD*WARP_SIZE;
+                xn[XD - 1][t] = cn < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, cn) : 0.0f;
             }
             const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
             if (act) {
@@ -1752,7 +1671,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
-                     prefetch_cols, zz_rl_roll);
+                     prefetch_cols);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -1950,25 +1869,22 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
-// LLAMA_SPARSE_CUDA_RL: which batch-1 version-3 launches take the RL path (see zz_rl_fetch): 1 FUSED (with the
-// block list), 2 DENSE, 3 both, 0 none; + 4: rolled steps (else two steps loaded, then run, as the other paths)
-static int zz_rl_modes() {
+// LLAMA_SPARSE_CUDA_B1V: which batch-1 version-3 launches run the B1 variant (zz_b1_fetch): 1 FUSED, 2 DENSE, 3 both
+// (default), 0 none
+static int zz_b1_modes() {
     static const int m = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_RL");
-        return e != nullptr ? atoi(e) & 7 : 1;
+        const char * e = getenv("LLAMA_SPARSE_CUDA_B1V");
+        return e != nullptr ? atoi(e) & 3 : 3;
     }();
     return m;
 }
 
-// FUSED RL keeps its block's list (column, x) in shared memory: at most this many columns a block
-#define ZZ_RL_MAX_COLS 3072
-
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
 template <int T, int mode, bool OPQ, bool GLU>
-static auto zz_direct_kernel(const int v, const bool rl = false) {
+static auto zz_direct_kernel(const int v, const bool b1 = false) {
     if constexpr (T == 1) {
         if constexpr (!OPQ && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_FUSED)) {
-            if (v == 3 && rl) {
+            if (v == 3 && b1) {
                 return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, GLU, true>;
             }
         }
@@ -2146,32 +2062,30 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true, mode);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int v         = zz_direct_version_at(T);
-    const int64_t span  = (n + cfg.n1 - 1)/cfg.n1; // columns of a block
-    const bool rl       = T == 1 && v == 3 && ((mode == ZZ_GEMV_FUSED && (zz_rl_modes() & 1) && span <= ZZ_RL_MAX_COLS) ||
-                                               (mode == ZZ_GEMV_DENSE && (zz_rl_modes() & 2)));
-    const int q_bytes   = mode != ZZ_GEMV_FUSED ? 0 : rl ? (int) span*(int) (sizeof(int) + sizeof(float)) : cfg.n2*zz_direct_queue_bytes<T>();
+    const bool b1       = T == 1 && v == 3 && ((mode == ZZ_GEMV_FUSED && (zz_b1_modes() & 1)) ||
+                                               (mode == ZZ_GEMV_DENSE && (zz_b1_modes() & 2)));
+    const int q_bytes   = mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0;
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), q_bytes);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    auto kernel = zz_direct_kernel<T, mode, false, false>(v, rl);
+    auto kernel = zz_direct_kernel<T, mode, false, false>(v, b1);
     if constexpr (mode != ZZ_GEMV_IDX) {
         if (segs.up != nullptr) { // a fused SwiGLU: version 2 or 3 only (ggml_cuda_op_mul_mat_zz_fuse checks)
             GGML_ASSERT(v >= 2);
-            kernel = zz_direct_kernel<T, mode, false, true>(v, rl);
+            kernel = zz_direct_kernel<T, mode, false, true>(v, b1);
         }
     }
     GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
-        if (!rl && opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+        if (!b1 && opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
             kernel = zz_direct_kernel<T, mode, true, false>(v);
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
-              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode),
-              (zz_rl_modes() & 4) != 0);
+              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
 }
 
 // segs: one weight, or (direct Q4_K kernel only) a group
