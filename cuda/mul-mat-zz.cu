@@ -1870,7 +1870,8 @@ static int zz_direct_version_at(const int n_tokens) {
 }
 
 // LLAMA_SPARSE_CUDA_B1V: which batch-1 version-3 launches run the B1 variant (zz_b1_fetch): 1 FUSED, 2 DENSE, 3 both
-// (default), 0 none
+// (default), 0 none. H100, 7B decode GEMV chain against 0 (bench/results/cuda_h100_2026-11-27b.md): dense -0.4 to
+// -0.9 %, 0.25-0.80 within +-0.5 %, no active column -2.3 %
 static int zz_b1_modes() {
     static const int m = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_B1V");
@@ -2062,8 +2063,12 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true, mode);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int v         = zz_direct_version_at(T);
-    const bool b1       = T == 1 && v == 3 && ((mode == ZZ_GEMV_FUSED && (zz_b1_modes() & 1)) ||
-                                               (mode == ZZ_GEMV_DENSE && (zz_b1_modes() & 2)));
+    static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
+    // the opaque column (zz_direct_cols) on long DENSE rows at batch 1; it was measured there, the B1 variant was not
+    const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && v >= 2 &&
+                          n >= 256*(int64_t) cfg.n1*cfg.n2;
+    const bool b1       = T == 1 && v == 3 && !opq && ((mode == ZZ_GEMV_FUSED && (zz_b1_modes() & 1)) ||
+                                                       (mode == ZZ_GEMV_DENSE && (zz_b1_modes() & 2)));
     const int q_bytes   = mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0;
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), q_bytes);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
@@ -2079,8 +2084,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
-        static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
-        if (!b1 && opaque_on && segs.up == nullptr && v >= 2 && n >= 256*(int64_t) cfg.n1*cfg.n2) {
+        if (opq) {
             kernel = zz_direct_kernel<T, mode, true, false>(v);
         }
     }
