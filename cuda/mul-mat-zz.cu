@@ -1869,13 +1869,13 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
-// LLAMA_SPARSE_CUDA_B1V: which batch-1 version-3 launches run the B1 variant (zz_b1_fetch): 1 FUSED, 2 DENSE, 3 both
-// (default), 0 none. H100, 7B decode GEMV chain against 0 (bench/results/cuda_h100_2026-11-27b.md): dense -0.4 to
-// -0.9 %, 0.25-0.80 within +-0.5 %, no active column -2.3 %
+// LLAMA_SPARSE_CUDA_B1V: which batch-1 version-3 launches run the B1 variant (zz_b1_fetch): 1 FUSED, 2 DENSE (default),
+// 3 both, 0 none. H100 decode GEMV chains against 0 (bench/results/cuda_h100_2026-11-27b.md): DENSE -0.7 % (7B) and
+// -1.3 % (8B); FUSED cut the launches' fixed cost 2.4 % but was +0.5-0.7 % at 0.50-0.80 on 8B, -0.1 % at 0.50 on 7B
 static int zz_b1_modes() {
     static const int m = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_B1V");
-        return e != nullptr ? atoi(e) & 3 : 3;
+        return e != nullptr ? atoi(e) & 3 : 2;
     }();
     return m;
 }
