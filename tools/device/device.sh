@@ -72,8 +72,9 @@
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
 #              for every group, so not the level's share of weight bytes; calib is the measured one)
-#   modelzz-bg, modelzz-wait   model + convert + thr as one background job (after build: the package loads
-#              libllama): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
+#   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: the package loads
+#              libllama; MODELZZ_LEVELS=thr: thr instead, the single threshold of many earlier runs; see each results file):
+#              build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
@@ -253,7 +254,14 @@ remote() {
         modelzz-bg)
             # model, convert and thr in one background job, after build (the package loads libllama), beside
             # stock-bg; modelzz-wait joins it
-            { make_r7b && convert_r7b && thr_r7b; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
+            # levels: calibrated per group (a level skips its share of every group's weight bytes, as the GEMV
+            # chain's levels do), or with MODELZZ_LEVELS=thr one threshold for all (42-47 % of the bytes at "0.50")
+            if [ "${MODELZZ_LEVELS:-calib}" = thr ]; then
+                { make_r7b && convert_r7b && thr_r7b; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
+            else
+                { make_r7b && convert_r7b && calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65; } > "$out/modelzz.log" 2>&1 &
+                modelzz_pid=$!
+            fi
             ;;
         modelzz-wait)
             wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
