@@ -73,8 +73,8 @@
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
 #              for every group, so not the level's share of weight bytes; calib is the measured one)
 #   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: the package loads
-#              libllama; MODELZZ_LEVELS=thr: thr instead, the single threshold of many earlier runs; see each results file):
-#              build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
+#              libllama; MODELZZ_LEVELS=thr: thr instead, the single threshold of many earlier runs, as each results
+#              file says): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
