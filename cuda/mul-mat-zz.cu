@@ -1419,10 +1419,8 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 }
 #endif // AMPERE_MMA_AVAILABLE
 
-// B1 variant, batch 1, version 3 (LLAMA_SPARSE_CUDA_B1V). DENSE: a step's columns are its positions, x read with
-// its blocks (no column list carried between steps). FUSED: x loaded ZZ_B1_XD rounds of 32 columns ahead instead
-// of one, so the ballot rounds between two queue flushes do not each wait for an L2 load.
-#define ZZ_B1_XD 4
+// B1 variant, DENSE at batch 1, version 3 (LLAMA_SPARSE_CUDA_B1V): a step's columns are its positions, x read with
+// its blocks (no column list carried between steps)
 
 // the blocks and x of one DENSE step: columns pb + 2tq + (i & 1) + 8(i >> 1) below p1
 template <bool GLU>
@@ -1514,8 +1512,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
     const int tg = V >= 2 && T == 1 ? 0 : g;
 
-    if constexpr (B1 && mode == ZZ_GEMV_DENSE) {
-        static_assert(T == 1 && V == 3 && !OPQ, "B1: batch 1, version 3");
+    if constexpr (B1) {
+        static_assert(T == 1 && V == 3 && !OPQ && mode == ZZ_GEMV_DENSE, "B1: DENSE at batch 1, version 3");
         const int p0 = (int) (((int64_t) n*wid)/nw);
         const int p1 = (int) (((int64_t) n*(wid + 1))/nw);
         for (int pb = p0; pb < p1; pb += 32) {
@@ -1534,15 +1532,10 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         const int c_begin = (int) (((int64_t) n*wid)/nw);
         const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
 
-        constexpr int XD = B1 ? ZZ_B1_XD : 1; // rounds of x loaded ahead
-        float xn[XD][T]; // x of the next XD rounds of 32 columns
+        float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
-        for (int r = 0; r < XD; ++r) {
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-                const int c = c_begin + r*WARP_SIZE + lane;
-                xn[r][t] = c < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c) : 0.0f;
-            }
+        for (int t = 0; t < T; ++t) {
+            xn[t] = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
         }
         int queued = 0;
         for (int base = c_begin; base < c_end; base += WARP_SIZE) {
@@ -1551,21 +1544,13 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             bool  act = false;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xv[t] = xn[0][t];
+                xv[t] = xn[t];
                 act   = act || fabsf(xv[t]) >= thr;
             }
             act = act && c < c_end;
 #pragma unroll
-            for (int r = 0; r + 1 < XD; ++r) {
-#pragma unroll
-                for (int t = 0; t < T; ++t) {
-                    xn[r][t] = xn[r + 1][t];
-                }
-            }
-#pragma unroll
             for (int t = 0; t < T; ++t) {
-                const int cn = c + XD*WARP_SIZE;
-                xn[XD - 1][t] = cn < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, cn) : 0.0f;
+                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
             }
             const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
             if (act) {
@@ -1869,22 +1854,18 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
-// LLAMA_SPARSE_CUDA_B1V: which batch-1 version-3 launches run the B1 variant (zz_b1_fetch): 1 FUSED, 2 DENSE (default),
-// 3 both, 0 none. H100 decode GEMV chains against 0 (bench/results/cuda_h100_2026-11-27b.md): DENSE -0.7 % (7B) and
-// -1.3 % (8B); FUSED cut the launches' fixed cost 2.4 % but was +0.5-0.7 % at 0.50-0.80 on 8B, -0.1 % at 0.50 on 7B
-static int zz_b1_modes() {
-    static const int m = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_B1V");
-        return e != nullptr ? atoi(e) & 3 : 2;
-    }();
-    return m;
+// LLAMA_SPARSE_CUDA_B1V=0 turns the B1 variant of batch-1 DENSE launches off (zz_b1_fetch; on by default). H100
+// decode GEMV chains against off (bench/results/cuda_h100_2026-11-27b.md): dense -0.7 % (7B shapes), -1.3 % (8B)
+static bool zz_b1_on() {
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_B1V") != 0;
+    return on;
 }
 
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
 template <int T, int mode, bool OPQ, bool GLU>
 static auto zz_direct_kernel(const int v, const bool b1 = false) {
     if constexpr (T == 1) {
-        if constexpr (!OPQ && (mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_FUSED)) {
+        if constexpr (!OPQ && mode == ZZ_GEMV_DENSE) {
             if (v == 3 && b1) {
                 return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, GLU, true>;
             }
@@ -2067,10 +2048,8 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     // the opaque column (zz_direct_cols) on long DENSE rows at batch 1; it was measured there, the B1 variant was not
     const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && v >= 2 &&
                           n >= 256*(int64_t) cfg.n1*cfg.n2;
-    const bool b1       = T == 1 && v == 3 && !opq && ((mode == ZZ_GEMV_FUSED && (zz_b1_modes() & 1)) ||
-                                                       (mode == ZZ_GEMV_DENSE && (zz_b1_modes() & 2)));
-    const int q_bytes   = mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0;
-    const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), q_bytes);
+    const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
+    const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);

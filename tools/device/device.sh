@@ -226,6 +226,7 @@ remote() {
     }
     convert_r7b() { convert_q4k "$r7b" "$z7b"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
+    calib_r7b()   { calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65; }
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
@@ -252,16 +253,13 @@ remote() {
             tr '\r' '\n' < "$out/model.log" | tail -2
             ;;
         modelzz-bg)
-            # model, convert and thr in one background job, after build (the package loads libllama), beside
-            # stock-bg; modelzz-wait joins it
-            # levels: calibrated per group (a level skips its share of every group's weight bytes, as the GEMV
-            # chain's levels do), or with MODELZZ_LEVELS=thr one threshold for all (42-47 % of the bytes at "0.50")
-            if [ "${MODELZZ_LEVELS:-calib}" = thr ]; then
-                { make_r7b && convert_r7b && thr_r7b; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
-            else
-                { make_r7b && convert_r7b && calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65; } > "$out/modelzz.log" 2>&1 &
-                modelzz_pid=$!
-            fi
+            # model, convert and levels in one background job, after build (the package loads libllama), beside
+            # stock-bg; modelzz-wait joins it. Levels calibrated per group (a level skips its share of every group's
+            # weight bytes, as the GEMV chain's do), or with MODELZZ_LEVELS=thr one threshold for all (42-47 % of the
+            # bytes at "0.50")
+            local levels=calib_r7b
+            [ "${MODELZZ_LEVELS:-calib}" = thr ] && levels=thr_r7b
+            { make_r7b && convert_r7b && $levels; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
             ;;
         modelzz-wait)
             wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
@@ -885,7 +883,7 @@ remote() {
         calib)
             # the random model's vocab is a dummy (<tN>, no byte tokens: llama.cpp's tokenizer throws on text),
             # so the calibration windows are seeded-random token ids (--random-tokens) instead of Austen text
-            calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65 > "$out/calib.log" 2>&1 ||
+            calib_r7b > "$out/calib.log" 2>&1 ||
                 { tail -30 "$out/calib.log"; echo "calib failed"; }
             tail -14 "$out/calib.log"
             ;;
