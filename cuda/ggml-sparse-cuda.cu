@@ -113,10 +113,63 @@ static bool zz_whatif_skip(const ggml_tensor * node) {
     return skip[node->op];
 }
 
+// a MUL_MAT_ZZ node i not yet run by a group: its group, or it fused with its neighbours, or 0 (norm: a deferred
+// RMS norm it reads)
+static int zz_mm_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i, const zz_norm_defer * norm) {
+    ggml_tensor * node = ggml_graph_node(cgraph, i);
+    if (!zz_single_stream(ctx)) {
+        return 0;
+    }
+    if (!zz_group_enabled()) {
+        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i, norm);
+    }
+    int nodes[ZZ_GROUP_MAX];
+    int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
+    {
+        // siblings an earlier group already ran stay out (they would be computed twice)
+        std::lock_guard<std::mutex> lock(zz_group_mutex);
+        int kept = 1;
+        for (int s = 1; s < count; ++s) {
+            bool ran = false;
+            for (const zz_group_done & d : zz_group_pending) {
+                ran = ran || (d.ctx == &ctx && d.graph == cgraph && d.i == nodes[s]);
+            }
+            if (!ran) {
+                nodes[kept++] = nodes[s];
+            }
+        }
+        count = kept;
+    }
+    if (count < 2) {
+        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i, norm); // a single matmul: with its residual add, if any
+    }
+    ggml_tensor * dst[ZZ_GROUP_MAX];
+    for (int s = 0; s < count; ++s) {
+        dst[s] = ggml_graph_node(cgraph, nodes[s]);
+    }
+    if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count, norm)) {
+        return 0;
+    }
+    static bool logged = false;
+    std::lock_guard<std::mutex> lock(zz_group_mutex);
+    if (!logged) {
+        logged = true;
+        GGML_LOG_INFO("llama-sparse: CUDA runs sibling zigzag matmuls as one launch (first: %d nodes from %s; "
+                      "LLAMA_SPARSE_CUDA_GROUP=0 turns it off)\n", count, node->name);
+    }
+    for (int s = 1; s < count; ++s) {
+        zz_group_pending.push_back({ &ctx, cgraph, nodes[s], dst[s] });
+    }
+    return 1;
+}
+
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * node = ggml_graph_node(cgraph, i);
     if (zz_whatif_skip(node)) {
         return 1;
+    }
+    if (node->op == GGML_OP_RMS_NORM) {
+        return zz_single_stream(ctx) ? ggml_cuda_zz_norm_defer(ctx, cgraph, i) : 0;
     }
     if (node->op == GGML_OP_GLU) {
         return zz_single_stream(ctx) ? ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i) : 0;
@@ -148,48 +201,13 @@ int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * c
             return 1;
         }
     }
-    if (!zz_single_stream(ctx)) {
-        return 0;
+    // the first matmul after a deferred RMS norm takes it in; if its launch declines, the norm runs first
+    zz_norm_defer nd;
+    const bool has_norm = ggml_cuda_zz_norm_take(ctx, cgraph, i, nd);
+    int n_ran = zz_mm_node(ctx, cgraph, i, has_norm ? &nd : nullptr);
+    if (n_ran == 0 && has_norm) {
+        ggml_cuda_zz_norm_run(ctx, nd);
+        n_ran = zz_mm_node(ctx, cgraph, i, nullptr);
     }
-    if (!zz_group_enabled()) {
-        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i);
-    }
-    int nodes[ZZ_GROUP_MAX];
-    int count = ggml_sparse_zz_siblings(cgraph, i, 32, nodes, ZZ_GROUP_MAX);
-    {
-        // siblings an earlier group already ran stay out (they would be computed twice)
-        std::lock_guard<std::mutex> lock(zz_group_mutex);
-        int kept = 1;
-        for (int s = 1; s < count; ++s) {
-            bool ran = false;
-            for (const zz_group_done & d : zz_group_pending) {
-                ran = ran || (d.ctx == &ctx && d.graph == cgraph && d.i == nodes[s]);
-            }
-            if (!ran) {
-                nodes[kept++] = nodes[s];
-            }
-        }
-        count = kept;
-    }
-    if (count < 2) {
-        return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i); // a single matmul: with its residual add, if any
-    }
-    ggml_tensor * dst[ZZ_GROUP_MAX];
-    for (int s = 0; s < count; ++s) {
-        dst[s] = ggml_graph_node(cgraph, nodes[s]);
-    }
-    if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count)) {
-        return 0;
-    }
-    static bool logged = false;
-    std::lock_guard<std::mutex> lock(zz_group_mutex);
-    if (!logged) {
-        logged = true;
-        GGML_LOG_INFO("llama-sparse: CUDA runs sibling zigzag matmuls as one launch (first: %d nodes from %s; "
-                      "LLAMA_SPARSE_CUDA_GROUP=0 turns it off)\n", count, node->name);
-    }
-    for (int s = 1; s < count; ++s) {
-        zz_group_pending.push_back({ &ctx, cgraph, nodes[s], dst[s] });
-    }
-    return 1;
+    return n_ran;
 }

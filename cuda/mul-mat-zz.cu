@@ -1274,7 +1274,8 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 // The weights of one direct launch: up to ZZ_GROUP_MAX weights of the same width that read the same x (q/k/v,
 // gate/up), their block-rows one after another in grid.y. Segment s holds grid rows [row_end[s-1], row_end[s]).
 // Fused neighbours (ggml_cuda_op_mul_mat_zz_fuse): bias[s] is added to y[s] (a residual add), and with up set
-// the input is silu(x)*up (SwiGLU), computed where x is read.
+// the input is silu(x)*up (SwiGLU), computed where x is read. With norm_w set the input is RMS-normed:
+// x_t/rms(x_t)*norm_w (a fused RMS_NORM + MUL; every block finds the scales itself).
 struct zz_segs {
     int           nseg;
     int           row_end[ZZ_GROUP_MAX];
@@ -1285,7 +1286,53 @@ struct zz_segs {
     int64_t       bias_stride[ZZ_GROUP_MAX];
     const float * up;
     int64_t       up_stride;
+    const float * norm_w;
+    float         norm_eps;
 };
+
+// what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
+enum { ZZ_IN_X = 0, ZZ_IN_GLU = 1, ZZ_IN_NORM = 2 };
+
+// ZZ_IN_NORM: 1/rms of each token's x, found at the start of the kernel (zz_norm_scales)
+static __shared__ float zz_norm_s[ZZ_GEMV_MAX_BATCH];
+static __shared__ float zz_norm_part[ZZ_GEMV_MAX_BATCH][ZZ_DIRECT_MAX_WARPS];
+
+// zz_norm_s[t] = 1/sqrt(mean(x_t^2) + eps), as ggml-cuda's rms_norm_f32 computes it; ends with a barrier
+template <int T>
+static __device__ __forceinline__ void zz_norm_scales(const float * x, const int64_t x_stride, const int n,
+        const float eps) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const float * xt  = x + t*x_stride;
+        float         sum = 0.0f;
+        if ((n & 3) == 0 && ((uintptr_t) xt & 15) == 0) {
+            for (int c = 4*threadIdx.x; c < n; c += 4*blockDim.x) {
+                const float4 v = __ldg((const float4 *) (xt + c));
+                sum += v.x*v.x + v.y*v.y + v.z*v.z + v.w*v.w;
+            }
+        } else {
+            for (int c = threadIdx.x; c < n; c += blockDim.x) {
+                const float v = __ldg(xt + c);
+                sum += v*v;
+            }
+        }
+        sum = warp_reduce_sum(sum);
+        if (lane == 0) {
+            zz_norm_part[t][warp] = sum;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < T) {
+        float sum = 0.0f;
+        for (int w = 0; w < (int) (blockDim.x/WARP_SIZE); ++w) {
+            sum += zz_norm_part[threadIdx.x][w];
+        }
+        zz_norm_s[threadIdx.x] = rsqrtf(sum/n + eps);
+    }
+    __syncthreads();
+}
 
 // a[s] by compares (no dynamic indexing into the parameter space)
 template <typename V>
@@ -1318,13 +1365,16 @@ static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const i
     }
 }
 
-// input t, column c of a direct launch: x, or with GLU silu(x)*up (a fused SwiGLU; unary.cuh's expression)
-template <bool GLU>
+// input t, column c of a direct launch: x, with GLU silu(x)*up (a fused SwiGLU; unary.cuh's expression), with
+// NORM x/rms(x)*norm_w (norm.cu's then binbcast's expression)
+template <int IN>
 static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const float * x, const int64_t x_stride,
         const int t, const int c) {
     const float v = x[t*x_stride + c];
-    if constexpr (GLU) {
+    if constexpr (IN == ZZ_IN_GLU) {
         return v/(1.0f + expf(-v)) * segs.up[t*segs.up_stride + c];
+    } else if constexpr (IN == ZZ_IN_NORM) {
+        return zz_norm_s[t]*v * __ldg(segs.norm_w + c);
     }
     return v;
 }
@@ -1423,7 +1473,7 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 // its blocks (no column list carried between steps)
 
 // the blocks and x of one DENSE step: columns pb + 2tq + (i & 1) + 8(i >> 1) below p1
-template <bool GLU>
+template <int IN>
 static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, const int tq, const int g,
         const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride,
         uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
@@ -1432,12 +1482,12 @@ static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, c
         const int p   = pb + 2*tq + (i & 1) + 8*(i >> 1);
         const int col = p < p1 ? p : -1;
         zz_direct_load<3>(w_row, col, g, h[i], q[i]);
-        xb[i] = col >= 0 ? zz_x_in<GLU>(segs, x, x_stride, 0, col) : 0.0f;
+        xb[i] = col >= 0 ? zz_x_in<IN>(segs, x, x_stride, 0, col) : 0.0f;
     }
 }
 
-// GLU: x is silu(x)*segs.up (a fused SwiGLU)
-template <int T, int mode, int V, bool OPQ = false, bool GLU = false, bool B1 = false>
+// IN: what the launch reads as x (zz_x_in)
+template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1491,6 +1541,10 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     ggml_cuda_pdl_sync(); // x and idx come from earlier kernels; ws and tickets are free once they are done
 
+    if constexpr (IN == ZZ_IN_NORM) {
+        zz_norm_scales<T>(x, x_stride, n, segs.norm_eps);
+    }
+
     const float * bias        = zz_seg_sel(segs.bias, seg);
     const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
     if (red_mode == ZZ_RED_EARLY) {
@@ -1519,8 +1573,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         for (int pb = p0; pb < p1; pb += 32) {
             uint4 h0[4], q0[4], h1[4], q1[4];
             float x0[4], x1[4];
-            zz_b1_fetch<GLU>(pb,      p1, tq, g, w_row, segs, x, x_stride, h0, q0, x0);
-            zz_b1_fetch<GLU>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, h1, q1, x1);
+            zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, segs, x, x_stride, h0, q0, x0);
+            zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, h1, q1, x1);
             zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
             if (pb + 16 < p1) {
                 zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
@@ -1535,7 +1589,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-            xn[t] = c_begin + lane < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
+            xn[t] = c_begin + lane < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
         }
         int queued = 0;
         for (int base = c_begin; base < c_end; base += WARP_SIZE) {
@@ -1550,7 +1604,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             act = act && c < c_end;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<GLU>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
+                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
             }
             const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
             if (act) {
@@ -1628,7 +1682,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
-                    xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<GLU>(segs, x, x_stride, tg, col[st][i]) : 0.0f;
+                    xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, col[st][i]) : 0.0f;
                 }
             }
 #pragma unroll
@@ -1854,32 +1908,34 @@ static int zz_direct_version_at(const int n_tokens) {
     return v == 3 && n_tokens != 1 ? 2 : v;
 }
 
-// LLAMA_SPARSE_CUDA_B1V=0 turns the B1 variant of batch-1 DENSE launches off (zz_b1_fetch; on by default). H100
-// decode GEMV chains against off (bench/results/cuda_h100_2026-11-27b.md): dense -0.7 % (7B shapes), -1.3 % (8B)
+// LLAMA_SPARSE_CUDA_B1V=1 turns the B1 variant of batch-1 DENSE launches on (zz_b1_fetch; off by default). H100:
+// decode GEMV chains -0.7 % (7B shapes), -1.3 % (8B) (cuda_h100_2026-11-27b.md), but end to end dense 7B decode
+// 3 % slower than without it (cuda_h100_2026-11-27c.md)
 static bool zz_b1_on() {
-    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_B1V") != 0;
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_B1V") > 0;
     return on;
 }
 
-// the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU instances)
-template <int T, int mode, bool OPQ, bool GLU>
+// the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU / NORM
+// instances)
+template <int T, int mode, bool OPQ, int IN>
 static auto zz_direct_kernel(const int v, const bool b1 = false) {
     if constexpr (T == 1) {
         if constexpr (!OPQ && mode == ZZ_GEMV_DENSE) {
             if (v == 3 && b1) {
-                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, GLU, true>;
+                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, IN, true>;
             }
         }
         if (v == 3) {
-            return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, OPQ, GLU>;
+            return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, OPQ, IN>;
         }
     }
-    if constexpr (!OPQ && !GLU) {
+    if constexpr (!OPQ && IN == ZZ_IN_X) {
         if (v == 1) {
             return mul_mat_zz_gemv_q4_K_direct<T, mode, 1>;
         }
     }
-    return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, OPQ, GLU>;
+    return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, OPQ, IN>;
 }
 
 // what the current device allows, looked up once per launch
@@ -2046,7 +2102,8 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const int v         = zz_direct_version_at(T);
     static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
     // the opaque column (zz_direct_cols) on long DENSE rows at batch 1; it was measured there, the B1 variant was not
-    const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && v >= 2 &&
+    const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && segs.norm_w == nullptr &&
+                          v >= 2 &&
                           n >= 256*(int64_t) cfg.n1*cfg.n2;
     const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
@@ -2054,17 +2111,22 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    auto kernel = zz_direct_kernel<T, mode, false, false>(v, b1);
+    auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X>(v, b1);
+    GGML_ASSERT(segs.up == nullptr || segs.norm_w == nullptr);
     if constexpr (mode != ZZ_GEMV_IDX) {
-        if (segs.up != nullptr) { // a fused SwiGLU: version 2 or 3 only (ggml_cuda_op_mul_mat_zz_fuse checks)
+        // a fused SwiGLU or RMS norm: version 2 or 3 only (the fusions check)
+        if (segs.up != nullptr) {
             GGML_ASSERT(v >= 2);
-            kernel = zz_direct_kernel<T, mode, false, true>(v, b1);
+            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_GLU>(v, b1);
+        } else if (segs.norm_w != nullptr) {
+            GGML_ASSERT(v >= 2);
+            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_NORM>(v, b1);
         }
     }
-    GGML_ASSERT(segs.up == nullptr || mode != ZZ_GEMV_IDX);
+    GGML_ASSERT((segs.up == nullptr && segs.norm_w == nullptr) || mode != ZZ_GEMV_IDX);
     if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
         if (opq) {
-            kernel = zz_direct_kernel<T, mode, true, false>(v);
+            kernel = zz_direct_kernel<T, mode, true, ZZ_IN_X>(v);
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
@@ -2088,7 +2150,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
             return;
         }
     }
-    GGML_ASSERT(segs.nseg == 1 && segs.bias[0] == nullptr && segs.up == nullptr);
+    GGML_ASSERT(segs.nseg == 1 && segs.bias[0] == nullptr && segs.up == nullptr && segs.norm_w == nullptr);
     const char *  w        = segs.w[0];
     float *       y        = segs.y[0];
     const int64_t y_stride = segs.y_stride[0];
@@ -2168,7 +2230,7 @@ static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const zz_s
 static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
         const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream,
-        const float * up = nullptr, const int64_t up_stride = 0) {
+        const float * up = nullptr, const int64_t up_stride = 0, const zz_gemv_norm * norm = nullptr) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
@@ -2192,6 +2254,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     }
     segs.up        = up;
     segs.up_stride = up_stride;
+    segs.norm_w    = norm ? norm->w : nullptr;
+    segs.norm_eps  = norm ? norm->eps : 0.0f;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
@@ -2227,12 +2291,13 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
 
 bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        const float thr, const zz_gemv_config cfg, cudaStream_t stream) {
+        const float thr, const zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm) {
     const zz_caps caps = zz_get_caps();
-    if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP) {
+    if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP ||
+            (norm != nullptr && (mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
         return false;
     }
-    zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream);
+    zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm);
     return true;
 }
 
@@ -2854,6 +2919,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
 // ggml op
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
+#include "ggml-cuda/norm.cuh"
 void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0]; // zigzag W
     const ggml_tensor * src1 = dst->src[1]; // x
@@ -2938,7 +3004,8 @@ static zz_gemv_mode zz_list_mode(const ggml_tensor * list, float & thr) {
     return sparse_idx_cuda_lazy(list) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
 }
 
-bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count) {
+bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count,
+        const zz_norm_defer * norm) {
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
     }
@@ -2963,16 +3030,23 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
                 d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
             return false;
         }
+        if (norm != nullptr && (ggml_sparse_mem_overlaps(d, norm->x) || ggml_sparse_mem_overlaps(d, norm->w))) {
+            return false;
+        }
         seg[s] = { d->src[0]->data, d->src[0]->ne[1]*B, (float *) d->data, (int64_t) (d->nb[1]/sizeof(float)) };
         m_sum += seg[s].m;
     }
-    const float * x        = (const float *) src1->data;
-    const int64_t x_stride = src1->nb[1]/sizeof(float);
-    const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
+    GGML_ASSERT(norm == nullptr || norm->mul == src1);
+    const ggml_tensor *  xt       = norm ? norm->x : src1;
+    const float *        x        = (const float *) xt->data;
+    const int64_t        x_stride = xt->nb[1]/sizeof(float);
+    const zz_gemv_norm   nrm      = { norm ? (const float *) norm->w->data : nullptr, norm ? norm->eps : 0.0f };
+    const zz_gemv_config cfg      = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
     float              thr;
     const zz_gemv_mode mode = zz_list_mode(src2, thr);
     return zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
-            mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream());
+            mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream(),
+            norm ? &nrm : nullptr);
 }
 
 static bool zz_fuse_enabled() {
@@ -2990,8 +3064,9 @@ static bool zz_fuse_node_ok(const ggml_cgraph * cgraph, const int j, const int n
     return (cgraph->nodes[j]->flags & GGML_TENSOR_FLAG_COMPUTE) && ggml_node_has_n_uses(cgraph, j, n_uses);
 }
 
-int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const int i) {
-    if (!zz_fuse_enabled()) {
+int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const int i,
+        const zz_norm_defer * norm) {
+    if (!zz_fuse_enabled() && norm == nullptr) {
         return 0;
     }
     const int n_nodes = cgraph->n_nodes;
@@ -3038,7 +3113,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     if (glu != nullptr) {
         const ggml_tensor * a = glu->src[0];
         const ggml_tensor * b = glu->src[1];
-        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
+        const bool fits = norm == nullptr && x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
                           zz_fuse_rows_f32(glu, n, n_tokens) &&
                           (idx == nullptr ? list == nullptr : list == idx && mode == ZZ_GEMV_FUSED) &&
                           zz_fuse_node_ok(cgraph, i, idx ? 2 : 1) && (idx == nullptr || zz_fuse_node_ok(cgraph, i + 1, 1));
@@ -3061,10 +3136,16 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
         }
     }
 
+    // a deferred RMS norm: x is its MUL, read as the norm's input (ggml_cuda_zz_norm_defer)
+    if (norm != nullptr && (norm->mul != x || glu != nullptr || mode == ZZ_GEMV_IDX ||
+            zz_direct_version_at((int) n_tokens) < 2)) {
+        return 0;
+    }
+
     // the residual add after it
     const ggml_tensor * add  = nullptr;
     const ggml_tensor * bias = nullptr;
-    if (i_mm + 1 < n_nodes && cgraph->nodes[i_mm + 1]->op == GGML_OP_ADD) {
+    if (zz_fuse_enabled() && i_mm + 1 < n_nodes && cgraph->nodes[i_mm + 1]->op == GGML_OP_ADD) {
         const ggml_tensor * a = cgraph->nodes[i_mm + 1];
         const ggml_tensor * r = a->src[0] == mm ? a->src[1] : a->src[1] == mm ? a->src[0] : nullptr;
         if (r != nullptr && r != mm && zz_fuse_rows_f32(a, m, n_tokens) && zz_fuse_rows_f32(r, m, n_tokens) &&
@@ -3073,14 +3154,14 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
             bias = r;
         }
     }
-    if (glu == nullptr && add == nullptr) {
+    if (glu == nullptr && add == nullptr && norm == nullptr) {
         return 0;
     }
 
     // the output may not overlap what the launch reads, except a bias that is the output itself (in place)
     const ggml_tensor * out = add ? add : mm;
-    const ggml_tensor * reads[4] = { w, glu ? glu->src[0] : x, glu ? glu->src[1] : nullptr,
-                                     mode == ZZ_GEMV_IDX ? list : nullptr };
+    const ggml_tensor * reads[5] = { w, glu ? glu->src[0] : norm ? norm->x : x, glu ? glu->src[1] : nullptr,
+                                     mode == ZZ_GEMV_IDX ? list : nullptr, norm ? norm->w : nullptr };
     for (const ggml_tensor * t : reads) {
         if (ggml_sparse_mem_overlaps(out, t)) {
             return 0;
@@ -3095,18 +3176,127 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
         seg.bias        = (const float *) bias->data;
         seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));
     }
-    const float * xin      = glu ? gate : (const float *) x->data;
-    const int64_t x_stride = glu ? g_stride : (int64_t) (x->nb[1]/sizeof(float));
+    const ggml_tensor * xt = norm ? norm->x : x;
+    const float * xin      = glu ? gate : (const float *) xt->data;
+    const int64_t x_stride = glu ? g_stride : (int64_t) (xt->nb[1]/sizeof(float));
+    const zz_gemv_norm   nrm = { norm ? (const float *) norm->w->data : nullptr, norm ? norm->eps : 0.0f };
     const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, w->type, n, m, (int) n_tokens);
     zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
-            up, up_stride);
+            up, up_stride, norm ? &nrm : nullptr);
 
     static std::atomic<bool> logged{false};
-    if (!logged.exchange(true)) {
+    if ((glu || add) && !logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA fuses SwiGLU inputs and residual adds into zigzag GEMVs (first: %s; "
                       "LLAMA_SPARSE_CUDA_FUSE_OPS=0 turns it off)\n", mm->name);
     }
     return (add ? i_mm + 2 : i_mm + 1) - i;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RMS norm folded into the GEMVs that read it
+
+static bool zz_norm_fuse_enabled() {
+    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_NORM_FUSE");
+    return on;
+}
+
+static std::mutex                 zz_norm_mutex;
+static std::vector<zz_norm_defer> zz_norm_pending; // at most one a context: recorded at the norm, taken a few nodes on
+
+// the entry of ctx, if any (caller holds zz_norm_mutex)
+static std::vector<zz_norm_defer>::iterator zz_norm_find(const ggml_backend_cuda_context * ctx) {
+    return std::find_if(zz_norm_pending.begin(), zz_norm_pending.end(),
+                        [ctx](const zz_norm_defer & d) { return d.ctx == ctx; });
+}
+
+int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i) {
+    {
+        std::lock_guard<std::mutex> lock(zz_norm_mutex);
+        auto it = zz_norm_find(&ctx);
+        if (it != zz_norm_pending.end()) { // left by a run that stopped before its matmul: stale
+            zz_norm_pending.erase(it);
+        }
+    }
+    if (!zz_norm_fuse_enabled() || !zz_get_caps().direct) {
+        return 0;
+    }
+    ggml_tensor * rms = ggml_graph_node(cgraph, i);
+    const ggml_tensor * x = rms->src[0];
+    if (rms->op != GGML_OP_RMS_NORM || rms->type != GGML_TYPE_F32 || !zz_fuse_node_ok(cgraph, i, 1) ||
+            x->ne[1] < 1 || x->ne[1] > ZZ_GEMV_MAX_BATCH || !zz_fuse_rows_f32(x, x->ne[0], x->ne[1]) ||
+            !zz_fuse_rows_f32(rms, x->ne[0], x->ne[1]) || x->ne[0] >= INT32_MAX) {
+        return 0;
+    }
+    const int64_t n        = x->ne[0];
+    const int64_t n_tokens = x->ne[1];
+    float eps;
+    memcpy(&eps, rms->op_params, sizeof(float));
+
+    // MUL by the norm weight, a vector of n
+    int j = i;
+    ggml_tensor * mul = ggml_sparse_cuda_next_node(cgraph, &j);
+    if (mul == nullptr || mul->op != GGML_OP_MUL || !(mul->flags & GGML_TENSOR_FLAG_COMPUTE) ||
+            (mul->src[0] != rms && mul->src[1] != rms) || !zz_fuse_rows_f32(mul, n, n_tokens)) {
+        return 0;
+    }
+    const ggml_tensor * w = mul->src[0] == rms ? mul->src[1] : mul->src[0];
+    if (w == rms || w->type != GGML_TYPE_F32 || w->ne[0] != n || ggml_nelements(w) != n || !ggml_is_contiguous(w)) {
+        return 0;
+    }
+
+    // then nothing but lazy column lists of it before the first matmul reading it
+    int k = j, n_idx = 0;
+    ggml_tensor * mm = ggml_sparse_cuda_next_node(cgraph, &k);
+    while (mm != nullptr && mm->op == GGML_OP_SPARSE_IDX && mm->src[0] == mul && sparse_idx_cuda_lazy(mm)) {
+        n_idx++;
+        mm = ggml_sparse_cuda_next_node(cgraph, &k);
+    }
+    if (mm == nullptr || mm->op != GGML_OP_MUL_MAT_ZZ || mm->src[1] != mul || !(mm->flags & GGML_TENSOR_FLAG_COMPUTE) ||
+            mm->src[0]->type != GGML_TYPE_Q4_K || zz_direct_version_at((int) n_tokens) < 2) {
+        return 0;
+    }
+    float thr;
+    if (mm->src[2] != nullptr && (mm->src[2]->src[0] != mul || zz_list_mode(mm->src[2], thr) != ZZ_GEMV_FUSED)) {
+        return 0;
+    }
+    // every other reader of it is a sibling of that matmul: run in its launch (one matmul without grouping)
+    int nodes[ZZ_GROUP_MAX];
+    int count = 1;
+    {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_GROUP");
+        if (e == nullptr || atoi(e) != 0) {
+            count = ggml_sparse_zz_siblings(cgraph, k, 32, nodes, ZZ_GROUP_MAX);
+        }
+    }
+    if (count < 1 || !ggml_node_has_n_uses(cgraph, j, n_idx + count)) {
+        return 0;
+    }
+
+    std::lock_guard<std::mutex> lock(zz_norm_mutex);
+    zz_norm_pending.push_back({ &ctx, cgraph, k, rms, mul, x, w, eps });
+    static bool logged = false;
+    if (!logged) {
+        logged = true;
+        GGML_LOG_INFO("llama-sparse: CUDA folds RMS norms into the zigzag GEMVs that read them (first: %s; "
+                      "LLAMA_SPARSE_CUDA_NORM_FUSE=0 turns it off)\n", rms->name);
+    }
+    return j - i + 1;
+}
+
+bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const int i,
+        zz_norm_defer & out) {
+    std::lock_guard<std::mutex> lock(zz_norm_mutex);
+    auto it = zz_norm_find(&ctx);
+    if (it == zz_norm_pending.end() || it->graph != cgraph || it->i_mm != i) {
+        return false;
+    }
+    out = *it;
+    zz_norm_pending.erase(it);
+    return true;
+}
+
+void ggml_cuda_zz_norm_run(ggml_backend_cuda_context & ctx, const zz_norm_defer & nd) {
+    ggml_cuda_op_rms_norm_fused(ctx, nd.rms, nd.mul); // upstream's kernel: writes the MUL's output
 }
 #endif // GGML_SPARSE_CUDA_STANDALONE

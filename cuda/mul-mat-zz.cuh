@@ -73,12 +73,19 @@ struct zz_gemv_seg {
     int64_t       bias_stride = 0;
 };
 
+// an RMS norm folded into a launch's read of x (direct Q4_K kernel, DENSE and FUSED): it reads x_t/rms(x_t)*w, rms
+// as ggml_rms_norm with eps (the fused RMS_NORM + MUL before q/k/v or gate/up)
+struct zz_gemv_norm {
+    const float * w;
+    float         eps;
+};
+
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
 // FUSED) in one launch: their block-rows one after another in the grid, cfg for the summed rows, one zero kernel
 // for all outputs under memset + atomics. Q4_K on the direct kernel only: false (nothing launched) otherwise.
 bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
-        zz_gemv_config cfg, cudaStream_t stream);
+        zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr);
 
 // the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y
 void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,
@@ -113,12 +120,35 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
 
 // the MUL_MAT_ZZ nodes dst[0..count) (same x, idx, weight type and width; ggml_sparse_zz_siblings) as one GEMV
 // launch at decode; false (nothing launched) when the group has no grouped kernel (then run them one by one)
-bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, int count);
+// (norm: a deferred RMS norm their x is, ggml_cuda_zz_norm_defer; they then read its input)
+bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, int count,
+        const struct zz_norm_defer * norm = nullptr);
 
 // node i and its neighbours as one GEMV launch of the direct Q4_K kernel, where the graph allows it:
 //   [GLU (SwiGLU) [, SPARSE_IDX (lazy)]], MUL_MAT_ZZ [, ADD]
 // the SwiGLU is computed where the GEMV reads x, the ADD (a residual) is added where it writes y; the nodes
 // left out must have no other users. Returns the number of nodes run from i on, 0 when it ran nothing.
 // LLAMA_SPARSE_CUDA_FUSE_OPS=0 (or GGML_CUDA_DISABLE_FUSION) turns it off.
-int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i);
+int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i,
+        const struct zz_norm_defer * norm = nullptr);
+
+// An RMS norm folded into the zigzag GEMVs that read it: RMS_NORM, MUL (by the norm weight) [, SPARSE_IDX
+// (lazy)], MUL_MAT_ZZ (q/k/v or gate/up, one launch), the norm and the MUL left out and every launch block finding
+// the token's 1/rms itself. At an RMS_NORM (node i): returns how many nodes it leaves out (0: none) and records
+// them for the matmul node that reads them; that node takes them with ggml_cuda_zz_norm_take and passes them to
+// the group / fuse launch, or runs them with ggml_cuda_zz_norm_run when its launch declines.
+// LLAMA_SPARSE_CUDA_NORM_FUSE=0 (or GGML_CUDA_DISABLE_FUSION) turns it off.
+struct zz_norm_defer {
+    const ggml_backend_cuda_context * ctx;
+    const ggml_cgraph               * graph;
+    int                               i_mm;  // the first matmul reading it (the launch's place)
+    ggml_tensor                     * rms;   // RMS_NORM, not run
+    ggml_tensor                     * mul;   // MUL by the norm weight, not run: what the matmuls read
+    const ggml_tensor               * x;     // the norm's input
+    const ggml_tensor               * w;     // the norm weight [n]
+    float                             eps;
+};
+int  ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, zz_norm_defer & out);
+void ggml_cuda_zz_norm_run(ggml_backend_cuda_context & ctx, const zz_norm_defer & nd);
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -665,6 +665,152 @@ static int test_group(test_rng & rng, const int cases) {
     return failures;
 }
 
+// launches with an RMS norm folded into the read of x (zz_gemv_norm): 1-4 Q4_K weights, DENSE and FUSED, the four
+// reductions, random configs, batch 1-8, x aligned or not, against the GEMV of the norm computed here. The threshold
+// lies between two normed values far enough apart that rounding cannot move a column across it.
+static int test_norm(test_rng & rng, const int cases) {
+    int failures = 0;
+    int runs     = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const ggml_type type = GGML_TYPE_Q4_K;
+    const double sparsities[] = { 0.0, 0.3, 0.5, 0.9, 1.0 };
+    double worst = 0.0;
+    for (int c = 0; c < cases; ++c) {
+        const int     nseg     = 1 + c % ZZ_GROUP_MAX;
+        const int64_t n        = pick_n(rng);
+        const int     T        = 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
+        const double  sp       = sparsities[c % 5];
+        const float   eps      = c % 2 ? 1e-5f : 1e-6f;
+        const int     x_off    = c % 4 == 3 ? 1 : 0; // x not 16-byte aligned: the kernel's scalar sum
+        const int64_t x_stride = n + (c % 3 == 0 ? rng.randint(1, 7) : 0);
+
+        // x, the norm weight (either sign), and the normed x as norm.cu + binbcast.cu compute it (float)
+        std::vector<float> x(T*x_stride + x_off, 12345.0f), g(n), xn(T*x_stride, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+            g[j] = (float) ((rng.uniform() < 0.5 ? -1.0 : 1.0)*(0.5 + 1.5*rng.uniform()));
+        }
+        std::vector<double> mags;
+        for (int t = 0; t < T; ++t) {
+            double ss = 0.0;
+            for (int64_t j = 0; j < n; ++j) {
+                const float v = (float) (rng.normal()*(1.0 + 3.0*t));
+                x[x_off + t*x_stride + j] = v;
+                ss += (double) v*v;
+            }
+            const float sc = (float) (1.0/sqrt(ss/n + eps));
+            for (int64_t j = 0; j < n; ++j) {
+                xn[t*x_stride + j] = (sc*x[x_off + t*x_stride + j])*g[j];
+            }
+        }
+        // a column's magnitude is its largest over the tokens; thr cuts the share sp of them
+        for (int64_t j = 0; j < n; ++j) {
+            double mx = 0.0;
+            for (int t = 0; t < T; ++t) {
+                mx = std::max(mx, (double) fabsf(xn[t*x_stride + j]));
+            }
+            mags.push_back(mx);
+        }
+        std::sort(mags.begin(), mags.end());
+        float thr = 0.0f;
+        if (sp >= 1.0) {
+            thr = (float) (2.0*mags.back() + 1.0);
+        } else if (sp > 0.0) {
+            int64_t k = std::max<int64_t>(1, (int64_t) (sp*n));
+            while (k < n && mags[k] - mags[k - 1] < 1e-4*mags[k]) {
+                ++k;
+            }
+            thr = k < n ? (float) (0.5*(mags[k - 1] + mags[k])) : (float) (2.0*mags.back() + 1.0);
+        }
+        std::vector<int32_t> active, all(n);
+        for (int64_t j = 0; j < n; ++j) {
+            all[j] = (int32_t) j;
+            bool act = false;
+            for (int t = 0; t < T; ++t) {
+                act = act || fabsf(xn[t*x_stride + j]) >= thr;
+            }
+            if (act) {
+                active.push_back((int32_t) j);
+            }
+        }
+
+        std::vector<zz_weights> w(nseg);
+        std::vector<int64_t>    y_stride(nseg);
+        int64_t m_sum = 0;
+        for (int s = 0; s < nseg; ++s) {
+            make_weights(w[s], type, n, QK_K*rng.randint(1, 4), rng);
+            y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
+            m_sum += w[s].m;
+        }
+        zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
+        if (c % 2 == 1) {
+            cfg.n1      = rng.randint(1, 12);
+            cfg.n2      = rng.randint(1, 4);
+            cfg.cluster = rng.randint(0, 1);
+        }
+        std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
+        std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
+        std::vector<zz_gemv_seg> seg(nseg);
+        for (int s = 0; s < nseg; ++s) {
+            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
+            w_d[s]->upload(w[s].q.data(), w[s].q.size());
+            y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
+            seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
+        }
+        dev_buf<float> x_d(x.size());
+        dev_buf<float> g_d(n);
+        x_d.upload(x.data(), x.size());
+        g_d.upload(g.data(), n);
+        const zz_gemv_norm norm = { g_d.ptr, eps };
+
+        for (const int ticket : { 1, 2, 3, 0 }) {
+            zz_gemv_set_ticket(ticket);
+            for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_FUSED }) {
+                for (auto & y : y_d) {
+                    y->poison();
+                }
+                const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T,
+                        nullptr, mode, thr, cfg, stream, &norm);
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                if (!ran) {
+                    printf("  FAIL norm: launch declined (direct kernel off?)\n");
+                    failures++;
+                    continue;
+                }
+                for (int s = 0; s < nseg; ++s) {
+                    std::vector<double> ref;
+                    ref_gemv(w[s], xn, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, ref);
+                    std::vector<float> y(y_d[s]->n);
+                    y_d[s]->download(y.data(), y.size());
+                    char what[256];
+                    snprintf(what, sizeof(what), "norm %d/%d m=%lld n=%lld T=%d sp=%.2f (%zu active) off=%d n1=%d n2=%d cl=%d %s mode %d",
+                            s, nseg, (long long) w[s].m, (long long) n, T, sp, active.size(), x_off, cfg.n1, cfg.n2,
+                            cfg.cluster, red_name(ticket), (int) mode);
+                    double rel = 0.0;
+                    runs++;
+                    if (!check_y(what, y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel)) {
+                        failures++;
+                    }
+                    worst = std::max(worst, rel);
+                }
+            }
+        }
+        zz_gemv_set_ticket(-1);
+        // an index list was found from the normed x elsewhere: the norm cannot be taken in
+        dev_buf<int32_t> idx_d(n + 1);
+        if (zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, thr,
+                    cfg, stream, &norm)) {
+            printf("  FAIL norm: IDX with a norm was not declined\n");
+            failures++;
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("norm: %d runs, %d failures, worst relative error %.2e\n", runs, failures, worst);
+    return failures;
+}
+
 // memset nodes of a captured graph (the atomic reduction's zeroing of y)
 static int graph_memset_nodes(cudaGraph_t graph) {
     size_t n = 0;
@@ -1448,6 +1594,28 @@ static double bench_stock_chain_us(const chain_model & cm, const int layers, con
 }
 #endif // ZZ_TEST_WITH_GGML_CUDA
 
+// the chain's RMS norm before q/k/v and gate/up when it runs as its own kernel (as decode's rms_norm with the MUL
+// fused): one block a token, x/rms(x)*w
+static __global__ void chain_rms_norm(const float * x, const float * w, float * y, const int n, const float eps) {
+    __shared__ float part[32];
+    const float * xt  = x + (int64_t) blockIdx.x*n;
+    float         sum = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        sum += xt[c]*xt[c];
+    }
+    sum = warp_reduce_sum(sum);
+    if (threadIdx.x % WARP_SIZE == 0) {
+        part[threadIdx.x/WARP_SIZE] = sum;
+    }
+    __syncthreads();
+    sum = threadIdx.x < blockDim.x/WARP_SIZE ? part[threadIdx.x] : 0.0f;
+    sum = warp_reduce_sum(sum);
+    const float sc = rsqrtf(sum/n + eps);
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+        y[(int64_t) blockIdx.x*n + c] = sc*xt[c]*w[c];
+    }
+}
+
 static int run_chain_bench(const bench_opts & o, const std::string & model, const int layers) {
     const chain_model * cm = nullptr;
     for (const auto & c : chain_models) {
@@ -1487,7 +1655,18 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
            "Q4_K weights %.0f MiB, from DRAM\n", prop.name, prop.multiProcessorCount, cm->name, layers, wbytes/1048576.0);
 
     const int Tmax = *std::max_element(o.batches.begin(), o.batches.end());
-    dev_buf<float> xa(Tmax*d), xf(Tmax*dff), res(Tmax*d);
+    dev_buf<float> xa(Tmax*d), xf(Tmax*dff), res(Tmax*d), xn(Tmax*d), nw(d);
+    // LLAMA_SPARSE_TEST_CHAIN_NORM: 1 an RMS norm kernel before q/k/v and gate/up, 2 the norm folded into their
+    // launches (zz_gemv_norm), else none
+    const int norm_mode = getenv("LLAMA_SPARSE_TEST_CHAIN_NORM") ? atoi(getenv("LLAMA_SPARSE_TEST_CHAIN_NORM")) : 0;
+    {
+        std::vector<float> ones(d, 1.0f);
+        nw.upload(ones.data(), d);
+    }
+    const zz_gemv_norm chain_norm = { nw.ptr, 1e-5f };
+    if (norm_mode == 1 || norm_mode == 2) {
+        printf("RMS norm before q/k/v and gate/up: %s\n", norm_mode == 1 ? "its own kernel" : "folded into the GEMVs");
+    }
     dev_buf<float> y(Tmax*(d + 2*dkv + 2*dff)); // outputs (shared by the layers: only the time matters)
     std::vector<float> r(Tmax*d);
     test_rng rr(3);
@@ -1542,8 +1721,14 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
                             m_sum += m;
                         }
                         const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
-                        GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, n == d ? xa.ptr : xf.ptr, n, T, nullptr,
-                                mode, thr, cfg, s));
+                        const bool normed = !groups[g].res && n == d;
+                        const float * xin = n == d ? xa.ptr : xf.ptr;
+                        if (normed && norm_mode == 1) {
+                            chain_rms_norm<<<T, 1024, 0, s>>>(xa.ptr, nw.ptr, xn.ptr, (int) d, chain_norm.eps);
+                            xin = xn.ptr;
+                        }
+                        GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, xin, n, T, nullptr, mode, thr, cfg, s,
+                                normed && norm_mode == 2 ? &chain_norm : nullptr));
                     }
                 }
             };
@@ -1765,6 +1950,7 @@ int main(int argc, char ** argv) {
         failures += test_idx(rng, cases);
         failures += test_gemv(rng, cases);
         failures += test_group(rng, cases);
+        failures += test_norm(rng, std::max(10, cases/2));
         failures += test_graph(rng);
         failures += test_ticket_chain(rng);
         failures += test_naive(rng);

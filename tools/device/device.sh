@@ -13,7 +13,7 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, group-off, fuse-off, ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
+#              variants zero-kernel, group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
@@ -448,12 +448,13 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off}; do
+            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP MUL_MAT_ZZ_NORM SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off MUL_MAT_ZZ_NORM:group-off}; do
                 echo "-- test-backend-ops -b CUDA0 -o $o"
                 local env=()
                 [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
                 [ "${o#*:}" = group-off ] && env=(LLAMA_SPARSE_CUDA_GROUP=0)
                 [ "${o#*:}" = fuse-off ] && env=(LLAMA_SPARSE_CUDA_FUSE_OPS=0)
+                [ "${o#*:}" = norm-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=0)
                 [ "${o#*:}" = ticket ] && env=(LLAMA_SPARSE_CUDA_TICKET=1)
                 [ "${o#*:}" = atomic ] && env=(LLAMA_SPARSE_CUDA_TICKET=0)
                 [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
@@ -467,7 +468,7 @@ remote() {
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1 || orc=$?
                 echo "rc $orc $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
-                grep -m1 -E "llama-sparse: CUDA (fuses|appends|runs the RoPE)" "$out/test-backend-ops-$o.log" || true
+                grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
             done
             ;;
         sparq-test)
@@ -972,7 +973,7 @@ remote() {
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
+            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE|folds)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
         e2e-prof)
