@@ -1308,9 +1308,18 @@ static __device__ __forceinline__ void zz_norm_scales(const float * x, const int
         const float * xt  = x + t*x_stride;
         float         sum = 0.0f;
         if ((n & 3) == 0 && ((uintptr_t) xt & 15) == 0) {
-            for (int c = 4*threadIdx.x; c < n; c += 4*blockDim.x) {
-                const float4 v = __ldg((const float4 *) (xt + c));
-                sum += v.x*v.x + v.y*v.y + v.z*v.z + v.w*v.w;
+            // 8 loads in flight a thread (a 4096-wide x at 128 threads: one round trip, not 8)
+            for (int c0 = 4*threadIdx.x; c0 < n; c0 += 32*blockDim.x) {
+                float4 v[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    const int c = c0 + 4*u*blockDim.x;
+                    v[u] = c < n ? __ldg((const float4 *) (xt + c)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    sum += v[u].x*v[u].x + v[u].y*v[u].y + v[u].z*v[u].z + v[u].w*v[u].w;
+                }
             }
         } else {
             for (int c = threadIdx.x; c < n; c += blockDim.x) {
