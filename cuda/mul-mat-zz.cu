@@ -3205,8 +3205,13 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
 // ---------------------------------------------------------------------------------------------------
 // RMS norm folded into the GEMVs that read it
 
+// off by default until it has run end to end on a GPU (its kernels have: test_zz_cuda's norm test; the graph side
+// has not): LLAMA_SPARSE_CUDA_NORM_FUSE=1 turns it on, GGML_CUDA_DISABLE_FUSION keeps it off
 static bool zz_norm_fuse_enabled() {
-    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_NORM_FUSE");
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_NORM_FUSE");
+        return e != nullptr && atoi(e) > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_NORM_FUSE");
+    }();
     return on;
 }
 
@@ -3271,13 +3276,11 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     }
     // every other reader of it is a sibling of that matmul: run in its launch (one matmul without grouping)
     int nodes[ZZ_GROUP_MAX];
-    int count = 1;
-    {
+    static const bool group_on = [] { // (as the graph hook's LLAMA_SPARSE_CUDA_GROUP)
         const char * e = getenv("LLAMA_SPARSE_CUDA_GROUP");
-        if (e == nullptr || atoi(e) != 0) {
-            count = ggml_sparse_zz_siblings(cgraph, k, 32, nodes, ZZ_GROUP_MAX);
-        }
-    }
+        return e == nullptr || atoi(e) != 0;
+    }();
+    const int count = group_on ? ggml_sparse_zz_siblings(cgraph, k, 32, nodes, ZZ_GROUP_MAX) : 1;
     if (count < 1 || !ggml_node_has_n_uses(cgraph, j, n_idx + count)) {
         return 0;
     }
@@ -3288,7 +3291,7 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     if (!logged) {
         logged = true;
         GGML_LOG_INFO("llama-sparse: CUDA folds RMS norms into the zigzag GEMVs that read them (first: %s; "
-                      "LLAMA_SPARSE_CUDA_NORM_FUSE=0 turns it off)\n", rms->name);
+                      "LLAMA_SPARSE_CUDA_NORM_FUSE=1 turned it on)\n", rms->name);
     }
     return j - i + 1;
 }

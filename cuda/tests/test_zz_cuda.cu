@@ -557,6 +557,64 @@ static int test_gemv(test_rng & rng, const int cases) {
     return failures;
 }
 
+// nseg Q4_K weights of width n (1..max_rb block-rows each) with padded output strides, their device copies and the
+// launch config (random n1 / n2 / cluster on odd cases c)
+struct test_group_bufs {
+    std::vector<zz_weights>                        w;
+    std::vector<int64_t>                           y_stride;
+    std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
+    std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
+    std::vector<zz_gemv_seg>                       seg;
+    zz_gemv_config                                 cfg;
+
+    test_group_bufs(const int nseg, const int64_t n, const int T, const int max_rb, const int c, const int device,
+            test_rng & rng) : w(nseg), y_stride(nseg), seg(nseg) {
+        int64_t m_sum = 0;
+        for (int s = 0; s < nseg; ++s) {
+            make_weights(w[s], GGML_TYPE_Q4_K, n, QK_K*rng.randint(1, max_rb), rng);
+            y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
+            m_sum += w[s].m;
+        }
+        cfg = zz_gemv_get_config(device, GGML_TYPE_Q4_K, n, m_sum, T);
+        if (c % 2 == 1) {
+            cfg.n1      = rng.randint(1, 12);
+            cfg.n2      = rng.randint(1, 4);
+            cfg.cluster = rng.randint(0, 1);
+        }
+        for (int s = 0; s < nseg; ++s) {
+            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
+            w_d[s]->upload(w[s].q.data(), w[s].q.size());
+            y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
+            seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
+        }
+    }
+
+    void poison() {
+        for (auto & y : y_d) {
+            y->poison();
+        }
+    }
+
+    // every weight's output against its GEMV of x_ref over cols (what: the case, for a failure); the failures
+    int check(const std::string & what, const std::vector<float> & x_ref, const int64_t x_stride, const int T,
+            const std::vector<int32_t> & cols, int & runs, double & worst) const {
+        int failures = 0;
+        for (size_t s = 0; s < w.size(); ++s) {
+            std::vector<double> ref;
+            ref_gemv(w[s], x_ref, x_stride, T, cols, ref);
+            std::vector<float> y(y_d[s]->n);
+            y_d[s]->download(y.data(), y.size());
+            const std::string ws = what + ", weight " + std::to_string(s) + "/" + std::to_string(w.size()) + " m=" +
+                                   std::to_string(w[s].m);
+            double rel = 0.0;
+            runs++;
+            failures += check_y(ws.c_str(), y, y_stride[s], ref, w[s].m, T, gemv_tol(GGML_TYPE_Q4_K), &rel) ? 0 : 1;
+            worst = std::max(worst, rel);
+        }
+        return failures;
+    }
+};
+
 // grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights of one width reading one x, each against its own
 // reference; every mode, the four cross-block reductions and clusters, padded output strides
 static int test_group(test_rng & rng, const int cases) {
@@ -577,20 +635,9 @@ static int test_group(test_rng & rng, const int cases) {
         const float   thr  = 0.25f;
         const int64_t x_stride = n + (c % 3 == 0 ? rng.randint(1, 7) : 0);
 
-        std::vector<zz_weights> w(nseg);
-        std::vector<int64_t>    y_stride(nseg);
-        int64_t m_sum = 0;
-        for (int s = 0; s < nseg; ++s) {
-            make_weights(w[s], type, n, QK_K*rng.randint(1, 5), rng);
-            y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
-            m_sum += w[s].m;
-        }
-        zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
-        if (c % 2 == 1) {
-            cfg.n1      = rng.randint(1, 12);
-            cfg.n2      = rng.randint(1, 4);
-            cfg.cluster = rng.randint(0, 1);
-        }
+        test_group_bufs gb(nseg, n, T, 5, c, device, rng);
+        auto &                 seg = gb.seg;
+        const zz_gemv_config & cfg = gb.cfg;
         std::vector<float>   x;
         std::vector<int32_t> active;
         make_x(x, active, n, T, x_stride, sp, thr, false, rng);
@@ -599,15 +646,6 @@ static int test_group(test_rng & rng, const int cases) {
             all[j] = (int32_t) j;
         }
 
-        std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
-        std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
-        std::vector<zz_gemv_seg> seg(nseg);
-        for (int s = 0; s < nseg; ++s) {
-            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
-            w_d[s]->upload(w[s].q.data(), w[s].q.size());
-            y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
-            seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
-        }
         dev_buf<float>   x_d(x.size());
         dev_buf<int32_t> idx_d(n + 1);
         dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
@@ -617,9 +655,7 @@ static int test_group(test_rng & rng, const int cases) {
         for (const int ticket : { 1, 2, 3, 0 }) {
             zz_gemv_set_ticket(ticket);
             for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_IDX, ZZ_GEMV_FUSED }) {
-                for (auto & y : y_d) {
-                    y->poison();
-                }
+                gb.poison();
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr, x_stride, T,
                         mode == ZZ_GEMV_IDX ? idx_d.ptr : nullptr, mode, thr, cfg, stream);
                 CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -628,22 +664,10 @@ static int test_group(test_rng & rng, const int cases) {
                     failures++;
                     continue;
                 }
-                for (int s = 0; s < nseg; ++s) {
-                    std::vector<double> ref;
-                    ref_gemv(w[s], x, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, ref);
-                    std::vector<float> y(y_d[s]->n);
-                    y_d[s]->download(y.data(), y.size());
-                    char what[256];
-                    snprintf(what, sizeof(what), "group %d/%d m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s mode %d",
-                            s, nseg, (long long) w[s].m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster,
-                            red_name(ticket), (int) mode);
-                    double rel = 0.0;
-                    runs++;
-                    if (!check_y(what, y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel)) {
-                        failures++;
-                    }
-                    worst = std::max(worst, rel);
-                }
+                char what[256];
+                snprintf(what, sizeof(what), "group n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s mode %d", (long long) n, T,
+                        sp, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket), (int) mode);
+                failures += gb.check(what, x, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, runs, worst);
             }
         }
         zz_gemv_set_ticket(-1);
@@ -736,29 +760,9 @@ static int test_norm(test_rng & rng, const int cases) {
             }
         }
 
-        std::vector<zz_weights> w(nseg);
-        std::vector<int64_t>    y_stride(nseg);
-        int64_t m_sum = 0;
-        for (int s = 0; s < nseg; ++s) {
-            make_weights(w[s], type, n, QK_K*rng.randint(1, 4), rng);
-            y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
-            m_sum += w[s].m;
-        }
-        zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
-        if (c % 2 == 1) {
-            cfg.n1      = rng.randint(1, 12);
-            cfg.n2      = rng.randint(1, 4);
-            cfg.cluster = rng.randint(0, 1);
-        }
-        std::vector<std::unique_ptr<dev_buf<uint8_t>>> w_d;
-        std::vector<std::unique_ptr<dev_buf<float>>>   y_d;
-        std::vector<zz_gemv_seg> seg(nseg);
-        for (int s = 0; s < nseg; ++s) {
-            w_d.emplace_back(new dev_buf<uint8_t>(w[s].q.size()));
-            w_d[s]->upload(w[s].q.data(), w[s].q.size());
-            y_d.emplace_back(new dev_buf<float>(T*y_stride[s]));
-            seg[s] = { w_d[s]->ptr, w[s].m, y_d[s]->ptr, y_stride[s] };
-        }
+        test_group_bufs gb(nseg, n, T, 4, c, device, rng);
+        auto &                 seg = gb.seg;
+        const zz_gemv_config & cfg = gb.cfg;
         dev_buf<float> x_d(x.size());
         dev_buf<float> g_d(n);
         x_d.upload(x.data(), x.size());
@@ -768,9 +772,7 @@ static int test_norm(test_rng & rng, const int cases) {
         for (const int ticket : { 1, 2, 3, 0 }) {
             zz_gemv_set_ticket(ticket);
             for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_FUSED }) {
-                for (auto & y : y_d) {
-                    y->poison();
-                }
+                gb.poison();
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T,
                         nullptr, mode, thr, cfg, stream, &norm);
                 CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -779,22 +781,11 @@ static int test_norm(test_rng & rng, const int cases) {
                     failures++;
                     continue;
                 }
-                for (int s = 0; s < nseg; ++s) {
-                    std::vector<double> ref;
-                    ref_gemv(w[s], xn, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, ref);
-                    std::vector<float> y(y_d[s]->n);
-                    y_d[s]->download(y.data(), y.size());
-                    char what[256];
-                    snprintf(what, sizeof(what), "norm %d/%d m=%lld n=%lld T=%d sp=%.2f (%zu active) off=%d n1=%d n2=%d cl=%d %s mode %d",
-                            s, nseg, (long long) w[s].m, (long long) n, T, sp, active.size(), x_off, cfg.n1, cfg.n2,
-                            cfg.cluster, red_name(ticket), (int) mode);
-                    double rel = 0.0;
-                    runs++;
-                    if (!check_y(what, y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel)) {
-                        failures++;
-                    }
-                    worst = std::max(worst, rel);
-                }
+                char what[256];
+                snprintf(what, sizeof(what), "norm n=%lld T=%d sp=%.2f (%zu active) off=%d n1=%d n2=%d cl=%d %s mode %d",
+                        (long long) n, T, sp, active.size(), x_off, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket),
+                        (int) mode);
+                failures += gb.check(what, xn, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, runs, worst);
             }
         }
         zz_gemv_set_ticket(-1);

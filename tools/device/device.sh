@@ -13,7 +13,8 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
+#              variants zero-kernel, group-off, fuse-off, norm-on / norm-on-group-off (LLAMA_SPARSE_CUDA_NORM_FUSE=1,
+#              without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
@@ -23,7 +24,8 @@
 #   zztest-lite  test_zz_cuda built without ggml-cuda (after build-base), `test` under each of ZZTEST_ENVS
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
-#   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base)
+#   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base;
+#              LLAMA_SPARSE_TEST_CHAIN_NORM=1 / 2 in a setting: an RMS norm kernel before q/k/v and gate/up / folded in)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -191,11 +193,16 @@ remote() {
             tee -a "$out/$log" | grep -v "^device" || echo "bench failed"
     }
     # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
-    zz_build_lite() {
-        [ -x /tmp/zz-test/t ] && return 0
+    # the sources /tmp/zz-test/t is built from (a warm machine keeps /tmp between calls, the checkout is new)
+    zz_src_stamp() {
+        cat "$repo"/cuda/*.cu "$repo"/cuda/*.cuh "$repo"/cuda/tests/* "$repo"/ggml-sparse/*.h | md5sum | cut -c1-32
+    }
+    zz_build_lite() {   # (a binary of the same sources, also one with ggml-cuda from zztest, is kept)
+        [ -x /tmp/zz-test/t ] && [ "$(cat /tmp/zz-test/stamp 2>/dev/null)" = "$(zz_src_stamp)" ] && return 0
         GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
             bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
             { tail -40 "$out/build-zztest.log"; exit 1; }
+        zz_src_stamp > /tmp/zz-test/stamp
     }
     # tg64 at the depths SPARQ_E2E_DEPTHS (default 16k 32k) on the 8B-shaped model, flash attention on, one
     # llama-bench process per run, two rounds of the configurations alternating; a configuration is NAME or
@@ -448,13 +455,14 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP MUL_MAT_ZZ_NORM SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off MUL_MAT_ZZ_NORM:group-off}; do
+            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP MUL_MAT_ZZ_NORM:norm-on SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off MUL_MAT_ZZ_NORM:norm-on-group-off}; do
                 echo "-- test-backend-ops -b CUDA0 -o $o"
                 local env=()
                 [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
                 [ "${o#*:}" = group-off ] && env=(LLAMA_SPARSE_CUDA_GROUP=0)
                 [ "${o#*:}" = fuse-off ] && env=(LLAMA_SPARSE_CUDA_FUSE_OPS=0)
-                [ "${o#*:}" = norm-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=0)
+                [ "${o#*:}" = norm-on ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=1)
+                [ "${o#*:}" = norm-on-group-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=1 LLAMA_SPARSE_CUDA_GROUP=0)
                 [ "${o#*:}" = ticket ] && env=(LLAMA_SPARSE_CUDA_TICKET=1)
                 [ "${o#*:}" = atomic ] && env=(LLAMA_SPARSE_CUDA_TICKET=0)
                 [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
@@ -740,6 +748,7 @@ remote() {
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 & local p1=$!
             build_sparq /tmp/sparq-test/t build-sparq-test.log || exit 1
             wait $p1 || { tail -40 "$out/build-zztest.log"; exit 1; }
+            zz_src_stamp > /tmp/zz-test/stamp
             ;;
         sanitize)
             # compute-sanitizer over a few cases of both standalone CUDA tests (after zztest / sparq-test built them):
@@ -867,6 +876,7 @@ remote() {
             WITH_GGML_CUDA=1 GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
                 bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
                 { tail -40 "$out/build-zztest.log"; exit 1; }
+            zz_src_stamp > /tmp/zz-test/stamp
             # twice in a row (fresh process, other seed): every case runs the four cross-block reductions, the ticket one
             # twice (bitwise equal), graph replays check that the ticket counters stay at zero
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
