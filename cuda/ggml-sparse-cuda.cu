@@ -74,7 +74,7 @@ struct zz_group_done {
 static std::mutex                 zz_group_mutex;
 static std::vector<zz_group_done> zz_group_pending;
 
-static bool zz_group_enabled() {
+bool ggml_cuda_zz_group_enabled() {
     static const bool on = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_GROUP");
         return e == nullptr || atoi(e) != 0;
@@ -120,7 +120,7 @@ static int zz_mm_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, con
     if (!zz_single_stream(ctx)) {
         return 0;
     }
-    if (!zz_group_enabled()) {
+    if (!ggml_cuda_zz_group_enabled()) {
         return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i, norm);
     }
     int nodes[ZZ_GROUP_MAX];

@@ -3049,7 +3049,7 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const ggml_tensor *  xt       = norm ? norm->x : src1;
     const float *        x        = (const float *) xt->data;
     const int64_t        x_stride = xt->nb[1]/sizeof(float);
-    const zz_gemv_norm   nrm      = { norm ? (const float *) norm->w->data : nullptr, norm ? norm->eps : 0.0f };
+    const zz_gemv_norm   nrm      = norm ? norm->params() : zz_gemv_norm{};
     const zz_gemv_config cfg      = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
     float              thr;
     const zz_gemv_mode mode = zz_list_mode(src2, thr);
@@ -3122,7 +3122,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     if (glu != nullptr) {
         const ggml_tensor * a = glu->src[0];
         const ggml_tensor * b = glu->src[1];
-        const bool fits = norm == nullptr && x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
+        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
                           zz_fuse_rows_f32(glu, n, n_tokens) &&
                           (idx == nullptr ? list == nullptr : list == idx && mode == ZZ_GEMV_FUSED) &&
                           zz_fuse_node_ok(cgraph, i, idx ? 2 : 1) && (idx == nullptr || zz_fuse_node_ok(cgraph, i + 1, 1));
@@ -3145,9 +3145,8 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
         }
     }
 
-    // a deferred RMS norm: x is its MUL, read as the norm's input (ggml_cuda_zz_norm_defer)
-    if (norm != nullptr && (norm->mul != x || glu != nullptr || mode == ZZ_GEMV_IDX ||
-            zz_direct_version_at((int) n_tokens) < 2)) {
+    // a deferred RMS norm: x is its MUL, read as the norm's input (ggml_cuda_zz_norm_defer; node i is the matmul)
+    if (norm != nullptr && (norm->mul != x || mode == ZZ_GEMV_IDX || zz_direct_version_at((int) n_tokens) < 2)) {
         return 0;
     }
 
@@ -3188,7 +3187,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const ggml_tensor * xt = norm ? norm->x : x;
     const float * xin      = glu ? gate : (const float *) xt->data;
     const int64_t x_stride = glu ? g_stride : (int64_t) (xt->nb[1]/sizeof(float));
-    const zz_gemv_norm   nrm = { norm ? (const float *) norm->w->data : nullptr, norm ? norm->eps : 0.0f };
+    const zz_gemv_norm   nrm = norm ? norm->params() : zz_gemv_norm{};
     const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, w->type, n, m, (int) n_tokens);
     zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
@@ -3225,6 +3224,9 @@ static std::vector<zz_norm_defer>::iterator zz_norm_find(const ggml_backend_cuda
 }
 
 int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i) {
+    if (!zz_norm_fuse_enabled()) {
+        return 0; // (then nothing is ever recorded)
+    }
     {
         std::lock_guard<std::mutex> lock(zz_norm_mutex);
         auto it = zz_norm_find(&ctx);
@@ -3232,7 +3234,7 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
             zz_norm_pending.erase(it);
         }
     }
-    if (!zz_norm_fuse_enabled() || !zz_get_caps().direct) {
+    if (!zz_get_caps().direct) {
         return 0;
     }
     ggml_tensor * rms = ggml_graph_node(cgraph, i);
@@ -3276,11 +3278,7 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     }
     // every other reader of it is a sibling of that matmul: run in its launch (one matmul without grouping)
     int nodes[ZZ_GROUP_MAX];
-    static const bool group_on = [] { // (as the graph hook's LLAMA_SPARSE_CUDA_GROUP)
-        const char * e = getenv("LLAMA_SPARSE_CUDA_GROUP");
-        return e == nullptr || atoi(e) != 0;
-    }();
-    const int count = group_on ? ggml_sparse_zz_siblings(cgraph, k, 32, nodes, ZZ_GROUP_MAX) : 1;
+    const int count = ggml_cuda_zz_group_enabled() ? ggml_sparse_zz_siblings(cgraph, k, 32, nodes, ZZ_GROUP_MAX) : 1;
     if (count < 1 || !ggml_node_has_n_uses(cgraph, j, n_idx + count)) {
         return 0;
     }
@@ -3298,6 +3296,9 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
 
 bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const int i,
         zz_norm_defer & out) {
+    if (!zz_norm_fuse_enabled()) {
+        return false;
+    }
     std::lock_guard<std::mutex> lock(zz_norm_mutex);
     auto it = zz_norm_find(&ctx);
     if (it == zz_norm_pending.end() || it->graph != cgraph || it->i_mm != i) {

@@ -148,7 +148,12 @@ struct zz_norm_defer {
     const ggml_tensor               * x;     // the norm's input
     const ggml_tensor               * w;     // the norm weight [n]
     float                             eps;
+
+    zz_gemv_norm params() const { return { (const float *) w->data, eps }; }
 };
+// whether the graph hook runs sibling matmuls as one launch (LLAMA_SPARSE_CUDA_GROUP, read once)
+bool ggml_cuda_zz_group_enabled();
+
 int  ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, zz_norm_defer & out);
 void ggml_cuda_zz_norm_run(ggml_backend_cuda_context & ctx, const zz_norm_defer & nd);
