@@ -1374,11 +1374,24 @@ static __device__ __forceinline__ void zz_seg_pick(const zz_segs & segs, const i
     }
 }
 
+// a block's GLU / NORM inputs, computed once into shared memory (zz_x_stash): columns [c0, c0 + nc) of each
+// token, token-major; s == nullptr: none, every read computes its input
+struct zz_xs {
+    const float * s;
+    int           c0;
+    int           nc;
+};
+
 // input t, column c of a direct launch: x, with GLU silu(x)*up (a fused SwiGLU; unary.cuh's expression), with
-// NORM x/rms(x)*norm_w (norm.cu's then binbcast's expression)
+// NORM x/rms(x)*norm_w (norm.cu's then binbcast's expression); from the stash when the block has one
 template <int IN>
 static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const float * x, const int64_t x_stride,
-        const int t, const int c) {
+        const int t, const int c, const zz_xs & xs) {
+    if constexpr (IN != ZZ_IN_X) {
+        if (xs.s != nullptr) {
+            return xs.s[t*xs.nc + c - xs.c0];
+        }
+    }
     const float v = x[t*x_stride + c];
     if constexpr (IN == ZZ_IN_GLU) {
         return v/(1.0f + expf(-v)) * segs.up[t*segs.up_stride + c];
@@ -1386,6 +1399,42 @@ static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const floa
         return zz_norm_s[t]*v * __ldg(segs.norm_w + c);
     }
     return v;
+}
+
+// LLAMA_SPARSE_CUDA_STASH: which launches stash their inputs (zz_x_stash), a mask (default 15: all):
+// 1 NORM FUSED, 2 NORM DENSE, 4 GLU FUSED, 8 GLU DENSE
+enum { ZZ_STASH_NORM_FUSED = 1, ZZ_STASH_NORM_DENSE = 2, ZZ_STASH_GLU_FUSED = 4, ZZ_STASH_GLU_DENSE = 8 };
+
+// the block's columns (every mode splits n evenly over the n1*n2 warps, so a block holds n*b/n1 .. n*(b+1)/n1)
+// of every token's input into shared memory at s, 8 reads in flight a thread; ends with a barrier
+template <int T, int IN>
+static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const float * x, const int64_t x_stride,
+        const int n, float * s) {
+    zz_xs xs;
+    xs.s  = nullptr;
+    xs.c0 = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
+    xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x) - xs.c0;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        for (int i0 = threadIdx.x; i0 < xs.nc; i0 += 8*blockDim.x) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u*blockDim.x;
+                v[u] = i < xs.nc ? zz_x_in<IN>(segs, x, x_stride, t, xs.c0 + i, xs) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int i = i0 + u*blockDim.x;
+                if (i < xs.nc) {
+                    s[t*xs.nc + i] = v[u];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    xs.s = s;
+    return xs;
 }
 
 // shared bytes of one warp's FUSED queue: columns and their x
@@ -1484,14 +1533,14 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 // the blocks and x of one DENSE step: columns pb + 2tq + (i & 1) + 8(i >> 1) below p1
 template <int IN>
 static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, const int tq, const int g,
-        const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride,
+        const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride, const zz_xs & xs,
         uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int p   = pb + 2*tq + (i & 1) + 8*(i >> 1);
         const int col = p < p1 ? p : -1;
         zz_direct_load<3>(w_row, col, g, h[i], q[i]);
-        xb[i] = col >= 0 ? zz_x_in<IN>(segs, x, x_stride, 0, col) : 0.0f;
+        xb[i] = col >= 0 ? zz_x_in<IN>(segs, x, x_stride, 0, col, xs) : 0.0f;
     }
 }
 
@@ -1500,7 +1549,7 @@ template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = 
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
-        float * ws, int * tickets, const int prefetch_cols) {
+        float * ws, int * tickets, const int prefetch_cols, const int stash_off) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
     constexpr int S  = ZZ_DIRECT_STEPS;
@@ -1553,6 +1602,13 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     if constexpr (IN == ZZ_IN_NORM) {
         zz_norm_scales<T>(x, x_stride, n, segs.norm_eps);
     }
+    // stash_off >= 0: this block's inputs go to shared memory there first
+    zz_xs xs = { nullptr, 0, 0 };
+    if constexpr (IN != ZZ_IN_X) {
+        if (stash_off >= 0) {
+            xs = zz_x_stash<T, IN>(segs, x, x_stride, n, (float *) (zz_smem + stash_off));
+        }
+    }
 
     const float * bias        = zz_seg_sel(segs.bias, seg);
     const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
@@ -1582,8 +1638,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         for (int pb = p0; pb < p1; pb += 32) {
             uint4 h0[4], q0[4], h1[4], q1[4];
             float x0[4], x1[4];
-            zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, segs, x, x_stride, h0, q0, x0);
-            zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, h1, q1, x1);
+            zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, segs, x, x_stride, xs, h0, q0, x0);
+            zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, xs, h1, q1, x1);
             zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
             if (pb + 16 < p1) {
                 zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
@@ -1598,7 +1654,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-            xn[t] = c_begin + lane < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c_begin + lane) : 0.0f;
+            xn[t] = c_begin + lane < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c_begin + lane, xs) : 0.0f;
         }
         int queued = 0;
         for (int base = c_begin; base < c_end; base += WARP_SIZE) {
@@ -1613,7 +1669,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             act = act && c < c_end;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c + WARP_SIZE) : 0.0f;
+                xn[t] = c + WARP_SIZE < c_end ? zz_x_in<IN>(segs, x, x_stride, t, c + WARP_SIZE, xs) : 0.0f;
             }
             const uint32_t mask = __ballot_sync(ZZ_FULL_MASK, act);
             if (act) {
@@ -1691,7 +1747,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
-                    xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, col[st][i]) : 0.0f;
+                    xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, col[st][i], xs) : 0.0f;
                 }
             }
 #pragma unroll
@@ -1719,7 +1775,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
-                     prefetch_cols);
+                     prefetch_cols, stash_off);
     NO_DEVICE_CODE;
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -1925,6 +1981,12 @@ static bool zz_b1_on() {
     return on;
 }
 
+// LLAMA_SPARSE_CUDA_STASH (ZZ_STASH_*; unset: all)
+static int zz_stash_mask() {
+    static const int mask = getenv("LLAMA_SPARSE_CUDA_STASH") ? zz_env_int("LLAMA_SPARSE_CUDA_STASH") : 15;
+    return mask;
+}
+
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU / NORM
 // instances)
 template <int T, int mode, bool OPQ, int IN>
@@ -2116,7 +2178,20 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
                           n >= 256*(int64_t) cfg.n1*cfg.n2;
     const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
-    const size_t smem   = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    size_t smem         = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    // the GLU / NORM inputs stashed in shared memory (zz_x_stash), where asked for and without opting in to more
+    // than 48 KiB
+    int stash_off = -1;
+    if (mode != ZZ_GEMV_IDX && (segs.up != nullptr || segs.norm_w != nullptr)) {
+        const int    bit   = segs.up != nullptr ? (mode == ZZ_GEMV_FUSED ? ZZ_STASH_GLU_FUSED : ZZ_STASH_GLU_DENSE)
+                                                : (mode == ZZ_GEMV_FUSED ? ZZ_STASH_NORM_FUSED : ZZ_STASH_NORM_DENSE);
+        const size_t off   = GGML_PAD(smem, 16);
+        const size_t bytes = (size_t) T*((n + cfg.n1 - 1)/cfg.n1 + 1)*sizeof(float);
+        if ((zz_stash_mask() & bit) && off + bytes <= 48*1024) {
+            stash_off = (int) off;
+            smem      = off + bytes;
+        }
+    }
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
@@ -2139,7 +2214,8 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         }
     }
     zz_launch(kernel, grid, block, smem, red_mode, stream,
-              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode));
+              segs, x, idx, (int) n, x_stride, tp, red_mode, thr, red_bytes, ws, tickets, zz_prefetch_cols(mode),
+              stash_off);
 }
 
 // segs: one weight, or (direct Q4_K kernel only) a group
@@ -3204,12 +3280,12 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
 // ---------------------------------------------------------------------------------------------------
 // RMS norm folded into the GEMVs that read it
 
-// off by default until it has run end to end on a GPU (its kernels have: test_zz_cuda's norm test; the graph side
-// has not): LLAMA_SPARSE_CUDA_NORM_FUSE=1 turns it on, GGML_CUDA_DISABLE_FUSION keeps it off
+// on by default (H100 tg128, 7B shapes at 0.50: 1.47-1.49x stock against 1.41-1.42x without it,
+// cuda_h100_2026-11-27d.md); LLAMA_SPARSE_CUDA_NORM_FUSE=0 or GGML_CUDA_DISABLE_FUSION turns it off
 static bool zz_norm_fuse_enabled() {
     static const bool on = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_NORM_FUSE");
-        return e != nullptr && atoi(e) > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_NORM_FUSE");
+        return (e == nullptr || atoi(e) != 0) && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_NORM_FUSE");
     }();
     return on;
 }
@@ -3289,7 +3365,7 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     if (!logged) {
         logged = true;
         GGML_LOG_INFO("llama-sparse: CUDA folds RMS norms into the zigzag GEMVs that read them (first: %s; "
-                      "LLAMA_SPARSE_CUDA_NORM_FUSE=1 turned it on)\n", rms->name);
+                      "LLAMA_SPARSE_CUDA_NORM_FUSE=0 turns it off)\n", rms->name);
     }
     return j - i + 1;
 }

@@ -137,8 +137,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
 // the token's 1/rms itself. At an RMS_NORM (node i): returns how many nodes it leaves out (0: none) and records
 // them for the matmul node that reads them; that node takes them with ggml_cuda_zz_norm_take and passes them to
 // the group / fuse launch, or runs them with ggml_cuda_zz_norm_run when its launch declines.
-// Off by default until measured end to end: LLAMA_SPARSE_CUDA_NORM_FUSE=1 turns it on (GGML_CUDA_DISABLE_FUSION keeps
-// it off).
+// On by default: LLAMA_SPARSE_CUDA_NORM_FUSE=0 (or GGML_CUDA_DISABLE_FUSION) turns it off.
 struct zz_norm_defer {
     const ggml_backend_cuda_context * ctx;
     const ggml_cgraph               * graph;

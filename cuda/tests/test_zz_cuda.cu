@@ -1647,9 +1647,9 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
 
     const int Tmax = *std::max_element(o.batches.begin(), o.batches.end());
     dev_buf<float> xa(Tmax*d), xf(Tmax*dff), res(Tmax*d), xn(Tmax*d), nw(d);
-    // LLAMA_SPARSE_TEST_CHAIN_NORM: 1 an RMS norm kernel before q/k/v and gate/up, 2 the norm folded into their
-    // launches (zz_gemv_norm), else none
-    const int norm_mode = getenv("LLAMA_SPARSE_TEST_CHAIN_NORM") ? atoi(getenv("LLAMA_SPARSE_TEST_CHAIN_NORM")) : 0;
+    // LLAMA_SPARSE_TEST_CHAIN_NORM: 0 none, 1 an RMS norm kernel before q/k/v and gate/up, 2 (default, as decode
+    // runs) the norm folded into their launches (zz_gemv_norm)
+    const int norm_mode = getenv("LLAMA_SPARSE_TEST_CHAIN_NORM") ? atoi(getenv("LLAMA_SPARSE_TEST_CHAIN_NORM")) : 2;
     {
         std::vector<float> ones(d, 1.0f);
         nw.upload(ones.data(), d);

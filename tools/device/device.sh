@@ -13,8 +13,8 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, group-off, fuse-off, norm-on / norm-on-group-off (LLAMA_SPARSE_CUDA_NORM_FUSE=1,
-#              without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
+#              variants zero-kernel, group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
+#              (the fold on, without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
@@ -25,7 +25,7 @@
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base;
-#              LLAMA_SPARSE_TEST_CHAIN_NORM=1 / 2 in a setting: an RMS norm kernel before q/k/v and gate/up / folded in)
+#              LLAMA_SPARSE_TEST_CHAIN_NORM=0 / 1 / 2 in a setting: no norm / a norm kernel before q/k/v and gate/up / folded in, the default)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -455,14 +455,14 @@ remote() {
             tail -3 "$out/stock-bg.log" 2>/dev/null || true
             ;;
         ops)
-            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP MUL_MAT_ZZ_NORM:norm-on SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off MUL_MAT_ZZ_NORM:norm-on-group-off}; do
+            for o in ${OPS_LIST:-MUL_MAT_ZZ MUL_MAT_ZZ_GROUP MUL_MAT_ZZ_NORM SPARSE_IDX SPARQ_ATTN MUL_MAT_ZZ:zero-kernel MUL_MAT_ZZ_GROUP:group-off MUL_MAT_ZZ_NORM:norm-group-off MUL_MAT_ZZ_NORM:norm-off}; do
                 echo "-- test-backend-ops -b CUDA0 -o $o"
                 local env=()
                 [ "${o#*:}" = zero-kernel ] && env=(LLAMA_SPARSE_CUDA_ZERO_KERNEL=1)
                 [ "${o#*:}" = group-off ] && env=(LLAMA_SPARSE_CUDA_GROUP=0)
                 [ "${o#*:}" = fuse-off ] && env=(LLAMA_SPARSE_CUDA_FUSE_OPS=0)
-                [ "${o#*:}" = norm-on ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=1)
-                [ "${o#*:}" = norm-on-group-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=1 LLAMA_SPARSE_CUDA_GROUP=0)
+                [ "${o#*:}" = norm-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=0)
+                [ "${o#*:}" = norm-group-off ] && env=(LLAMA_SPARSE_CUDA_NORM_FUSE=1 LLAMA_SPARSE_CUDA_GROUP=0)
                 [ "${o#*:}" = ticket ] && env=(LLAMA_SPARSE_CUDA_TICKET=1)
                 [ "${o#*:}" = atomic ] && env=(LLAMA_SPARSE_CUDA_TICKET=0)
                 [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
