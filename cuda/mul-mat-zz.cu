@@ -1405,15 +1405,31 @@ static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const floa
 // 1 NORM FUSED, 2 NORM DENSE, 4 GLU FUSED, 8 GLU DENSE
 enum { ZZ_STASH_NORM_FUSED = 1, ZZ_STASH_NORM_DENSE = 2, ZZ_STASH_GLU_FUSED = 4, ZZ_STASH_GLU_DENSE = 8 };
 
-// the block's columns (every mode splits n evenly over the n1*n2 warps, so a block holds n*b/n1 .. n*(b+1)/n1)
-// of every token's input into shared memory at s, 8 reads in flight a thread; ends with a barrier
-template <int T, int IN>
-static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const float * x, const int64_t x_stride,
-        const int n, float * s) {
+// the block's columns: every mode splits n evenly over the n1*n2 warps, so a block holds n*b/n1 .. n*(b+1)/n1
+static __device__ __forceinline__ zz_xs zz_xs_range(const int n) {
     zz_xs xs;
     xs.s  = nullptr;
     xs.c0 = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
     xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x) - xs.c0;
+    return xs;
+}
+
+// NORM, before the PDL wait (no earlier kernel writes it): the norm weight of the block's columns to sw, each
+// thread the entries zz_x_stash reads back
+static __device__ __forceinline__ void zz_x_stash_w(const float * norm_w, const int n, float * sw) {
+    const zz_xs xs = zz_xs_range(n);
+    for (int i = threadIdx.x; i < xs.nc; i += blockDim.x) {
+        sw[i] = __ldg(norm_w + xs.c0 + i);
+    }
+}
+
+// the block's columns of every token's input into shared memory at s (NORM: the weight already at s + T*nc,
+// zz_x_stash_w; x again, from L1 after zz_norm_scales), 8 reads in flight a thread; ends with a barrier
+template <int T, int IN>
+static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const float * x, const int64_t x_stride,
+        const int n, float * s) {
+    zz_xs xs = zz_xs_range(n);
+    const float * sw = s + T*xs.nc;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
         for (int i0 = threadIdx.x; i0 < xs.nc; i0 += 8*blockDim.x) {
@@ -1421,7 +1437,11 @@ static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const f
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
                 const int i = i0 + u*blockDim.x;
-                v[u] = i < xs.nc ? zz_x_in<IN>(segs, x, x_stride, t, xs.c0 + i, xs) : 0.0f;
+                if constexpr (IN == ZZ_IN_NORM) {
+                    v[u] = i < xs.nc ? zz_norm_s[t]*x[t*x_stride + xs.c0 + i] * sw[i] : 0.0f;
+                } else {
+                    v[u] = i < xs.nc ? zz_x_in<IN>(segs, x, x_stride, t, xs.c0 + i, xs) : 0.0f;
+                }
             }
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
@@ -1594,6 +1614,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         const char * p1 = w_row + (int64_t) c1*sizeof(block_q4_K);
         for (const char * p = p0 + 128*lane; p < p1; p += 128*WARP_SIZE) {
             asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+        }
+    }
+
+    if constexpr (IN == ZZ_IN_NORM) {
+        if (stash_off >= 0) {
+            zz_x_stash_w(segs.norm_w, n, (float *) (zz_smem + stash_off) + T*zz_xs_range(n).nc);
         }
     }
 
@@ -2186,7 +2212,8 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         const int    bit   = segs.up != nullptr ? (mode == ZZ_GEMV_FUSED ? ZZ_STASH_GLU_FUSED : ZZ_STASH_GLU_DENSE)
                                                 : (mode == ZZ_GEMV_FUSED ? ZZ_STASH_NORM_FUSED : ZZ_STASH_NORM_DENSE);
         const size_t off   = GGML_PAD(smem, 16);
-        const size_t bytes = (size_t) T*((n + cfg.n1 - 1)/cfg.n1 + 1)*sizeof(float);
+        // (NORM: and the norm weight of the block's columns)
+        const size_t bytes = (size_t) (T + (segs.norm_w != nullptr))*((n + cfg.n1 - 1)/cfg.n1 + 1)*sizeof(float);
         if ((zz_stash_mask() & bit) && off + bytes <= 48*1024) {
             stash_off = (int) off;
             smem      = off + bytes;
