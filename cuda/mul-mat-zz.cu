@@ -894,32 +894,41 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 // tickets[ZZ_TICKET_ROWS + row], counts the blocks done with the first; the last one resets both.
 // Early mode: as first, but the ticket is drawn right after the PDL wait (zz_red_early) and that block only sets
 // y to the bias (or 0) before its own work; every block waits for the flag at its reduction, then atomicAdds.
+// Its tail has no round trip to wait for: flag_hint (the flag as thread 0 read it during the last steps, else 0)
+// spares the poll when the flag was up by then, and the done counter is drawn as soon as the flag is seen, its
+// value needed only at the end (flag_hint -1: as FIRST, the poll and then the done counter at the end).
 // row numbers the block-row in the grid (ticket slots and counters), row_y its outputs in y.
 // bias (nullptr: none, else laid out like y with its own row stride) is added where y is written; with atomics
 // the launcher has copied it into y first.
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
         const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets,
-        const float * bias = nullptr, const int64_t bias_stride = 0) {
+        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
     float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
     float * slot = red_mode == ZZ_RED_TICKET ? ws + ((int64_t) row*gridDim.x + blockIdx.x)*(T*B) : nullptr;
     bool first = false; // FIRST: this block stores
+    int  done  = -1;    // EARLY: thread 0's draw of the done counter
     if (red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
         __shared__ int s_first;
         if (threadIdx.x == 0) {
             const int ticket = red_mode == ZZ_RED_FIRST ? atomicAdd(tickets + row, 1) : 1;
             if (ticket != 0) {
-                while (*(volatile int *) (tickets + row) < ZZ_FIRST_FLAG) {
+                if (flag_hint < ZZ_FIRST_FLAG) {
+                    while (*(volatile int *) (tickets + row) < ZZ_FIRST_FLAG) {
 #if __CUDA_ARCH__ >= GGML_CUDA_CC_VOLTA
-                    __nanosleep(32);
+                        __nanosleep(32);
 #endif
+                    }
                 }
                 __threadfence(); // acquire: the first block's stores before this block's atomics
             }
             s_first = ticket == 0;
+            if (red_mode == ZZ_RED_EARLY && flag_hint >= 0) {
+                done = atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1); // (read at the end)
+            }
         }
         __syncthreads();
         first = s_first;
@@ -959,7 +968,10 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 atomicAdd(tickets + row, ZZ_FIRST_FLAG);
             }
             // every block has drawn its ticket and seen the flag: the last one resets the counters
-            if (atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1) == (int) gridDim.x - 1) {
+            if (red_mode == ZZ_RED_FIRST || flag_hint < 0) {
+                done = atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1);
+            }
+            if (done == (int) gridDim.x - 1) {
                 *(volatile int *) (tickets + row)                  = 0;
                 *(volatile int *) (tickets + ZZ_TICKET_ROWS + row) = 0;
             }
@@ -1288,10 +1300,14 @@ struct zz_segs {
     int64_t       up_stride;
     const float * norm_w;
     float         norm_eps;
+    int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
 enum { ZZ_IN_X = 0, ZZ_IN_GLU = 1, ZZ_IN_NORM = 2 };
+
+// EARLY reduction: the row's flag as thread 0 read it during its last FUSED steps (0: not read), thread 0 only
+static __shared__ int zz_flag_hint;
 
 // ZZ_IN_NORM: 1/rms of each token's x, found at the start of the kernel (zz_norm_scales)
 static __shared__ float zz_norm_s[ZZ_GEMV_MAX_BATCH];
@@ -1639,6 +1655,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     const float * bias        = zz_seg_sel(segs.bias, seg);
     const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
     if (red_mode == ZZ_RED_EARLY) {
+        if (threadIdx.x == 0) {
+            zz_flag_hint = 0;
+        }
         zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
 
@@ -1749,6 +1768,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 }
                 __syncwarp();
                 queued = rest;
+                // the last steps' weight loads are out: the flag's L2 round trip hides behind them (not for NORM:
+                // ptxas then spills at batch 1)
+                if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && last && rest == 0 &&
+                        threadIdx.x == 0) {
+                    zz_flag_hint = *(volatile int *) (tickets + row);
+                }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
                     zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
@@ -1798,7 +1823,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             zz_mma_put_v3(cm, cmin, lane, red_w);
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
-       red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride);
+       red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2368,6 +2394,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.up_stride = up_stride;
     segs.norm_w    = norm ? norm->w : nullptr;
     segs.norm_eps  = norm ? norm->eps : 0.0f;
+    static const bool early_wait = getenv("LLAMA_SPARSE_CUDA_EARLY_TAIL") && zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
+    segs.early_wait = early_wait;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
