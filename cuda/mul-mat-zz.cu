@@ -2035,7 +2035,10 @@ static bool zz_b1_on() {
 
 // LLAMA_SPARSE_CUDA_STASH (ZZ_STASH_*; unset: all)
 static int zz_stash_mask() {
-    static const int mask = getenv("LLAMA_SPARSE_CUDA_STASH") ? zz_env_int("LLAMA_SPARSE_CUDA_STASH") : 15;
+    static const int mask = [] {
+        const int v = zz_env_int("LLAMA_SPARSE_CUDA_STASH");
+        return v < 0 ? 15 : v;
+    }();
     return mask;
 }
 
@@ -2394,7 +2397,7 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.up_stride = up_stride;
     segs.norm_w    = norm ? norm->w : nullptr;
     segs.norm_eps  = norm ? norm->eps : 0.0f;
-    static const bool early_wait = getenv("LLAMA_SPARSE_CUDA_EARLY_TAIL") && zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
+    static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
     segs.early_wait = early_wait;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
@@ -3170,14 +3173,14 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
                 d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
             return false;
         }
-        if (norm != nullptr && (ggml_sparse_mem_overlaps(d, norm->x) || ggml_sparse_mem_overlaps(d, norm->w))) {
+        if (norm != nullptr && (ggml_sparse_mem_overlaps(d, norm->x()) || ggml_sparse_mem_overlaps(d, norm->w()))) {
             return false;
         }
         seg[s] = { d->src[0]->data, d->src[0]->ne[1]*B, (float *) d->data, (int64_t) (d->nb[1]/sizeof(float)) };
         m_sum += seg[s].m;
     }
     GGML_ASSERT(norm == nullptr || norm->mul == src1);
-    const ggml_tensor *  xt       = norm ? norm->x : src1;
+    const ggml_tensor *  xt       = norm ? norm->x() : src1;
     const float *        x        = (const float *) xt->data;
     const int64_t        x_stride = xt->nb[1]/sizeof(float);
     const zz_gemv_norm   nrm      = norm ? norm->params() : zz_gemv_norm{};
@@ -3299,8 +3302,8 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
 
     // the output may not overlap what the launch reads, except a bias that is the output itself (in place)
     const ggml_tensor * out = add ? add : mm;
-    const ggml_tensor * reads[5] = { w, glu ? glu->src[0] : norm ? norm->x : x, glu ? glu->src[1] : nullptr,
-                                     mode == ZZ_GEMV_IDX ? list : nullptr, norm ? norm->w : nullptr };
+    const ggml_tensor * reads[5] = { w, glu ? glu->src[0] : norm ? norm->x() : x, glu ? glu->src[1] : nullptr,
+                                     mode == ZZ_GEMV_IDX ? list : nullptr, norm ? norm->w() : nullptr };
     for (const ggml_tensor * t : reads) {
         if (ggml_sparse_mem_overlaps(out, t)) {
             return 0;
@@ -3315,7 +3318,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
         seg.bias        = (const float *) bias->data;
         seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));
     }
-    const ggml_tensor * xt = norm ? norm->x : x;
+    const ggml_tensor * xt = norm ? norm->x() : x;
     const float * xin      = glu ? gate : (const float *) xt->data;
     const int64_t x_stride = glu ? g_stride : (int64_t) (xt->nb[1]/sizeof(float));
     const zz_gemv_norm   nrm = norm ? norm->params() : zz_gemv_norm{};
@@ -3377,8 +3380,6 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     }
     const int64_t n        = x->ne[0];
     const int64_t n_tokens = x->ne[1];
-    float eps;
-    memcpy(&eps, rms->op_params, sizeof(float));
 
     // MUL by the norm weight, a vector of n
     int j = i;
@@ -3415,7 +3416,7 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
     }
 
     std::lock_guard<std::mutex> lock(zz_norm_mutex);
-    zz_norm_pending.push_back({ &ctx, cgraph, k, rms, mul, x, w, eps });
+    zz_norm_pending.push_back({ &ctx, cgraph, k, rms, mul });
     static bool logged = false;
     if (!logged) {
         logged = true;

@@ -144,11 +144,14 @@ struct zz_norm_defer {
     int                               i_mm;  // the first matmul reading it (the launch's place)
     ggml_tensor                     * rms;   // RMS_NORM, not run
     ggml_tensor                     * mul;   // MUL by the norm weight, not run: what the matmuls read
-    const ggml_tensor               * x;     // the norm's input
-    const ggml_tensor               * w;     // the norm weight [n]
-    float                             eps;
 
-    zz_gemv_norm params() const { return { (const float *) w->data, eps }; }
+    const ggml_tensor * x() const { return rms->src[0]; }                                      // the norm's input
+    const ggml_tensor * w() const { return mul->src[0] == rms ? mul->src[1] : mul->src[0]; } // the norm weight [n]
+    zz_gemv_norm params() const {
+        float eps;
+        memcpy(&eps, rms->op_params, sizeof(float));
+        return { (const float *) w()->data, eps };
+    }
 };
 // whether the graph hook runs sibling matmuls as one launch (LLAMA_SPARSE_CUDA_GROUP, read once)
 bool ggml_cuda_zz_group_enabled();
