@@ -177,6 +177,9 @@ int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * c
     if (node->op == GGML_OP_ROPE) {
         return zz_single_stream(ctx) ? ggml_cuda_rope_store_fuse(ctx, cgraph, i) : 0;
     }
+    if (node->op == GGML_OP_FLASH_ATTN_EXT) {
+        return zz_single_stream(ctx) ? ggml_cuda_attn_decode_fuse(ctx, cgraph, i) : 0;
+    }
     if (node->op == GGML_OP_GET_ROWS) {
         return zz_single_stream(ctx) ? ggml_cuda_sparq_kt_append_fuse(ctx, cgraph, i) : 0;
     }

@@ -19,6 +19,7 @@
 #include "sparq-attn.cuh"
 #include "sparq-kt.cuh"
 #include "rope-store.cuh"
+#include "attn-decode.cuh"
 
 // whether the CUDA backend runs this GGML_OP_SPARSE_IDX / GGML_OP_MUL_MAT_ZZ node
 bool ggml_cuda_sparse_supports_op(const ggml_tensor * op);
@@ -31,5 +32,5 @@ bool ggml_cuda_sparse_compute_forward(ggml_backend_cuda_context & ctx, ggml_tens
 // the first one's place; LLAMA_SPARSE_CUDA_GROUP=0 turns grouping off); more when a zigzag GEMV took in the
 // SwiGLU before it or the residual add after it (ggml_cuda_op_mul_mat_zz_fuse), or when it ran the append of
 // SparQ's Q8_0 transposed K (ggml_cuda_sparq_kt_append_fuse), or the RoPE of q and k with the K/V cache writes
-// (ggml_cuda_rope_store_fuse).
+// (ggml_cuda_rope_store_fuse); 1 for a one-token flash attention run by ggml_cuda_attn_decode_fuse.
 int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);

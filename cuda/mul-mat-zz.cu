@@ -1300,7 +1300,9 @@ struct zz_segs {
     int64_t       up_stride;
     const float * norm_w;
     float         norm_eps;
-    int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
+    int           early_tail; // EARLY reduction's tail, LLAMA_SPARSE_CUDA_EARLY_TAIL (A/Bs): 1 (default) the flag read
+                              // during the last FUSED steps (not NORM), 0 the old tail, 3 read by cp.async (NORM too;
+                              // batch 1 only, elsewhere no read ahead)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1308,6 +1310,19 @@ enum { ZZ_IN_X = 0, ZZ_IN_GLU = 1, ZZ_IN_NORM = 2 };
 
 // EARLY reduction: the row's flag as thread 0 read it during its last FUSED steps (0: not read), thread 0 only
 static __shared__ int zz_flag_hint;
+// early_tail 3: the 16 bytes holding the flag, copied by cp.async (no register held across the steps; zeros: not
+// copied), thread 0 only
+static __shared__ __align__(16) int zz_flag_buf[4];
+
+static __device__ __forceinline__ void zz_flag_fetch(const int * flag) {
+    zz_cp_async<16>(zz_flag_buf, (const void *) ((uintptr_t) flag & ~(uintptr_t) 15));
+    zz_cp_async_commit();
+}
+
+static __device__ __forceinline__ int zz_flag_read(const int * flag) {
+    zz_cp_async_wait<0>();
+    return zz_flag_buf[((uintptr_t) flag >> 2) & 3];
+}
 
 // ZZ_IN_NORM: 1/rms of each token's x, found at the start of the kernel (zz_norm_scales)
 static __shared__ float zz_norm_s[ZZ_GEMV_MAX_BATCH];
@@ -1657,6 +1672,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     if (red_mode == ZZ_RED_EARLY) {
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
+            if (T == 1 && segs.early_tail == 3) {
+                *(int4 *) zz_flag_buf = make_int4(0, 0, 0, 0);
+            }
         }
         zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
@@ -1770,9 +1788,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 queued = rest;
                 // the last steps' weight loads are out: the flag's L2 round trip hides behind them (not for NORM:
                 // ptxas then spills at batch 1)
-                if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && last && rest == 0 &&
-                        threadIdx.x == 0) {
-                    zz_flag_hint = *(volatile int *) (tickets + row);
+                if (red_mode == ZZ_RED_EARLY && last && rest == 0 && threadIdx.x == 0) {
+                    if (T == 1 && segs.early_tail == 3) {
+                        zz_flag_fetch(tickets + row);
+                    } else if (IN != ZZ_IN_NORM && segs.early_tail == 1) {
+                        zz_flag_hint = *(volatile int *) (tickets + row);
+                    }
                 }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
@@ -1824,7 +1845,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint);
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_tail == 0 ? -1 :
+       T == 1 && segs.early_tail == 3 ? (threadIdx.x == 0 ? zz_flag_read(tickets + row) : 0) : zz_flag_hint);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2397,8 +2419,11 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.up_stride = up_stride;
     segs.norm_w    = norm ? norm->w : nullptr;
     segs.norm_eps  = norm ? norm->eps : 0.0f;
-    static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
-    segs.early_wait = early_wait;
+    static const int early_tail = [] {
+        const int v = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL");
+        return v == 0 || v == 3 ? v : 1;
+    }();
+    segs.early_tail = early_tail;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;

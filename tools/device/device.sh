@@ -80,6 +80,7 @@
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
+#   attn-perf  one-token flash attention (cuda/attn-decode.cu) against upstream's kernels, test-backend-ops perf
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
 #   whatif     upper bounds: tg with ops left out of the decode graph (LLAMA_SPARSE_CUDA_WHATIF_SKIP; output wrong):
@@ -472,11 +473,24 @@ remote() {
                 [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
-                local orc=0
-                env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "${o%%:*}" > "$out/test-backend-ops-$o.log" 2>&1 || orc=$?
+                [ "${o#*:}" = attn-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=0)
+                local orc=0 op=${o%%:*} pf=()
+                # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
+                [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
+                env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "$op" "${pf[@]}" > "$out/test-backend-ops-${o//[^A-Za-z0-9_:-]/_}.log" 2>&1 || orc=$?
+                o=${o//[^A-Za-z0-9_:-]/_}
                 echo "rc $orc $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends" "$out/test-backend-ops-$o.log" | tail -4
-                grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
+                grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|runs one-token|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
+            done
+            ;;
+        attn-perf)
+            # one-token flash attention at short KV: test-backend-ops perf of the test_attn_decode cases (7B 32 heads,
+            # 8B 32/8, 256-2048 positions), cuda/attn-decode.cu against upstream's kernels (LLAMA_SPARSE_CUDA_ATTN_FUSE=0)
+            local ae
+            for ae in 1 0 1 0; do
+                LLAMA_SPARSE_CUDA_ATTN_FUSE=$ae timeout 120 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "vis=" 2>&1 |
+                    tee -a "$out/attn-perf.log" | grep -E "us/run" | sed -E "s/^ *FLASH_ATTN_EXT\(hsk=([0-9]+),.*nh=([0-9]+),nr23=\[([0-9]+),.*kv=([0-9]+),.*: +/attn_fuse=$ae D \1 kv heads \2 G \3 n_kv \4: /"
             done
             ;;
         sparq-test)
@@ -983,7 +997,7 @@ remote() {
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
-            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE|folds)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
+            echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE|runs one-token|folds)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
         e2e-prof)

@@ -1,0 +1,437 @@
+// llama-sparse: FLASH_ATTN_EXT of one token as one kernel (see attn-decode.cuh).
+//
+// Grid (nb, KV heads, streams), clusters of nb blocks along x, 128 threads a block. Block b of a cluster takes
+// positions [b*ppb, (b+1)*ppb) of its KV head for the G query heads that share it:
+//  1. scores: D/8 lanes a K row (16 bytes each), so a warp reads 32/(D/8) rows a step, U steps in flight; the
+//     lanes of a row add their products by shuffles; q is scaled first, the mask row added after;
+//  2. per head one warp takes the block's max and sum of exp (the weights replace the scores);
+//  3. P.V: a warp a position, D/32 components a lane, U positions in flight; the warps' sums meet in shared memory;
+//  4. one cluster barrier; block r merges the blocks' (max, sum, output) of a share of the outputs through
+//     distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers.
+// fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
+#include "attn-decode.cuh"
+#include "graph-hook.cuh"
+
+#ifndef GGML_SPARSE_CUDA_STANDALONE
+#include "ggml-sparse.h"
+#endif // GGML_SPARSE_CUDA_STANDALONE
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+
+#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#define AD_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
+#endif
+
+#define AD_THREADS 128
+#define AD_WARPS   (AD_THREADS/WARP_SIZE)
+#define AD_MAX_NB  8    // portable cluster size
+#define AD_MAX_G   8    // query heads a KV head
+#define AD_MAX_PPB 512  // positions a block (scores in shared memory)
+#define AD_U       4    // K rows (per lane group) / V rows (per warp) in flight
+
+template <int D, int GM>
+static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
+    constexpr int LPR = D/8;           // lanes a K row
+    constexpr int RPW = WARP_SIZE/LPR; // K rows a warp step
+    constexpr int VPL = D/WARP_SIZE;   // V components a lane
+
+    extern __shared__ float ad_sc[];   // [GM][ppb]: scores, then weights
+    __shared__ float s_q[GM][D];
+    __shared__ float s_red[AD_WARPS][GM][D];
+    __shared__ float s_m[GM];
+    __shared__ float s_l[GM];
+    float (*s_o)[D] = s_red[0];        // the block's output (unnormalized), after the warps' sums
+
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int nb   = (int) cluster.num_blocks();
+    const int rank = (int) cluster.block_rank();
+    const int hkv  = blockIdx.y;
+    const int i3   = blockIdx.z;
+    const int G    = a.n_head/a.n_head_kv;
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+    const int p0   = rank*ppb;
+    const int np   = max(0, min(a.n_kv - p0, ppb));
+
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
+
+    for (int e = tid; e < GM*D; e += AD_THREADS) {
+        const int g = e / D;
+        s_q[g][e % D] = g < G ? a.q[i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + e % D]*a.scale : 0.0f;
+    }
+    __syncthreads();
+
+    // 1. scores
+    {
+        const int piece = lane % LPR;
+        const int sub   = lane / LPR;
+        float qv[GM][8];
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                qv[g][j] = s_q[g][8*piece + j];
+            }
+        }
+        const half * mrow[GM]; // the heads' mask rows (planes broadcast as upstream's)
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+            mrow[g] = a.mask ? a.mask + (i3 % a.m_ne3)*a.m_s3 + ((hkv*G + g) % a.m_ne2)*a.m_s2 + p0 : nullptr;
+        }
+        const half * kb = a.k + i3*a.k_s3 + hkv*a.k_s2 + (int64_t) p0*a.k_s1 + 8*piece;
+        constexpr int step = AD_WARPS*RPW;
+        for (int rb = warp*RPW; rb < np; rb += AD_U*step) {
+            uint4 kk[AD_U];
+#pragma unroll
+            for (int u = 0; u < AD_U; ++u) {
+                const int r = rb + sub + u*step;
+                kk[u] = r < np ? *(const uint4 *) (kb + (int64_t) r*a.k_s1) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < AD_U; ++u) {
+                const int     r  = rb + sub + u*step;
+                const half2 * kh = (const half2 *) &kk[u];
+                float s[GM];
+#pragma unroll
+                for (int g = 0; g < GM; ++g) {
+                    s[g] = 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float2 f = __half22float2(kh[j]);
+#pragma unroll
+                    for (int g = 0; g < GM; ++g) {
+                        s[g] += qv[g][2*j]*f.x + qv[g][2*j + 1]*f.y;
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < GM; ++g) {
+#pragma unroll
+                    for (int off = LPR/2; off > 0; off >>= 1) {
+                        s[g] += __shfl_xor_sync(0xFFFFFFFF, s[g], off);
+                    }
+                }
+                if (piece == 0 && r < np) {
+#pragma unroll
+                    for (int g = 0; g < GM; ++g) {
+                        if (g < G) {
+                            ad_sc[g*ppb + r] = s[g] + (mrow[g] ? __half2float(mrow[g][r]) : 0.0f);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. the block's softmax statistics; the scores become weights
+    for (int g = warp; g < GM; g += AD_WARPS) {
+        float * sc = ad_sc + g*ppb;
+        float m = -INFINITY;
+        if (g < G) {
+            for (int r = lane; r < np; r += WARP_SIZE) {
+                m = fmaxf(m, sc[r]);
+            }
+        }
+        m = warp_reduce_max<WARP_SIZE>(m);
+        float l = 0.0f;
+        if (g < G) {
+            for (int r = lane; r < np; r += WARP_SIZE) {
+                const float w = m == -INFINITY ? 0.0f : expf(sc[r] - m);
+                sc[r] = w;
+                l += w;
+            }
+        }
+        l = warp_reduce_sum<WARP_SIZE>(l);
+        if (lane == 0) {
+            s_m[g] = m;
+            s_l[g] = l;
+        }
+    }
+    __syncthreads();
+
+    // 3. P.V
+    {
+        float acc[GM][VPL];
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+#pragma unroll
+            for (int c = 0; c < VPL; ++c) {
+                acc[g][c] = 0.0f;
+            }
+        }
+        const half * vb = a.v + i3*a.v_s3 + hkv*a.v_s2 + (int64_t) p0*a.v_s1 + VPL*lane;
+        for (int rb = warp; rb < np; rb += AD_U*AD_WARPS) {
+            float vf[AD_U][VPL];
+#pragma unroll
+            for (int u = 0; u < AD_U; ++u) {
+                const int r = rb + u*AD_WARPS;
+                if constexpr (VPL == 4) {
+                    const uint2  w  = r < np ? *(const uint2 *) (vb + (int64_t) r*a.v_s1) : make_uint2(0, 0);
+                    const float2 f0 = __half22float2(*(const half2 *) &w.x);
+                    const float2 f1 = __half22float2(*(const half2 *) &w.y);
+                    vf[u][0] = f0.x; vf[u][1] = f0.y; vf[u][2] = f1.x; vf[u][3] = f1.y;
+                } else {
+                    const uint32_t w = r < np ? *(const uint32_t *) (vb + (int64_t) r*a.v_s1) : 0u;
+                    const float2   f = __half22float2(*(const half2 *) &w);
+                    vf[u][0] = f.x; vf[u][1] = f.y;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < AD_U; ++u) {
+                const int r = rb + u*AD_WARPS;
+                if (r < np) {
+#pragma unroll
+                    for (int g = 0; g < GM; ++g) {
+                        const float w = ad_sc[g*ppb + r];
+#pragma unroll
+                        for (int c = 0; c < VPL; ++c) {
+                            acc[g][c] += w*vf[u][c];
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+#pragma unroll
+            for (int c = 0; c < VPL; ++c) {
+                s_red[warp][g][VPL*lane + c] = acc[g][c];
+            }
+        }
+    }
+    __syncthreads();
+    float o_own[(GM*D + AD_THREADS - 1)/AD_THREADS];
+#pragma unroll
+    for (int k = 0; k < (GM*D + AD_THREADS - 1)/AD_THREADS; ++k) {
+        const int e = k*AD_THREADS + tid;
+        float o = 0.0f;
+        if (e < GM*D) {
+#pragma unroll
+            for (int w = 0; w < AD_WARPS; ++w) {
+                o += s_red[w][e / D][e % D];
+            }
+        }
+        o_own[k] = o;
+    }
+    __syncthreads(); // s_o aliases s_red[0]
+#pragma unroll
+    for (int k = 0; k < (GM*D + AD_THREADS - 1)/AD_THREADS; ++k) {
+        const int e = k*AD_THREADS + tid;
+        if (e < GM*D) {
+            s_o[e / D][e % D] = o_own[k];
+        }
+    }
+
+    // 4. merge the cluster's blocks
+    cluster.sync();
+    for (int e = rank*AD_THREADS + tid; e < G*D; e += nb*AD_THREADS) {
+        const int g = e / D;
+        const int d = e % D;
+        float mb[AD_MAX_NB];
+        float M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < AD_MAX_NB; ++b) {
+            mb[b] = b < nb ? *cluster.map_shared_rank(&s_m[g], b) : -INFINITY;
+            M     = fmaxf(M, mb[b]);
+        }
+        float L = 0.0f;
+        float O = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int b = 0; b < AD_MAX_NB; ++b) {
+                if (b < nb && mb[b] != -INFINITY) {
+                    const float w = expf(mb[b] - M);
+                    L += w * *cluster.map_shared_rank(&s_l[g], b);
+                    O += w * *cluster.map_shared_rank(&s_o[g][d], b);
+                }
+            }
+        }
+        a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
+    }
+    cluster.sync(); // the peers read this block's shared memory until here
+#else
+    GGML_UNUSED_VARS(a, ppb);
+    NO_DEVICE_CODE;
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
+static int ad_env(const char * name, const int def) {
+    const char * e = getenv(name);
+    return e ? atoi(e) : def;
+}
+
+// longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
+static int ad_max_kv() {
+    static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), AD_MAX_NB*AD_MAX_PPB);
+    return v;
+}
+
+template <int D, int GM>
+static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, cudaStream_t stream) {
+#ifdef AD_CLUSTER_AVAILABLE
+    cudaLaunchAttribute attr[2];
+    int n_attr = 0;
+    attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = nb;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+#if defined(GGML_CUDA_USE_PDL)
+    static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
+    if (pdl) {
+        attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
+        ++n_attr;
+    }
+#endif // defined(GGML_CUDA_USE_PDL)
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim          = dim3(nb, a.n_head_kv, a.n_seq);
+    lc.blockDim         = dim3(AD_THREADS);
+    lc.dynamicSmemBytes = (size_t) GM*ppb*sizeof(float);
+    lc.stream           = stream;
+    lc.attrs            = attr;
+    lc.numAttrs         = n_attr;
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, attn_decode<D, GM>, a, ppb));
+#else
+    GGML_UNUSED_VARS(a, nb, ppb, stream);
+#endif // AD_CLUSTER_AVAILABLE
+}
+
+template <int D>
+static void ad_launch_d(const attn_decode_args & a, const int G, const int nb, const int ppb, cudaStream_t stream) {
+    if (G == 1) {
+        ad_launch<D, 1>(a, nb, ppb, stream);
+    } else if (G == 2) {
+        ad_launch<D, 2>(a, nb, ppb, stream);
+    } else if (G <= 4) {
+        ad_launch<D, 4>(a, nb, ppb, stream);
+    } else {
+        ad_launch<D, 8>(a, nb, ppb, stream);
+    }
+}
+
+bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream) {
+#ifdef AD_CLUSTER_AVAILABLE
+    static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
+    if (device < 0 || device >= GGML_CUDA_MAX_DEVICES) {
+        return false;
+    }
+    if (cc_major[device] == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&cc_major[device], cudaDevAttrComputeCapabilityMajor, device));
+    }
+    if (cc_major[device] < 9 || (a.D != 64 && a.D != 128) || a.n_head_kv < 1 || a.n_head % a.n_head_kv != 0 ||
+            a.n_head/a.n_head_kv > AD_MAX_G || a.n_kv < 1 || a.n_kv > ad_max_kv() || a.n_seq < 1 ||
+            a.n_head_kv > 65535 || a.n_seq > 65535) {
+        return false;
+    }
+    // 16-byte K pieces, D/32-component V pieces
+    const int vb = (a.D/WARP_SIZE)*(int) sizeof(half);
+    if ((uintptr_t) a.k % 16 != 0 || (a.k_s1 | a.k_s2 | a.k_s3) % 8 != 0 || (uintptr_t) a.v % vb != 0 ||
+            ((a.v_s1 | a.v_s2 | a.v_s3)*(int64_t) sizeof(half)) % vb != 0) {
+        return false;
+    }
+    if (nb <= 0) {
+        static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
+        nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
+    }
+    nb = std::max(1, std::min({ nb, AD_MAX_NB, a.n_kv }));
+    const int ppb = (a.n_kv + nb - 1)/nb;
+    if (ppb > AD_MAX_PPB) {
+        return false;
+    }
+    const int G = a.n_head/a.n_head_kv;
+    if (a.D == 64) {
+        ad_launch_d<64>(a, G, nb, ppb, stream);
+    } else {
+        ad_launch_d<128>(a, G, nb, ppb, stream);
+    }
+    return true;
+#else
+    GGML_UNUSED_VARS(a, nb, device, stream);
+    return false;
+#endif // AD_CLUSTER_AVAILABLE
+}
+
+#ifndef GGML_SPARSE_CUDA_STANDALONE
+static bool ad_enabled() {
+    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_FUSE");
+    return on;
+}
+
+int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ggml_tensor * dst = ggml_graph_node(cgraph, i);
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT || !ad_enabled()) {
+        return 0;
+    }
+    const ggml_tensor * q    = dst->src[0];
+    const ggml_tensor * k    = dst->src[1];
+    const ggml_tensor * v    = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    float scale, max_bias, softcap;
+    memcpy(&scale,    (const float *) dst->op_params + 0, sizeof(float));
+    memcpy(&max_bias, (const float *) dst->op_params + 1, sizeof(float));
+    memcpy(&softcap,  (const float *) dst->op_params + 2, sizeof(float));
+    if (dst->src[4] != nullptr || max_bias != 0.0f || softcap != 0.0f || q->type != GGML_TYPE_F32 ||
+            k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16 || dst->type != GGML_TYPE_F32 || q->ne[1] != 1 ||
+            k->ne[0] != q->ne[0] || v->ne[0] != q->ne[0] || k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] ||
+            k->ne[3] != q->ne[3] || v->ne[3] != q->ne[3] || q->nb[0] != sizeof(float) || k->nb[0] != sizeof(half) ||
+            v->nb[0] != sizeof(half) || !ggml_is_contiguous(dst) || q->nb[2] % sizeof(float) != 0 ||
+            q->nb[3] % sizeof(float) != 0 || k->nb[1] % sizeof(half) != 0 || v->nb[1] % sizeof(half) != 0 ||
+            k->ne[1] > INT32_MAX || q->ne[2] > INT32_MAX) {
+        return 0;
+    }
+    if (mask != nullptr && (mask->type != GGML_TYPE_F16 || mask->ne[0] < k->ne[1] || mask->nb[0] != sizeof(half) ||
+            q->ne[2] % mask->ne[2] != 0 || q->ne[3] % mask->ne[3] != 0)) {
+        return 0;
+    }
+    attn_decode_args a = {};
+    a.q     = (const float *) q->data;
+    a.q_s2  = q->nb[2]/sizeof(float);
+    a.q_s3  = q->nb[3]/sizeof(float);
+    a.k     = (const half *) k->data;
+    a.k_s1  = k->nb[1]/sizeof(half);
+    a.k_s2  = k->nb[2]/sizeof(half);
+    a.k_s3  = k->nb[3]/sizeof(half);
+    a.v     = (const half *) v->data;
+    a.v_s1  = v->nb[1]/sizeof(half);
+    a.v_s2  = v->nb[2]/sizeof(half);
+    a.v_s3  = v->nb[3]/sizeof(half);
+    a.mask  = mask ? (const half *) mask->data : nullptr;
+    a.m_s2  = mask ? mask->nb[2]/sizeof(half) : 0;
+    a.m_s3  = mask ? mask->nb[3]/sizeof(half) : 0;
+    a.m_ne2 = mask ? (int) mask->ne[2] : 1;
+    a.m_ne3 = mask ? (int) mask->ne[3] : 1;
+    a.dst   = (float *) dst->data;
+    a.d_s2  = dst->nb[1]/sizeof(float);
+    a.d_s3  = dst->nb[3]/sizeof(float);
+    a.D         = (int) q->ne[0];
+    a.n_head    = (int) q->ne[2];
+    a.n_head_kv = (int) k->ne[2];
+    a.n_kv      = (int) k->ne[1];
+    a.n_seq     = (int) q->ne[3];
+    a.scale     = scale;
+    if (ggml_sparse_mem_overlaps(dst, q) || ggml_sparse_mem_overlaps(dst, k) || ggml_sparse_mem_overlaps(dst, v) ||
+            (mask && ggml_sparse_mem_overlaps(dst, mask))) {
+        return 0;
+    }
+    if (!attn_decode_launch(a, 0, ctx.device, ctx.stream())) {
+        return 0;
+    }
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+        GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
+                      "LLAMA_SPARSE_CUDA_ATTN_FUSE=0 turns it off)\n", dst->name, a.n_kv);
+    }
+    return 1;
+}
+#endif // GGML_SPARSE_CUDA_STANDALONE
