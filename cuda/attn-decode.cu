@@ -1,13 +1,13 @@
 // llama-sparse: FLASH_ATTN_EXT of one token as one kernel (see attn-decode.cuh).
 //
 // Grid (nb, KV heads, streams), clusters of nb blocks along x, 128 threads a block. Block b of a cluster takes
-// positions [b*ppb, (b+1)*ppb) of its KV head for the G query heads that share it:
-//  1. scores: D/8 lanes a K row (16 bytes each), so a warp reads 32/(D/8) rows a step, U steps in flight; the
-//     lanes of a row add their products by shuffles; q is scaled first, the mask row added after;
-//  2. per head one warp takes the block's max and sum of exp (the weights replace the scores);
-//  3. P.V: a warp a position, D/32 components a lane, U positions in flight; the warps' sums meet in shared memory;
-//  4. one cluster barrier; block r merges the blocks' (max, sum, output) of a share of the outputs through
-//     distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers.
+// positions [b*ppb, (b+1)*ppb) of its KV head for the G query heads that share it. Scores: D/8 lanes a K row (16
+// bytes each), the lanes of a row add their products by shuffles; q is scaled first, the mask added after.
+//  - version 2 (default): rounds of 32 positions, K and V rows of a round requested together, a running softmax
+//    kept alike by every warp, a warp adds the weighted V rows of 8 positions (D/32 components a lane);
+//  - version 1: all the block's scores first, its softmax, then P.V: two round trips to memory.
+// Then one cluster barrier: block r merges the blocks' (max, sum, output) of a share of the outputs through
+// distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers.
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
 #define AD_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
@@ -34,8 +35,9 @@
 #define AD_MAX_PPB 512  // positions a block (scores in shared memory)
 #define AD_U       4    // K rows (per lane group) / V rows (per warp) in flight
 
+// version 1 (LLAMA_SPARSE_CUDA_ATTN_V=1): scores of all the block's positions first, then P.V (two round trips)
 template <int D, int GM>
-static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
+static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v1(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
     constexpr int LPR = D/8;           // lanes a K row
@@ -265,6 +267,220 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_deco
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
+// version 2 (default): the block's positions in rounds of 32 whose K and V rows are requested together; the round's
+// scores go through shared memory (two buffers, one barrier a round); every warp keeps the same running max and
+// sum per head (lane i holds position i of the round) and adds the weighted V rows of its 8 positions
+template <int D, int GM>
+static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_decode_args a, const int ppb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
+    constexpr int LPR = D/8;                // lanes a K row
+    constexpr int RPW = WARP_SIZE/LPR;      // K rows a warp step
+    constexpr int VPL = D/WARP_SIZE;        // V components a lane
+    constexpr int R   = WARP_SIZE;          // positions a round
+    constexpr int UK  = R/(AD_WARPS*RPW);   // K rows a lane, a round
+    constexpr int RV  = R/AD_WARPS;         // V rows a warp, a round
+    static_assert(UK*AD_WARPS*RPW == R && RV*AD_WARPS == R, "attn_decode: round layout");
+    using vt = typename std::conditional<VPL == 4, uint2, uint32_t>::type;
+
+    __shared__ float s_sc[2][GM][R];
+    __shared__ float s_red[AD_WARPS][GM][D];
+    __shared__ float s_m[GM];
+    __shared__ float s_l[GM];
+
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    const int nb    = (int) cluster.num_blocks();
+    const int rank  = (int) cluster.block_rank();
+    const int hkv   = blockIdx.y;
+    const int i3    = blockIdx.z;
+    const int G     = a.n_head/a.n_head_kv;
+    const int tid   = threadIdx.x;
+    const int lane  = tid % WARP_SIZE;
+    const int warp  = tid / WARP_SIZE;
+    const int piece = lane % LPR;
+    const int sub   = lane / LPR;
+    const int p0    = rank*ppb;
+    const int np    = max(0, min(a.n_kv - p0, ppb));
+
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
+
+    float qv[GM][8]; // the lane's 8 components of each head, scaled
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 f1 = f0;
+        if (g < G) {
+            const float4 * qp = (const float4 *) (a.q + i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + 8*piece);
+            f0 = qp[0];
+            f1 = qp[1];
+        }
+        qv[g][0] = f0.x*a.scale; qv[g][1] = f0.y*a.scale; qv[g][2] = f0.z*a.scale; qv[g][3] = f0.w*a.scale;
+        qv[g][4] = f1.x*a.scale; qv[g][5] = f1.y*a.scale; qv[g][6] = f1.z*a.scale; qv[g][7] = f1.w*a.scale;
+    }
+    const half * mrow[GM]; // the heads' mask rows (planes broadcast as upstream's)
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        mrow[g] = a.mask ? a.mask + (i3 % a.m_ne3)*a.m_s3 + ((hkv*G + g) % a.m_ne2)*a.m_s2 + p0 : nullptr;
+    }
+    const half * kb = a.k + i3*a.k_s3 + hkv*a.k_s2 + (int64_t) p0*a.k_s1 + 8*piece;
+    const half * vb = a.v + i3*a.v_s3 + hkv*a.v_s2 + (int64_t) p0*a.v_s1 + VPL*lane;
+
+    float m[GM], l[GM], acc[GM][VPL];
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < VPL; ++c) {
+            acc[g][c] = 0.0f;
+        }
+    }
+
+    int buf = 0;
+    for (int c0 = 0; c0 < np; c0 += R, buf ^= 1) {
+        uint4 kk[UK];
+        vt    vv[RV];
+        float mv[GM];
+#pragma unroll
+        for (int u = 0; u < UK; ++u) {
+            const int r = c0 + warp*RPW + sub + u*AD_WARPS*RPW;
+            kk[u] = r < np ? *(const uint4 *) (kb + (int64_t) r*a.k_s1) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < RV; ++j) {
+            const int r = c0 + warp*RV + j;
+            vv[j] = r < np ? *(const vt *) (vb + (int64_t) r*a.v_s1) : vt{};
+        }
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+            mv[g] = mrow[g] && c0 + lane < np ? __half2float(mrow[g][c0 + lane]) : 0.0f;
+        }
+        // scores: the lanes of a row add their products
+#pragma unroll
+        for (int u = 0; u < UK; ++u) {
+            const half2 * kh = (const half2 *) &kk[u];
+            float sc[GM];
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+                sc[g] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __half22float2(kh[j]);
+#pragma unroll
+                for (int g = 0; g < GM; ++g) {
+                    sc[g] += qv[g][2*j]*f.x + qv[g][2*j + 1]*f.y;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+#pragma unroll
+                for (int off = LPR/2; off > 0; off >>= 1) {
+                    sc[g] += __shfl_xor_sync(0xFFFFFFFF, sc[g], off);
+                }
+            }
+            if (piece == 0) {
+#pragma unroll
+                for (int g = 0; g < GM; ++g) {
+                    s_sc[buf][g][warp*RPW + sub + u*AD_WARPS*RPW] = sc[g];
+                }
+            }
+        }
+        __syncthreads();
+        // running softmax (the same in every warp), then this warp's V rows
+        float w[GM];
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+            const float sg = c0 + lane < np ? s_sc[buf][g][lane] + mv[g] : -INFINITY;
+            const float mn = fmaxf(m[g], warp_reduce_max<WARP_SIZE>(sg));
+            const float rs = m[g] == -INFINITY ? 0.0f : expf(m[g] - mn);
+            w[g] = mn == -INFINITY ? 0.0f : expf(sg - mn);
+            l[g] = l[g]*rs + warp_reduce_sum<WARP_SIZE>(w[g]);
+            m[g] = mn;
+#pragma unroll
+            for (int c = 0; c < VPL; ++c) {
+                acc[g][c] *= rs;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RV; ++j) {
+            float vf[VPL];
+            if constexpr (VPL == 4) {
+                const float2 f0 = __half22float2(*(const half2 *) &vv[j].x);
+                const float2 f1 = __half22float2(*(const half2 *) &vv[j].y);
+                vf[0] = f0.x; vf[1] = f0.y; vf[2] = f1.x; vf[3] = f1.y;
+            } else {
+                const float2 f = __half22float2(*(const half2 *) &vv[j]);
+                vf[0] = f.x; vf[1] = f.y;
+            }
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+                const float wj = __shfl_sync(0xFFFFFFFF, w[g], warp*RV + j);
+#pragma unroll
+                for (int c = 0; c < VPL; ++c) {
+                    acc[g][c] += wj*vf[c];
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+#pragma unroll
+        for (int c = 0; c < VPL; ++c) {
+            s_red[warp][g][VPL*lane + c] = acc[g][c];
+        }
+    }
+    if (tid == 0) {
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+            s_m[g] = m[g];
+            s_l[g] = l[g];
+        }
+    }
+    __syncthreads();
+    float (*s_o)[D] = s_red[0]; // the block's output (unnormalized): each element summed by the thread that owns it
+    for (int e = tid; e < GM*D; e += AD_THREADS) {
+        float o = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < AD_WARPS; ++wi) {
+            o += s_red[wi][e / D][e % D];
+        }
+        s_o[e / D][e % D] = o;
+    }
+
+    // merge the cluster's blocks
+    cluster.sync();
+    for (int e = rank*AD_THREADS + tid; e < G*D; e += nb*AD_THREADS) {
+        const int g = e / D;
+        const int d = e % D;
+        float mb[AD_MAX_NB];
+        float M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < AD_MAX_NB; ++b) {
+            mb[b] = b < nb ? *cluster.map_shared_rank(&s_m[g], b) : -INFINITY;
+            M     = fmaxf(M, mb[b]);
+        }
+        float L = 0.0f;
+        float O = 0.0f;
+#pragma unroll
+        for (int b = 0; b < AD_MAX_NB; ++b) {
+            if (b < nb && mb[b] != -INFINITY) {
+                const float wb = expf(mb[b] - M);
+                L += wb * *cluster.map_shared_rank(&s_l[g], b);
+                O += wb * *cluster.map_shared_rank(&s_o[g][d], b);
+            }
+        }
+        a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
+    }
+    cluster.sync(); // the peers read this block's shared memory until here
+#else
+    GGML_UNUSED_VARS(a, ppb);
+    NO_DEVICE_CODE;
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
 static int ad_env(const char * name, const int def) {
     const char * e = getenv(name);
     return e ? atoi(e) : def;
@@ -277,7 +493,7 @@ static int ad_max_kv() {
 }
 
 template <int D, int GM>
-static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, cudaStream_t stream) {
+static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, const int version, cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     cudaLaunchAttribute attr[2];
     int n_attr = 0;
@@ -297,30 +513,31 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
     cudaLaunchConfig_t lc = {};
     lc.gridDim          = dim3(nb, a.n_head_kv, a.n_seq);
     lc.blockDim         = dim3(AD_THREADS);
-    lc.dynamicSmemBytes = (size_t) GM*ppb*sizeof(float);
+    lc.dynamicSmemBytes = version == 1 ? (size_t) GM*ppb*sizeof(float) : 0;
     lc.stream           = stream;
     lc.attrs            = attr;
     lc.numAttrs         = n_attr;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, attn_decode<D, GM>, a, ppb));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 1 ? attn_decode_v1<D, GM> : attn_decode_v2<D, GM>, a, ppb));
 #else
-    GGML_UNUSED_VARS(a, nb, ppb, stream);
+    GGML_UNUSED_VARS(a, nb, ppb, version, stream);
 #endif // AD_CLUSTER_AVAILABLE
 }
 
 template <int D>
-static void ad_launch_d(const attn_decode_args & a, const int G, const int nb, const int ppb, cudaStream_t stream) {
+static void ad_launch_d(const attn_decode_args & a, const int G, const int nb, const int ppb, const int version,
+                        cudaStream_t stream) {
     if (G == 1) {
-        ad_launch<D, 1>(a, nb, ppb, stream);
+        ad_launch<D, 1>(a, nb, ppb, version, stream);
     } else if (G == 2) {
-        ad_launch<D, 2>(a, nb, ppb, stream);
+        ad_launch<D, 2>(a, nb, ppb, version, stream);
     } else if (G <= 4) {
-        ad_launch<D, 4>(a, nb, ppb, stream);
+        ad_launch<D, 4>(a, nb, ppb, version, stream);
     } else {
-        ad_launch<D, 8>(a, nb, ppb, stream);
+        ad_launch<D, 8>(a, nb, ppb, version, stream);
     }
 }
 
-bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream) {
+bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream, int version) {
 #ifdef AD_CLUSTER_AVAILABLE
     static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
     if (device < 0 || device >= GGML_CUDA_MAX_DEVICES) {
@@ -334,11 +551,16 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
             a.n_head_kv > 65535 || a.n_seq > 65535) {
         return false;
     }
-    // 16-byte K pieces, D/32-component V pieces
+    // 16-byte K pieces, D/32-component V pieces, 8-float q pieces
     const int vb = (a.D/WARP_SIZE)*(int) sizeof(half);
     if ((uintptr_t) a.k % 16 != 0 || (a.k_s1 | a.k_s2 | a.k_s3) % 8 != 0 || (uintptr_t) a.v % vb != 0 ||
-            ((a.v_s1 | a.v_s2 | a.v_s3)*(int64_t) sizeof(half)) % vb != 0) {
+            ((a.v_s1 | a.v_s2 | a.v_s3)*(int64_t) sizeof(half)) % vb != 0 || (uintptr_t) a.q % 16 != 0 ||
+            (a.q_s2 | a.q_s3) % 4 != 0) {
         return false;
+    }
+    if (version <= 0) {
+        static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
+        version = env == 1 ? 1 : 2;
     }
     if (nb <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
@@ -346,25 +568,29 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     nb = std::max(1, std::min({ nb, AD_MAX_NB, a.n_kv }));
     const int ppb = (a.n_kv + nb - 1)/nb;
-    if (ppb > AD_MAX_PPB) {
+    if (version == 1 && ppb > AD_MAX_PPB) {
         return false;
     }
     const int G = a.n_head/a.n_head_kv;
     if (a.D == 64) {
-        ad_launch_d<64>(a, G, nb, ppb, stream);
+        ad_launch_d<64>(a, G, nb, ppb, version, stream);
     } else {
-        ad_launch_d<128>(a, G, nb, ppb, stream);
+        ad_launch_d<128>(a, G, nb, ppb, version, stream);
     }
     return true;
 #else
-    GGML_UNUSED_VARS(a, nb, device, stream);
+    GGML_UNUSED_VARS(a, nb, device, stream, version);
     return false;
 #endif // AD_CLUSTER_AVAILABLE
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
+// off unless LLAMA_SPARSE_CUDA_ATTN_FUSE=1 (not yet measured faster end to end: bench/results/cuda_h100_2026-11-27e.md)
 static bool ad_enabled() {
-    static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_FUSE");
+    static const bool on = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_ATTN_FUSE");
+        return e != nullptr && atoi(e) > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_FUSE");
+    }();
     return on;
 }
 
@@ -430,7 +656,7 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
-                      "LLAMA_SPARSE_CUDA_ATTN_FUSE=0 turns it off)\n", dst->name, a.n_kv);
+                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 1 ? 1 : 2);
     }
     return 1;
 }

@@ -19,11 +19,12 @@ struct attn_decode_args {
     int           D, n_head, n_head_kv, n_kv, n_seq;
     float         scale;
 };
-// false: not handled (shape, type, alignment or device); nothing launched
-bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream);
+// false: not handled (shape, type, alignment or device); nothing launched. version: 1 or 2 (0: LLAMA_SPARSE_CUDA_ATTN_V,
+// default 2; see attn-decode.cu)
+bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream, int version = 0);
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // graph hook: node i is a FLASH_ATTN_EXT; runs it and returns 1 when this kernel takes it, else 0
-// (LLAMA_SPARSE_CUDA_ATTN_FUSE=0 or GGML_CUDA_DISABLE_FUSION=1: 0)
+// (only with LLAMA_SPARSE_CUDA_ATTN_FUSE=1, and not with GGML_CUDA_DISABLE_FUSION=1)
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 #endif

@@ -73,5 +73,7 @@ compile test_zz_cuda -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION "
 compile test_zz_cuda-ggml -DGGML_SPARSE_CUDA_STANDALONE -DGGML_SPARSE_CUDA_ABLATION -DZZ_TEST_WITH_GGML_CUDA "$here/tests/test_zz_cuda.cu"
 compile sparq-attn-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparq-attn.cu"
 compile test_sparq_cuda -DGGML_SPARSE_CUDA_STANDALONE -I "$root/tests/c" "$here/tests/test_sparq_cuda.cu"
+compile attn-decode-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/attn-decode.cu"
+compile test_attn_cuda -DGGML_SPARSE_CUDA_STANDALONE "$here/tests/test_attn_cuda.cu"
 
 exit $status

@@ -1300,9 +1300,7 @@ struct zz_segs {
     int64_t       up_stride;
     const float * norm_w;
     float         norm_eps;
-    int           early_tail; // EARLY reduction's tail, LLAMA_SPARSE_CUDA_EARLY_TAIL (A/Bs): 1 (default) the flag read
-                              // during the last FUSED steps (not NORM), 0 the old tail, 3 read by cp.async (NORM too;
-                              // batch 1 only, elsewhere no read ahead)
+    int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1310,19 +1308,6 @@ enum { ZZ_IN_X = 0, ZZ_IN_GLU = 1, ZZ_IN_NORM = 2 };
 
 // EARLY reduction: the row's flag as thread 0 read it during its last FUSED steps (0: not read), thread 0 only
 static __shared__ int zz_flag_hint;
-// early_tail 3: the 16 bytes holding the flag, copied by cp.async (no register held across the steps; zeros: not
-// copied), thread 0 only
-static __shared__ __align__(16) int zz_flag_buf[4];
-
-static __device__ __forceinline__ void zz_flag_fetch(const int * flag) {
-    zz_cp_async<16>(zz_flag_buf, (const void *) ((uintptr_t) flag & ~(uintptr_t) 15));
-    zz_cp_async_commit();
-}
-
-static __device__ __forceinline__ int zz_flag_read(const int * flag) {
-    zz_cp_async_wait<0>();
-    return zz_flag_buf[((uintptr_t) flag >> 2) & 3];
-}
 
 // ZZ_IN_NORM: 1/rms of each token's x, found at the start of the kernel (zz_norm_scales)
 static __shared__ float zz_norm_s[ZZ_GEMV_MAX_BATCH];
@@ -1672,9 +1657,6 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     if (red_mode == ZZ_RED_EARLY) {
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
-            if (T == 1 && segs.early_tail == 3) {
-                *(int4 *) zz_flag_buf = make_int4(0, 0, 0, 0);
-            }
         }
         zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
@@ -1788,12 +1770,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 queued = rest;
                 // the last steps' weight loads are out: the flag's L2 round trip hides behind them (not for NORM:
                 // ptxas then spills at batch 1)
-                if (red_mode == ZZ_RED_EARLY && last && rest == 0 && threadIdx.x == 0) {
-                    if (T == 1 && segs.early_tail == 3) {
-                        zz_flag_fetch(tickets + row);
-                    } else if (IN != ZZ_IN_NORM && segs.early_tail == 1) {
-                        zz_flag_hint = *(volatile int *) (tickets + row);
-                    }
+                if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && last && rest == 0 &&
+                        threadIdx.x == 0) {
+                    zz_flag_hint = *(volatile int *) (tickets + row);
                 }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
@@ -1845,8 +1824,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY ? 0 : segs.early_tail == 0 ? -1 :
-       T == 1 && segs.early_tail == 3 ? (threadIdx.x == 0 ? zz_flag_read(tickets + row) : 0) : zz_flag_hint);
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -1993,11 +1971,13 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
 // given the bias) by a memset / copy node or a zeroing kernel, 1 = ticket (partials to a workspace, the last block
 // sums them: deterministic), 2 = first (the first block to arrive stores, the others atomicAdd), 3 = early (direct
 // Q4_K kernel, else 2: the first block of a block-row to start sets y to the bias or 0, all blocks atomicAdd),
-// 4 (default) = early for the direct kernel's sparse launches, else 0. zz_gemv_set_ticket overrides it.
+// 4 (default) = early for the direct kernel, else 0. zz_gemv_set_ticket overrides it.
 // H100, 7B tg128 (bench/results/cuda_h100_2026-11-25a.md): at 0.50 early > first > memset + atomics (+4 %: no
 // memset / copy node or zeroing kernel before the GEMV), dense memset + atomics > early ~ first (2 %: all blocks
-// of a row finish together, so waiting for the flag costs more than the node). Ticket was slower than
-// memset + atomics (245 against 261 t/s at 0.50; bench/results/cuda_e2e_h100_2026-11-23.md).
+// of a row finish together, so waiting for the flag costs more than the node). Since the early tail without
+// round trips, early is also the faster dense: tg128 +2.0 / +4.5 % (bench/results/cuda_h100_2026-11-27e.md), so
+// dense takes it too. Ticket was slower than memset + atomics (245 against 261 t/s at 0.50;
+// bench/results/cuda_e2e_h100_2026-11-23.md).
 static std::atomic<int> zz_ticket_override{-1};
 
 int zz_gemv_set_ticket(const int on) {
@@ -2101,7 +2081,7 @@ static zz_caps zz_get_caps() {
     return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_choice() };
 }
 
-static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const bool direct, const int mode) {
+static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const bool direct) {
     if (cfg.n1 == 1) {
         return ZZ_RED_STORE;
     }
@@ -2112,7 +2092,7 @@ static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const boo
         case 1:  return ZZ_RED_TICKET;
         case 2:  return ZZ_RED_FIRST;
         case 3:  return direct ? ZZ_RED_EARLY : ZZ_RED_FIRST; // (the staged kernel has no early step)
-        case 4:  return direct && mode != ZZ_GEMV_DENSE ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
+        case 4:  return direct ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
         default: return ZZ_RED_ATOMIC;
     }
 }
@@ -2217,11 +2197,11 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
 // had (capture) and atomics zero y first (zz_zero_dst)
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
-        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct, const int mode) {
+        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
-    int red_mode = zz_red_mode(cfg, caps, direct, mode);
+    int red_mode = zz_red_mode(cfg, caps, direct);
     if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
             !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
@@ -2245,7 +2225,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     float * ws;
     int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true, mode);
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int v         = zz_direct_version_at(T);
     static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
@@ -2320,7 +2300,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false, mode);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
@@ -2419,11 +2399,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.up_stride = up_stride;
     segs.norm_w    = norm ? norm->w : nullptr;
     segs.norm_eps  = norm ? norm->eps : 0.0f;
-    static const int early_tail = [] {
-        const int v = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL");
-        return v == 0 || v == 3 ? v : 1;
-    }();
-    segs.early_tail = early_tail;
+    static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
+    segs.early_wait = early_wait;
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;

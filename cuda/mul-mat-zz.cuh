@@ -29,7 +29,7 @@ struct zz_gemv_config {
                  //               0 = as LLAMA_SPARSE_CUDA_TICKET says (mul-mat-zz.cu): dst zeroed first and
                  //                   atomicAdd (0), partials summed by the last block (1), the first block to
                  //                   arrive stores (2) or the first to start zeroes (3) and the rest atomicAdd,
-                 //                   4 (default) = 3 for the direct kernel's sparse launches, else 0
+                 //                   4 (default) = 3 for the direct kernel, else 0
 };
 
 // process-wide choice of the cross-block reduction when not a cluster (0-4 as LLAMA_SPARSE_CUDA_TICKET),

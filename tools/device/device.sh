@@ -80,6 +80,7 @@
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
+#   attn-test  cuda/tests/test_attn_cuda test + bench (after build-base only)
 #   attn-perf  one-token flash attention (cuda/attn-decode.cu) against upstream's kernels, test-backend-ops perf
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
 #   e2e-variants  LIST-op (FUSE=0) and staged-kernel (DIRECT=0) tg128 rows
@@ -473,7 +474,8 @@ remote() {
                 [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
-                [ "${o#*:}" = attn-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=0)
+                [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
+                [ "${o#*:}" = attn-fuse-v1 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=1)
                 local orc=0 op=${o%%:*} pf=()
                 # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
@@ -484,12 +486,23 @@ remote() {
                 grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|runs one-token|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
             done
             ;;
+        attn-test)
+            # cuda/tests/test_attn_cuda (after build-base): cuda/attn-decode.cu, every version, against a float64
+            # reference (fixed and random cases, outputs poisoned), then its bench (a CUDA graph over 32 layers' K/V)
+            GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork bash "$repo/cuda/tests/build-attn.sh" /tmp/attn-test/t \
+                > "$out/build-attn-test.log" 2>&1 || { tail -40 "$out/build-attn-test.log"; exit 1; }
+            local arc=0
+            timeout 300 /tmp/attn-test/t test > "$out/attn-test.log" 2>&1 || arc=$?
+            echo "test_attn_cuda test: rc $arc"
+            grep -E "^FAIL|cases" "$out/attn-test.log" | tail -20 || true
+            timeout 120 /tmp/attn-test/t bench 2>&1 | tee "$out/attn-bench.log" || echo "bench failed"
+            ;;
         attn-perf)
             # one-token flash attention at short KV: test-backend-ops perf of the test_attn_decode cases (7B 32 heads,
             # 8B 32/8, 256-2048 positions), cuda/attn-decode.cu against upstream's kernels (LLAMA_SPARSE_CUDA_ATTN_FUSE=0)
             local ae
-            for ae in 1 0 1 0; do
-                LLAMA_SPARSE_CUDA_ATTN_FUSE=$ae timeout 120 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "vis=" 2>&1 |
+            for ae in 1 0 1 0; do   # (ATTN_PERF_ENV: more settings for every run, e.g. LLAMA_SPARSE_CUDA_ATTN_V=1)
+                env ${ATTN_PERF_ENV:-} LLAMA_SPARSE_CUDA_ATTN_FUSE=$ae timeout 120 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "vis=" 2>&1 |
                     tee -a "$out/attn-perf.log" | grep -E "us/run" | sed -E "s/^ *FLASH_ATTN_EXT\(hsk=([0-9]+),.*nh=([0-9]+),nr23=\[([0-9]+),.*kv=([0-9]+),.*: +/attn_fuse=$ae D \1 kv heads \2 G \3 n_kv \4: /"
             done
             ;;

@@ -1,0 +1,269 @@
+// llama-sparse: standalone test and microbenchmark of cuda/attn-decode.cu (one-token flash attention).
+//
+//   test_attn_cuda test  [--seed S]   every version against a float64 CPU reference: fixed cases (7B / 8B / SmolLM2
+//                                     heads, KV cache masks hiding whole blocks or everything, streams, nb forced)
+//                                     and 200 random ones; outputs poisoned with NaN first
+//   test_attn_cuda bench              us a launch in a CUDA graph of 256 back-to-back launches that cycle through 32
+//                                     layers' K/V (as decode, which reads another layer's cache in between), per
+//                                     version, 7B (32 heads) and 8B (32/8) at 256-2048 positions
+#include "ggml-cuda/common.cuh"
+#include "ggml-cuda-stubs.h"
+#include "attn-decode.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+struct ad_case {
+    int D, H, Hkv, n_kv, vis, n_seq, nb; // vis: visible positions (the rest -inf); nb 0: the launcher's choice
+};
+
+struct ad_dev {
+    half  * k = nullptr, * v = nullptr, * mask = nullptr;
+    float * q = nullptr, * dst = nullptr;
+};
+
+// host data of one case: cache rows hold the KV heads side by side (as llama's K cache), n_kv rows a stream
+struct ad_host {
+    std::vector<half>  k, v, mask;
+    std::vector<float> q;
+};
+
+static attn_decode_args ad_args(const ad_case & c, const ad_dev & d) {
+    attn_decode_args a = {};
+    a.q = d.q;       a.q_s2 = c.D;            a.q_s3 = (int64_t) c.D*c.H;
+    a.k = d.k;       a.k_s1 = (int64_t) c.Hkv*c.D; a.k_s2 = c.D; a.k_s3 = (int64_t) c.n_kv*c.Hkv*c.D;
+    a.v = d.v;       a.v_s1 = a.k_s1;         a.v_s2 = a.k_s2; a.v_s3 = a.k_s3;
+    a.mask = d.mask; a.m_s2 = 0;              a.m_s3 = c.n_kv; a.m_ne2 = 1; a.m_ne3 = c.n_seq;
+    a.dst = d.dst;   a.d_s2 = c.D;            a.d_s3 = (int64_t) c.D*c.H;
+    a.D = c.D; a.n_head = c.H; a.n_head_kv = c.Hkv; a.n_kv = c.n_kv; a.n_seq = c.n_seq;
+    a.scale = 1.0f/sqrtf((float) c.D);
+    return a;
+}
+
+static void ad_fill(const ad_case & c, std::mt19937 & rng, ad_host & h) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const size_t nkv = (size_t) c.n_seq*c.n_kv*c.Hkv*c.D;
+    h.k.resize(nkv);
+    h.v.resize(nkv);
+    for (size_t i = 0; i < nkv; ++i) {
+        h.k[i] = __float2half(u(rng));
+        h.v[i] = __float2half(u(rng));
+    }
+    h.q.resize((size_t) c.n_seq*c.H*c.D);
+    for (float & x : h.q) {
+        x = 2.0f*u(rng);
+    }
+    h.mask.resize((size_t) c.n_seq*c.n_kv);
+    for (int s = 0; s < c.n_seq; ++s) {
+        for (int p = 0; p < c.n_kv; ++p) {
+            h.mask[(size_t) s*c.n_kv + p] = __float2half(p < c.vis ? 0.5f*u(rng) : -INFINITY);
+        }
+    }
+}
+
+// float64 reference: softmax(scale q.k + mask) v per query head; all hidden: 0 (as the CPU backend)
+static void ad_ref(const ad_case & c, const ad_host & h, std::vector<double> & out) {
+    const int G = c.H/c.Hkv;
+    out.assign((size_t) c.n_seq*c.H*c.D, 0.0);
+    std::vector<double> s(c.n_kv);
+    for (int i3 = 0; i3 < c.n_seq; ++i3) {
+        for (int hq = 0; hq < c.H; ++hq) {
+            const int hk = hq / G;
+            double mx = -INFINITY;
+            for (int p = 0; p < c.n_kv; ++p) {
+                const float mk = __half2float(h.mask[(size_t) i3*c.n_kv + p]);
+                double dot = 0.0;
+                const size_t kr = (((size_t) i3*c.n_kv + p)*c.Hkv + hk)*c.D;
+                for (int d = 0; d < c.D; ++d) {
+                    dot += (double) h.q[((size_t) i3*c.H + hq)*c.D + d]*(double) __half2float(h.k[kr + d]);
+                }
+                s[p] = std::isinf(mk) ? -INFINITY : dot/sqrt((double) c.D) + mk;
+                mx = std::max(mx, s[p]);
+            }
+            if (mx == -INFINITY) {
+                continue;
+            }
+            double sum = 0.0;
+            for (int p = 0; p < c.n_kv; ++p) {
+                s[p] = exp(s[p] - mx);
+                sum += s[p];
+            }
+            for (int p = 0; p < c.n_kv; ++p) {
+                const size_t vr = (((size_t) i3*c.n_kv + p)*c.Hkv + hk)*c.D;
+                for (int d = 0; d < c.D; ++d) {
+                    out[((size_t) i3*c.H + hq)*c.D + d] += s[p]/sum*(double) __half2float(h.v[vr + d]);
+                }
+            }
+        }
+    }
+}
+
+static std::string ad_name(const ad_case & c) {
+    char b[160];
+    snprintf(b, sizeof(b), "D %3d heads %2d/%d n_kv %4d visible %4d streams %d nb %d", c.D, c.H, c.Hkv, c.n_kv, c.vis,
+             c.n_seq, c.nb);
+    return b;
+}
+
+template <typename T>
+static T * ad_upload(const std::vector<T> & h) {
+    T * d = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(h.size(), 1)*sizeof(T)));
+    CUDA_CHECK(cudaMemcpy(d, h.data(), h.size()*sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static int ad_test(const unsigned seed) {
+    std::vector<ad_case> cases = {
+        { 128, 32, 32, 256, 129, 1, 0 }, { 128, 32, 32, 256, 256, 1, 0 }, { 128, 32, 32, 1, 1, 1, 0 },
+        { 128, 32, 32, 256, 0, 1, 0 },   { 128, 32, 32, 256, 1, 1, 0 },   { 128, 32, 8, 2048, 2048, 1, 0 },
+        { 128, 32, 8, 640, 513, 1, 0 },  { 128, 32, 8, 300, 37, 1, 0 },   { 64, 9, 3, 100, 77, 1, 0 },
+        { 64, 16, 2, 513, 400, 1, 0 },   { 64, 8, 4, 129, 129, 3, 0 },    { 128, 32, 32, 256, 200, 1, 1 },
+        { 128, 32, 8, 1000, 999, 1, 3 }, { 128, 12, 4, 2048, 1500, 2, 8 }, { 64, 5, 5, 33, 20, 1, 2 },
+    };
+    std::mt19937 rng(seed);
+    for (int i = 0; i < 200; ++i) {
+        ad_case c;
+        c.D     = rng() % 2 ? 128 : 64;
+        c.Hkv   = 1 + rng() % 8;
+        c.H     = c.Hkv*(1 + rng() % 8);
+        c.n_kv  = 1 + rng() % (rng() % 4 ? 600 : 2048);
+        c.vis   = rng() % 5 == 0 ? c.n_kv : (int) (rng() % (c.n_kv + 1));
+        c.n_seq = rng() % 6 == 0 ? 2 : 1;
+        c.nb    = rng() % 3 == 0 ? 1 + rng() % 8 : 0;
+        cases.push_back(c);
+    }
+    int failures = 0, n_run = 0;
+    double worst = 0.0;
+    for (const ad_case & c : cases) {
+        ad_host h;
+        ad_fill(c, rng, h);
+        std::vector<double> ref;
+        ad_ref(c, h, ref);
+        double rmax = 0.0;
+        for (double x : ref) {
+            rmax = std::max(rmax, fabs(x));
+        }
+        ad_dev d;
+        d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
+        CUDA_CHECK(cudaMalloc(&d.dst, ref.size()*sizeof(float)));
+        for (int version : { 1, 2 }) {
+            CUDA_CHECK(cudaMemset(d.dst, 0xFF, ref.size()*sizeof(float))); // NaN: every output must be written
+            const bool ran = attn_decode_launch(ad_args(c, d), c.nb, 0, 0, version);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            if (!ran) {
+                // version 1 keeps at most 512 positions a block (nb as the launcher picks it)
+                const int nb  = std::max(1, std::min({ c.nb > 0 ? c.nb : (c.n_kv + 31)/32, 8, c.n_kv }));
+                if (!(version == 1 && (c.n_kv + nb - 1)/nb > 512)) {
+                    printf("FAIL v%d %s: not launched\n", version, ad_name(c).c_str());
+                    ++failures;
+                }
+                continue;
+            }
+            std::vector<float> out(ref.size());
+            CUDA_CHECK(cudaMemcpy(out.data(), d.dst, out.size()*sizeof(float), cudaMemcpyDeviceToHost));
+            double err = 0.0;
+            bool   nan = false;
+            for (size_t i = 0; i < out.size(); ++i) {
+                nan = nan || std::isnan(out[i]);
+                err = std::max(err, fabs(out[i] - ref[i]));
+            }
+            // relative to the largest output (all hidden: every output must be exactly 0)
+            const double rel = rmax > 0.0 ? err/rmax : err;
+            ++n_run;
+            worst = std::max(worst, rel);
+            if (nan || rel > 1e-4) {
+                printf("FAIL v%d %s: %s, max error %.3e of max |out| %.3e\n", version, ad_name(c).c_str(),
+                       nan ? "NaN (an output not written)" : "too large", err, rmax);
+                ++failures;
+            }
+        }
+        CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v)); CUDA_CHECK(cudaFree(d.mask));
+        CUDA_CHECK(cudaFree(d.dst));
+    }
+    printf("%zu cases, %d runs, worst relative error %.2e: %s (%d failures)\n", cases.size(), n_run, worst,
+           failures ? "FAILED" : "PASSED", failures);
+    return failures ? 1 : 0;
+}
+
+static int ad_bench() {
+    const int layers = 32, launches = 256;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int Hkv : { 32, 8 }) {
+        for (int n_kv : { 256, 512, 1024, 2048 }) {
+            const ad_case c = { 128, 32, Hkv, n_kv, n_kv, 1, 0 };
+            std::mt19937 rng(7);
+            ad_host h;
+            ad_fill(c, rng, h);
+            std::vector<ad_dev> L(layers);
+            for (ad_dev & d : L) {
+                d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
+                CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
+            }
+            for (int version : { 1, 2 }) {
+                cudaGraph_t graph;
+                CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+                for (int i = 0; i < launches; ++i) {
+                    attn_decode_launch(ad_args(c, L[i % layers]), 0, 0, stream, version);
+                }
+                CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+                cudaGraphExec_t exec;
+                CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+                cudaEvent_t e0, e1;
+                CUDA_CHECK(cudaEventCreate(&e0));
+                CUDA_CHECK(cudaEventCreate(&e1));
+                CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
+                std::vector<float> t;
+                for (int r = 0; r < 5; ++r) {
+                    CUDA_CHECK(cudaEventRecord(e0, stream));
+                    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                    CUDA_CHECK(cudaEventRecord(e1, stream));
+                    CUDA_CHECK(cudaEventSynchronize(e1));
+                    float ms;
+                    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                    t.push_back(1000.0f*ms/launches);
+                }
+                std::sort(t.begin(), t.end());
+                printf("bench v%d heads 32/%2d n_kv %4d: %.2f us a launch (median of 5 graphs of %d)\n", version, Hkv,
+                       n_kv, t[2], launches);
+                CUDA_CHECK(cudaGraphExecDestroy(exec));
+                CUDA_CHECK(cudaGraphDestroy(graph));
+                CUDA_CHECK(cudaEventDestroy(e0));
+                CUDA_CHECK(cudaEventDestroy(e1));
+            }
+            for (ad_dev & d : L) {
+                CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));
+                CUDA_CHECK(cudaFree(d.mask)); CUDA_CHECK(cudaFree(d.dst));
+            }
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    const std::string cmd = argc > 1 ? argv[1] : "test";
+    unsigned seed = 1;
+    for (int i = 2; i + 1 < argc; ++i) {
+        if (!strcmp(argv[i], "--seed")) {
+            seed = (unsigned) atoi(argv[i + 1]);
+        }
+    }
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, cc %d.%d\n", prop.name, prop.major, prop.minor);
+    if (cmd == "test") {
+        return ad_test(seed);
+    }
+    if (cmd == "bench") {
+        return ad_bench();
+    }
+    fprintf(stderr, "usage: %s test [--seed S] | bench\n", argv[0]);
+    return 2;
+}
