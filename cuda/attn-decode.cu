@@ -303,6 +303,17 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_d
     const int np    = max(0, min(a.n_kv - p0, ppb));
 
     ggml_cuda_pdl_lc();
+    if (a.prefetch) {
+        // while the kernels before finish: the block's K and V rows into L2 (L2 is where the new token's row will
+        // be written, so the loads after the wait see it; nothing goes to L1 before the wait)
+        for (int e = tid; e < 2*np*(D/64); e += AD_THREADS) {
+            const int    r  = e / (2*(D/64));
+            const int    pc = e % (2*(D/64));
+            const half * b  = pc < D/64 ? a.k + i3*a.k_s3 + hkv*a.k_s2 : a.v + i3*a.v_s3 + hkv*a.v_s2;
+            const int64_t s1 = pc < D/64 ? a.k_s1 : a.v_s1;
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(b + (int64_t) (p0 + r)*s1 + 64*(pc % (D/64))));
+        }
+    }
     ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
 
     float qv[GM][8]; // the lane's 8 components of each head, scaled
@@ -562,6 +573,9 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
         version = env == 1 ? 1 : 2;
     }
+    static const int prefetch = ad_env("LLAMA_SPARSE_CUDA_ATTN_PREFETCH", 0);
+    attn_decode_args ap = a;
+    ap.prefetch = prefetch > 0 && version == 2;
     if (nb <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
         nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
@@ -573,9 +587,9 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     const int G = a.n_head/a.n_head_kv;
     if (a.D == 64) {
-        ad_launch_d<64>(a, G, nb, ppb, version, stream);
+        ad_launch_d<64>(ap, G, nb, ppb, version, stream);
     } else {
-        ad_launch_d<128>(a, G, nb, ppb, version, stream);
+        ad_launch_d<128>(ap, G, nb, ppb, version, stream);
     }
     return true;
 #else

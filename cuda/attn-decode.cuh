@@ -18,6 +18,8 @@ struct attn_decode_args {
     float       * dst;  int64_t d_s2, d_s3;            // dst head, stream
     int           D, n_head, n_head_kv, n_kv, n_seq;
     float         scale;
+    int           prefetch;                        // version 2: K / V rows into L2 before the PDL wait (set by the
+                                                   // launcher from LLAMA_SPARSE_CUDA_ATTN_PREFETCH)
 };
 // false: not handled (shape, type, alignment or device); nothing launched. version: 1 or 2 (0: LLAMA_SPARSE_CUDA_ATTN_V,
 // default 2; see attn-decode.cu)
