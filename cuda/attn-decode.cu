@@ -508,11 +508,14 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
 #ifdef AD_CLUSTER_AVAILABLE
     cudaLaunchAttribute attr[2];
     int n_attr = 0;
-    attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = nb;
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
+    static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
+    if (nb > 1 || !no_cluster) {
+        attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
+        attr[n_attr].val.clusterDim.x = nb;
+        attr[n_attr].val.clusterDim.y = 1;
+        attr[n_attr].val.clusterDim.z = 1;
+        ++n_attr;
+    }
 #if defined(GGML_CUDA_USE_PDL)
     static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
     if (pdl) {

@@ -196,7 +196,7 @@ static int ad_bench() {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int Hkv : { 32, 8 }) {
-        for (int n_kv : { 256, 512, 1024, 2048 }) {
+        for (int n_kv : { 32, 256, 512, 1024, 2048 }) {
             const ad_case c = { 128, 32, Hkv, n_kv, n_kv, 1, 0 };
             std::mt19937 rng(7);
             ad_host h;
