@@ -5,7 +5,8 @@ A prefill of --prompt seeded-random token ids, then --gen decode steps of one to
 that both runs see the same inputs whatever they predict). Works with random-weight models, whose vocabulary
 cannot tokenize text.
 
-usage: python bench/decode_logits.py save MODEL.gguf OUT.npy [--level 0.50] [--ngl 99] [--prompt 64] [--gen 16] [--verbose]
+usage: python bench/decode_logits.py save MODEL.gguf OUT.npy [--level 0.50] [--ngl 99] [--prompt 64] [--gen 16]
+                                         [--flash-attn] [--verbose]
        python bench/decode_logits.py compare A.npy B.npy [--max-rel 1e-2]
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ def save(a: argparse.Namespace) -> int:
     import numpy as np
 
     llm = llama_sparse.Llama(a.model, sparsity=a.level, n_ctx=a.prompt + a.gen + 16, n_batch=512,
-                             n_gpu_layers=a.ngl, verbose=a.verbose)
+                             n_gpu_layers=a.ngl, flash_attn=a.flash_attn, verbose=a.verbose)
     vocab = llm.n_vocab()
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(10, vocab, a.prompt)]
@@ -62,6 +63,7 @@ def main() -> int:
     s.add_argument("--ngl", type=int, default=99)
     s.add_argument("--prompt", type=int, default=64)
     s.add_argument("--gen", type=int, default=16)
+    s.add_argument("--flash-attn", action="store_true", help="flash attention on (llama_cpp.Llama's default is off)")
     s.add_argument("--verbose", action="store_true", help="the library's log (which fusions ran) on stderr")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
