@@ -8,6 +8,8 @@
 //  - version 1: all the block's scores first, its softmax, then P.V: two round trips to memory.
 // Then one cluster barrier: block r merges the blocks' (max, sum, output) of a share of the outputs through
 // distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers.
+//  - version 3: as 2, but plain blocks (no cluster, up to 64 a KV head) that write their partials to a workspace;
+//    the last block of a KV head to finish (a counter it resets) merges them.
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
@@ -22,6 +24,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <type_traits>
 
 #if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
@@ -31,6 +36,7 @@
 #define AD_THREADS 128
 #define AD_WARPS   (AD_THREADS/WARP_SIZE)
 #define AD_MAX_NB  8    // portable cluster size
+#define AD_MAX_NB3 64   // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
 #define AD_MAX_PPB 512  // positions a block (scores in shared memory)
 #define AD_U       4    // K rows (per lane group) / V rows (per warp) in flight
@@ -267,10 +273,12 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v1(const attn_d
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
-// version 2 (default): the block's positions in rounds of 32 whose K and V rows are requested together; the round's
-// scores go through shared memory (two buffers, one barrier a round); every warp keeps the same running max and
-// sum per head (lane i holds position i of the round) and adds the weighted V rows of its 8 positions
-template <int D, int GM>
+// versions 2 (default) and 3: the block's positions in rounds of 32 whose K and V rows are requested together; the
+// round's scores go through shared memory (two buffers, one barrier a round); every warp keeps the same running max
+// and sum per head (lane i holds position i of the round) and adds the weighted V rows of its 8 positions.
+// LAST false (version 2): the blocks of a KV head form a cluster and merge through distributed shared memory;
+// LAST true (version 3): plain blocks write their partials to a.ws and the last to finish (a.cnt) merges them
+template <int D, int GM, bool LAST>
 static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
@@ -288,9 +296,8 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_d
     __shared__ float s_m[GM];
     __shared__ float s_l[GM];
 
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const int nb    = (int) cluster.num_blocks();
-    const int rank  = (int) cluster.block_rank();
+    const int nb    = LAST ? (int) gridDim.x : (int) cooperative_groups::this_cluster().num_blocks();
+    const int rank  = LAST ? (int) blockIdx.x : (int) cooperative_groups::this_cluster().block_rank();
     const int hkv   = blockIdx.y;
     const int i3    = blockIdx.z;
     const int G     = a.n_head/a.n_head_kv;
@@ -452,16 +459,68 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_d
     }
     __syncthreads();
     float (*s_o)[D] = s_red[0]; // the block's output (unnormalized): each element summed by the thread that owns it
+    constexpr int SLOT = GM*(D + 2); // LAST: a block's partials in a.ws: o [GM][D], m [GM], l [GM]
+    float * slot = LAST ? a.ws + ((int64_t) (i3*a.n_head_kv + hkv)*nb + rank)*SLOT : nullptr;
     for (int e = tid; e < GM*D; e += AD_THREADS) {
         float o = 0.0f;
 #pragma unroll
         for (int wi = 0; wi < AD_WARPS; ++wi) {
             o += s_red[wi][e / D][e % D];
         }
-        s_o[e / D][e % D] = o;
+        if constexpr (LAST) {
+            slot[e] = o;
+        } else {
+            s_o[e / D][e % D] = o;
+        }
     }
 
+    if constexpr (LAST) {
+        // threadFenceReduction: the partials are visible device-wide before the block counts itself done
+        if (tid < GM) {
+            slot[GM*D + tid]      = s_m[tid];
+            slot[GM*D + GM + tid] = s_l[tid];
+        }
+        __shared__ int s_last;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            int * cnt = a.cnt + i3*a.n_head_kv + hkv;
+            s_last = atomicAdd(cnt, 1) == nb - 1;
+            if (s_last) {
+                *(volatile int *) cnt = 0; // every block has counted: ready for the next launch (after its PDL wait)
+            }
+        }
+        __syncthreads();
+        if (!s_last) {
+            return;
+        }
+        __threadfence();
+        const float * base = a.ws + (int64_t) (i3*a.n_head_kv + hkv)*nb*SLOT;
+        for (int e = tid; e < G*D; e += AD_THREADS) {
+            const int g = e / D;
+            const int d = e % D;
+            float M = -INFINITY;
+            for (int b = 0; b < nb; ++b) {
+                M = fmaxf(M, __ldcg(base + b*SLOT + GM*D + g));
+            }
+            float L = 0.0f;
+            float O = 0.0f;
+            if (M != -INFINITY) {
+                for (int b = 0; b < nb; ++b) {
+                    const float mb = __ldcg(base + b*SLOT + GM*D + g);
+                    if (mb != -INFINITY) {
+                        const float wb = expf(mb - M);
+                        L += wb*__ldcg(base + b*SLOT + GM*D + GM + g);
+                        O += wb*__ldcg(base + b*SLOT + e);
+                    }
+                }
+            }
+            a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
+        }
+        return;
+    } else {
     // merge the cluster's blocks
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     cluster.sync();
     for (int e = rank*AD_THREADS + tid; e < G*D; e += nb*AD_THREADS) {
         const int g = e / D;
@@ -486,6 +545,7 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_d
         a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
     }
     cluster.sync(); // the peers read this block's shared memory until here
+    }
 #else
     GGML_UNUSED_VARS(a, ppb);
     NO_DEVICE_CODE;
@@ -509,7 +569,7 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
     cudaLaunchAttribute attr[2];
     int n_attr = 0;
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    if (nb > 1 || !no_cluster) {
+    if (version != 3 && (nb > 1 || !no_cluster)) {
         attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
         attr[n_attr].val.clusterDim.x = nb;
         attr[n_attr].val.clusterDim.y = 1;
@@ -531,10 +591,41 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
     lc.stream           = stream;
     lc.attrs            = attr;
     lc.numAttrs         = n_attr;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 1 ? attn_decode_v1<D, GM> : attn_decode_v2<D, GM>, a, ppb));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 1 ? attn_decode_v1<D, GM> : version == 2 ? attn_decode_v2<D, GM, false> :
+                                  attn_decode_v2<D, GM, true>, a, ppb));
 #else
     GGML_UNUSED_VARS(a, nb, ppb, version, stream);
 #endif // AD_CLUSTER_AVAILABLE
+}
+
+// version 3: partials and counters per (device, stream), made outside stream capture (ggml-cuda runs a graph eagerly
+// before it captures it); counters start at 0 and every launch leaves them at 0
+#define AD_WS_FLOATS (1 << 21)
+#define AD_CNT_N     (1 << 14)
+struct ad_buf {
+    float * ws  = nullptr;
+    int   * cnt = nullptr;
+};
+static std::mutex                                    ad_buf_mutex;
+static std::map<std::pair<int, cudaStream_t>, ad_buf> ad_bufs;
+
+static bool ad_buf_get(const int device, cudaStream_t stream, ad_buf & b) {
+    std::lock_guard<std::mutex> lock(ad_buf_mutex);
+    auto it = ad_bufs.find({ device, stream });
+    if (it == ad_bufs.end()) {
+        cudaStreamCaptureStatus st;
+        CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+        if (st != cudaStreamCaptureStatusNone) {
+            return false;
+        }
+        ad_buf nb;
+        CUDA_CHECK(cudaMalloc(&nb.ws, AD_WS_FLOATS*sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&nb.cnt, AD_CNT_N*sizeof(int)));
+        CUDA_CHECK(cudaMemsetAsync(nb.cnt, 0, AD_CNT_N*sizeof(int), stream));
+        it = ad_bufs.emplace(std::make_pair(device, stream), nb).first;
+    }
+    b = it->second;
+    return true;
 }
 
 template <int D>
@@ -574,7 +665,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     if (version <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
-        version = env == 1 ? 1 : 2;
+        version = env == 1 || env == 3 ? env : 2;
     }
     static const int prefetch = ad_env("LLAMA_SPARSE_CUDA_ATTN_PREFETCH", 0);
     attn_decode_args ap = a;
@@ -583,7 +674,17 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
         nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
     }
-    nb = std::max(1, std::min({ nb, AD_MAX_NB, a.n_kv }));
+    nb = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
+    if (version == 3) {
+        ad_buf b;
+        const int gm = a.n_head/a.n_head_kv <= 2 ? a.n_head/a.n_head_kv : a.n_head/a.n_head_kv <= 4 ? 4 : 8;
+        if ((int64_t) a.n_head_kv*a.n_seq > AD_CNT_N || (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS ||
+                !ad_buf_get(device, stream, b)) {
+            return false;
+        }
+        ap.ws  = b.ws;
+        ap.cnt = b.cnt;
+    }
     const int ppb = (a.n_kv + nb - 1)/nb;
     if (version == 1 && ppb > AD_MAX_PPB) {
         return false;
@@ -673,7 +774,7 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
-                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 1 ? 1 : 2);
+                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 1 || ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) : 2);
     }
     return 1;
 }
