@@ -3,13 +3,13 @@
 // Grid (nb, KV heads, streams), clusters of nb blocks along x, 128 threads a block. Block b of a cluster takes
 // positions [b*ppb, (b+1)*ppb) of its KV head for the G query heads that share it. Scores: D/8 lanes a K row (16
 // bytes each), the lanes of a row add their products by shuffles; q is scaled first, the mask added after.
-//  - version 2 (default): rounds of 32 positions, K and V rows of a round requested together, a running softmax
-//    kept alike by every warp, a warp adds the weighted V rows of 8 positions (D/32 components a lane);
-//  - version 1: all the block's scores first, its softmax, then P.V: two round trips to memory.
-// Then one cluster barrier: block r merges the blocks' (max, sum, output) of a share of the outputs through
-// distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers.
-//  - version 3: as 2, but plain blocks (no cluster, up to 64 a KV head) that write their partials to a workspace;
-//    the last block of a KV head to finish (a counter it resets) merges them.
+// Rounds of 32 positions, K and V rows of a round requested together, a running softmax kept alike by every warp, a
+// warp adds the weighted V rows of 8 positions (D/32 components a lane). Then:
+//  - version 2 (default): one cluster barrier; block r merges the blocks' (max, sum, output) of a share of the outputs
+//    through distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers;
+//  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
+//    a KV head to finish (a counter it resets) merges them.
+// (A first version, all of a block's scores before P.V, was slower: bench/results/cuda_h100_2026-11-27e.md.)
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
@@ -38,242 +38,8 @@
 #define AD_MAX_NB  8    // portable cluster size
 #define AD_MAX_NB3 64   // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
-#define AD_MAX_PPB 512  // positions a block (scores in shared memory)
-#define AD_U       4    // K rows (per lane group) / V rows (per warp) in flight
 
-// version 1 (LLAMA_SPARSE_CUDA_ATTN_V=1): scores of all the block's positions first, then P.V (two round trips)
-template <int D, int GM>
-static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v1(const attn_decode_args a, const int ppb) {
-#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
-    static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
-    constexpr int LPR = D/8;           // lanes a K row
-    constexpr int RPW = WARP_SIZE/LPR; // K rows a warp step
-    constexpr int VPL = D/WARP_SIZE;   // V components a lane
-
-    extern __shared__ float ad_sc[];   // [GM][ppb]: scores, then weights
-    __shared__ float s_q[GM][D];
-    __shared__ float s_red[AD_WARPS][GM][D];
-    __shared__ float s_m[GM];
-    __shared__ float s_l[GM];
-    float (*s_o)[D] = s_red[0];        // the block's output (unnormalized), after the warps' sums
-
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const int nb   = (int) cluster.num_blocks();
-    const int rank = (int) cluster.block_rank();
-    const int hkv  = blockIdx.y;
-    const int i3   = blockIdx.z;
-    const int G    = a.n_head/a.n_head_kv;
-    const int tid  = threadIdx.x;
-    const int lane = tid % WARP_SIZE;
-    const int warp = tid / WARP_SIZE;
-    const int p0   = rank*ppb;
-    const int np   = max(0, min(a.n_kv - p0, ppb));
-
-    ggml_cuda_pdl_lc();
-    ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
-
-    for (int e = tid; e < GM*D; e += AD_THREADS) {
-        const int g = e / D;
-        s_q[g][e % D] = g < G ? a.q[i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + e % D]*a.scale : 0.0f;
-    }
-    __syncthreads();
-
-    // 1. scores
-    {
-        const int piece = lane % LPR;
-        const int sub   = lane / LPR;
-        float qv[GM][8];
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                qv[g][j] = s_q[g][8*piece + j];
-            }
-        }
-        const half * mrow[GM]; // the heads' mask rows (planes broadcast as upstream's)
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-            mrow[g] = a.mask ? a.mask + (i3 % a.m_ne3)*a.m_s3 + ((hkv*G + g) % a.m_ne2)*a.m_s2 + p0 : nullptr;
-        }
-        const half * kb = a.k + i3*a.k_s3 + hkv*a.k_s2 + (int64_t) p0*a.k_s1 + 8*piece;
-        constexpr int step = AD_WARPS*RPW;
-        for (int rb = warp*RPW; rb < np; rb += AD_U*step) {
-            uint4 kk[AD_U];
-#pragma unroll
-            for (int u = 0; u < AD_U; ++u) {
-                const int r = rb + sub + u*step;
-                kk[u] = r < np ? *(const uint4 *) (kb + (int64_t) r*a.k_s1) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < AD_U; ++u) {
-                const int     r  = rb + sub + u*step;
-                const half2 * kh = (const half2 *) &kk[u];
-                float s[GM];
-#pragma unroll
-                for (int g = 0; g < GM; ++g) {
-                    s[g] = 0.0f;
-                }
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float2 f = __half22float2(kh[j]);
-#pragma unroll
-                    for (int g = 0; g < GM; ++g) {
-                        s[g] += qv[g][2*j]*f.x + qv[g][2*j + 1]*f.y;
-                    }
-                }
-#pragma unroll
-                for (int g = 0; g < GM; ++g) {
-#pragma unroll
-                    for (int off = LPR/2; off > 0; off >>= 1) {
-                        s[g] += __shfl_xor_sync(0xFFFFFFFF, s[g], off);
-                    }
-                }
-                if (piece == 0 && r < np) {
-#pragma unroll
-                    for (int g = 0; g < GM; ++g) {
-                        if (g < G) {
-                            ad_sc[g*ppb + r] = s[g] + (mrow[g] ? __half2float(mrow[g][r]) : 0.0f);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    __syncthreads();
-
-    // 2. the block's softmax statistics; the scores become weights
-    for (int g = warp; g < GM; g += AD_WARPS) {
-        float * sc = ad_sc + g*ppb;
-        float m = -INFINITY;
-        if (g < G) {
-            for (int r = lane; r < np; r += WARP_SIZE) {
-                m = fmaxf(m, sc[r]);
-            }
-        }
-        m = warp_reduce_max<WARP_SIZE>(m);
-        float l = 0.0f;
-        if (g < G) {
-            for (int r = lane; r < np; r += WARP_SIZE) {
-                const float w = m == -INFINITY ? 0.0f : expf(sc[r] - m);
-                sc[r] = w;
-                l += w;
-            }
-        }
-        l = warp_reduce_sum<WARP_SIZE>(l);
-        if (lane == 0) {
-            s_m[g] = m;
-            s_l[g] = l;
-        }
-    }
-    __syncthreads();
-
-    // 3. P.V
-    {
-        float acc[GM][VPL];
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-#pragma unroll
-            for (int c = 0; c < VPL; ++c) {
-                acc[g][c] = 0.0f;
-            }
-        }
-        const half * vb = a.v + i3*a.v_s3 + hkv*a.v_s2 + (int64_t) p0*a.v_s1 + VPL*lane;
-        for (int rb = warp; rb < np; rb += AD_U*AD_WARPS) {
-            float vf[AD_U][VPL];
-#pragma unroll
-            for (int u = 0; u < AD_U; ++u) {
-                const int r = rb + u*AD_WARPS;
-                if constexpr (VPL == 4) {
-                    const uint2  w  = r < np ? *(const uint2 *) (vb + (int64_t) r*a.v_s1) : make_uint2(0, 0);
-                    const float2 f0 = __half22float2(*(const half2 *) &w.x);
-                    const float2 f1 = __half22float2(*(const half2 *) &w.y);
-                    vf[u][0] = f0.x; vf[u][1] = f0.y; vf[u][2] = f1.x; vf[u][3] = f1.y;
-                } else {
-                    const uint32_t w = r < np ? *(const uint32_t *) (vb + (int64_t) r*a.v_s1) : 0u;
-                    const float2   f = __half22float2(*(const half2 *) &w);
-                    vf[u][0] = f.x; vf[u][1] = f.y;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < AD_U; ++u) {
-                const int r = rb + u*AD_WARPS;
-                if (r < np) {
-#pragma unroll
-                    for (int g = 0; g < GM; ++g) {
-                        const float w = ad_sc[g*ppb + r];
-#pragma unroll
-                        for (int c = 0; c < VPL; ++c) {
-                            acc[g][c] += w*vf[u][c];
-                        }
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GM; ++g) {
-#pragma unroll
-            for (int c = 0; c < VPL; ++c) {
-                s_red[warp][g][VPL*lane + c] = acc[g][c];
-            }
-        }
-    }
-    __syncthreads();
-    float o_own[(GM*D + AD_THREADS - 1)/AD_THREADS];
-#pragma unroll
-    for (int k = 0; k < (GM*D + AD_THREADS - 1)/AD_THREADS; ++k) {
-        const int e = k*AD_THREADS + tid;
-        float o = 0.0f;
-        if (e < GM*D) {
-#pragma unroll
-            for (int w = 0; w < AD_WARPS; ++w) {
-                o += s_red[w][e / D][e % D];
-            }
-        }
-        o_own[k] = o;
-    }
-    __syncthreads(); // s_o aliases s_red[0]
-#pragma unroll
-    for (int k = 0; k < (GM*D + AD_THREADS - 1)/AD_THREADS; ++k) {
-        const int e = k*AD_THREADS + tid;
-        if (e < GM*D) {
-            s_o[e / D][e % D] = o_own[k];
-        }
-    }
-
-    // 4. merge the cluster's blocks
-    cluster.sync();
-    for (int e = rank*AD_THREADS + tid; e < G*D; e += nb*AD_THREADS) {
-        const int g = e / D;
-        const int d = e % D;
-        float mb[AD_MAX_NB];
-        float M = -INFINITY;
-#pragma unroll
-        for (int b = 0; b < AD_MAX_NB; ++b) {
-            mb[b] = b < nb ? *cluster.map_shared_rank(&s_m[g], b) : -INFINITY;
-            M     = fmaxf(M, mb[b]);
-        }
-        float L = 0.0f;
-        float O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int b = 0; b < AD_MAX_NB; ++b) {
-                if (b < nb && mb[b] != -INFINITY) {
-                    const float w = expf(mb[b] - M);
-                    L += w * *cluster.map_shared_rank(&s_l[g], b);
-                    O += w * *cluster.map_shared_rank(&s_o[g][d], b);
-                }
-            }
-        }
-        a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
-    }
-    cluster.sync(); // the peers read this block's shared memory until here
-#else
-    GGML_UNUSED_VARS(a, ppb);
-    NO_DEVICE_CODE;
-#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
-}
-
-// versions 2 (default) and 3: the block's positions in rounds of 32 whose K and V rows are requested together; the
+// the kernel, versions 2 (default) and 3: the block's positions in rounds of 32 whose K and V rows are requested together; the
 // round's scores go through shared memory (two buffers, one barrier a round); every warp keeps the same running max
 // and sum per head (lane i holds position i of the round) and adds the weighted V rows of its 8 positions.
 // LAST false (version 2): the blocks of a KV head form a cluster and merge through distributed shared memory;
@@ -559,7 +325,7 @@ static int ad_env(const char * name, const int def) {
 
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
 static int ad_max_kv() {
-    static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), AD_MAX_NB*AD_MAX_PPB);
+    static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), 8192);
     return v;
 }
 
@@ -587,12 +353,11 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
     cudaLaunchConfig_t lc = {};
     lc.gridDim          = dim3(nb, a.n_head_kv, a.n_seq);
     lc.blockDim         = dim3(AD_THREADS);
-    lc.dynamicSmemBytes = version == 1 ? (size_t) GM*ppb*sizeof(float) : 0;
+    lc.dynamicSmemBytes = 0;
     lc.stream           = stream;
     lc.attrs            = attr;
     lc.numAttrs         = n_attr;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 1 ? attn_decode_v1<D, GM> : version == 2 ? attn_decode_v2<D, GM, false> :
-                                  attn_decode_v2<D, GM, true>, a, ppb));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 3 ? attn_decode_v2<D, GM, true> : attn_decode_v2<D, GM, false>, a, ppb));
 #else
     GGML_UNUSED_VARS(a, nb, ppb, version, stream);
 #endif // AD_CLUSTER_AVAILABLE
@@ -665,7 +430,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     if (version <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
-        version = env == 1 || env == 3 ? env : 2;
+        version = env == 3 ? 3 : 2;
     }
     static const int prefetch = ad_env("LLAMA_SPARSE_CUDA_ATTN_PREFETCH", 0);
     attn_decode_args ap = a;
@@ -686,9 +451,6 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         ap.cnt = b.cnt;
     }
     const int ppb = (a.n_kv + nb - 1)/nb;
-    if (version == 1 && ppb > AD_MAX_PPB) {
-        return false;
-    }
     const int G = a.n_head/a.n_head_kv;
     if (a.D == 64) {
         ad_launch_d<64>(ap, G, nb, ppb, version, stream);
@@ -774,7 +536,7 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
-                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 1 || ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) : 2);
+                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2);
     }
     return 1;
 }

@@ -23,7 +23,7 @@ struct attn_decode_args {
     float       * ws;   int * cnt;                 // version 3: partials and counters (set by the launcher)
 };
 // false: not handled (shape, type, alignment or device; version 3: its buffers cannot be made while the stream
-// captures); nothing launched. version: 1, 2 or 3 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu)
+// captures); nothing launched. version: 2 or 3 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu)
 bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream, int version = 0);
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE

@@ -475,7 +475,7 @@ remote() {
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
-                [ "${o#*:}" = attn-fuse-v1 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=1)
+                [ "${o#*:}" = attn-fuse-v3 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=3)
                 local orc=0 op=${o%%:*} pf=()
                 # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
@@ -501,7 +501,7 @@ remote() {
             # one-token flash attention at short KV: test-backend-ops perf of the test_attn_decode cases (7B 32 heads,
             # 8B 32/8, 256-2048 positions), cuda/attn-decode.cu against upstream's kernels (LLAMA_SPARSE_CUDA_ATTN_FUSE=0)
             local ae
-            for ae in 1 0 1 0; do   # (ATTN_PERF_ENV: more settings for every run, e.g. LLAMA_SPARSE_CUDA_ATTN_V=1)
+            for ae in 1 0 1 0; do   # (ATTN_PERF_ENV: more settings for every run, e.g. LLAMA_SPARSE_CUDA_ATTN_V=3)
                 env ${ATTN_PERF_ENV:-} LLAMA_SPARSE_CUDA_ATTN_FUSE=$ae timeout 120 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "vis=" 2>&1 |
                     tee -a "$out/attn-perf.log" | grep -E "us/run" | sed -E "s/^ *FLASH_ATTN_EXT\(hsk=([0-9]+),.*nh=([0-9]+),nr23=\[([0-9]+),.*kv=([0-9]+),.*: +/attn_fuse=$ae D \1 kv heads \2 G \3 n_kv \4: /"
             done
