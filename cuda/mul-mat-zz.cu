@@ -903,7 +903,7 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
         const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets,
-        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0) {
+        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0, const bool v4 = false) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
@@ -938,6 +938,24 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
         const int tp = min(tokens_per_pass, T - t0);
         put(t0, tp, red + warp*tokens_per_pass*B);
         __syncthreads();
+#if __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+        if (v4 && !first && (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY)) {
+            // a quarter of the atomics: 4 outputs each (B % 4 == 0; the launcher checked y's alignment)
+            for (int e = 4*threadIdx.x; e < tp*B; e += 4*blockDim.x) {
+                float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int wi = 0; wi < n2; ++wi) {
+                    const float4 r = *(const float4 *) (red + wi*tokens_per_pass*B + e);
+                    sum.x += r.x;
+                    sum.y += r.y;
+                    sum.z += r.z;
+                    sum.w += r.w;
+                }
+                atomicAdd((float4 *) (y + (t0 + e/B)*y_stride + (int64_t) row_y*B + e%B), sum);
+            }
+            __syncthreads();
+            continue;
+        }
+#endif // __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
         for (int e = threadIdx.x; e < tp*B; e += blockDim.x) {
             float sum = 0.0f;
             for (int wi = 0; wi < n2; ++wi) {
@@ -1301,6 +1319,8 @@ struct zz_segs {
     const float * norm_w;
     float         norm_eps;
     int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
+    int           red_v4;     // FUSED launches' atomics as float4 (sm_90; LLAMA_SPARSE_CUDA_RED_V4=1, an A/B; y
+                              // 16-byte aligned)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1824,7 +1844,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint);
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2401,6 +2421,11 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.norm_eps  = norm ? norm->eps : 0.0f;
     static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
     segs.early_wait = early_wait;
+    static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") > 0;
+    segs.red_v4 = red_v4 && B % 4 == 0;
+    for (int s = 0; s < nseg; ++s) {
+        segs.red_v4 = segs.red_v4 && (uintptr_t) seg[s].y % 16 == 0 && seg[s].y_stride % 4 == 0;
+    }
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
