@@ -13,6 +13,7 @@
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
+#include "launch.cuh"
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
@@ -29,7 +30,7 @@
 #include <utility>
 #include <type_traits>
 
-#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#ifdef GGML_SPARSE_CUDA_CLUSTERS
 #define AD_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
@@ -332,32 +333,10 @@ static int ad_max_kv() {
 template <int D, int GM>
 static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, const int version, cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
-    cudaLaunchAttribute attr[2];
-    int n_attr = 0;
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    if (version != 3 && (nb > 1 || !no_cluster)) {
-        attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
-        attr[n_attr].val.clusterDim.x = nb;
-        attr[n_attr].val.clusterDim.y = 1;
-        attr[n_attr].val.clusterDim.z = 1;
-        ++n_attr;
-    }
-#if defined(GGML_CUDA_USE_PDL)
-    static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
-    if (pdl) {
-        attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-        ++n_attr;
-    }
-#endif // defined(GGML_CUDA_USE_PDL)
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim          = dim3(nb, a.n_head_kv, a.n_seq);
-    lc.blockDim         = dim3(AD_THREADS);
-    lc.dynamicSmemBytes = 0;
-    lc.stream           = stream;
-    lc.attrs            = attr;
-    lc.numAttrs         = n_attr;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, version == 3 ? attn_decode_v2<D, GM, true> : attn_decode_v2<D, GM, false>, a, ppb));
+    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode_v2<D, GM, true> : attn_decode_v2<D, GM, false>,
+                               dim3(nb, a.n_head_kv, a.n_seq), dim3(AD_THREADS), 0,
+                               version != 3 && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
 #else
     GGML_UNUSED_VARS(a, nb, ppb, version, stream);
 #endif // AD_CLUSTER_AVAILABLE

@@ -30,6 +30,7 @@
 // go through L2.
 #include "sparq-attn.cuh"
 #include "sparse-idx.cuh"
+#include "launch.cuh"
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
@@ -45,7 +46,7 @@
 #include <tuple>
 #include <type_traits>
 
-#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#ifdef GGML_SPARSE_CUDA_CLUSTERS
 #define SPARQ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
@@ -2510,29 +2511,7 @@ static void sparq_launch_cluster(void (*kern)(P...), const dim3 grid, const dim3
         const bool always, cudaStream_t stream, A... args) {
 #ifdef SPARQ_CLUSTER_AVAILABLE
     if (nc > 1 || always) {
-        cudaLaunchAttribute attr[2];
-        int n_attr = 0;
-        attr[n_attr].id               = cudaLaunchAttributeClusterDimension;
-        attr[n_attr].val.clusterDim.x = nc;
-        attr[n_attr].val.clusterDim.y = 1;
-        attr[n_attr].val.clusterDim.z = 1;
-        ++n_attr;
-#if defined(GGML_CUDA_USE_PDL)
-        static const bool pdl = [] { const char * e = getenv("GGML_CUDA_PDL"); return e == nullptr || atoi(e) != 0; }();
-        if (pdl) {
-            attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-            ++n_attr;
-        }
-#endif // defined(GGML_CUDA_USE_PDL)
-        cudaLaunchConfig_t lc = {};
-        lc.gridDim          = grid;
-        lc.blockDim         = block;
-        lc.dynamicSmemBytes = smem;
-        lc.stream           = stream;
-        lc.attrs            = attr;
-        lc.numAttrs         = n_attr;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, kern, args...));
+        ggml_sparse_cuda_launch_ex(kern, grid, block, smem, nc, stream, args...);
         return;
     }
 #else
