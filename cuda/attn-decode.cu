@@ -9,7 +9,8 @@
 //    through distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers;
 //  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
 //    a KV head to finish (a counter it resets) merges them.
-// (A first version, all of a block's scores before P.V, was slower: bench/results/cuda_h100_2026-11-27e.md.)
+// (Slower and removed: a first version with all of a block's scores before P.V; K / V prefetched into L2 before the
+// PDL wait. bench/results/cuda_h100_2026-11-27e.md)
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
@@ -40,13 +41,10 @@
 #define AD_MAX_NB3 64   // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
 
-// the kernel, versions 2 (default) and 3: the block's positions in rounds of 32 whose K and V rows are requested together; the
-// round's scores go through shared memory (two buffers, one barrier a round); every warp keeps the same running max
-// and sum per head (lane i holds position i of the round) and adds the weighted V rows of its 8 positions.
-// LAST false (version 2): the blocks of a KV head form a cluster and merge through distributed shared memory;
-// LAST true (version 3): plain blocks write their partials to a.ws and the last to finish (a.cnt) merges them
+// the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
+// i of the round for the running softmax. LAST false: version 2 (a cluster a KV head); true: version 3 (a.ws, a.cnt)
 template <int D, int GM, bool LAST>
-static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_decode_args a, const int ppb) {
+static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
     constexpr int LPR = D/8;                // lanes a K row
@@ -77,17 +75,6 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode_v2(const attn_d
     const int np    = max(0, min(a.n_kv - p0, ppb));
 
     ggml_cuda_pdl_lc();
-    if (a.prefetch) {
-        // while the kernels before finish: the block's K and V rows into L2 (L2 is where the new token's row will
-        // be written, so the loads after the wait see it; nothing goes to L1 before the wait)
-        for (int e = tid; e < 2*np*(D/64); e += AD_THREADS) {
-            const int    r  = e / (2*(D/64));
-            const int    pc = e % (2*(D/64));
-            const half * b  = pc < D/64 ? a.k + i3*a.k_s3 + hkv*a.k_s2 : a.v + i3*a.v_s3 + hkv*a.v_s2;
-            const int64_t s1 = pc < D/64 ? a.k_s1 : a.v_s1;
-            asm volatile("prefetch.global.L2 [%0];" :: "l"(b + (int64_t) (p0 + r)*s1 + 64*(pc % (D/64))));
-        }
-    }
     ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
 
     float qv[GM][8]; // the lane's 8 components of each head, scaled
@@ -334,7 +321,7 @@ template <int D, int GM>
 static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, const int version, cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode_v2<D, GM, true> : attn_decode_v2<D, GM, false>,
+    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode<D, GM, true> : attn_decode<D, GM, false>,
                                dim3(nb, a.n_head_kv, a.n_seq), dim3(AD_THREADS), 0,
                                version != 3 && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
 #else
@@ -411,9 +398,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
         version = env == 3 ? 3 : 2;
     }
-    static const int prefetch = ad_env("LLAMA_SPARSE_CUDA_ATTN_PREFETCH", 0);
     attn_decode_args ap = a;
-    ap.prefetch = prefetch > 0 && version == 2;
     if (nb <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
         nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block

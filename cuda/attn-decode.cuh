@@ -18,8 +18,6 @@ struct attn_decode_args {
     float       * dst;  int64_t d_s2, d_s3;            // dst head, stream
     int           D, n_head, n_head_kv, n_kv, n_seq;
     float         scale;
-    int           prefetch;                        // version 2: K / V rows into L2 before the PDL wait (set by the
-                                                   // launcher from LLAMA_SPARSE_CUDA_ATTN_PREFETCH)
     float       * ws;   int * cnt;                 // version 3: partials and counters (set by the launcher)
 };
 // false: not handled (shape, type, alignment or device; version 3: its buffers cannot be made while the stream
