@@ -15,6 +15,7 @@
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
 #include "launch.cuh"
+#include "rope-store.cuh"
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
@@ -44,7 +45,7 @@
 // the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
 // i of the round for the running softmax. LAST false: version 2 (a cluster a KV head); true: version 3 (a.ws, a.cnt)
 template <int D, int GM, bool LAST>
-static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
+static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
     constexpr int LPR = D/8;                // lanes a K row
@@ -73,9 +74,6 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_deco
     const int sub   = lane / LPR;
     const int p0    = rank*ppb;
     const int np    = max(0, min(a.n_kv - p0, ppb));
-
-    ggml_cuda_pdl_lc();
-    ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
 
     float qv[GM][8]; // the lane's 8 components of each head, scaled
 #pragma unroll
@@ -302,6 +300,52 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_deco
     }
 #else
     GGML_UNUSED_VARS(a, ppb);
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
+template <int D, int GM, bool LAST>
+static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
+    ad_body<D, GM, LAST>(a, ppb);
+#else
+    GGML_UNUSED_VARS(a, ppb);
+    NO_DEVICE_CODE;
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
+// the RoPE / cache-write kernel's work (rope-store.cu) for one token, then the attention (version 2): block 0 of KV
+// head h's cluster ropes q of the head's G query heads and k of head h into their outputs (k into its cache row) and
+// copies v of head h into its cache row; one cluster barrier makes those stores visible to the cluster's blocks,
+// which are the only ones to read them (a KV head's attention reads only its own q heads and cache pieces)
+template <int D, int GM>
+static __global__ void __launch_bounds__(AD_THREADS) attn_rope_decode(const attn_decode_args a, const rs_args r, const int ppb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q, k, v come from the kernel before
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    if (cluster.block_rank() == 0) {
+        const int hkv = blockIdx.y;
+        const int G   = a.n_head/a.n_head_kv;
+        const int hq  = r.q.ne0/2;
+        const int hk  = r.k.ne0/2;
+        const int dv  = r.v.ne0/a.n_head_kv;
+        for (int e = threadIdx.x; e < G*hq; e += AD_THREADS) {
+            rs_rope_pair(r.q, (int64_t) (hkv*G + e/hq)*hq + e % hq);
+        }
+        for (int e = threadIdx.x; e < hk; e += AD_THREADS) {
+            rs_rope_pair(r.k, (int64_t) hkv*hk + e);
+        }
+        for (int e = threadIdx.x; e < dv; e += AD_THREADS) {
+            const int c = hkv*dv + e;
+            rs_store(r.v.dst, r.v.rows[0]*r.v.srow + c, r.v.x[c], r.v.f16);
+        }
+    }
+    cluster.sync();
+    ad_body<D, GM, false>(a, ppb);
+#else
+    GGML_UNUSED_VARS(a, r, ppb);
     NO_DEVICE_CODE;
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
@@ -318,14 +362,19 @@ static int ad_max_kv() {
 }
 
 template <int D, int GM>
-static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, const int version, cudaStream_t stream) {
+static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, const int version, const rs_args * rope,
+                      cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
+    const dim3 grid(nb, a.n_head_kv, a.n_seq);
+    if (rope) {
+        ggml_sparse_cuda_launch_ex(attn_rope_decode<D, GM>, grid, dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
+        return;
+    }
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode<D, GM, true> : attn_decode<D, GM, false>,
-                               dim3(nb, a.n_head_kv, a.n_seq), dim3(AD_THREADS), 0,
-                               version != 3 && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
+    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode<D, GM, true> : attn_decode<D, GM, false>, grid,
+                               dim3(AD_THREADS), 0, version != 3 && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
 #else
-    GGML_UNUSED_VARS(a, nb, ppb, version, stream);
+    GGML_UNUSED_VARS(a, nb, ppb, version, rope, stream);
 #endif // AD_CLUSTER_AVAILABLE
 }
 
@@ -361,19 +410,20 @@ static bool ad_buf_get(const int device, cudaStream_t stream, ad_buf & b) {
 
 template <int D>
 static void ad_launch_d(const attn_decode_args & a, const int G, const int nb, const int ppb, const int version,
-                        cudaStream_t stream) {
+                        const rs_args * rope, cudaStream_t stream) {
     if (G == 1) {
-        ad_launch<D, 1>(a, nb, ppb, version, stream);
+        ad_launch<D, 1>(a, nb, ppb, version, rope, stream);
     } else if (G == 2) {
-        ad_launch<D, 2>(a, nb, ppb, version, stream);
+        ad_launch<D, 2>(a, nb, ppb, version, rope, stream);
     } else if (G <= 4) {
-        ad_launch<D, 4>(a, nb, ppb, version, stream);
+        ad_launch<D, 4>(a, nb, ppb, version, rope, stream);
     } else {
-        ad_launch<D, 8>(a, nb, ppb, version, stream);
+        ad_launch<D, 8>(a, nb, ppb, version, rope, stream);
     }
 }
 
-bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream, int version) {
+bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream, int version,
+                        const rs_args * rope) {
 #ifdef AD_CLUSTER_AVAILABLE
     static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
     if (device < 0 || device >= GGML_CUDA_MAX_DEVICES) {
@@ -398,6 +448,16 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
         version = env == 3 ? 3 : 2;
     }
+    if (rope) {
+        // one token, one stream; q's heads and k's / v's KV heads as the attention's
+        const int dv = rope->v.ne0/std::max(1, a.n_head_kv);
+        if (a.n_seq != 1 || rope->q.ne2 != 1 || rope->k.ne2 != 1 || rope->v.nrows != 1 || rope->q.ne1 != a.n_head ||
+                rope->k.ne1 != a.n_head_kv || rope->q.ne0 != a.D || rope->k.ne0 != a.D ||
+                rope->v.ne0 != a.n_head_kv*dv || dv != a.D) {
+            return false;
+        }
+        version = 2;
+    }
     attn_decode_args ap = a;
     if (nb <= 0) {
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
@@ -417,36 +477,37 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     const int ppb = (a.n_kv + nb - 1)/nb;
     const int G = a.n_head/a.n_head_kv;
     if (a.D == 64) {
-        ad_launch_d<64>(ap, G, nb, ppb, version, stream);
+        ad_launch_d<64>(ap, G, nb, ppb, version, rope, stream);
     } else {
-        ad_launch_d<128>(ap, G, nb, ppb, version, stream);
+        ad_launch_d<128>(ap, G, nb, ppb, version, rope, stream);
     }
     return true;
 #else
-    GGML_UNUSED_VARS(a, nb, device, stream, version);
+    GGML_UNUSED_VARS(a, nb, device, stream, version, rope);
     return false;
 #endif // AD_CLUSTER_AVAILABLE
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
-// off unless LLAMA_SPARSE_CUDA_ATTN_FUSE=1 (not yet measured faster end to end: bench/results/cuda_h100_2026-11-27e.md)
-static bool ad_enabled() {
-    static const bool on = [] {
-        const char * e = getenv("LLAMA_SPARSE_CUDA_ATTN_FUSE");
-        return e != nullptr && atoi(e) > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_FUSE");
+// LLAMA_SPARSE_CUDA_ATTN_FUSE: 0 (default) off, 1 this kernel at FLASH_ATTN_EXT nodes, 2 also with the RoPE / cache
+// writes before it (rope-store.cu); off with GGML_CUDA_DISABLE_FUSION=1 (not yet measured faster end to end:
+// bench/results/cuda_h100_2026-11-27e.md)
+int ggml_cuda_attn_decode_mode() {
+    static const int mode = [] {
+        const int v = ad_env("LLAMA_SPARSE_CUDA_ATTN_FUSE", 0);
+        return v > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_FUSE") ? std::min(v, 2) : 0;
     }();
-    return on;
+    return mode;
 }
 
-int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
-    ggml_tensor * dst = ggml_graph_node(cgraph, i);
-    if (dst->op != GGML_OP_FLASH_ATTN_EXT || !ad_enabled()) {
-        return 0;
-    }
+bool ggml_cuda_attn_decode_args(const ggml_tensor * dst, attn_decode_args & a) {
     const ggml_tensor * q    = dst->src[0];
     const ggml_tensor * k    = dst->src[1];
     const ggml_tensor * v    = dst->src[2];
     const ggml_tensor * mask = dst->src[3];
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT) {
+        return false;
+    }
     float scale, max_bias, softcap;
     memcpy(&scale,    (const float *) dst->op_params + 0, sizeof(float));
     memcpy(&max_bias, (const float *) dst->op_params + 1, sizeof(float));
@@ -458,13 +519,17 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
             v->nb[0] != sizeof(half) || !ggml_is_contiguous(dst) || q->nb[2] % sizeof(float) != 0 ||
             q->nb[3] % sizeof(float) != 0 || k->nb[1] % sizeof(half) != 0 || v->nb[1] % sizeof(half) != 0 ||
             k->ne[1] > INT32_MAX || q->ne[2] > INT32_MAX) {
-        return 0;
+        return false;
     }
     if (mask != nullptr && (mask->type != GGML_TYPE_F16 || mask->ne[0] < k->ne[1] || mask->nb[0] != sizeof(half) ||
             q->ne[2] % mask->ne[2] != 0 || q->ne[3] % mask->ne[3] != 0)) {
-        return 0;
+        return false;
     }
-    attn_decode_args a = {};
+    if (ggml_sparse_mem_overlaps(dst, q) || ggml_sparse_mem_overlaps(dst, k) || ggml_sparse_mem_overlaps(dst, v) ||
+            (mask && ggml_sparse_mem_overlaps(dst, mask))) {
+        return false;
+    }
+    a = {};
     a.q     = (const float *) q->data;
     a.q_s2  = q->nb[2]/sizeof(float);
     a.q_s3  = q->nb[3]/sizeof(float);
@@ -490,17 +555,21 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     a.n_kv      = (int) k->ne[1];
     a.n_seq     = (int) q->ne[3];
     a.scale     = scale;
-    if (ggml_sparse_mem_overlaps(dst, q) || ggml_sparse_mem_overlaps(dst, k) || ggml_sparse_mem_overlaps(dst, v) ||
-            (mask && ggml_sparse_mem_overlaps(dst, mask))) {
-        return 0;
-    }
-    if (!attn_decode_launch(a, 0, ctx.device, ctx.stream())) {
+    return true;
+}
+
+int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
+    ggml_tensor * dst = ggml_graph_node(cgraph, i);
+    attn_decode_args a;
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT || ggml_cuda_attn_decode_mode() == 0 || !ggml_cuda_attn_decode_args(dst, a) ||
+            !attn_decode_launch(a, 0, ctx.device, ctx.stream())) {
         return 0;
     }
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
-                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE=1)\n", dst->name, a.n_kv, ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2);
+                      "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE)\n", dst->name, a.n_kv,
+                      ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2);
     }
     return 1;
 }

@@ -476,6 +476,7 @@ remote() {
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
                 [ "${o#*:}" = attn-fuse-v3 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=3)
+                [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
                 local orc=0 op=${o%%:*} pf=()
                 # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
