@@ -355,6 +355,12 @@ static int ad_env(const char * name, const int def) {
     return e ? atoi(e) : def;
 }
 
+// LLAMA_SPARSE_CUDA_ATTN_V: 3, else 2 (the default)
+static int ad_version() {
+    static const int v = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2;
+    return v;
+}
+
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
 static int ad_max_kv() {
     static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), 8192);
@@ -445,8 +451,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         return false;
     }
     if (version <= 0) {
-        static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
-        version = env == 3 ? 3 : 2;
+        version = ad_version();
     }
     if (rope) {
         // one token, one stream; q's heads and k's / v's KV heads as the attention's
@@ -569,7 +574,7 @@ int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cg
     if (!logged.exchange(true)) {
         GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention as one kernel a layer (first: %s, %d positions; "
                       "version %d; on by LLAMA_SPARSE_CUDA_ATTN_FUSE)\n", dst->name, a.n_kv,
-                      ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2);
+                      ad_version());
     }
     return 1;
 }

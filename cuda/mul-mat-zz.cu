@@ -17,6 +17,7 @@
 #include "mul-mat-zz.cuh"
 #include "sparse-idx.cuh"
 #include "graph-hook.cuh"
+#include "launch.cuh"
 #include "ggml-sparse.h"
 
 #include <cooperative_groups.h>
@@ -31,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#if !defined(GGML_USE_HIP) && !defined(GGML_USE_MUSA) && CUDART_VERSION >= 12000
+#ifdef GGML_SPARSE_CUDA_CLUSTERS
 #define ZZ_CLUSTER_AVAILABLE // host side; device side also needs __CUDA_ARCH__ >= 900
 #endif
 
@@ -1915,19 +1916,7 @@ static void zz_launch(Kernel kernel, const dim3 grid, const dim3 block, const si
         cudaStream_t stream, Args... args) {
 #ifdef ZZ_CLUSTER_AVAILABLE
     if (red_mode == ZZ_RED_CLUSTER) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id               = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = grid.x;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cudaLaunchConfig_t lc = {};
-        lc.gridDim          = grid;
-        lc.blockDim         = block;
-        lc.dynamicSmemBytes = smem;
-        lc.stream           = stream;
-        lc.attrs            = attr;
-        lc.numAttrs         = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel, args...));
+        ggml_sparse_cuda_launch_cfg(kernel, grid, block, smem, (int) grid.x, false, stream, args...); // (no PDL)
         return;
     }
 #endif // ZZ_CLUSTER_AVAILABLE

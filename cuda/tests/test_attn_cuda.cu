@@ -8,6 +8,7 @@
 //                                     version, 7B (32 heads) and 8B (32/8) at 256-2048 positions
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda-stubs.h"
+#include "graph-time.h"
 #include "attn-decode.cuh"
 
 #include <algorithm>
@@ -208,35 +209,11 @@ static int ad_bench() {
                     printf("bench v%d: not launched\n", version);
                     continue;
                 }
-                cudaGraph_t graph;
-                CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-                for (int i = 0; i < launches; ++i) {
-                    attn_decode_launch(ad_args(c, L[i % layers]), 0, 0, stream, version);
-                }
-                CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-                cudaGraphExec_t exec;
-                CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-                cudaEvent_t e0, e1;
-                CUDA_CHECK(cudaEventCreate(&e0));
-                CUDA_CHECK(cudaEventCreate(&e1));
-                CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
-                std::vector<float> t;
-                for (int r = 0; r < 5; ++r) {
-                    CUDA_CHECK(cudaEventRecord(e0, stream));
-                    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                    CUDA_CHECK(cudaEventRecord(e1, stream));
-                    CUDA_CHECK(cudaEventSynchronize(e1));
-                    float ms;
-                    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                    t.push_back(1000.0f*ms/launches);
-                }
-                std::sort(t.begin(), t.end());
-                printf("bench v%d heads 32/%2d n_kv %4d: %.2f us a launch (median of 5 graphs of %d)\n", version, Hkv,
-                       n_kv, t[2], launches);
-                CUDA_CHECK(cudaGraphExecDestroy(exec));
-                CUDA_CHECK(cudaGraphDestroy(graph));
-                CUDA_CHECK(cudaEventDestroy(e0));
-                CUDA_CHECK(cudaEventDestroy(e1));
+                const double us = time_graph_us([&](cudaStream_t s, const int i) {
+                    attn_decode_launch(ad_args(c, L[i % layers]), 0, 0, s, version);
+                }, launches, stream);
+                printf("bench v%d heads 32/%2d n_kv %4d: %.2f us a launch (median of 7 graphs of %d)\n", version, Hkv,
+                       n_kv, us, launches);
             }
             for (ad_dev & d : L) {
                 CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));

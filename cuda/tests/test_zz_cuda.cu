@@ -35,6 +35,7 @@
 #ifndef ZZ_TEST_WITH_GGML_CUDA
 #include "ggml-cuda-stubs.h"
 #endif // ZZ_TEST_WITH_GGML_CUDA
+#include "graph-time.h"
 
 static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K };
 
@@ -1232,41 +1233,6 @@ static void bench_random_weights(void * w, const ggml_type type, const int64_t n
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// median time of one iteration in microseconds; `reps` iterations captured in one CUDA graph
-static double time_graph_us(const std::function<void(cudaStream_t, int)> & iter, const int reps, cudaStream_t stream) {
-    iter(stream, 0);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-
-    cudaGraph_t     graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < reps; ++i) {
-        iter(stream, i);
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    std::vector<double> t;
-    for (int k = 0; k < 7; ++k) {
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(1000.0*ms/reps);
-    }
-    std::sort(t.begin(), t.end());
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-    return t[t.size()/2];
-}
 
 static double bench_copy_gbs(cudaStream_t stream) {
     const size_t   bytes = (size_t) 1 << 30;
