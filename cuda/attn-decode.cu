@@ -8,7 +8,9 @@
 //  - version 2 (default): one cluster barrier; block r merges the blocks' (max, sum, output) of a share of the outputs
 //    through distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers;
 //  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
-//    a KV head to finish (a counter it resets) merges them.
+//    a KV head to finish (a counter it resets) merges them;
+//  - versions 4 and 5: 2 and 3 with the next round's rows requested before a round's math (two rounds in flight),
+//    64 positions a block by default.
 // (Slower and removed: a first version with all of a block's scores before P.V; K / V prefetched into L2 before the
 // PDL wait. bench/results/cuda_h100_2026-11-27e.md)
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
@@ -44,7 +46,7 @@
 
 // the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
 // i of the round for the running softmax. LAST false: version 2 (a cluster a KV head); true: version 3 (a.ws, a.cnt)
-template <int D, int GM, bool LAST>
+template <int D, int GM, bool LAST, bool PF>
 static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
@@ -107,11 +109,8 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
         }
     }
 
-    int buf = 0;
-    for (int c0 = 0; c0 < np; c0 += R, buf ^= 1) {
-        uint4 kk[UK];
-        vt    vv[RV];
-        float mv[GM];
+    // a round's K / V rows and mask entries into registers (zeros past np)
+    auto fetch = [&](const int c0, uint4 (&kk)[UK], vt (&vv)[RV], float (&mv)[GM]) {
 #pragma unroll
         for (int u = 0; u < UK; ++u) {
             const int r = c0 + warp*RPW + sub + u*AD_WARPS*RPW;
@@ -125,6 +124,25 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
 #pragma unroll
         for (int g = 0; g < GM; ++g) {
             mv[g] = mrow[g] && c0 + lane < np ? __half2float(mrow[g][c0 + lane]) : 0.0f;
+        }
+    };
+
+    uint4 kk[UK];
+    vt    vv[RV];
+    float mv[GM];
+    if constexpr (PF) {
+        fetch(0, kk, vv, mv);
+    }
+    int buf = 0;
+    for (int c0 = 0; c0 < np; c0 += R, buf ^= 1) {
+        // PF: the next round's rows are requested before this round's math
+        uint4 kn[UK];
+        vt    vn[RV];
+        float mn_[GM];
+        if constexpr (PF) {
+            fetch(c0 + R, kn, vn, mn_);
+        } else {
+            fetch(c0, kk, vv, mv);
         }
         // scores: the lanes of a row add their products
 #pragma unroll
@@ -191,6 +209,20 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
                 for (int c = 0; c < VPL; ++c) {
                     acc[g][c] += wj*vf[c];
                 }
+            }
+        }
+        if constexpr (PF) {
+#pragma unroll
+            for (int u = 0; u < UK; ++u) {
+                kk[u] = kn[u];
+            }
+#pragma unroll
+            for (int j = 0; j < RV; ++j) {
+                vv[j] = vn[j];
+            }
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+                mv[g] = mn_[g];
             }
         }
     }
@@ -303,12 +335,12 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
-template <int D, int GM, bool LAST>
+template <int D, int GM, bool LAST, bool PF>
 static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
-    ad_body<D, GM, LAST>(a, ppb);
+    ad_body<D, GM, LAST, PF>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, ppb);
     NO_DEVICE_CODE;
@@ -319,7 +351,7 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_deco
 // head h's cluster ropes q of the head's G query heads and k of head h into their outputs (k into its cache row) and
 // copies v of head h into its cache row; one cluster barrier makes those stores visible to the cluster's blocks,
 // which are the only ones to read them (a KV head's attention reads only its own q heads and cache pieces)
-template <int D, int GM>
+template <int D, int GM, bool PF>
 static __global__ void __launch_bounds__(AD_THREADS) attn_rope_decode(const attn_decode_args a, const rs_args r, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     ggml_cuda_pdl_lc();
@@ -343,7 +375,7 @@ static __global__ void __launch_bounds__(AD_THREADS) attn_rope_decode(const attn
         }
     }
     cluster.sync();
-    ad_body<D, GM, false>(a, ppb);
+    ad_body<D, GM, false, PF>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, r, ppb);
     NO_DEVICE_CODE;
@@ -355,10 +387,18 @@ static int ad_env(const char * name, const int def) {
     return e ? atoi(e) : def;
 }
 
-// LLAMA_SPARSE_CUDA_ATTN_V: 3, else 2 (the default)
+// LLAMA_SPARSE_CUDA_ATTN_V: 3, 4 or 5, else 2 (the default)
 static int ad_version() {
-    static const int v = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2) == 3 ? 3 : 2;
+    static const int v = [] {
+        const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
+        return e >= 3 && e <= 5 ? e : 2;
+    }();
     return v;
+}
+
+// versions 3 and 5 merge through a workspace (LAST); 4 and 5 request a round ahead (PF)
+static bool ad_last(const int version) {
+    return version == 3 || version == 5;
 }
 
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
@@ -372,13 +412,18 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
                       cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     const dim3 grid(nb, a.n_head_kv, a.n_seq);
+    const bool pf = version >= 4;
     if (rope) {
-        ggml_sparse_cuda_launch_ex(attn_rope_decode<D, GM>, grid, dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
+        ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, true> : attn_rope_decode<D, GM, false>, grid,
+                                   dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
         return;
     }
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    ggml_sparse_cuda_launch_ex(version == 3 ? attn_decode<D, GM, true> : attn_decode<D, GM, false>, grid,
-                               dim3(AD_THREADS), 0, version != 3 && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
+    const bool last = ad_last(version);
+    auto kernel = last ? (pf ? attn_decode<D, GM, true, true>  : attn_decode<D, GM, true, false>)
+                       : (pf ? attn_decode<D, GM, false, true> : attn_decode<D, GM, false, false>);
+    ggml_sparse_cuda_launch_ex(kernel, grid, dim3(AD_THREADS), 0, !last && (nb > 1 || !no_cluster) ? nb : 0, stream,
+                               a, ppb);
 #else
     GGML_UNUSED_VARS(a, nb, ppb, version, rope, stream);
 #endif // AD_CLUSTER_AVAILABLE
@@ -453,6 +498,9 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     if (version <= 0) {
         version = ad_version();
     }
+    if (version < 2 || version > 5) {
+        return false;
+    }
     if (rope) {
         // one token, one stream; q's heads and k's / v's KV heads as the attention's
         const int dv = rope->v.ne0/std::max(1, a.n_head_kv);
@@ -461,15 +509,17 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
                 rope->v.ne0 != a.n_head_kv*dv || dv != a.D) {
             return false;
         }
-        version = 2;
+        version = version >= 4 ? 4 : 2;
     }
     attn_decode_args ap = a;
     if (nb <= 0) {
+        // ~32 positions a block, 64 with a round requested ahead
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
-        nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
+        const int ppb_def = version >= 4 ? 64 : 32;
+        nb = env > 0 ? env : (a.n_kv + ppb_def - 1)/ppb_def;
     }
-    nb = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
-    if (version == 3) {
+    nb = std::max(1, std::min({ nb, ad_last(version) ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
+    if (ad_last(version)) {
         ad_buf b;
         const int gm = a.n_head/a.n_head_kv <= 2 ? a.n_head/a.n_head_kv : a.n_head/a.n_head_kv <= 4 ? 4 : 8;
         if ((int64_t) a.n_head_kv*a.n_seq > AD_CNT_N || (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS ||

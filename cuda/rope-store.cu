@@ -187,7 +187,7 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
                 fa->src[1]->data == sk->data && fa->src[2]->view_src != nullptr && fa->src[2]->view_src == sv->view_src &&
                 fa->src[2]->data == sv->data &&
                 ad.k_s1 == a.k.srow && ad.k_s2 == a.k.ne0 && ad.v_s1 == a.v.srow && ad.v_s2 == a.v.ne0/ad.n_head_kv &&
-                a.k.f16 && a.v.f16 && attn_decode_launch(ad, 0, ctx.device, ctx.stream(), 2, &a)) {
+                a.k.f16 && a.v.f16 && attn_decode_launch(ad, 0, ctx.device, ctx.stream(), 0, &a)) {
             static std::atomic<bool> logged_fa{false};
             if (!logged_fa.exchange(true)) {
                 GGML_LOG_INFO("llama-sparse: CUDA runs the RoPE of q and k, the K/V cache writes and one-token flash "

@@ -1,6 +1,6 @@
 // llama-sparse: standalone test and microbenchmark of cuda/attn-decode.cu (one-token flash attention).
 //
-//   test_attn_cuda test  [--seed S]   every version (2, 3) against a float64 CPU reference: fixed cases (7B / 8B / SmolLM2
+//   test_attn_cuda test  [--seed S]   every version (2-5) against a float64 CPU reference: fixed cases (7B / 8B / SmolLM2
 //                                     heads, KV cache masks hiding whole blocks or everything, streams, nb forced)
 //                                     and 200 random ones; outputs poisoned with NaN first
 //   test_attn_cuda bench              us a launch in a CUDA graph of 256 back-to-back launches that cycle through 32
@@ -153,7 +153,7 @@ static int ad_test(const unsigned seed) {
         ad_dev d;
         d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
         CUDA_CHECK(cudaMalloc(&d.dst, ref.size()*sizeof(float)));
-        for (int version : { 2, 3 }) {
+        for (int version : { 2, 3, 4, 5 }) {
             CUDA_CHECK(cudaMemset(d.dst, 0xFF, ref.size()*sizeof(float))); // NaN: every output must be written
             const bool ran = attn_decode_launch(ad_args(c, d), c.nb, 0, 0, version);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -193,8 +193,11 @@ static int ad_bench() {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (int Hkv : { 32, 8 }) {
-        for (int n_kv : { 32, 256, 512, 1024, 2048 }) {
-            const ad_case c = { 128, 32, Hkv, n_kv, n_kv, 1, 0 };
+        // (256 positions, 64 visible: decode early in a context of 256, as llama-bench tg128)
+        static const int kvs[][2] = { { 32, 32 }, { 256, 64 }, { 256, 256 }, { 512, 512 }, { 1024, 1024 }, { 2048, 2048 } };
+        for (const auto & kv : kvs) {
+            const int n_kv = kv[0];
+            const ad_case c = { 128, 32, Hkv, n_kv, kv[1], 1, 0 };
             std::mt19937 rng(7);
             ad_host h;
             ad_fill(c, rng, h);
@@ -203,7 +206,7 @@ static int ad_bench() {
                 d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
                 CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
             }
-            for (int version : { 2, 3 }) {
+            for (int version : { 2, 3, 4, 5 }) {
                 // one launch outside capture first (version 3 makes its buffers then)
                 if (!attn_decode_launch(ad_args(c, L[0]), 0, 0, stream, version)) {
                     printf("bench v%d: not launched\n", version);
@@ -212,8 +215,8 @@ static int ad_bench() {
                 const double us = time_graph_us([&](cudaStream_t s, const int i) {
                     attn_decode_launch(ad_args(c, L[i % layers]), 0, 0, s, version);
                 }, launches, stream);
-                printf("bench v%d heads 32/%2d n_kv %4d: %.2f us a launch (median of 7 graphs of %d)\n", version, Hkv,
-                       n_kv, us, launches);
+                printf("bench v%d heads 32/%2d n_kv %4d visible %4d: %.2f us a launch (median of 7 graphs of %d)\n",
+                       version, Hkv, n_kv, kv[1], us, launches);
             }
             for (ad_dev & d : L) {
                 CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));

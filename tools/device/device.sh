@@ -477,6 +477,9 @@ remote() {
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
                 [ "${o#*:}" = attn-fuse-v3 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=3)
                 [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
+                [ "${o#*:}" = attn-fuse-v4 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=4)
+                [ "${o#*:}" = attn-fuse-v5 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=5)
+                [ "${o#*:}" = attn-fuse2-v4 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_V=4)
                 local orc=0 op=${o%%:*} pf=()
                 # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
