@@ -10,7 +10,9 @@
 //  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
 //    a KV head to finish (a counter it resets) merges them;
 //  - versions 4 and 5: 2 and 3 with the next round's rows requested before a round's math (two rounds in flight),
-//    64 positions a block by default.
+//    64 positions a block by default;
+//  - versions 6 and 7 (7: with the request ahead): one block a KV head, no cluster and no workspace; its groups of 4
+//    warps (4 groups, 2 at more than 2 q heads a KV head) split the positions and merge through shared memory.
 // (Slower and removed: a first version with all of a block's scores before P.V; K / V prefetched into L2 before the
 // PDL wait. bench/results/cuda_h100_2026-11-27e.md)
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
@@ -44,9 +46,14 @@
 #define AD_MAX_NB3 64   // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
 
+// how the position ranges of a KV head are merged: a cluster's blocks (versions 2, 4), blocks through a workspace
+// (3, 5: a.ws, a.cnt), or the NG groups of 4 warps of one block through its shared memory (6, 7)
+enum { AD_MERGE_CLUSTER = 0, AD_MERGE_LAST = 1, AD_MERGE_GROUPS = 2 };
+
 // the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
-// i of the round for the running softmax. LAST false: version 2 (a cluster a KV head); true: version 3 (a.ws, a.cnt)
-template <int D, int GM, bool LAST, bool PF>
+// i of the round for the running softmax. A group of 4 warps takes one position range (NG groups: AD_MERGE_GROUPS,
+// each with its own shared arrays and named barrier)
+template <int D, int GM, int MG, bool PF, int NG>
 static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
@@ -58,20 +65,36 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
     constexpr int RV  = R/AD_WARPS;         // V rows a warp, a round
     static_assert(UK*AD_WARPS*RPW == R && RV*AD_WARPS == R, "attn_decode: round layout");
     using vt = typename std::conditional<VPL == 4, uint2, uint32_t>::type;
+    constexpr bool LAST = MG == AD_MERGE_LAST;
+    static_assert(NG == 1 || MG == AD_MERGE_GROUPS, "attn_decode: groups only with their merge");
 
-    __shared__ float s_sc[2][GM][R];
-    __shared__ float s_red[AD_WARPS][GM][D];
-    __shared__ float s_m[GM];
-    __shared__ float s_l[GM];
+    __shared__ float s_sc_g[NG][2][GM][R];
+    __shared__ float s_red_g[NG][AD_WARPS][GM][D];
+    __shared__ float s_m_g[NG][GM];
+    __shared__ float s_l_g[NG][GM];
 
-    const int nb    = LAST ? (int) gridDim.x : (int) cooperative_groups::this_cluster().num_blocks();
-    const int rank  = LAST ? (int) blockIdx.x : (int) cooperative_groups::this_cluster().block_rank();
+    const int grp = NG > 1 ? (int) threadIdx.x / AD_THREADS : 0;
+    float (&s_sc)[2][GM][R]        = s_sc_g[grp];
+    float (&s_red)[AD_WARPS][GM][D] = s_red_g[grp];
+    float (&s_m)[GM]               = s_m_g[grp];
+    float (&s_l)[GM]               = s_l_g[grp];
+    // the group's barrier (barrier 0 is __syncthreads)
+    auto gsync = [&]() {
+        if constexpr (NG == 1) {
+            __syncthreads();
+        } else {
+            asm volatile("bar.sync %0, %1;" :: "r"(grp + 1), "r"(AD_THREADS) : "memory");
+        }
+    };
+
+    const int nb    = MG == AD_MERGE_GROUPS ? NG  : LAST ? (int) gridDim.x : (int) cooperative_groups::this_cluster().num_blocks();
+    const int rank  = MG == AD_MERGE_GROUPS ? grp : LAST ? (int) blockIdx.x : (int) cooperative_groups::this_cluster().block_rank();
     const int hkv   = blockIdx.y;
     const int i3    = blockIdx.z;
     const int G     = a.n_head/a.n_head_kv;
-    const int tid   = threadIdx.x;
+    const int tid   = threadIdx.x % AD_THREADS;
     const int lane  = tid % WARP_SIZE;
-    const int warp  = tid / WARP_SIZE;
+    const int warp  = tid / WARP_SIZE; // within the group
     const int piece = lane % LPR;
     const int sub   = lane / LPR;
     const int p0    = rank*ppb;
@@ -175,7 +198,7 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
                 }
             }
         }
-        __syncthreads();
+        gsync();
         // running softmax (the same in every warp), then this warp's V rows
         float w[GM];
 #pragma unroll
@@ -241,7 +264,7 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
             s_l[g] = l[g];
         }
     }
-    __syncthreads();
+    gsync();
     float (*s_o)[D] = s_red[0]; // the block's output (unnormalized): each element summed by the thread that owns it
     constexpr int SLOT = GM*(D + 2); // LAST: a block's partials in a.ws: o [GM][D], m [GM], l [GM]
     float * slot = LAST ? a.ws + ((int64_t) (i3*a.n_head_kv + hkv)*nb + rank)*SLOT : nullptr;
@@ -302,6 +325,29 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
             a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
         }
         return;
+    } else if constexpr (MG == AD_MERGE_GROUPS) {
+        // merge the block's groups
+        __syncthreads();
+        for (int e = threadIdx.x; e < G*D; e += NG*AD_THREADS) {
+            const int g = e / D;
+            const int d = e % D;
+            float M = -INFINITY;
+#pragma unroll
+            for (int b = 0; b < NG; ++b) {
+                M = fmaxf(M, s_m_g[b][g]);
+            }
+            float L = 0.0f;
+            float O = 0.0f;
+#pragma unroll
+            for (int b = 0; b < NG; ++b) {
+                if (s_m_g[b][g] != -INFINITY) {
+                    const float wb = expf(s_m_g[b][g] - M);
+                    L += wb*s_l_g[b][g];
+                    O += wb*s_red_g[b][0][g][d];
+                }
+            }
+            a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = L > 0.0f ? O/L : 0.0f;
+        }
     } else {
     // merge the cluster's blocks
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -335,47 +381,52 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
-template <int D, int GM, bool LAST, bool PF>
-static __global__ void __launch_bounds__(AD_THREADS) attn_decode(const attn_decode_args a, const int ppb) {
+template <int D, int GM, int MG, bool PF, int NG>
+static __global__ void __launch_bounds__(AD_THREADS*NG) attn_decode(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
-    ad_body<D, GM, LAST, PF>(a, ppb);
+    ad_body<D, GM, MG, PF, NG>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, ppb);
     NO_DEVICE_CODE;
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
-// the RoPE / cache-write kernel's work (rope-store.cu) for one token, then the attention (version 2): block 0 of KV
-// head h's cluster ropes q of the head's G query heads and k of head h into their outputs (k into its cache row) and
-// copies v of head h into its cache row; one cluster barrier makes those stores visible to the cluster's blocks,
-// which are the only ones to read them (a KV head's attention reads only its own q heads and cache pieces)
-template <int D, int GM, bool PF>
-static __global__ void __launch_bounds__(AD_THREADS) attn_rope_decode(const attn_decode_args a, const rs_args r, const int ppb) {
+// the RoPE / cache-write kernel's work (rope-store.cu) for one token, then the attention: the block that does it for
+// KV head h (block 0 of the head's cluster, or the head's one block with groups) ropes q of the head's G query heads
+// and k of head h into their outputs (k into its cache row) and copies v of head h into its cache row; one cluster
+// (block) barrier makes those stores visible to the blocks (groups) of the head, the only ones to read them (a KV
+// head's attention reads only its own q heads and cache pieces)
+template <int D, int GM, int MG, bool PF, int NG>
+static __global__ void __launch_bounds__(AD_THREADS*NG) attn_rope_decode(const attn_decode_args a, const rs_args r, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    static_assert(MG == AD_MERGE_CLUSTER || MG == AD_MERGE_GROUPS, "attn_rope_decode: a cluster or groups");
     ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync(); // q, k, v come from the kernel before
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    if (cluster.block_rank() == 0) {
+    if (MG == AD_MERGE_GROUPS || cooperative_groups::this_cluster().block_rank() == 0) {
         const int hkv = blockIdx.y;
         const int G   = a.n_head/a.n_head_kv;
         const int hq  = r.q.ne0/2;
         const int hk  = r.k.ne0/2;
         const int dv  = r.v.ne0/a.n_head_kv;
-        for (int e = threadIdx.x; e < G*hq; e += AD_THREADS) {
+        for (int e = threadIdx.x; e < G*hq; e += blockDim.x) {
             rs_rope_pair(r.q, (int64_t) (hkv*G + e/hq)*hq + e % hq);
         }
-        for (int e = threadIdx.x; e < hk; e += AD_THREADS) {
+        for (int e = threadIdx.x; e < hk; e += blockDim.x) {
             rs_rope_pair(r.k, (int64_t) hkv*hk + e);
         }
-        for (int e = threadIdx.x; e < dv; e += AD_THREADS) {
+        for (int e = threadIdx.x; e < dv; e += blockDim.x) {
             const int c = hkv*dv + e;
             rs_store(r.v.dst, r.v.rows[0]*r.v.srow + c, r.v.x[c], r.v.f16);
         }
     }
-    cluster.sync();
-    ad_body<D, GM, false, PF>(a, ppb);
+    if constexpr (MG == AD_MERGE_GROUPS) {
+        __syncthreads();
+    } else {
+        cooperative_groups::this_cluster().sync();
+    }
+    ad_body<D, GM, MG, PF, NG>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, r, ppb);
     NO_DEVICE_CODE;
@@ -387,18 +438,29 @@ static int ad_env(const char * name, const int def) {
     return e ? atoi(e) : def;
 }
 
-// LLAMA_SPARSE_CUDA_ATTN_V: 3, 4 or 5, else 2 (the default)
+// LLAMA_SPARSE_CUDA_ATTN_V: 3 to 7, else 2 (the default)
 static int ad_version() {
     static const int v = [] {
         const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
-        return e >= 3 && e <= 5 ? e : 2;
+        return e >= 3 && e <= 7 ? e : 2;
     }();
     return v;
 }
 
-// versions 3 and 5 merge through a workspace (LAST); 4 and 5 request a round ahead (PF)
+// versions 3 and 5 merge through a workspace, 6 and 7 the groups of one block; 4, 5 and 7 request a round ahead
 static bool ad_last(const int version) {
     return version == 3 || version == 5;
+}
+static bool ad_groups(const int version) {
+    return version >= 6;
+}
+static bool ad_pf(const int version) {
+    return version == 4 || version == 5 || version == 7;
+}
+// groups of 4 warps a block (versions 6, 7): 4 while shared memory and registers allow, else 2
+template <int GM>
+static constexpr int ad_ng() {
+    return GM <= 2 ? 4 : 2;
 }
 
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
@@ -412,16 +474,31 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
                       cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     const dim3 grid(nb, a.n_head_kv, a.n_seq);
-    const bool pf = version >= 4;
+    const bool pf = ad_pf(version);
+    if (ad_groups(version)) {
+        constexpr int NG = ad_ng<GM>();
+        const dim3 block(NG*AD_THREADS);
+        if (rope) {
+            ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, AD_MERGE_GROUPS, true,  NG>
+                                          : attn_rope_decode<D, GM, AD_MERGE_GROUPS, false, NG>,
+                                       grid, block, 0, 0, stream, a, *rope, ppb);
+        } else {
+            ggml_sparse_cuda_launch_ex(pf ? attn_decode<D, GM, AD_MERGE_GROUPS, true,  NG>
+                                          : attn_decode<D, GM, AD_MERGE_GROUPS, false, NG>,
+                                       grid, block, 0, 0, stream, a, ppb);
+        }
+        return;
+    }
     if (rope) {
-        ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, true> : attn_rope_decode<D, GM, false>, grid,
-                                   dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
+        ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, AD_MERGE_CLUSTER, true,  1>
+                                      : attn_rope_decode<D, GM, AD_MERGE_CLUSTER, false, 1>,
+                                   grid, dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
         return;
     }
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
     const bool last = ad_last(version);
-    auto kernel = last ? (pf ? attn_decode<D, GM, true, true>  : attn_decode<D, GM, true, false>)
-                       : (pf ? attn_decode<D, GM, false, true> : attn_decode<D, GM, false, false>);
+    auto kernel = last ? (pf ? attn_decode<D, GM, AD_MERGE_LAST,    true, 1> : attn_decode<D, GM, AD_MERGE_LAST,    false, 1>)
+                       : (pf ? attn_decode<D, GM, AD_MERGE_CLUSTER, true, 1> : attn_decode<D, GM, AD_MERGE_CLUSTER, false, 1>);
     ggml_sparse_cuda_launch_ex(kernel, grid, dim3(AD_THREADS), 0, !last && (nb > 1 || !no_cluster) ? nb : 0, stream,
                                a, ppb);
 #else
@@ -498,7 +575,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     if (version <= 0) {
         version = ad_version();
     }
-    if (version < 2 || version > 5) {
+    if (version < 2 || version > 7) {
         return false;
     }
     if (rope) {
@@ -509,13 +586,13 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
                 rope->v.ne0 != a.n_head_kv*dv || dv != a.D) {
             return false;
         }
-        version = version >= 4 ? 4 : 2;
+        version = version == 3 ? 2 : version == 5 ? 4 : version; // (no workspace merge here)
     }
     attn_decode_args ap = a;
     if (nb <= 0) {
         // ~32 positions a block, 64 with a round requested ahead
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
-        const int ppb_def = version >= 4 ? 64 : 32;
+        const int ppb_def = ad_pf(version) ? 64 : 32;
         nb = env > 0 ? env : (a.n_kv + ppb_def - 1)/ppb_def;
     }
     nb = std::max(1, std::min({ nb, ad_last(version) ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
@@ -529,8 +606,14 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         ap.ws  = b.ws;
         ap.cnt = b.cnt;
     }
-    const int ppb = (a.n_kv + nb - 1)/nb;
     const int G = a.n_head/a.n_head_kv;
+    int ppb = (a.n_kv + nb - 1)/nb;
+    if (ad_groups(version)) {
+        // one block a KV head, its groups (ad_ng) split the positions
+        const int ng = G <= 2 ? 4 : 2;
+        nb  = 1;
+        ppb = (a.n_kv + ng - 1)/ng;
+    }
     if (a.D == 64) {
         ad_launch_d<64>(ap, G, nb, ppb, version, rope, stream);
     } else {

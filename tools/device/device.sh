@@ -475,11 +475,10 @@ remote() {
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
-                [ "${o#*:}" = attn-fuse-v3 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=3)
                 [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
-                [ "${o#*:}" = attn-fuse-v4 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=4)
-                [ "${o#*:}" = attn-fuse-v5 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1 LLAMA_SPARSE_CUDA_ATTN_V=5)
-                [ "${o#*:}" = attn-fuse2-v4 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_V=4)
+                # attn-fuse-vN / attn-fuse2-vN: the attention kernel's version N (attn-decode.cu)
+                [[ "${o#*:}" =~ ^attn-fuse(2?)-v([0-9])$ ]] &&
+                    env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=$((${BASH_REMATCH[1]:-1})) LLAMA_SPARSE_CUDA_ATTN_V=${BASH_REMATCH[2]})
                 local orc=0 op=${o%%:*} pf=()
                 # OP@REGEX: only the cases whose parameters match REGEX (test-backend-ops -p)
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
