@@ -1320,8 +1320,8 @@ struct zz_segs {
     const float * norm_w;
     float         norm_eps;
     int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
-    int           red_v4;     // FUSED launches' atomics as float4 (sm_90; LLAMA_SPARSE_CUDA_RED_V4=1, an A/B; y
-                              // 16-byte aligned)
+    int           red_v4;     // FUSED launches' atomics as float4 (sm_90, y 16-byte aligned; on unless
+                              // LLAMA_SPARSE_CUDA_RED_V4=0)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -2410,10 +2410,15 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.norm_eps  = norm ? norm->eps : 0.0f;
     static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
     segs.early_wait = early_wait;
-    static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") > 0;
-    segs.red_v4 = red_v4 && B % 4 == 0;
+    // FUSED launches add their partials with float4 atomics, a quarter of the atomics (7B chain: 0.50 -2.6 %, no
+    // active column -5.5 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it off. (DENSE
+    // kernels keep scalar atomics: the branch would change their code, measured without it)
+    static const int red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
+    segs.red_v4 = B % 4 == 0 ? red_v4 : 0;
     for (int s = 0; s < nseg; ++s) {
-        segs.red_v4 = segs.red_v4 && (uintptr_t) seg[s].y % 16 == 0 && seg[s].y_stride % 4 == 0;
+        if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {
+            segs.red_v4 = 0;
+        }
     }
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
