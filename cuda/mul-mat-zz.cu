@@ -2410,9 +2410,9 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     segs.norm_eps  = norm ? norm->eps : 0.0f;
     static const bool early_wait = zz_env_int("LLAMA_SPARSE_CUDA_EARLY_TAIL") == 0;
     segs.early_wait = early_wait;
-    // FUSED launches add their partials with float4 atomics, a quarter of the atomics (7B chain: 0.50 -2.6 %, no
-    // active column -5.5 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it off. (DENSE
-    // kernels keep scalar atomics: the branch would change their code, measured without it)
+    // FUSED launches add their partials with float4 atomics, a quarter of the atomics (7B chain: 0.50 -2.3 to -3.4 %,
+    // no active column -5.3 to -5.7 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it
+    // off. DENSE kernels keep scalar atomics: the branch would change their code, measured without it
     static const int red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
     segs.red_v4 = B % 4 == 0 ? red_v4 : 0;
     for (int s = 0; s < nseg; ++s) {
