@@ -319,7 +319,8 @@ remote() {
         zz-rounds)
             # tg128 of the 7B-shaped zigzag model (modelzz) in alternating rounds over $ZZ_ROUNDS: configurations
             # LEVEL:NAME or LEVEL:NAME:VAR=V+VAR2=V2 ('+' for spaces inside one; LEVEL stock: the stock build on the
-            # standard Q4_K), $ZZ_ROUNDS_N rounds (default 2)
+            # standard Q4_K), $ZZ_ROUNDS_N rounds (default 2) of llama-bench -r $ZZ_REPS (default 5; a run's spread is
+            # +-5-11 tok/s at ~450, so a 2-3 % change needs more)
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
             local i c
             for i in $(seq 1 "${ZZ_ROUNDS_N:-2}"); do
@@ -329,7 +330,7 @@ remote() {
                     [ "$rest" = "$name" ] || ev=${rest#*:}
                     read -r -a envs <<< "${ev//+/ }"
                     [ "$lv" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
-                    echo "round $i $lv $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 99 -p 0 -n 128 -r 5 -o md 2>&1 |
+                    echo "round $i $lv $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 99 -p 0 -n 128 -r "${ZZ_REPS:-5}" -o md 2>&1 |
                         tee -a "$out/zz-rounds-$lv-$name.log" | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}')"
                 done
             done
