@@ -2205,12 +2205,23 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
 
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
 // had (capture) and atomics zero y first (zz_zero_dst)
+// LLAMA_SPARSE_CUDA_WHATIF_NOINIT=1, measurement only (y comes out wrong): where blocks of a row would share y, they
+// add into it as it is, with no memset / copy node before the launch and no protocol in it. Bounds what initializing
+// each GEMV's output in an earlier launch could gain
+static bool zz_whatif_noinit() {
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_WHATIF_NOINIT") > 0;
+    return on;
+}
+
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
         const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
     int red_mode = zz_red_mode(cfg, caps, direct);
+    if (zz_whatif_noinit() && red_mode != ZZ_RED_STORE && red_mode != ZZ_RED_CLUSTER) {
+        return ZZ_RED_ATOMIC;
+    }
     if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
             !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
