@@ -80,6 +80,7 @@
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
+#   fa-check   decode logits with each attention path (flash attention on) against llama's attention without it
 #   attn-test  cuda/tests/test_attn_cuda test + bench (after build-base only)
 #   attn-perf  one-token flash attention (cuda/attn-decode.cu) against upstream's kernels, test-backend-ops perf
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
@@ -1022,6 +1023,24 @@ remote() {
             fi
             echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE|runs one-token|folds)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
+            ;;
+        fa-check)
+            # decode logits of the 7B-shaped model, dense, deterministic reductions: every attention path with flash
+            # attention on against llama's attention without it (the reference). Rounding and f16 scores alone move
+            # this model's logits ~0.1-0.2 of the largest (bench/results/cuda_h100_2026-11-27f.md); a wrong path ~1.
+            # FA_CHECK_ENVS: the paths, ',' for spaces inside one
+            [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
+            local ref=$work/logits-fa-ref.npy v
+            LLAMA_SPARSE_CUDA_TICKET=1 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$ref" > "$out/fa-check-ref.log" 2>&1 ||
+                { tail -5 "$out/fa-check-ref.log"; exit 1; }
+            for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
+                    LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=7}; do
+                local lg="$out/fa-check-${v//[^A-Za-z0-9_-]/_}.log"
+                env LLAMA_SPARSE_CUDA_TICKET=1 ${v//,/ } python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-fa.npy" \
+                    --flash-attn --verbose > "$lg" 2>&1 || { echo "$v: run failed"; tail -3 "$lg"; continue; }
+                echo "$v, flash attention against none: $(python3 "$repo/bench/decode_logits.py" compare "$ref" "$work/logits-fa.npy" || true)"
+                grep -h -o -E "llama-sparse: CUDA (runs the RoPE|runs one-token)[^(]*" "$lg" | sort -u || true
+            done
             ;;
         e2e-prof)
             # device time per decode token by kernel (ncu, one metric; kernels serialized, so no overlap or gaps):
