@@ -9,12 +9,11 @@
 //    through distributed shared memory and writes them; a second barrier keeps its shared memory alive for the peers;
 //  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
 //    a KV head to finish (a counter it resets) merges them;
-//  - versions 4 and 5: 2 and 3 with the next round's rows requested before a round's math (two rounds in flight),
-//    64 positions a block by default;
-//  - versions 6 and 7 (7: with the request ahead): one block a KV head, no cluster and no workspace; its groups of 4
-//    warps (4 groups, 2 at more than 2 q heads a KV head) split the positions and merge through shared memory.
+//  - version 6: one block a KV head, no cluster and no workspace; its groups of 4 warps (4 groups, 2 at more than 2
+//    q heads a KV head) split the positions and merge through shared memory.
 // (Slower and removed: a first version with all of a block's scores before P.V; K / V prefetched into L2 before the
-// PDL wait. bench/results/cuda_h100_2026-11-27e.md)
+// PDL wait (bench/results/cuda_h100_2026-11-27e.md); versions 4, 5 and 7, which were 2, 3 and 6 with the next
+// round's rows requested before a round's math (cuda_h100_2026-11-27f.md).)
 // fp32 throughout (upstream's vec kernel keeps K.q in f16 for f16 K at default precision).
 #include "attn-decode.cuh"
 #include "graph-hook.cuh"
@@ -46,14 +45,14 @@
 #define AD_MAX_NB3 64   // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
 
-// how the position ranges of a KV head are merged: a cluster's blocks (versions 2, 4), blocks through a workspace
-// (3, 5: a.ws, a.cnt), or the NG groups of 4 warps of one block through its shared memory (6, 7)
+// how the position ranges of a KV head are merged: a cluster's blocks (version 2), blocks through a workspace
+// (3: a.ws, a.cnt), or the NG groups of 4 warps of one block through its shared memory (6)
 enum { AD_MERGE_CLUSTER = 0, AD_MERGE_LAST = 1, AD_MERGE_GROUPS = 2 };
 
 // the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
 // i of the round for the running softmax. A group of 4 warps takes one position range (NG groups: AD_MERGE_GROUPS,
 // each with its own shared arrays and named barrier)
-template <int D, int GM, int MG, bool PF, int NG>
+template <int D, int GM, int MG, int NG>
 static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(D == 64 || D == 128, "attn_decode: D 64 or 128");
@@ -150,23 +149,12 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
         }
     };
 
-    uint4 kk[UK];
-    vt    vv[RV];
-    float mv[GM];
-    if constexpr (PF) {
-        fetch(0, kk, vv, mv);
-    }
     int buf = 0;
     for (int c0 = 0; c0 < np; c0 += R, buf ^= 1) {
-        // PF: the next round's rows are requested before this round's math
-        uint4 kn[UK];
-        vt    vn[RV];
-        float mn_[GM];
-        if constexpr (PF) {
-            fetch(c0 + R, kn, vn, mn_);
-        } else {
-            fetch(c0, kk, vv, mv);
-        }
+        uint4 kk[UK];
+        vt    vv[RV];
+        float mv[GM];
+        fetch(c0, kk, vv, mv);
         // scores: the lanes of a row add their products
 #pragma unroll
         for (int u = 0; u < UK; ++u) {
@@ -232,20 +220,6 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
                 for (int c = 0; c < VPL; ++c) {
                     acc[g][c] += wj*vf[c];
                 }
-            }
-        }
-        if constexpr (PF) {
-#pragma unroll
-            for (int u = 0; u < UK; ++u) {
-                kk[u] = kn[u];
-            }
-#pragma unroll
-            for (int j = 0; j < RV; ++j) {
-                vv[j] = vn[j];
-            }
-#pragma unroll
-            for (int g = 0; g < GM; ++g) {
-                mv[g] = mn_[g];
             }
         }
     }
@@ -381,12 +355,12 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
-template <int D, int GM, int MG, bool PF, int NG>
+template <int D, int GM, int MG, int NG>
 static __global__ void __launch_bounds__(AD_THREADS*NG) attn_decode(const attn_decode_args a, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync(); // q and the cache rows of this token come from the kernels before
-    ad_body<D, GM, MG, PF, NG>(a, ppb);
+    ad_body<D, GM, MG, NG>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, ppb);
     NO_DEVICE_CODE;
@@ -398,7 +372,7 @@ static __global__ void __launch_bounds__(AD_THREADS*NG) attn_decode(const attn_d
 // and k of head h into their outputs (k into its cache row) and copies v of head h into its cache row; one cluster
 // (block) barrier makes those stores visible to the blocks (groups) of the head, the only ones to read them (a KV
 // head's attention reads only its own q heads and cache pieces)
-template <int D, int GM, int MG, bool PF, int NG>
+template <int D, int GM, int MG, int NG>
 static __global__ void __launch_bounds__(AD_THREADS*NG) attn_rope_decode(const attn_decode_args a, const rs_args r, const int ppb) {
 #if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
     static_assert(MG == AD_MERGE_CLUSTER || MG == AD_MERGE_GROUPS, "attn_rope_decode: a cluster or groups");
@@ -426,7 +400,7 @@ static __global__ void __launch_bounds__(AD_THREADS*NG) attn_rope_decode(const a
     } else {
         cooperative_groups::this_cluster().sync();
     }
-    ad_body<D, GM, MG, PF, NG>(a, ppb);
+    ad_body<D, GM, MG, NG>(a, ppb);
 #else
     GGML_UNUSED_VARS(a, r, ppb);
     NO_DEVICE_CODE;
@@ -438,26 +412,16 @@ static int ad_env(const char * name, const int def) {
     return e ? atoi(e) : def;
 }
 
-// LLAMA_SPARSE_CUDA_ATTN_V: 3 to 7, else 2 (the default)
+// LLAMA_SPARSE_CUDA_ATTN_V: 3 or 6, else 2 (the default)
 static int ad_version() {
     static const int v = [] {
         const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_V", 2);
-        return e >= 3 && e <= 7 ? e : 2;
+        return e == 3 || e == 6 ? e : 2;
     }();
     return v;
 }
 
-// versions 3 and 5 merge through a workspace, 6 and 7 the groups of one block; 4, 5 and 7 request a round ahead
-static bool ad_last(const int version) {
-    return version == 3 || version == 5;
-}
-static bool ad_groups(const int version) {
-    return version >= 6;
-}
-static bool ad_pf(const int version) {
-    return version == 4 || version == 5 || version == 7;
-}
-// groups of 4 warps a block (versions 6, 7): 4 while shared memory and registers allow, else 2
+// groups of 4 warps a block (version 6): 4 while shared memory and registers allow, else 2
 template <int GM>
 static constexpr int ad_ng() {
     return GM <= 2 ? 4 : 2;
@@ -474,33 +438,26 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
                       cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     const dim3 grid(nb, a.n_head_kv, a.n_seq);
-    const bool pf = ad_pf(version);
-    if (ad_groups(version)) {
+    if (version == 6) {
         constexpr int NG = ad_ng<GM>();
         const dim3 block(NG*AD_THREADS);
         if (rope) {
-            ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, AD_MERGE_GROUPS, true,  NG>
-                                          : attn_rope_decode<D, GM, AD_MERGE_GROUPS, false, NG>,
-                                       grid, block, 0, 0, stream, a, *rope, ppb);
+            ggml_sparse_cuda_launch_ex(attn_rope_decode<D, GM, AD_MERGE_GROUPS, NG>, grid, block, 0, 0, stream, a, *rope,
+                                       ppb);
         } else {
-            ggml_sparse_cuda_launch_ex(pf ? attn_decode<D, GM, AD_MERGE_GROUPS, true,  NG>
-                                          : attn_decode<D, GM, AD_MERGE_GROUPS, false, NG>,
-                                       grid, block, 0, 0, stream, a, ppb);
+            ggml_sparse_cuda_launch_ex(attn_decode<D, GM, AD_MERGE_GROUPS, NG>, grid, block, 0, 0, stream, a, ppb);
         }
         return;
     }
     if (rope) {
-        ggml_sparse_cuda_launch_ex(pf ? attn_rope_decode<D, GM, AD_MERGE_CLUSTER, true,  1>
-                                      : attn_rope_decode<D, GM, AD_MERGE_CLUSTER, false, 1>,
-                                   grid, dim3(AD_THREADS), 0, nb, stream, a, *rope, ppb);
+        ggml_sparse_cuda_launch_ex(attn_rope_decode<D, GM, AD_MERGE_CLUSTER, 1>, grid, dim3(AD_THREADS), 0, nb, stream,
+                                   a, *rope, ppb);
         return;
     }
     static const bool no_cluster = ad_env("LLAMA_SPARSE_CUDA_ATTN_NOCLUSTER", 0) > 0; // nb 1: a plain launch (A/B)
-    const bool last = ad_last(version);
-    auto kernel = last ? (pf ? attn_decode<D, GM, AD_MERGE_LAST,    true, 1> : attn_decode<D, GM, AD_MERGE_LAST,    false, 1>)
-                       : (pf ? attn_decode<D, GM, AD_MERGE_CLUSTER, true, 1> : attn_decode<D, GM, AD_MERGE_CLUSTER, false, 1>);
-    ggml_sparse_cuda_launch_ex(kernel, grid, dim3(AD_THREADS), 0, !last && (nb > 1 || !no_cluster) ? nb : 0, stream,
-                               a, ppb);
+    const bool last = version == 3;
+    ggml_sparse_cuda_launch_ex(last ? attn_decode<D, GM, AD_MERGE_LAST, 1> : attn_decode<D, GM, AD_MERGE_CLUSTER, 1>,
+                               grid, dim3(AD_THREADS), 0, !last && (nb > 1 || !no_cluster) ? nb : 0, stream, a, ppb);
 #else
     GGML_UNUSED_VARS(a, nb, ppb, version, rope, stream);
 #endif // AD_CLUSTER_AVAILABLE
@@ -575,7 +532,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     if (version <= 0) {
         version = ad_version();
     }
-    if (version < 2 || version > 7) {
+    if (version != 2 && version != 3 && version != 6) {
         return false;
     }
     if (rope) {
@@ -586,17 +543,15 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
                 rope->v.ne0 != a.n_head_kv*dv || dv != a.D) {
             return false;
         }
-        version = version == 3 ? 2 : version == 5 ? 4 : version; // (no workspace merge here)
+        version = version == 3 ? 2 : version; // (no workspace merge here)
     }
     attn_decode_args ap = a;
     if (nb <= 0) {
-        // ~32 positions a block, 64 with a round requested ahead
         static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
-        const int ppb_def = ad_pf(version) ? 64 : 32;
-        nb = env > 0 ? env : (a.n_kv + ppb_def - 1)/ppb_def;
+        nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
     }
-    nb = std::max(1, std::min({ nb, ad_last(version) ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
-    if (ad_last(version)) {
+    nb = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
+    if (version == 3) {
         ad_buf b;
         const int gm = a.n_head/a.n_head_kv <= 2 ? a.n_head/a.n_head_kv : a.n_head/a.n_head_kv <= 4 ? 4 : 8;
         if ((int64_t) a.n_head_kv*a.n_seq > AD_CNT_N || (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS ||
@@ -608,7 +563,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     const int G = a.n_head/a.n_head_kv;
     int ppb = (a.n_kv + nb - 1)/nb;
-    if (ad_groups(version)) {
+    if (version == 6) {
         // one block a KV head, its groups (ad_ng) split the positions
         const int ng = G <= 2 ? 4 : 2;
         nb  = 1;

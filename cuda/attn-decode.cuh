@@ -23,9 +23,9 @@ struct attn_decode_args {
 struct rs_args; // rope-store.cuh
 
 // false: not handled (shape, type, alignment or device; version 3: its buffers cannot be made while the stream
-// captures); nothing launched. version: 2 to 7 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu).
-// rope: also the RoPE / cache writes of rope-store.cu for this one token first, in the same launch (versions 3 and
-// 5 run as 2 and 4 there)
+// captures); nothing launched. version: 2, 3 or 6 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu).
+// rope: also the RoPE / cache writes of rope-store.cu for this one token first, in the same launch (version 3 runs
+// as 2 there)
 bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream, int version = 0,
                         const rs_args * rope = nullptr);
 

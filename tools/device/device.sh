@@ -1034,7 +1034,7 @@ remote() {
             LLAMA_SPARSE_CUDA_TICKET=1 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$ref" > "$out/fa-check-ref.log" 2>&1 ||
                 { tail -5 "$out/fa-check-ref.log"; exit 1; }
             for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
-                    LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=7}; do
+                    LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=6}; do
                 local lg="$out/fa-check-${v//[^A-Za-z0-9_-]/_}.log"
                 env LLAMA_SPARSE_CUDA_TICKET=1 ${v//,/ } python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-fa.npy" \
                     --flash-attn --verbose > "$lg" 2>&1 || { echo "$v: run failed"; tail -3 "$lg"; continue; }
