@@ -421,10 +421,14 @@ static int ad_version() {
     return v;
 }
 
+// q heads a KV head as compiled (GM): 1, 2, 4 or 8
+static constexpr int ad_gm(const int G) {
+    return G <= 2 ? G : G <= 4 ? 4 : 8;
+}
+
 // groups of 4 warps a block (version 6): 4 while shared memory and registers allow, else 2
-template <int GM>
-static constexpr int ad_ng() {
-    return GM <= 2 ? 4 : 2;
+static constexpr int ad_ng(const int gm) {
+    return gm <= 2 ? 4 : 2;
 }
 
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
@@ -439,7 +443,7 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
 #ifdef AD_CLUSTER_AVAILABLE
     const dim3 grid(nb, a.n_head_kv, a.n_seq);
     if (version == 6) {
-        constexpr int NG = ad_ng<GM>();
+        constexpr int NG = ad_ng(GM);
         const dim3 block(NG*AD_THREADS);
         if (rope) {
             ggml_sparse_cuda_launch_ex(attn_rope_decode<D, GM, AD_MERGE_GROUPS, NG>, grid, block, 0, 0, stream, a, *rope,
@@ -494,16 +498,13 @@ static bool ad_buf_get(const int device, cudaStream_t stream, ad_buf & b) {
 }
 
 template <int D>
-static void ad_launch_d(const attn_decode_args & a, const int G, const int nb, const int ppb, const int version,
+static void ad_launch_d(const attn_decode_args & a, const int gm, const int nb, const int ppb, const int version,
                         const rs_args * rope, cudaStream_t stream) {
-    if (G == 1) {
-        ad_launch<D, 1>(a, nb, ppb, version, rope, stream);
-    } else if (G == 2) {
-        ad_launch<D, 2>(a, nb, ppb, version, rope, stream);
-    } else if (G <= 4) {
-        ad_launch<D, 4>(a, nb, ppb, version, rope, stream);
-    } else {
-        ad_launch<D, 8>(a, nb, ppb, version, rope, stream);
+    switch (gm) {
+        case 1:  ad_launch<D, 1>(a, nb, ppb, version, rope, stream); break;
+        case 2:  ad_launch<D, 2>(a, nb, ppb, version, rope, stream); break;
+        case 4:  ad_launch<D, 4>(a, nb, ppb, version, rope, stream); break;
+        default: ad_launch<D, 8>(a, nb, ppb, version, rope, stream); break;
     }
 }
 
@@ -546,14 +547,22 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         version = version == 3 ? 2 : version; // (no workspace merge here)
     }
     attn_decode_args ap = a;
-    if (nb <= 0) {
-        static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
-        nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
+    const int gm = ad_gm(a.n_head/a.n_head_kv);
+    int ppb;
+    if (version == 6) {
+        // one block a KV head, its groups split the positions
+        nb  = 1;
+        ppb = (a.n_kv + ad_ng(gm) - 1)/ad_ng(gm);
+    } else {
+        if (nb <= 0) {
+            static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
+            nb = env > 0 ? env : (a.n_kv + 31)/32; // ~32 positions a block
+        }
+        nb  = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
+        ppb = (a.n_kv + nb - 1)/nb;
     }
-    nb = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
     if (version == 3) {
         ad_buf b;
-        const int gm = a.n_head/a.n_head_kv <= 2 ? a.n_head/a.n_head_kv : a.n_head/a.n_head_kv <= 4 ? 4 : 8;
         if ((int64_t) a.n_head_kv*a.n_seq > AD_CNT_N || (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS ||
                 !ad_buf_get(device, stream, b)) {
             return false;
@@ -561,18 +570,10 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         ap.ws  = b.ws;
         ap.cnt = b.cnt;
     }
-    const int G = a.n_head/a.n_head_kv;
-    int ppb = (a.n_kv + nb - 1)/nb;
-    if (version == 6) {
-        // one block a KV head, its groups (ad_ng) split the positions
-        const int ng = G <= 2 ? 4 : 2;
-        nb  = 1;
-        ppb = (a.n_kv + ng - 1)/ng;
-    }
     if (a.D == 64) {
-        ad_launch_d<64>(ap, G, nb, ppb, version, rope, stream);
+        ad_launch_d<64>(ap, gm, nb, ppb, version, rope, stream);
     } else {
-        ad_launch_d<128>(ap, G, nb, ppb, version, rope, stream);
+        ad_launch_d<128>(ap, gm, nb, ppb, version, rope, stream);
     }
     return true;
 #else

@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+// the kernel's versions (attn-decode.cu), each tested and benched
+static const int ad_versions[] = { 2, 3, 6 };
+
 struct ad_case {
     int D, H, Hkv, n_kv, vis, n_seq, nb; // vis: visible positions (the rest -inf); nb 0: the launcher's choice
 };
@@ -153,7 +156,7 @@ static int ad_test(const unsigned seed) {
         ad_dev d;
         d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
         CUDA_CHECK(cudaMalloc(&d.dst, ref.size()*sizeof(float)));
-        for (int version : { 2, 3, 6 }) {
+        for (const int version : ad_versions) {
             CUDA_CHECK(cudaMemset(d.dst, 0xFF, ref.size()*sizeof(float))); // NaN: every output must be written
             const bool ran = attn_decode_launch(ad_args(c, d), c.nb, 0, 0, version);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -206,7 +209,7 @@ static int ad_bench() {
                 d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
                 CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
             }
-            for (int version : { 2, 3, 6 }) {
+            for (const int version : ad_versions) {
                 // one launch outside capture first (version 3 makes its buffers then)
                 if (!attn_decode_launch(ad_args(c, L[0]), 0, 0, stream, version)) {
                     printf("bench v%d: not launched\n", version);
