@@ -22,6 +22,7 @@
 #   model-bg, model-wait   the model step in the background / join it
 #   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test` twice
 #   zztest-lite  test_zz_cuda built without ggml-cuda (after build-base), `test` under each of ZZTEST_ENVS
+#              (zztest-bg: in the background beside the builds; zztest-wait joins it)
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base;
@@ -81,6 +82,7 @@
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
 #   fa-check   decode logits with each attention path (flash attention on) against llama's attention without it
+#              (FA_CHECK_ENVS paths, FA_CHECK_RUNS level:prompt pairs)
 #   attn-test  cuda/tests/test_attn_cuda test + bench (after build-base only)
 #   attn-perf  one-token flash attention (cuda/attn-decode.cu) against upstream's kernels, test-backend-ops perf
 #   e2e-prof   ncu device time per decode token by kernel: stock against fork at E2E_PROF_LEVELS (dense 0.50)
@@ -478,6 +480,8 @@ remote() {
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
                 [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
+                [ "${o#*:}" = rope-fa ] && env=(LLAMA_SPARSE_CUDA_ROPE_FA=1)
+                [ "${o#*:}" = init ] && env=(LLAMA_SPARSE_CUDA_TICKET=5)
                 # attn-fuse-vN / attn-fuse2-vN: the attention kernel's version N (attn-decode.cu)
                 [[ "${o#*:}" =~ ^attn-fuse(2?)-v([0-9])$ ]] &&
                     env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=$((${BASH_REMATCH[1]:-1})) LLAMA_SPARSE_CUDA_ATTN_V=${BASH_REMATCH[2]})
@@ -815,16 +819,28 @@ remote() {
             zz_build_lite
             zz_bench_envs bench-cfg.log "${BENCH_BATCH:-1,4}" ${BENCH_ENVS:-LLAMA_SPARSE_CUDA_N1=-1 LLAMA_SPARSE_CUDA_N1=16}
             ;;
-        zztest-lite)
+        zztest-lite|zztest-bg)
             # test_zz_cuda without ggml-cuda (after build-base), `test` once under each of $ZZTEST_ENVS (',' for
-            # spaces inside one; default: the defaults), seeds 1, 2, ...
-            zz_build_lite
-            local v i=1
-            for v in ${ZZTEST_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
-                echo "-- test: $v" | tee -a "$out/zztest-lite.log"
-                env ${v//,/ } /tmp/zz-test/t test --seed $i 2>&1 | tee -a "$out/zztest-lite.log" | tail -6
-                i=$((i + 1))
-            done
+            # spaces inside one; default: the defaults), seeds 1, 2, ...; zztest-bg: in the background (beside the
+            # builds), zztest-wait joins it and prints the summaries
+            zz_tests() {
+                zz_build_lite
+                local v i=1
+                for v in ${ZZTEST_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
+                    echo "-- test: $v" | tee -a "$out/zztest-lite.log"
+                    env ${v//,/ } /tmp/zz-test/t test --seed $i 2>&1 | tee -a "$out/zztest-lite.log" | tail -6
+                    i=$((i + 1))
+                done
+            }
+            if [ "$step" = zztest-bg ]; then
+                zz_tests > "$out/zztest-bg.log" 2>&1 & zztest_pid=$!
+            else
+                zz_tests
+            fi
+            ;;
+        zztest-wait)
+            wait "${zztest_pid:?no zztest-bg step before}" || echo "zztest-bg rc $?"
+            cat "$out/zztest-bg.log"
             ;;
         zz-chain)
             # decode's GEMV chain without a model (test_zz_cuda chain: 32 layers of q/k/v, o, gate/up, down, levels
@@ -1025,21 +1041,30 @@ remote() {
             [ $rc = 0 ]
             ;;
         fa-check)
-            # decode logits of the 7B-shaped model, dense, deterministic reductions: every attention path with flash
-            # attention on against llama's attention without it (the reference). Rounding and f16 scores alone move
-            # this model's logits ~0.1-0.2 of the largest (bench/results/cuda_h100_2026-11-27f.md); a wrong path ~1.
-            # FA_CHECK_ENVS: the paths, ',' for spaces inside one
+            # decode logits of the 7B-shaped model, deterministic reductions: every attention path with flash attention
+            # on against llama's attention without it (the reference). Rounding and f16 scores alone move this model's
+            # logits ~0.1-0.2 of the largest (bench/results/cuda_h100_2026-11-27f.md); a wrong path ~1.
+            # FA_CHECK_ENVS: the paths, ',' for spaces inside one; FA_CHECK_RUNS: LEVEL:PROMPT pairs (prompt tokens
+            # before the 16 decode steps; above 2048 positions attn-decode.cu declines)
             [ -f "$zc7b" ] || { echo "no model with levels"; exit 1; }
-            local ref=$work/logits-fa-ref.npy v
-            LLAMA_SPARSE_CUDA_TICKET=1 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$ref" > "$out/fa-check-ref.log" 2>&1 ||
-                { tail -5 "$out/fa-check-ref.log"; exit 1; }
-            for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
-                    LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=6}; do
-                local lg="$out/fa-check-${v//[^A-Za-z0-9_-]/_}.log"
-                env LLAMA_SPARSE_CUDA_TICKET=1 ${v//,/ } python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-fa.npy" \
-                    --flash-attn --verbose > "$lg" 2>&1 || { echo "$v: run failed"; tail -3 "$lg"; continue; }
-                echo "$v, flash attention against none: $(python3 "$repo/bench/decode_logits.py" compare "$ref" "$work/logits-fa.npy" || true)"
-                grep -h -o -E "llama-sparse: CUDA (runs the RoPE|runs one-token)[^(]*" "$lg" | sort -u || true
+            local ref=$work/logits-fa-ref.npy v run lv np
+            for run in ${FA_CHECK_RUNS:-dense:64}; do
+                lv=${run%%:*}; np=${run#*:}
+                local la=(--prompt "$np")
+                [ "$lv" = dense ] || la+=(--level "$lv")
+                echo "-- level $lv, $np prompt tokens"
+                LLAMA_SPARSE_CUDA_TICKET=1 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$ref" "${la[@]}" \
+                    > "$out/fa-check-ref-$lv-$np.log" 2>&1 || { tail -5 "$out/fa-check-ref-$lv-$np.log"; exit 1; }
+                for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 \
+                        LLAMA_SPARSE_CUDA_ATTN_FUSE=0,LLAMA_SPARSE_CUDA_ROPE_FA=1 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
+                        LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=6}; do
+                    local lg="$out/fa-check-$lv-$np-${v//[^A-Za-z0-9_-]/_}.log"
+                    env LLAMA_SPARSE_CUDA_TICKET=1 ${v//,/ } python3 "$repo/bench/decode_logits.py" save "$zc7b" \
+                        "$work/logits-fa.npy" "${la[@]}" --flash-attn --verbose > "$lg" 2>&1 ||
+                        { echo "$v: run failed"; tail -3 "$lg"; continue; }
+                    echo "$v, flash attention against none: $(python3 "$repo/bench/decode_logits.py" compare "$ref" "$work/logits-fa.npy" || true)"
+                    grep -h -o -E "llama-sparse: CUDA (runs the RoPE|runs one-token)[^(]*" "$lg" | sort -u || true
+                done
             done
             ;;
         e2e-prof)
