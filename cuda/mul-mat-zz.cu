@@ -1446,29 +1446,29 @@ static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const floa
 enum { ZZ_STASH_NORM_FUSED = 1, ZZ_STASH_NORM_DENSE = 2, ZZ_STASH_GLU_FUSED = 4, ZZ_STASH_GLU_DENSE = 8 };
 
 // the block's columns: every mode splits n evenly over the n1*n2 warps, so a block holds n*b/n1 .. n*(b+1)/n1
-static __device__ __forceinline__ zz_xs zz_xs_range(const int n) {
+static __device__ __forceinline__ zz_xs zz_xs_range(const int n, const int n1) {
     zz_xs xs;
     xs.s  = nullptr;
-    xs.c0 = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
-    xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x) - xs.c0;
+    xs.c0 = (int) (((int64_t) n*blockIdx.x)/n1);
+    xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/n1) - xs.c0;
     return xs;
 }
 
 // NORM, before the PDL wait (no earlier kernel writes it): the norm weight of the block's columns to sw, each
 // thread the entries zz_x_stash reads back
-static __device__ __forceinline__ void zz_x_stash_w(const float * norm_w, const int n, float * sw) {
-    const zz_xs xs = zz_xs_range(n);
+static __device__ __forceinline__ void zz_x_stash_w(const float * norm_w, const int n, const int n1, float * sw) {
+    const zz_xs xs = zz_xs_range(n, n1);
     for (int i = threadIdx.x; i < xs.nc; i += blockDim.x) {
         sw[i] = __ldg(norm_w + xs.c0 + i);
     }
 }
 
-// the block's columns of every token's input into shared memory at s (NORM: the weight already at s + T*nc,
+// the block's columns (n1 blocks a block-row) of every token's input into shared memory at s (NORM: the weight already at s + T*nc,
 // zz_x_stash_w; x again, from L1 after zz_norm_scales), 8 reads in flight a thread; ends with a barrier
 template <int T, int IN>
 static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const float * x, const int64_t x_stride,
-        const int n, float * s) {
-    zz_xs xs = zz_xs_range(n);
+        const int n, const int n1, float * s) {
+    zz_xs xs = zz_xs_range(n, n1);
     const float * sw = s + T*xs.nc;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
@@ -1673,7 +1673,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     if constexpr (IN == ZZ_IN_NORM) {
         if (stash_off >= 0) {
-            zz_x_stash_w(segs.norm_w, n, (float *) (zz_smem + stash_off) + T*zz_xs_range(n).nc);
+            zz_x_stash_w(segs.norm_w, n, n1, (float *) (zz_smem + stash_off) + T*zz_xs_range(n, n1).nc);
         }
     }
 
@@ -1686,7 +1686,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     zz_xs xs = { nullptr, 0, 0 };
     if constexpr (IN != ZZ_IN_X) {
         if (stash_off >= 0) {
-            xs = zz_x_stash<T, IN>(segs, x, x_stride, n, (float *) (zz_smem + stash_off));
+            xs = zz_x_stash<T, IN>(segs, x, x_stride, n, n1, (float *) (zz_smem + stash_off));
         }
     }
 
