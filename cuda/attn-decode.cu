@@ -509,7 +509,7 @@ static void ad_launch_d(const attn_decode_args & a, const int gm, const int nb, 
 }
 
 bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cudaStream_t stream, int version,
-                        const rs_args * rope, const bool launch) {
+                        const rs_args * rope) {
 #ifdef AD_CLUSTER_AVAILABLE
     static int cc_major[GGML_CUDA_MAX_DEVICES] = { 0 };
     if (device < 0 || device >= GGML_CUDA_MAX_DEVICES) {
@@ -570,9 +570,6 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         ap.ws  = b.ws;
         ap.cnt = b.cnt;
     }
-    if (!launch) {
-        return true;
-    }
     if (a.D == 64) {
         ad_launch_d<64>(ap, gm, nb, ppb, version, rope, stream);
     } else {
@@ -580,7 +577,7 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     }
     return true;
 #else
-    GGML_UNUSED_VARS(a, nb, device, stream, version, rope, launch);
+    GGML_UNUSED_VARS(a, nb, device, stream, version, rope);
     return false;
 #endif // AD_CLUSTER_AVAILABLE
 }
@@ -653,12 +650,6 @@ bool ggml_cuda_attn_decode_args(const ggml_tensor * dst, attn_decode_args & a) {
     a.n_seq     = (int) q->ne[3];
     a.scale     = scale;
     return true;
-}
-
-bool ggml_cuda_attn_decode_takes(ggml_backend_cuda_context & ctx, const ggml_tensor * fa) {
-    attn_decode_args a;
-    return ggml_cuda_attn_decode_mode() > 0 && ggml_cuda_attn_decode_args(fa, a) &&
-           attn_decode_launch(a, 0, ctx.device, ctx.stream(), 0, nullptr, false);
 }
 
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {

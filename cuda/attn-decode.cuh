@@ -25,16 +25,14 @@ struct rs_args; // rope-store.cuh
 // false: not handled (shape, type, alignment or device; version 3: its buffers cannot be made while the stream
 // captures); nothing launched. version: 2, 3 or 6 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu).
 // rope: also the RoPE / cache writes of rope-store.cu for this one token first, in the same launch (version 3 runs
-// as 2 there). launch false: only whether it would launch.
+// as 2 there)
 bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream, int version = 0,
-                        const rs_args * rope = nullptr, bool launch = true);
+                        const rs_args * rope = nullptr);
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // graph hook: node i is a FLASH_ATTN_EXT; runs it and returns 1 when this kernel takes it, else 0
 // (only with LLAMA_SPARSE_CUDA_ATTN_FUSE=1 or 2, and not with GGML_CUDA_DISABLE_FUSION=1)
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
-// whether ggml_cuda_attn_decode_fuse would run the FLASH_ATTN_EXT node fa
-bool ggml_cuda_attn_decode_takes(ggml_backend_cuda_context & ctx, const ggml_tensor * fa);
 // LLAMA_SPARSE_CUDA_ATTN_FUSE: 0 off (default), 1 at FLASH_ATTN_EXT nodes, 2 also with the RoPE / cache writes
 int ggml_cuda_attn_decode_mode();
 // a's fields for a FLASH_ATTN_EXT node this kernel can run (one token, f16 K / V, ...; attn_decode_launch checks the rest)

@@ -47,7 +47,6 @@ enum zz_red_mode {
     ZZ_RED_TICKET  = 3, // partials to a workspace, the last block of the block-row (ticket counter) sums them
     ZZ_RED_FIRST   = 4, // the first block of the block-row to arrive (ticket counter) stores, the others add atomically
     ZZ_RED_EARLY   = 5, // direct kernel: the first block of the block-row to start sets y (bias or 0), all add atomically
-    ZZ_RED_INIT    = 6, // direct kernel: one more block a block-row only sets y (bias or 0), the others add atomically
 };
 
 #define ZZ_TICKET_ROWS 65536     // counters: one per block-row (grid.y <= 65535); FIRST uses a second set after them
@@ -912,10 +911,8 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
     float * tot = (float *) (smem + red_bytes); // cluster: [T][B]
     float * slot = red_mode == ZZ_RED_TICKET ? ws + ((int64_t) row*gridDim.x + blockIdx.x)*(T*B) : nullptr;
     bool first = false; // FIRST: this block stores
-    int  done  = -1;    // EARLY, INIT: thread 0's draw of the done counter
-    const bool early = red_mode == ZZ_RED_EARLY || red_mode == ZZ_RED_INIT; // (flag raised by a block that started)
-    const int  n_red = gridDim.x - (red_mode == ZZ_RED_INIT); // blocks that add (INIT: the last block only sets y)
-    if (red_mode == ZZ_RED_FIRST || early) {
+    int  done  = -1;    // EARLY: thread 0's draw of the done counter
+    if (red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
         __shared__ int s_first;
         if (threadIdx.x == 0) {
             const int ticket = red_mode == ZZ_RED_FIRST ? atomicAdd(tickets + row, 1) : 1;
@@ -930,7 +927,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 __threadfence(); // acquire: the first block's stores before this block's atomics
             }
             s_first = ticket == 0;
-            if (early && flag_hint >= 0) {
+            if (red_mode == ZZ_RED_EARLY && flag_hint >= 0) {
                 done = atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1); // (read at the end)
             }
         }
@@ -943,7 +940,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
         put(t0, tp, red + warp*tokens_per_pass*B);
         __syncthreads();
 #if __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
-        if (v4 && !first && (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || early)) {
+        if (v4 && !first && (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY)) {
             // a quarter of the atomics: 4 outputs each (B % 4 == 0; the launcher checked y's alignment)
             for (int e = 4*threadIdx.x; e < tp*B; e += 4*blockDim.x) {
                 float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -971,7 +968,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 y[iy] = bias ? sum + bias[t*bias_stride + (int64_t) row_y*B + e%B] : sum;
             } else if (red_mode == ZZ_RED_TICKET) {
                 __stcg(slot + t*B + e%B, sum);
-            } else if (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || early) {
+            } else if (red_mode == ZZ_RED_ATOMIC || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
                 atomicAdd(y + iy, sum);
             } else {
                 tot[t*B + e%B] = sum;
@@ -980,7 +977,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
         __syncthreads();
     }
 
-    if (red_mode == ZZ_RED_FIRST || early) {
+    if (red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) {
         if (first) {
             __threadfence(); // every thread's stores, before thread 0 raises the flag
         }
@@ -993,7 +990,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             if (red_mode == ZZ_RED_FIRST || flag_hint < 0) {
                 done = atomicAdd(tickets + ZZ_TICKET_ROWS + row, 1);
             }
-            if (done == n_red - 1) {
+            if (done == (int) gridDim.x - 1) {
                 *(volatile int *) (tickets + row)                  = 0;
                 *(volatile int *) (tickets + ZZ_TICKET_ROWS + row) = 0;
             }
@@ -1446,29 +1443,29 @@ static __device__ __forceinline__ float zz_x_in(const zz_segs & segs, const floa
 enum { ZZ_STASH_NORM_FUSED = 1, ZZ_STASH_NORM_DENSE = 2, ZZ_STASH_GLU_FUSED = 4, ZZ_STASH_GLU_DENSE = 8 };
 
 // the block's columns: every mode splits n evenly over the n1*n2 warps, so a block holds n*b/n1 .. n*(b+1)/n1
-static __device__ __forceinline__ zz_xs zz_xs_range(const int n, const int n1) {
+static __device__ __forceinline__ zz_xs zz_xs_range(const int n) {
     zz_xs xs;
     xs.s  = nullptr;
-    xs.c0 = (int) (((int64_t) n*blockIdx.x)/n1);
-    xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/n1) - xs.c0;
+    xs.c0 = (int) (((int64_t) n*blockIdx.x)/gridDim.x);
+    xs.nc = (int) (((int64_t) n*(blockIdx.x + 1))/gridDim.x) - xs.c0;
     return xs;
 }
 
 // NORM, before the PDL wait (no earlier kernel writes it): the norm weight of the block's columns to sw, each
 // thread the entries zz_x_stash reads back
-static __device__ __forceinline__ void zz_x_stash_w(const float * norm_w, const int n, const int n1, float * sw) {
-    const zz_xs xs = zz_xs_range(n, n1);
+static __device__ __forceinline__ void zz_x_stash_w(const float * norm_w, const int n, float * sw) {
+    const zz_xs xs = zz_xs_range(n);
     for (int i = threadIdx.x; i < xs.nc; i += blockDim.x) {
         sw[i] = __ldg(norm_w + xs.c0 + i);
     }
 }
 
-// the block's columns (n1 blocks a block-row) of every token's input into shared memory at s (NORM: the weight already at s + T*nc,
+// the block's columns of every token's input into shared memory at s (NORM: the weight already at s + T*nc,
 // zz_x_stash_w; x again, from L1 after zz_norm_scales), 8 reads in flight a thread; ends with a barrier
 template <int T, int IN>
 static __device__ __forceinline__ zz_xs zz_x_stash(const zz_segs & segs, const float * x, const int64_t x_stride,
-        const int n, const int n1, float * s) {
-    zz_xs xs = zz_xs_range(n, n1);
+        const int n, float * s) {
+    zz_xs xs = zz_xs_range(n);
     const float * sw = s + T*xs.nc;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
@@ -1627,8 +1624,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     const int row  = blockIdx.y;
     const int g    = lane/4;
     const int tq   = lane%4;
-    const int n1   = gridDim.x - (red_mode == ZZ_RED_INIT); // (INIT: block n1 only sets y)
-    const int nw   = n1*n2;
+    const int nw   = gridDim.x*n2;
     const int wid  = blockIdx.x*n2 + warp;
 
     // this block-row's weight
@@ -1646,19 +1642,6 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
 
-    if (red_mode == ZZ_RED_INIT && blockIdx.x == n1) {
-        // the block-row's outputs to the bias (or 0), then the flag the other blocks' reductions wait for
-        ggml_cuda_pdl_sync(); // y may still be read by the kernels before
-        zz_y_set(y, y_stride, zz_seg_sel(segs.bias, seg), zz_seg_sel(segs.bias_stride, seg), (int64_t) row_y*QK_K, QK_K,
-                 T, threadIdx.x, blockDim.x);
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            atomicAdd(tickets + row, ZZ_FIRST_FLAG);
-        }
-        return;
-    }
-
     if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
         // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
         // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them)
@@ -1673,7 +1656,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     if constexpr (IN == ZZ_IN_NORM) {
         if (stash_off >= 0) {
-            zz_x_stash_w(segs.norm_w, n, n1, (float *) (zz_smem + stash_off) + T*zz_xs_range(n, n1).nc);
+            zz_x_stash_w(segs.norm_w, n, (float *) (zz_smem + stash_off) + T*zz_xs_range(n).nc);
         }
     }
 
@@ -1686,19 +1669,17 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     zz_xs xs = { nullptr, 0, 0 };
     if constexpr (IN != ZZ_IN_X) {
         if (stash_off >= 0) {
-            xs = zz_x_stash<T, IN>(segs, x, x_stride, n, n1, (float *) (zz_smem + stash_off));
+            xs = zz_x_stash<T, IN>(segs, x, x_stride, n, (float *) (zz_smem + stash_off));
         }
     }
 
     const float * bias        = zz_seg_sel(segs.bias, seg);
     const int64_t bias_stride = zz_seg_sel(segs.bias_stride, seg);
-    if (red_mode == ZZ_RED_EARLY || red_mode == ZZ_RED_INIT) {
+    if (red_mode == ZZ_RED_EARLY) {
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
         }
-        if (red_mode == ZZ_RED_EARLY) {
-            zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
-        }
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
 
     float cm[NACC][4];
@@ -1810,8 +1791,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 queued = rest;
                 // the last steps' weight loads are out: the flag's L2 round trip hides behind them (not for NORM:
                 // ptxas then spills at batch 1)
-                if (IN != ZZ_IN_NORM && (red_mode == ZZ_RED_EARLY || red_mode == ZZ_RED_INIT) && !segs.early_wait && last &&
-                        rest == 0 &&
+                if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && last && rest == 0 &&
                         threadIdx.x == 0) {
                     zz_flag_hint = *(volatile int *) (tickets + row);
                 }
@@ -1864,9 +1844,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             zz_mma_put_v3(cm, cmin, lane, red_w);
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
-       red_mode == ZZ_RED_EARLY || red_mode == ZZ_RED_INIT ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY && red_mode != ZZ_RED_INIT ? 0 : segs.early_wait ? -1 : zz_flag_hint,
-       mode == ZZ_GEMV_FUSED && segs.red_v4 != 0);
+       red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2001,9 +1980,7 @@ static void zz_zero_dst(const zz_segs & segs, const int T, const int B, cudaStre
 // given the bias) by a memset / copy node or a zeroing kernel, 1 = ticket (partials to a workspace, the last block
 // sums them: deterministic), 2 = first (the first block to arrive stores, the others atomicAdd), 3 = early (direct
 // Q4_K kernel, else 2: the first block of a block-row to start sets y to the bias or 0, all blocks atomicAdd),
-// 4 (default) = early for the direct kernel, else 0, 5 = init (direct Q4_K kernel, else 2: one more block a block-row
-// sets y to the bias or 0 and raises the flag; no block draws a ticket before its work). zz_gemv_set_ticket
-// overrides it.
+// 4 (default) = early for the direct kernel, else 0. zz_gemv_set_ticket overrides it.
 // H100, 7B tg128 (bench/results/cuda_h100_2026-11-25a.md): at 0.50 early > first > memset + atomics (+4 %: no
 // memset / copy node or zeroing kernel before the GEMV), dense memset + atomics > early ~ first (2 %: all blocks
 // of a row finish together, so waiting for the flag costs more than the node). Since the early tail without
@@ -2019,10 +1996,10 @@ int zz_gemv_set_ticket(const int on) {
 static int zz_ticket_choice() {
     static const int env = [] {
         const char * e = getenv("LLAMA_SPARSE_CUDA_TICKET");
-        return e != nullptr ? std::min(std::max(atoi(e), 0), 5) : 4;
+        return e != nullptr ? std::min(std::max(atoi(e), 0), 4) : 4;
     }();
     const int o = zz_ticket_override.load(std::memory_order_relaxed);
-    return o >= 0 ? std::min(o, 5) : env;
+    return o >= 0 ? std::min(o, 4) : env;
 }
 
 // LLAMA_SPARSE_CUDA_PREFETCH (DENSE) and LLAMA_SPARSE_CUDA_PREFETCH_FUSED (FUSED), both default 0: columns per warp
@@ -2125,7 +2102,6 @@ static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const boo
         case 2:  return ZZ_RED_FIRST;
         case 3:  return direct ? ZZ_RED_EARLY : ZZ_RED_FIRST; // (the staged kernel has no early step)
         case 4:  return direct ? ZZ_RED_EARLY : ZZ_RED_ATOMIC;
-        case 5:  return direct ? ZZ_RED_INIT : ZZ_RED_FIRST; // (the staged kernel has no init block)
         default: return ZZ_RED_ATOMIC;
     }
 }
@@ -2246,7 +2222,7 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
     if (zz_whatif_noinit() && red_mode != ZZ_RED_STORE && red_mode != ZZ_RED_CLUSTER) {
         return ZZ_RED_ATOMIC;
     }
-    if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY || red_mode == ZZ_RED_INIT) &&
+    if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
             !zz_ticket_get(caps.device, stream, red_mode == ZZ_RED_TICKET ? (size_t) rows*cfg.n1*T*B : 0, ws, tickets)) {
         red_mode = ZZ_RED_ATOMIC;
     }
@@ -2295,7 +2271,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         }
     }
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
-    const dim3 grid(cfg.n1 + (red_mode == ZZ_RED_INIT), rows, 1);
+    const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X>(v, b1);
     GGML_ASSERT(segs.up == nullptr || segs.norm_w == nullptr);

@@ -8,12 +8,11 @@
 #include <atomic>
 #include <cstdlib>
 
-// LC: let the next kernel launch early (PDL); off only for LLAMA_SPARSE_CUDA_ROPE_LC=0 (diagnostic)
-template <bool LC>
+// No early trigger (ggml_cuda_pdl_lc) for the kernel after this one: with it, upstream's flash attention after this
+// launch gave wrong decode logits (median 1.4 of the largest logit against 0.01 without it, argmax 0/16; fa-check,
+// bench/results/cuda_h100_2026-11-27g.md). Without the trigger the logits matched upstream's RoPE + SET_ROWS to every
+// printed digit, dense, at 0.50 and past 2048 positions, so the trigger alone broke it; the mechanism is not known.
 static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a) {
-    if constexpr (LC) {
-        ggml_cuda_pdl_lc();
-    }
     ggml_cuda_pdl_sync(); // q, k, v come from the kernel before
     int b = blockIdx.x;
     if (b < a.q.nb) {
@@ -39,13 +38,6 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store(const rs_args a)
 static bool rs_enabled() {
     static const bool on = ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ROPE_FUSE");
     return on;
-}
-
-// diagnostics for the flash attention mismatch (bench/results/cuda_h100_2026-11-27g.md): LLAMA_SPARSE_CUDA_ROPE_FA=1
-// fuses even where upstream's flash attention follows; ROPE_PDL=0 launches without PDL; ROPE_LC=0 no early trigger
-static int rs_env(const char * name, const int def) {
-    const char * e = getenv(name);
-    return e ? atoi(e) : def;
 }
 
 // the next computed node, nullptr unless flagged to compute
@@ -185,23 +177,6 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
             }
         }
     }
-    // The first flash attention after them: decode logits with it run by upstream's kernels after this launch come out
-    // wrong (2026-11-27g), so the nodes run unfused unless attn-decode.cu takes that attention.
-    {
-        static const bool force = rs_env("LLAMA_SPARSE_CUDA_ROPE_FA", 0) > 0;
-        for (int jn = j + 1; jn < ggml_graph_n_nodes(cgraph) && !force; ++jn) {
-            const ggml_tensor * t = ggml_graph_node(cgraph, jn);
-            if (t->op == GGML_OP_FLASH_ATTN_EXT) {
-                if (!ggml_cuda_attn_decode_takes(ctx, t)) {
-                    return 0;
-                }
-                break;
-            }
-            if (t->op == GGML_OP_ROPE) {
-                break; // the next layer's
-            }
-        }
-    }
     // LLAMA_SPARSE_CUDA_ATTN_FUSE=2: with the flash attention right after them (only views between) as one launch,
     // when that attention reads q's rope output and the caches as they were written (attn-decode.cu)
     if (ggml_cuda_attn_decode_mode() == 2) {
@@ -226,19 +201,8 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     }
 
     const int nb = a.q.nb + a.k.nb + a.v.nb;
-    static const bool pdl = rs_env("LLAMA_SPARSE_CUDA_ROPE_PDL", 1) != 0;
-    static const bool lc  = rs_env("LLAMA_SPARSE_CUDA_ROPE_LC", 1) != 0;
-    if (!pdl) {
-        rope_store<true><<<nb, RS_THREADS, 0, ctx.stream()>>>(a);
-        CUDA_CHECK(cudaGetLastError());
-    } else {
-        const ggml_cuda_kernel_launch_params p(dim3((unsigned) nb), dim3(RS_THREADS), 0, ctx.stream());
-        if (lc) {
-            ggml_cuda_kernel_launch(rope_store<true>, p, a);
-        } else {
-            ggml_cuda_kernel_launch(rope_store<false>, p, a);
-        }
-    }
+    const ggml_cuda_kernel_launch_params p(dim3((unsigned) nb), dim3(RS_THREADS), 0, ctx.stream());
+    ggml_cuda_kernel_launch(rope_store, p, a);
 
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {

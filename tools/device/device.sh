@@ -481,8 +481,6 @@ remote() {
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
                 [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
-                [ "${o#*:}" = rope-fa ] && env=(LLAMA_SPARSE_CUDA_ROPE_FA=1)
-                [ "${o#*:}" = init ] && env=(LLAMA_SPARSE_CUDA_TICKET=5)
                 # attn-fuse-vN / attn-fuse2-vN: the attention kernel's version N (attn-decode.cu)
                 [[ "${o#*:}" =~ ^attn-fuse(2?)-v([0-9])$ ]] &&
                     env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=$((${BASH_REMATCH[1]:-1})) LLAMA_SPARSE_CUDA_ATTN_V=${BASH_REMATCH[2]})
@@ -1056,8 +1054,7 @@ remote() {
                 echo "-- level $lv, $np prompt tokens"
                 LLAMA_SPARSE_CUDA_TICKET=1 python3 "$repo/bench/decode_logits.py" save "$zc7b" "$ref" "${la[@]}" \
                     > "$out/fa-check-ref-$lv-$np.log" 2>&1 || { tail -5 "$out/fa-check-ref-$lv-$np.log"; exit 1; }
-                for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 \
-                        LLAMA_SPARSE_CUDA_ATTN_FUSE=0,LLAMA_SPARSE_CUDA_ROPE_FA=1 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
+                for v in ${FA_CHECK_ENVS:-LLAMA_SPARSE_CUDA_ROPE_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=0 LLAMA_SPARSE_CUDA_ATTN_FUSE=1 \
                         LLAMA_SPARSE_CUDA_ATTN_FUSE=2 LLAMA_SPARSE_CUDA_ATTN_FUSE=2,LLAMA_SPARSE_CUDA_ATTN_V=6}; do
                     local lg="$out/fa-check-$lv-$np-${v//[^A-Za-z0-9_-]/_}.log"
                     env LLAMA_SPARSE_CUDA_TICKET=1 ${v//,/ } python3 "$repo/bench/decode_logits.py" save "$zc7b" \
