@@ -2424,8 +2424,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     // FUSED launches add their partials with float4 atomics, a quarter of the atomics (7B chain: 0.50 -2.3 to -3.4 %,
     // no active column -5.3 to -5.7 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it
     // off. DENSE kernels keep scalar atomics: the branch would change their code, measured without it
-    static const int red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
-    segs.red_v4 = B % 4 == 0 ? red_v4 : 0;
+    static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
+    segs.red_v4 = red_v4 && B % 4 == 0;
     for (int s = 0; s < nseg; ++s) {
         if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {
             segs.red_v4 = 0;

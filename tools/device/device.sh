@@ -1019,20 +1019,18 @@ remote() {
             local lv rc=0 fenv=(${FUSE_CHECK_ENV:-})
             # (FUSE_CHECK_ENV applies to this step's runs only: exported, it used to reach the steps after it)
             [ ${#fenv[@]} = 0 ] || echo "with ${fenv[*]}"
-            # FUSE_CHECK_FA=1: flash attention on in every run (e.g. for LLAMA_SPARSE_CUDA_ATTN_FUSE); =2: on in the
-            # fused runs only, so the "not fused" ones take llama's attention without it (a reference for the attention
-            # kernels themselves)
-            local fa_on=() fa_off=()
-            [ "${FUSE_CHECK_FA:-0}" = 1 ] && { fa_on=(--flash-attn); fa_off=(--flash-attn); }
-            [ "${FUSE_CHECK_FA:-0}" = 2 ] && fa_on=(--flash-attn)
+            # FUSE_CHECK_FA=1: flash attention on in every run (e.g. for LLAMA_SPARSE_CUDA_ATTN_FUSE; fa-check compares
+            # the attention paths against llama's attention without it)
+            local fa=()
+            [ "${FUSE_CHECK_FA:-0}" = 1 ] && fa=(--flash-attn)
             for lv in dense 0.50; do
                 local lvl=(); [ $lv = dense ] || lvl=(--level $lv)
-                env "${fenv[@]}" python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" "${fa_on[@]}" --verbose > "$out/fuse-check-$lv.log" 2>&1 &&
-                env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" "${fa_off[@]}" \
+                env "${fenv[@]}" python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-on.npy" "${lvl[@]}" "${fa[@]}" --verbose > "$out/fuse-check-$lv.log" 2>&1 &&
+                env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-$lv-off.npy" "${lvl[@]}" "${fa[@]}" \
                     >> "$out/fuse-check-$lv.log" 2>&1 || { rc=1; tail -5 "$out/fuse-check-$lv.log"; continue; }
                 echo "$lv, fused against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-$lv-off.npy" "$work/logits-$lv-on.npy" || true)"
             done
-            if env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 "${fa_off[@]}" \
+            if env "${fenv[@]}" $off python3 "$repo/bench/decode_logits.py" save "$zc7b" "$work/logits-0.50-off2.npy" --level 0.50 "${fa[@]}" \
                     >> "$out/fuse-check-0.50.log" 2>&1; then
                 echo "0.50, not fused twice: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-0.50-off.npy" "$work/logits-0.50-off2.npy" || true)"
             fi
