@@ -886,6 +886,12 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 // [t0, t0 + tp) to red_w[(t - t0)*B + output]; red_mode says how the n1 blocks of a block-row combine.
 // Shared memory: n2*tokens_per_pass*B floats at smem (may alias buffers the caller is done with), and for
 // the cluster mode T*B floats at smem + red_bytes.
+// fence.acq_rel.gpu: enough for a flag handshake (relaxed flag accesses on either side), lighter than
+// __threadfence's fence.sc.gpu
+static __device__ __forceinline__ void zz_fence_acq_rel() {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 // Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
@@ -904,7 +910,8 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
         const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets,
-        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0, const bool v4 = false) {
+        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0, const bool v4 = false,
+        const int acq = 0) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
@@ -924,7 +931,12 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
 #endif
                     }
                 }
-                __threadfence(); // acquire: the first block's stores before this block's atomics
+                // acquire: the first block's stores before this block's atomics
+                if (acq == 0) {
+                    __threadfence();
+                } else if (acq == 1) {
+                    zz_fence_acq_rel();
+                } // (2: none, a what-if: the atomics below are performed at L2, where the flag's stores are)
             }
             s_first = ticket == 0;
             if (red_mode == ZZ_RED_EARLY && flag_hint >= 0) {
@@ -1322,6 +1334,8 @@ struct zz_segs {
     int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
     int           red_v4;     // FUSED launches' atomics as float4 (sm_90, y 16-byte aligned; on unless
                               // LLAMA_SPARSE_CUDA_RED_V4=0)
+    int           fence_acq;  // EARLY reduction's flag handshake with fence.acq_rel.gpu, not __threadfence (fence.sc;
+                              // LLAMA_SPARSE_CUDA_FENCE_ACQ=1, an A/B; 2: no fence after seeing the flag, a what-if)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1550,7 +1564,7 @@ static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_strid
 // start at once.
 template <int T, int B>
 static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
-        const float * bias, const int64_t bias_stride, int * tickets) {
+        const float * bias, const int64_t bias_stride, int * tickets, const bool acq) {
     if (threadIdx.x >= WARP_SIZE) {
         return;
     }
@@ -1562,9 +1576,14 @@ static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_s
         return;
     }
     zz_y_set(y, y_stride, bias, bias_stride, (int64_t) row_y*B, B, T, threadIdx.x, WARP_SIZE);
-    __threadfence();
+    if (!acq) {
+        __threadfence();
+    }
     __syncwarp();
     if (threadIdx.x == 0) {
+        if (acq) {
+            zz_fence_acq_rel(); // cumulative over the warp's stores through the __syncwarp
+        }
         atomicAdd(tickets + row, ZZ_FIRST_FLAG);
     }
 }
@@ -1679,7 +1698,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
         }
-        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0);
     }
 
     float cm[NACC][4];
@@ -1845,7 +1864,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0);
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0,
+       segs.fence_acq);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2425,6 +2445,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     // no active column -5.3 to -5.7 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it
     // off. DENSE kernels keep scalar atomics: the branch would change their code, measured without it
     static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
+    static const int fence_acq = std::max(0, std::min(2, zz_env_int("LLAMA_SPARSE_CUDA_FENCE_ACQ")));
+    segs.fence_acq = fence_acq;
     segs.red_v4 = red_v4 && B % 4 == 0;
     for (int s = 0; s < nseg; ++s) {
         if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {
