@@ -892,6 +892,19 @@ static __device__ __forceinline__ void zz_fence_acq_rel() {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
+// the EARLY flag as thread 0 reads it: relaxed (volatile; a fence follows), or with -DGGML_SPARSE_CUDA_FLAG_ACQUIRE
+// (a compile-time A/B: any branch on it in the direct kernel's loop changes that kernel's registers) as an acquire,
+// no fence after it. No "memory" clobber: what it orders, the reduction's atomics, comes after a __syncthreads
+static __device__ __forceinline__ int zz_flag_read(const int * p) {
+#ifdef GGML_SPARSE_CUDA_FLAG_ACQUIRE
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#else
+    return *(const volatile int *) p;
+#endif
+}
+
 // Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
@@ -925,18 +938,21 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
             const int ticket = red_mode == ZZ_RED_FIRST ? atomicAdd(tickets + row, 1) : 1;
             if (ticket != 0) {
                 if (flag_hint < ZZ_FIRST_FLAG) {
-                    while (*(volatile int *) (tickets + row) < ZZ_FIRST_FLAG) {
+                    while (zz_flag_read(tickets + row) < ZZ_FIRST_FLAG) {
 #if __CUDA_ARCH__ >= GGML_CUDA_CC_VOLTA
                         __nanosleep(32);
 #endif
                     }
                 }
-                // acquire: the first block's stores before this block's atomics
+                // acquire: the first block's stores before this block's atomics (with GGML_SPARSE_CUDA_FLAG_ACQUIRE
+                // the flag read was one)
+#ifndef GGML_SPARSE_CUDA_FLAG_ACQUIRE
                 if (acq == 0) {
                     __threadfence();
                 } else if (acq == 1) {
                     zz_fence_acq_rel();
-                } // (2: none, a what-if: the atomics below are performed at L2, where the flag's stores are)
+                } // 2: none, a what-if (the atomics below are performed at L2, where the flag's stores are)
+#endif
             }
             s_first = ticket == 0;
             if (red_mode == ZZ_RED_EARLY && flag_hint >= 0) {
@@ -1812,7 +1828,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 // ptxas then spills at batch 1)
                 if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && last && rest == 0 &&
                         threadIdx.x == 0) {
-                    zz_flag_hint = *(volatile int *) (tickets + row);
+                    zz_flag_hint = zz_flag_read(tickets + row);
                 }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {

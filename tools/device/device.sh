@@ -9,7 +9,8 @@
 # There:  tar -C /tmp/ls-repo -xzf DIR/repo.tar.gz; LS_DEVICE_DIR=DIR bash /tmp/ls-repo/tools/device/device.sh remote STEP...
 #         (or from the repo root of a carried checkout of this branch, LS_DEVICE_DIR defaulting to .device)
 #         remote-bg STEP... starts the same in its own session (logs in /tmp/ls-out), poll [S] waits up to S
-#         seconds for it and copies the logs to $OUT: for chains longer than one device command
+#         seconds for it and copies the logs to $OUT: for chains longer than one device command (polls of at most
+#         ~240 s, each called at once: machines went back after longer ones, bench/results/cuda_h100_2026-11-27h.md)
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
@@ -27,6 +28,7 @@
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base;
 #              LLAMA_SPARSE_TEST_CHAIN_NORM=0 / 1 / 2 in a setting: no norm / a norm kernel before q/k/v and gate/up / folded in, the default)
+#   chain-ab   zz-chain of two test_zz_cuda builds, A the defaults, B with NVCC flags CHAIN_AB_FLAGS (after build-base)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -852,6 +854,26 @@ remote() {
             zz_env_rounds zz-chain.log "^ ?[0-9]|^ T " "${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}" \
                 chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}"
             ;;
+        chain-ab)
+            # test_zz_cuda built two ways (after build-base; A: the defaults, B: NVCC flags $CHAIN_AB_FLAGS, default
+            # -DGGML_SPARSE_CUDA_FLAG_ACQUIRE), B's `test` first, then the chain (as zz-chain: $CHAIN_MODEL, $CHAIN_BATCH)
+            # in $CHAIN_AB_ROUNDS rounds (default 3) alternating A | B
+            local fb=${CHAIN_AB_FLAGS:--DGGML_SPARSE_CUDA_FLAG_ACQUIRE} b i rc=0
+            local bld=(env GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include)
+            "${bld[@]}" bash "$repo/cuda/tests/build.sh" /tmp/chain-ab/a/t > "$out/build-chain-ab-a.log" 2>&1 & local p1=$!
+            "${bld[@]}" NVCC_FLAGS="$fb" bash "$repo/cuda/tests/build.sh" /tmp/chain-ab/b/t > "$out/build-chain-ab-b.log" 2>&1 ||
+                { tail -30 "$out/build-chain-ab-b.log"; exit 1; }
+            wait $p1 || { tail -30 "$out/build-chain-ab-a.log"; exit 1; }
+            timeout 300 /tmp/chain-ab/b/t test --seed 7 > "$out/chain-ab-test-b.log" 2>&1 || rc=$?
+            echo "B ($fb): test_zz_cuda test: rc $rc"; tail -4 "$out/chain-ab-test-b.log"
+            for i in $(seq 1 "${CHAIN_AB_ROUNDS:-3}"); do
+                for b in a b; do
+                    echo "-- round $i, $b" | tee -a "$out/chain-ab.log"
+                    timeout 150 /tmp/chain-ab/$b/t chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
+                        tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T "
+                done
+            done
+            ;;
         bench-n1)
             # blocks per block-row (LLAMA_SPARSE_CUDA_N1) for the step versions $Q4KV_VERSIONS (default 2), batch 1,
             # the Llama-2-7B shapes
@@ -1109,7 +1131,7 @@ remote_bg() {
 }
 
 poll() {   # wait up to $1 s for remote-bg, then copy its logs to $OUT
-    local t=${1:-540} s=$SECONDS
+    local t=${1:-230} s=$SECONDS
     if [ ! -d /tmp/ls-out ]; then   # a bare machine (the one that ran remote-bg went back): nothing to wait for
         echo "== no background run on this machine (it is a fresh one: the earlier one went back)"
         return 3
