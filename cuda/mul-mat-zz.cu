@@ -882,12 +882,8 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 }
 #endif // AMPERE_MMA_AVAILABLE
 
-// partial sums of the block's warps -> y: put(t0, tp, red_w) writes the calling warp's partials of tokens
-// [t0, t0 + tp) to red_w[(t - t0)*B + output]; red_mode says how the n1 blocks of a block-row combine.
-// Shared memory: n2*tokens_per_pass*B floats at smem (may alias buffers the caller is done with), and for
-// the cluster mode T*B floats at smem + red_bytes.
-// fence.acq_rel.gpu: enough for a flag handshake (relaxed flag accesses on either side), lighter than
-// __threadfence's fence.sc.gpu
+// fence.acq_rel.gpu: enough for a flag handshake (relaxed flag accesses on either side); in theory lighter than
+// __threadfence's fence.sc.gpu, on the H100 no faster (bench/results/cuda_h100_2026-11-27h.md)
 static __device__ __forceinline__ void zz_fence_acq_rel() {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
@@ -905,6 +901,10 @@ static __device__ __forceinline__ int zz_flag_read(const int * p) {
 #endif
 }
 
+// partial sums of the block's warps -> y: put(t0, tp, red_w) writes the calling warp's partials of tokens
+// [t0, t0 + tp) to red_w[(t - t0)*B + output]; red_mode says how the n1 blocks of a block-row combine.
+// Shared memory: n2*tokens_per_pass*B floats at smem (may alias buffers the caller is done with), and for
+// the cluster mode T*B floats at smem + red_bytes.
 // Ticket mode: ws holds a [T][B] slot per block ((row*n1 + bx)*T*B), tickets one int per block-row, zero
 // on entry and left at zero (the last block resets it; the next launch sees that after its PDL wait, as
 // every GEMV kernel touches ws and tickets only after ggml_cuda_pdl_sync()).
