@@ -204,11 +204,14 @@ remote() {
     zz_src_stamp() {
         cat "$repo"/cuda/*.cu "$repo"/cuda/*.cuh "$repo"/cuda/tests/* "$repo"/ggml-sparse/*.h | md5sum | cut -c1-32
     }
+    # test_zz_cuda without ggml-cuda into OUT, its log $out/LOG, with NVCC flags FLAGS: build_zz OUT LOG [FLAGS]
+    build_zz() {
+        GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include NVCC_FLAGS="${3:-}" \
+            bash "$repo/cuda/tests/build.sh" "$1" > "$out/$2" 2>&1 || { tail -40 "$out/$2"; return 1; }
+    }
     zz_build_lite() {   # (a binary of the same sources, also one with ggml-cuda from zztest, is kept)
         [ -x /tmp/zz-test/t ] && [ "$(cat /tmp/zz-test/stamp 2>/dev/null)" = "$(zz_src_stamp)" ] && return 0
-        GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include \
-            bash "$repo/cuda/tests/build.sh" /tmp/zz-test/t > "$out/build-zztest.log" 2>&1 ||
-            { tail -40 "$out/build-zztest.log"; exit 1; }
+        build_zz /tmp/zz-test/t build-zztest.log || exit 1
         zz_src_stamp > /tmp/zz-test/stamp
     }
     # tg64 at the depths SPARQ_E2E_DEPTHS (default 16k 32k) on the 8B-shaped model, flash attention on, one
@@ -855,21 +858,20 @@ remote() {
                 chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}"
             ;;
         chain-ab)
-            # test_zz_cuda built two ways (after build-base; A: the defaults, B: NVCC flags $CHAIN_AB_FLAGS, default
-            # -DGGML_SPARSE_CUDA_FLAG_ACQUIRE), B's `test` first, then the chain (as zz-chain: $CHAIN_MODEL, $CHAIN_BATCH)
-            # in $CHAIN_AB_ROUNDS rounds (default 3) alternating A | B
-            local fb=${CHAIN_AB_FLAGS:--DGGML_SPARSE_CUDA_FLAG_ACQUIRE} b i rc=0
-            local bld=(env GGML_LIB_DIR=/tmp/b-fork/bin LLAMA_SPARSE_UPSTREAM=$fork GGML_INCLUDE=$fork/ggml/include)
-            "${bld[@]}" bash "$repo/cuda/tests/build.sh" /tmp/chain-ab/a/t > "$out/build-chain-ab-a.log" 2>&1 & local p1=$!
-            "${bld[@]}" NVCC_FLAGS="$fb" bash "$repo/cuda/tests/build.sh" /tmp/chain-ab/b/t > "$out/build-chain-ab-b.log" 2>&1 ||
-                { tail -30 "$out/build-chain-ab-b.log"; exit 1; }
-            wait $p1 || { tail -30 "$out/build-chain-ab-a.log"; exit 1; }
+            # test_zz_cuda built two ways (after build-base; A: the defaults, zz_build_lite's binary, B: NVCC flags
+            # $CHAIN_AB_FLAGS, default -DGGML_SPARSE_CUDA_FLAG_ACQUIRE), B's `test` first, then the chain (as zz-chain:
+            # $CHAIN_MODEL, $CHAIN_BATCH) in $CHAIN_AB_ROUNDS rounds (default 3) alternating A | B
+            local fb=${CHAIN_AB_FLAGS:--DGGML_SPARSE_CUDA_FLAG_ACQUIRE} b i rc=0 bin
+            zz_build_lite & local p1=$!
+            build_zz /tmp/chain-ab/b/t build-chain-ab-b.log "$fb" || exit 1
+            wait $p1 || exit 1
             timeout 300 /tmp/chain-ab/b/t test --seed 7 > "$out/chain-ab-test-b.log" 2>&1 || rc=$?
             echo "B ($fb): test_zz_cuda test: rc $rc"; tail -4 "$out/chain-ab-test-b.log"
             for i in $(seq 1 "${CHAIN_AB_ROUNDS:-3}"); do
                 for b in a b; do
+                    bin=/tmp/zz-test/t; [ $b = a ] || bin=/tmp/chain-ab/b/t
                     echo "-- round $i, $b" | tee -a "$out/chain-ab.log"
-                    timeout 150 /tmp/chain-ab/$b/t chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
+                    timeout 150 $bin chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
                         tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T "
                 done
             done
