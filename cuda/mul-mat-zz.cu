@@ -888,11 +888,13 @@ static __device__ __forceinline__ void zz_fence_acq_rel() {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
-// the EARLY flag as thread 0 reads it: relaxed (volatile; a fence follows), or with -DGGML_SPARSE_CUDA_FLAG_ACQUIRE
-// (a compile-time A/B: any branch on it in the direct kernel's loop changes that kernel's registers) as an acquire,
-// no fence after it. No "memory" clobber: what it orders, the reduction's atomics, comes after a __syncthreads
+// the EARLY flag as thread 0 reads it: an acquire, no fence after it (H100 decode GEMV chain 1.5-2.3 % faster than
+// the relaxed read + __threadfence, 7 % with no active column: bench/results/cuda_h100_2026-11-27i.md), or with
+// -DGGML_SPARSE_CUDA_FLAG_FENCE relaxed (volatile) with the fence after it. Compile time: any branch on it in the
+// direct kernel's loop changes that kernel's registers. No "memory" clobber: what it orders, the reduction's
+// atomics, comes after a __syncthreads
 static __device__ __forceinline__ int zz_flag_read(const int * p) {
-#ifdef GGML_SPARSE_CUDA_FLAG_ACQUIRE
+#ifndef GGML_SPARSE_CUDA_FLAG_FENCE
     int v;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
@@ -944,9 +946,8 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
 #endif
                     }
                 }
-                // acquire: the first block's stores before this block's atomics (with GGML_SPARSE_CUDA_FLAG_ACQUIRE
-                // the flag read was one)
-#ifndef GGML_SPARSE_CUDA_FLAG_ACQUIRE
+                // acquire: the first block's stores before this block's atomics (by default the flag read was one)
+#ifdef GGML_SPARSE_CUDA_FLAG_FENCE
                 if (acq == 0) {
                     __threadfence();
                 } else if (acq == 1) {
@@ -1352,6 +1353,8 @@ struct zz_segs {
                               // LLAMA_SPARSE_CUDA_RED_V4=0)
     int           fence_acq;  // EARLY reduction's flag handshake with fence.acq_rel.gpu, not __threadfence (fence.sc;
                               // LLAMA_SPARSE_CUDA_FENCE_ACQ=1, an A/B; 2: no fence after seeing the flag, a what-if)
+    int           ticket_ahead; // EARLY reduction in NORM launches: the ticket drawn before the norm's scales
+                                // (LLAMA_SPARSE_CUDA_TICKET_AHEAD=1, an A/B)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1577,15 +1580,16 @@ static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_strid
 
 // EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
 // row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
-// start at once.
+// start at once. ahead (segs.ticket_ahead in NORM launches): the kernel's thread 0 drew the ticket right after the
+// PDL wait, before the norm's scales and the stash, and passes it as ticket (in GLU launches too, ptxas spilled in
+// the batch-1 FUSED kernel).
 template <int T, int B>
 static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
-        const float * bias, const int64_t bias_stride, int * tickets, const bool acq) {
+        const float * bias, const int64_t bias_stride, int * tickets, const bool acq, const bool ahead, int ticket) {
     if (threadIdx.x >= WARP_SIZE) {
         return;
     }
-    int ticket = 0;
-    if (threadIdx.x == 0) {
+    if (!ahead && threadIdx.x == 0) {
         ticket = atomicAdd(tickets + row, 1);
     }
     if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
@@ -1697,6 +1701,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     ggml_cuda_pdl_sync(); // x and idx come from earlier kernels; ws and tickets are free once they are done
 
+    // EARLY, ticket_ahead: thread 0's ticket, its round trip under the norm's scales and the stash
+    const bool ahead  = IN == ZZ_IN_NORM && segs.ticket_ahead != 0;
+    int        ticket = 0;
+    if (ahead && red_mode == ZZ_RED_EARLY && threadIdx.x == 0) {
+        ticket = atomicAdd(tickets + row, 1);
+    }
     if constexpr (IN == ZZ_IN_NORM) {
         zz_norm_scales<T>(x, x_stride, n, segs.norm_eps);
     }
@@ -1714,7 +1724,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
         }
-        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0);
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0, ahead, ticket);
     }
 
     float cm[NACC][4];
@@ -2463,6 +2473,8 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
     static const int fence_acq = std::max(0, std::min(2, zz_env_int("LLAMA_SPARSE_CUDA_FENCE_ACQ")));
     segs.fence_acq = fence_acq;
+    static const bool ticket_ahead = zz_env_int("LLAMA_SPARSE_CUDA_TICKET_AHEAD") > 0;
+    segs.ticket_ahead = ticket_ahead;
     segs.red_v4 = red_v4 && B % 4 == 0;
     for (int s = 0; s < nseg; ++s) {
         if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {
