@@ -1353,8 +1353,6 @@ struct zz_segs {
                               // LLAMA_SPARSE_CUDA_RED_V4=0)
     int           fence_acq;  // EARLY reduction's flag handshake with fence.acq_rel.gpu, not __threadfence (fence.sc;
                               // LLAMA_SPARSE_CUDA_FENCE_ACQ=1, an A/B; 2: no fence after seeing the flag, a what-if)
-    int           ticket_ahead; // EARLY reduction in NORM launches: the ticket drawn before the norm's scales
-                                // (LLAMA_SPARSE_CUDA_TICKET_AHEAD=1, an A/B)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1580,16 +1578,15 @@ static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_strid
 
 // EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
 // row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
-// start at once. ahead (segs.ticket_ahead in NORM launches): the kernel's thread 0 drew the ticket right after the
-// PDL wait, before the norm's scales and the stash, and passes it as ticket (in GLU launches too, ptxas spilled in
-// the batch-1 FUSED kernel).
+// start at once.
 template <int T, int B>
 static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
-        const float * bias, const int64_t bias_stride, int * tickets, const bool acq, const bool ahead, int ticket) {
+        const float * bias, const int64_t bias_stride, int * tickets, const bool acq) {
     if (threadIdx.x >= WARP_SIZE) {
         return;
     }
-    if (!ahead && threadIdx.x == 0) {
+    int ticket = 0;
+    if (threadIdx.x == 0) {
         ticket = atomicAdd(tickets + row, 1);
     }
     if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
@@ -1701,12 +1698,6 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     ggml_cuda_pdl_sync(); // x and idx come from earlier kernels; ws and tickets are free once they are done
 
-    // EARLY, ticket_ahead: thread 0's ticket, its round trip under the norm's scales and the stash
-    const bool ahead  = IN == ZZ_IN_NORM && segs.ticket_ahead != 0;
-    int        ticket = 0;
-    if (ahead && red_mode == ZZ_RED_EARLY && threadIdx.x == 0) {
-        ticket = atomicAdd(tickets + row, 1);
-    }
     if constexpr (IN == ZZ_IN_NORM) {
         zz_norm_scales<T>(x, x_stride, n, segs.norm_eps);
     }
@@ -1724,7 +1715,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
         }
-        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0, ahead, ticket);
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0);
     }
 
     float cm[NACC][4];
@@ -2473,8 +2464,6 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
     static const int fence_acq = std::max(0, std::min(2, zz_env_int("LLAMA_SPARSE_CUDA_FENCE_ACQ")));
     segs.fence_acq = fence_acq;
-    static const bool ticket_ahead = zz_env_int("LLAMA_SPARSE_CUDA_TICKET_AHEAD") > 0;
-    segs.ticket_ahead = ticket_ahead;
     segs.red_v4 = red_v4 && B % 4 == 0;
     for (int s = 0; s < nseg; ++s) {
         if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {

@@ -14,7 +14,7 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, fence-acq (LLAMA_SPARSE_CUDA_FENCE_ACQ=1), ticket-ahead (LLAMA_SPARSE_CUDA_TICKET_AHEAD=1), group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
+#              variants zero-kernel, fence-acq (LLAMA_SPARSE_CUDA_FENCE_ACQ=1), group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
 #              (the fold on, without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
@@ -481,7 +481,6 @@ remote() {
                 [ "${o#*:}" = early ] && env=(LLAMA_SPARSE_CUDA_TICKET=3)
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
                 [ "${o#*:}" = fence-acq ] && env=(LLAMA_SPARSE_CUDA_FENCE_ACQ=1)
-                [ "${o#*:}" = ticket-ahead ] && env=(LLAMA_SPARSE_CUDA_TICKET_AHEAD=1)
                 [ "${o#*:}" = kt-fuse-off ] && env=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
