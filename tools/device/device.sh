@@ -81,7 +81,8 @@
 #              libllama; MODELZZ_LEVELS=thr: thr instead, the single threshold of many earlier runs, as each results
 #              file says): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
-#              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable
+#              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable; then
+#              tg128 at depth E2E_DEPTH (default 512, 0: none) for stock and E2E_DEPTH_LEVELS (default dense 0.50)
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
 #   fa-check   decode logits with each attention path (flash attention on) against llama's attention without it
 #              (FA_CHECK_ENVS paths, FA_CHECK_RUNS level:prompt pairs)
@@ -999,6 +1000,20 @@ remote() {
                         echo "$lv: $(tg_of $lv) | $(tg_of $lv $ab)"
                     done
                 done
+            fi
+            # the issue's context of 512: tg128 after 512 tokens already in the cache (llama-bench -d), stock first
+            local d=${E2E_DEPTH:-512}
+            if [ "$d" != 0 ]; then
+                echo "-- tg128 at depth $d: stock$(for lv in ${E2E_DEPTH_LEVELS:-dense 0.50}; do echo -n " | $lv"; done)"
+                local row
+                row="$(/tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" -d "$d" 2>&1 | tee "$out/e2e-d$d-stock.log" |
+                    grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                for lv in ${E2E_DEPTH_LEVELS:-dense 0.50}; do
+                    [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
+                    row+=" | $(LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" -d "$d" 2>&1 |
+                        tee "$out/e2e-d$d-fork-$lv.log" | grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                done
+                echo "$row"
             fi
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
