@@ -882,12 +882,6 @@ static __device__ __forceinline__ void zz_mma_put_v3(const float (&cm)[4][4], co
 }
 #endif // AMPERE_MMA_AVAILABLE
 
-// fence.acq_rel.gpu: enough for a flag handshake (relaxed flag accesses on either side); in theory lighter than
-// __threadfence's fence.sc.gpu, on the H100 no faster (bench/results/cuda_h100_2026-11-27h.md)
-static __device__ __forceinline__ void zz_fence_acq_rel() {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
 // the EARLY flag as thread 0 reads it: an acquire, no fence after it (H100 decode GEMV chain 1.5-2.3 % faster than
 // the relaxed read + __threadfence, 7 % with no active column: bench/results/cuda_h100_2026-11-27i.md), or with
 // -DGGML_SPARSE_CUDA_FLAG_FENCE relaxed (volatile) with the fence after it. Compile time: any branch on it in the
@@ -925,8 +919,7 @@ static __device__ __forceinline__ int zz_flag_read(const int * p) {
 template <int T, int B, typename F>
 static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const int64_t y_stride, const int row, const int row_y,
         const int tokens_per_pass, const int red_mode, char * smem, const int red_bytes, float * ws, int * tickets,
-        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0, const bool v4 = false,
-        const int acq = 0) {
+        const float * bias = nullptr, const int64_t bias_stride = 0, const int flag_hint = 0, const bool v4 = false) {
     const int warp = threadIdx.x / WARP_SIZE;
     const int n2   = blockDim.x / WARP_SIZE;
     float * red = (float *) smem;
@@ -948,11 +941,7 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
                 }
                 // acquire: the first block's stores before this block's atomics (by default the flag read was one)
 #ifdef GGML_SPARSE_CUDA_FLAG_FENCE
-                if (acq == 0) {
-                    __threadfence();
-                } else if (acq == 1) {
-                    zz_fence_acq_rel();
-                } // 2: none, a what-if (the atomics below are performed at L2, where the flag's stores are)
+                __threadfence();
 #endif
             }
             s_first = ticket == 0;
@@ -1351,8 +1340,6 @@ struct zz_segs {
     int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
     int           red_v4;     // FUSED launches' atomics as float4 (sm_90, y 16-byte aligned; on unless
                               // LLAMA_SPARSE_CUDA_RED_V4=0)
-    int           fence_acq;  // EARLY reduction's flag handshake with fence.acq_rel.gpu, not __threadfence (fence.sc;
-                              // LLAMA_SPARSE_CUDA_FENCE_ACQ=1, an A/B; 2: no fence after seeing the flag, a what-if)
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1581,7 +1568,7 @@ static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_strid
 // start at once.
 template <int T, int B>
 static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
-        const float * bias, const int64_t bias_stride, int * tickets, const bool acq) {
+        const float * bias, const int64_t bias_stride, int * tickets) {
     if (threadIdx.x >= WARP_SIZE) {
         return;
     }
@@ -1593,14 +1580,9 @@ static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_s
         return;
     }
     zz_y_set(y, y_stride, bias, bias_stride, (int64_t) row_y*B, B, T, threadIdx.x, WARP_SIZE);
-    if (!acq) {
-        __threadfence();
-    }
+    __threadfence();
     __syncwarp();
     if (threadIdx.x == 0) {
-        if (acq) {
-            zz_fence_acq_rel(); // cumulative over the warp's stores through the __syncwarp
-        }
         atomicAdd(tickets + row, ZZ_FIRST_FLAG);
     }
 }
@@ -1715,7 +1697,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         if (threadIdx.x == 0) {
             zz_flag_hint = 0;
         }
-        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets, segs.fence_acq != 0);
+        zz_red_early<T, QK_K>(y, y_stride, row, row_y, bias, bias_stride, tickets);
     }
 
     float cm[NACC][4];
@@ -1881,8 +1863,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
     }, y, y_stride, row, row_y, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets,
        red_mode == ZZ_RED_EARLY ? nullptr : bias, bias_stride,
-       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0,
-       segs.fence_acq);
+       red_mode != ZZ_RED_EARLY ? 0 : segs.early_wait ? -1 : zz_flag_hint, mode == ZZ_GEMV_FUSED && segs.red_v4 != 0);
 #else
     GGML_UNUSED_VARS(segs, x, idx, n, x_stride, tokens_per_pass, red_mode, thr, red_bytes, ws, tickets,
                      prefetch_cols, stash_off);
@@ -2462,8 +2443,6 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     // no active column -5.3 to -5.7 %; bench/results/cuda_h100_2026-11-27f.md); LLAMA_SPARSE_CUDA_RED_V4=0 turns it
     // off. DENSE kernels keep scalar atomics: the branch would change their code, measured without it
     static const bool red_v4 = zz_env_int("LLAMA_SPARSE_CUDA_RED_V4") != 0;
-    static const int fence_acq = std::max(0, std::min(2, zz_env_int("LLAMA_SPARSE_CUDA_FENCE_ACQ")));
-    segs.fence_acq = fence_acq;
     segs.red_v4 = red_v4 && B % 4 == 0;
     for (int s = 0; s < nseg; ++s) {
         if ((uintptr_t) seg[s].y % 16 != 0 || seg[s].y_stride % 4 != 0) {

@@ -14,7 +14,7 @@
 #   build      CUDA fork (sm_90): libllama, libggml*, test-backend-ops, llama-bench
 #   stock      unpatched build of the same commit (patches reversed), llama-bench + test-backend-ops
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
-#              variants zero-kernel, fence-acq (LLAMA_SPARSE_CUDA_FENCE_ACQ=1), group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
+#              variants zero-kernel, group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
 #              (the fold on, without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
@@ -481,7 +481,6 @@ remote() {
                 [ "${o#*:}" = first ] && env=(LLAMA_SPARSE_CUDA_TICKET=2)
                 [ "${o#*:}" = early ] && env=(LLAMA_SPARSE_CUDA_TICKET=3)
                 [ "${o#*:}" = cluster ] && env=(LLAMA_SPARSE_CUDA_CLUSTER=1)
-                [ "${o#*:}" = fence-acq ] && env=(LLAMA_SPARSE_CUDA_FENCE_ACQ=1)
                 [ "${o#*:}" = kt-fuse-off ] && env=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 [ "${o#*:}" = rope-fuse-off ] && env=(LLAMA_SPARSE_CUDA_ROPE_FUSE=0)
                 [ "${o#*:}" = bal-always ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2)
@@ -987,9 +986,9 @@ remote() {
             done
             lb=(-ngl 99 -p 0 -n 128 -r 5 -o md)
             # tg128 t/s of one fork configuration: tg_of LEVEL [ENV=VALUE...]
+            tg_col() { grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
             tg_of() {
-                env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 |
-                    grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'
+                env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | tg_col
             }
             local ab=${E2E_AB_ENV:-}
             if [ -n "$ab" ]; then
@@ -1005,15 +1004,15 @@ remote() {
             local d=${E2E_DEPTH:-512}
             if [ "$d" != 0 ]; then
                 echo "-- tg128 at depth $d: stock$(for lv in ${E2E_DEPTH_LEVELS:-dense 0.50}; do echo -n " | $lv"; done)"
-                local row
-                row="$(/tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" -d "$d" 2>&1 | tee "$out/e2e-d$d-stock.log" |
-                    grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                local lb0=("${lb[@]}") row
+                lb+=(-d "$d")
+                row="$(/tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | tee "$out/e2e-d$d-stock.log" | tg_col)"
                 for lv in ${E2E_DEPTH_LEVELS:-dense 0.50}; do
                     [ $lv = dense ] || [ "$zc7b" != "$z7b" ] || continue
-                    row+=" | $(LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" -d "$d" 2>&1 |
-                        tee "$out/e2e-d$d-fork-$lv.log" | grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                    row+=" | $(tg_of $lv)"
                 done
                 echo "$row"
+                lb=("${lb0[@]}")
             fi
             echo "-- stock again (drift)"
             /tmp/b-stock/bin/llama-bench -m "$r7b" "${lb[@]}" 2>&1 | grep tg128
