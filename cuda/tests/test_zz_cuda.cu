@@ -1573,6 +1573,28 @@ static __global__ void chain_rms_norm(const float * x, const float * w, float * 
     }
 }
 
+// the chain's floor: kernels on the GEMVs' grids that do no GEMV work. Each block lets the next kernel launch
+// (PDL), waits for the one before, then by `work`: 0 nothing; 1 thread 0 makes one atomic round trip (as the
+// EARLY ticket); 2 also every thread loads its share of the block's n/n1 columns of x (the input's round trip).
+// The 100 % level minus these is what the GEMVs' own fixed work costs
+static __global__ void chain_floor(const float * x, const int64_t n, int * ctr, float * sink, const int work) {
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync();
+    float acc = 0.0f;
+    if (work >= 2) {
+        const int64_t c0 = n*blockIdx.x/gridDim.x, c1 = n*(blockIdx.x + 1)/gridDim.x;
+        for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+            acc += x[c];
+        }
+    }
+    if (work >= 1 && threadIdx.x == 0) {
+        acc += (float) atomicAdd(ctr + blockIdx.y, 1);
+    }
+    if (acc == -1.0f) { // never (x >= 0 here): keeps the loads
+        sink[0] = acc;
+    }
+}
+
 static int run_chain_bench(const bench_opts & o, const std::string & model, const int layers) {
     const chain_model * cm = nullptr;
     for (const auto & c : chain_models) {
@@ -1698,6 +1720,47 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
                 printf(" %.3f", stock_us/us);
             }
             printf("\n");
+            fflush(stdout);
+        }
+        // the floor (see chain_floor): the same launches' grids and blocks, PDL as the GEMVs
+        dev_buf<int>   ctr(65536);
+        dev_buf<float> sink(1);
+        {
+            std::vector<float> ones(dff, 1.0f);
+            xf.upload(ones.data(), dff);
+        }
+        CUDA_CHECK(cudaMemset(ctr.ptr, 0, 65536*sizeof(int)));
+        // 50 KiB of shared memory a block: 4 blocks an SM, as the direct kernel's registers allow
+        const int floor_smem = 50*1024;
+        CUDA_CHECK(cudaFuncSetAttribute(chain_floor, cudaFuncAttributeMaxDynamicSharedMemorySize, floor_smem));
+        const char * floor_name[] = { "empty", "+ atomic", "+ x read" };
+        for (int work = 0; work < 3; ++work) {
+            auto token = [&](cudaStream_t s, int) {
+                for (int l = 0; l < layers; ++l) {
+                    for (int g = 0; g < ng; ++g) {
+                        int64_t m_sum = 0;
+                        for (int64_t m : groups[g].m) {
+                            m_sum += m;
+                        }
+                        const int64_t n = groups[g].n;
+                        const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
+                        cudaLaunchAttribute attr;
+                        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                        attr.val.programmaticStreamSerializationAllowed = 1;
+                        cudaLaunchConfig_t lc = {};
+                        lc.gridDim  = dim3(cfg.n1, (unsigned) (m_sum/QK_K), 1);
+                        lc.blockDim = dim3(cfg.n2*WARP_SIZE, 1, 1);
+                        lc.dynamicSmemBytes = floor_smem;
+                        lc.stream   = s;
+                        lc.attrs    = &attr;
+                        lc.numAttrs = 1;
+                        CUDA_CHECK(cudaLaunchKernelEx(&lc, chain_floor, (const float *) xf.ptr, n, ctr.ptr, sink.ptr, work));
+                    }
+                }
+            };
+            const double us = time_graph_us(token, 3, stream);
+            printf("   floor %-8s | %10.1f %9.2f %9.1f | (no GEMV work: the launches' floor)\n", floor_name[work], us,
+                    us/layers, 1e6/us);
             fflush(stdout);
         }
     }
