@@ -1340,6 +1340,11 @@ struct zz_segs {
     int           early_wait; // EARLY reduction with the old tail (LLAMA_SPARSE_CUDA_EARLY_TAIL=0, an A/B)
     int           red_v4;     // FUSED launches' atomics as float4 (sm_90, y 16-byte aligned; on unless
                               // LLAMA_SPARSE_CUDA_RED_V4=0)
+    int           y_ready;    // y holds its start value: atomics only (zz_gemv_seg::y_ready)
+    float       * x_copy;     // NORM launches: zz_gemv_norm's upkeep (zz_norm_upkeep)
+    int64_t       x_copy_stride;
+    float       * clear;
+    int64_t       clear_n;
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1619,6 +1624,25 @@ static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, c
     }
 }
 
+// NORM launches, after the PDL wait: x as read copied to x_copy and clear_n floats of clear zeroed, spread over
+// the grid's threads (outputs that accumulate: cuda/README.md)
+template <int T>
+static __device__ __forceinline__ void zz_norm_upkeep(const zz_segs & segs, const float * x, const int64_t x_stride,
+        const int n) {
+    const int64_t nt  = (int64_t) gridDim.x*gridDim.y*blockDim.x;
+    const int64_t tid = ((int64_t) blockIdx.y*gridDim.x + blockIdx.x)*blockDim.x + threadIdx.x;
+    if (segs.x_copy != nullptr) {
+        for (int64_t e = tid; e < (int64_t) n*T; e += nt) {
+            const int64_t t = e / n;
+            const int64_t j = e - t*n;
+            segs.x_copy[t*segs.x_copy_stride + j] = x[t*x_stride + j];
+        }
+    }
+    for (int64_t e = tid; e < segs.clear_n; e += nt) {
+        segs.clear[e] = 0.0f;
+    }
+}
+
 // IN: what the launch reads as x (zz_x_in)
 template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
@@ -1682,6 +1706,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
     if constexpr (IN == ZZ_IN_NORM) {
         zz_norm_scales<T>(x, x_stride, n, segs.norm_eps);
+        if (segs.x_copy != nullptr || segs.clear_n > 0) {
+            zz_norm_upkeep<T>(segs, x, x_stride, n);
+        }
     }
     // stash_off >= 0: this block's inputs go to shared memory there first
     zz_xs xs = { nullptr, 0, 0 };
@@ -2223,21 +2250,35 @@ int64_t zz_gemv_ticket_nonzero(cudaStream_t stream) {
 
 // the reduction this launch uses, with its buffers: ticket falls back to atomics when the buffers cannot be
 // had (capture) and atomics zero y first (zz_zero_dst)
-// LLAMA_SPARSE_CUDA_WHATIF_NOINIT=1, measurement only (y comes out wrong): where blocks of a row would share y, they
+// LLAMA_SPARSE_CUDA_WHATIF_NOINIT, measurement only (y comes out wrong): where blocks of a row would share y, they
 // add into it as it is, with no memset / copy node before the launch and no protocol in it. Bounds what initializing
-// each GEMV's output in an earlier launch could gain
-static bool zz_whatif_noinit() {
-    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_WHATIF_NOINIT") > 0;
-    return on;
+// each GEMV's output in an earlier launch could gain. 1: every launch; else a mask of decode's launches as told
+// apart here: 2 q/k/v (a norm read, 1 or 3+ weights), 4 o (a residual, n = rows), 8 gate/up (a norm read, 2
+// weights), 16 down (a residual, n > rows)
+static bool zz_whatif_noinit(const zz_segs & segs, const int64_t n, const int B) {
+    static const int mask = zz_env_int("LLAMA_SPARSE_CUDA_WHATIF_NOINIT");
+    if (mask <= 0) {
+        return false;
+    }
+    if (mask == 1) {
+        return true;
+    }
+    const int64_t rows = (int64_t) segs.row_end[segs.nseg - 1]*B;
+    const int kind = segs.norm_w != nullptr ? (segs.nseg == 2 ? 8 : 2) :
+                     segs.bias[0] != nullptr ? (n > rows ? 16 : 4) : 0;
+    return (mask & kind) != 0;
 }
 
 static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const int T, const int B,
-        const zz_segs & segs, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
+        const zz_segs & segs, const int64_t n, float ** ws, int ** tickets, cudaStream_t stream, const bool direct) {
     const int64_t rows = segs.row_end[segs.nseg - 1];
     *ws      = nullptr;
     *tickets = nullptr;
     int red_mode = zz_red_mode(cfg, caps, direct);
-    if (zz_whatif_noinit() && red_mode != ZZ_RED_STORE && red_mode != ZZ_RED_CLUSTER) {
+    if (segs.y_ready) {
+        return ZZ_RED_ATOMIC; // (also for one block a row: a store would drop y's start value)
+    }
+    if (zz_whatif_noinit(segs, n, B) && red_mode != ZZ_RED_STORE && red_mode != ZZ_RED_CLUSTER) {
         return ZZ_RED_ATOMIC;
     }
     if ((red_mode == ZZ_RED_TICKET || red_mode == ZZ_RED_FIRST || red_mode == ZZ_RED_EARLY) &&
@@ -2263,7 +2304,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     float * ws;
     int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, &ws, &tickets, stream, true);
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
     const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int v         = zz_direct_version_at(T);
     static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
@@ -2338,7 +2379,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
 
     float * ws;
     int   * tickets;
-    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, &ws, &tickets, stream, false);
+    const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, n, &ws, &tickets, stream, false);
     const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
@@ -2432,6 +2473,17 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         segs.y_stride[s] = seg[s].y_stride;
         segs.bias[s]        = seg[s].bias;
         segs.bias_stride[s] = seg[s].bias_stride;
+        GGML_ASSERT(seg[s].y_ready == seg[0].y_ready && (!seg[s].y_ready || seg[s].bias == nullptr));
+    }
+    segs.y_ready = seg[0].y_ready;
+    GGML_ASSERT(!segs.y_ready || (type == GGML_TYPE_Q4_K && caps.direct && mode != ZZ_GEMV_IDX));
+    if (norm != nullptr) {
+        GGML_ASSERT(norm->x_copy == nullptr || norm->x_copy_stride >= n);
+        GGML_ASSERT(norm->clear_n == 0 || norm->clear != nullptr);
+        segs.x_copy        = norm->x_copy;
+        segs.x_copy_stride = norm->x_copy_stride;
+        segs.clear         = norm->clear;
+        segs.clear_n       = norm->clear_n;
     }
     segs.up        = up;
     segs.up_stride = up_stride;

@@ -71,6 +71,9 @@ struct zz_gemv_seg {
     int64_t       y_stride;
     const float * bias        = nullptr; // y = W x + bias (a fused residual add; direct Q4_K kernel only)
     int64_t       bias_stride = 0;
+    int           y_ready     = 0;       // 1: y holds its start value already (0, or the residual an earlier launch
+                                         // copied there): the launch only adds W x (atomics, no bias, no zeroing,
+                                         // no protocol between blocks). Every segment of a launch alike; direct only
 };
 
 // an RMS norm folded into a launch's read of x (direct Q4_K kernel, DENSE and FUSED): it reads x_t/rms(x_t)*w, rms
@@ -78,6 +81,12 @@ struct zz_gemv_seg {
 struct zz_gemv_norm {
     const float * w;
     float         eps;
+    // upkeep for outputs that accumulate (y_ready), done by the launch's blocks after its PDL wait: x as read (not
+    // normed) copied to x_copy (row stride x_copy_stride), and clear_n floats at clear set to 0
+    float       * x_copy        = nullptr;
+    int64_t       x_copy_stride = 0;
+    float       * clear         = nullptr;
+    int64_t       clear_n       = 0;
 };
 
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for

@@ -597,12 +597,21 @@ struct test_group_bufs {
     }
 
     // every weight's output against its GEMV of x_ref over cols (what: the case, for a failure); the failures
+    // (y0: each weight's start value of y, when the launch adds into it)
     int check(const std::string & what, const std::vector<float> & x_ref, const int64_t x_stride, const int T,
-            const std::vector<int32_t> & cols, int & runs, double & worst) const {
+            const std::vector<int32_t> & cols, int & runs, double & worst,
+            const std::vector<std::vector<float>> * y0 = nullptr) const {
         int failures = 0;
         for (size_t s = 0; s < w.size(); ++s) {
             std::vector<double> ref;
             ref_gemv(w[s], x_ref, x_stride, T, cols, ref);
+            if (y0 != nullptr) {
+                for (int t = 0; t < T; ++t) {
+                    for (int64_t i = 0; i < w[s].m; ++i) {
+                        ref[t*w[s].m + i] += (*y0)[s][t*y_stride[s] + i];
+                    }
+                }
+            }
             std::vector<float> y(y_d[s]->n);
             y_d[s]->download(y.data(), y.size());
             const std::string ws = what + ", weight " + std::to_string(s) + "/" + std::to_string(w.size()) + " m=" +
@@ -790,6 +799,65 @@ static int test_norm(test_rng & rng, const int cases) {
             }
         }
         zz_gemv_set_ticket(-1);
+        // outputs that accumulate: y holds a start value (y_ready, atomics only), and the launch's upkeep copies x as
+        // read to x_copy and zeroes a buffer (zz_gemv_norm)
+        for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_FUSED }) {
+            std::vector<std::vector<float>> y0(nseg);
+            std::vector<zz_gemv_seg> seg_r = seg;
+            for (int s = 0; s < nseg; ++s) {
+                y0[s].assign(gb.y_d[s]->n, NAN); // (padding stays NaN: check_y sees it untouched)
+                for (int t = 0; t < T; ++t) {
+                    for (int64_t i = 0; i < gb.w[s].m; ++i) {
+                        y0[s][t*gb.y_stride[s] + i] = (float) rng.normal();
+                    }
+                }
+                gb.y_d[s]->upload(y0[s].data(), y0[s].size());
+                seg_r[s].y_ready = 1;
+            }
+            const int64_t xc_stride = n + (c % 2 ? 3 : 0);
+            const int64_t clear_n   = c % 3 == 0 ? 0 : rng.randint(1, 70000);
+            dev_buf<float> xc_d(T*xc_stride), clr_d(std::max<int64_t>(clear_n, 1));
+            xc_d.poison();
+            std::vector<float> junk(clr_d.n, 7.0f);
+            clr_d.upload(junk.data(), junk.size());
+            zz_gemv_norm norm_r = norm;
+            norm_r.x_copy        = xc_d.ptr;
+            norm_r.x_copy_stride = xc_stride;
+            norm_r.clear         = clear_n > 0 ? clr_d.ptr : nullptr;
+            norm_r.clear_n       = clear_n;
+            const bool ran = zz_gemv_launch_group(type, seg_r.data(), nseg, n, x_d.ptr + x_off, x_stride, T, nullptr,
+                    mode, thr, cfg, stream, &norm_r);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            char what[256];
+            snprintf(what, sizeof(what), "norm, y ready + upkeep n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d mode %d clear %lld",
+                    (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, (int) mode, (long long) clear_n);
+            if (!ran) {
+                printf("  FAIL %s: launch declined\n", what);
+                failures++;
+                continue;
+            }
+            failures += gb.check(what, xn, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, runs, worst, &y0);
+            std::vector<float> xc(xc_d.n), clr(clr_d.n);
+            xc_d.download(xc.data(), xc.size());
+            clr_d.download(clr.data(), clr.size());
+            int bad = 0;
+            for (int t = 0; t < T; ++t) {
+                for (int64_t j = 0; j < xc_stride; ++j) {
+                    const float v = xc[t*xc_stride + j];
+                    bad += j < n ? !(v == x[x_off + t*x_stride + j]) : !std::isnan(v); // (bit for bit; padding untouched)
+                }
+            }
+            for (int64_t e = 0; e < clear_n; ++e) {
+                bad += clr[e] != 0.0f;
+            }
+            if (clear_n == 0) {
+                bad += clr[0] != 7.0f; // (clear_n 0: nothing zeroed)
+            }
+            if (bad > 0) {
+                printf("  FAIL %s: %d wrong elements of x_copy / clear\n", what, bad);
+                failures++;
+            }
+        }
         // an index list was found from the normed x elsewhere: the norm cannot be taken in
         dev_buf<int32_t> idx_d(n + 1);
         if (zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, thr,
@@ -1646,6 +1714,16 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
     if (norm_mode == 1 || norm_mode == 2) {
         printf("RMS norm before q/k/v and gate/up: %s\n", norm_mode == 1 ? "its own kernel" : "folded into the GEMVs");
     }
+    // LLAMA_SPARSE_TEST_CHAIN_ACC=1: outputs that accumulate (cuda/README.md) where the graph hook would use them:
+    // q/k/v and gate/up add into outputs kept at zero (y_ready; q/k/v zeroes the gate/up accumulator for the next
+    // layer), gate/up copies its x into down's output, down adds into it (y_ready, no residual); o as before.
+    // Needs the folded norm (the upkeep is a NORM launch's)
+    const bool acc = getenv("LLAMA_SPARSE_TEST_CHAIN_ACC") && atoi(getenv("LLAMA_SPARSE_TEST_CHAIN_ACC")) != 0 &&
+                     norm_mode == 2;
+    dev_buf<float> acc_gu(Tmax*2*dff);
+    if (acc) {
+        printf("outputs that accumulate: q/k/v, gate/up and down (o as before)\n");
+    }
     dev_buf<float> y(Tmax*(d + 2*dkv + 2*dff)); // outputs (shared by the layers: only the time matters)
     std::vector<float> r(Tmax*d);
     test_rng rr(3);
@@ -1693,21 +1771,30 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
                             seg[k].m        = m;
                             seg[k].y        = y.ptr + T*m_sum;
                             seg[k].y_stride = m;
-                            if (groups[g].res) {
+                            if (groups[g].res && !(acc && g == 3)) {
                                 seg[k].bias        = res.ptr;
                                 seg[k].bias_stride = d;
                             }
+                            seg[k].y_ready = acc && g != 1;
                             m_sum += m;
                         }
                         const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
                         const bool normed = !groups[g].res && n == d;
+                        zz_gemv_norm nrm = chain_norm;
+                        if (acc && g == 0) {
+                            nrm.clear   = acc_gu.ptr;
+                            nrm.clear_n = T*2*dff;
+                        } else if (acc && g == 2) {
+                            nrm.x_copy        = y.ptr; // (down's output: the shared output buffer's start)
+                            nrm.x_copy_stride = d;
+                        }
                         const float * xin = n == d ? xa.ptr : xf.ptr;
                         if (normed && norm_mode == 1) {
                             chain_rms_norm<<<T, 1024, 0, s>>>(xa.ptr, nw.ptr, xn.ptr, (int) d, chain_norm.eps);
                             xin = xn.ptr;
                         }
                         GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, xin, n, T, nullptr, mode, thr, cfg, s,
-                                normed && norm_mode == 2 ? &chain_norm : nullptr));
+                                normed && norm_mode == 2 ? &nrm : nullptr));
                     }
                 }
             };
