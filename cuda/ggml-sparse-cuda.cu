@@ -3,6 +3,7 @@
 
 #include "ggml-sparse.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -144,10 +145,12 @@ static int zz_mm_node(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, con
         return ggml_cuda_op_mul_mat_zz_fuse(ctx, cgraph, i, norm); // a single matmul: with its residual add, if any
     }
     ggml_tensor * dst[ZZ_GROUP_MAX];
+    int           i_last = i;
     for (int s = 0; s < count; ++s) {
         dst[s] = ggml_graph_node(cgraph, nodes[s]);
+        i_last = std::max(i_last, nodes[s]);
     }
-    if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count, norm)) {
+    if (!ggml_cuda_op_mul_mat_zz_group(ctx, dst, count, norm, cgraph, i_last)) {
         return 0;
     }
     static bool logged = false;

@@ -3249,8 +3249,102 @@ static zz_gemv_mode zz_list_mode(const ggml_tensor * list, float & thr) {
     return sparse_idx_cuda_lazy(list) ? ZZ_GEMV_FUSED : ZZ_GEMV_IDX;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Outputs that accumulate (LLAMA_SPARSE_CUDA_ACC=1, off by default; cuda/README.md). A launch whose output already
+// holds its start value only adds into it (zz_gemv_seg::y_ready): no protocol between the blocks of a row. So far
+// one case: down + residual. The gate/up launch before it reads the residual (the FFN input, its norm's x) anyway;
+// it copies it into down's output (zz_gemv_norm::x_copy), and down adds W x to it.
+
+static bool zz_fuse_rows_f32(const ggml_tensor * t, int64_t ne0, int64_t n_rows);
+
+static bool zz_acc_enabled() {
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_ACC") > 0;
+    return on;
+}
+
+// a gate/up launch's copy, for the down launch to take: (context, graph, the ADD whose output holds the residual)
+struct zz_acc_pre {
+    const ggml_backend_cuda_context * ctx;
+    const ggml_cgraph               * graph;
+    const ggml_tensor               * add;
+};
+static std::mutex              zz_acc_mutex;
+static std::vector<zz_acc_pre> zz_acc_pending;
+
+// any entry of ctx goes; with add, the new one is recorded
+static void zz_acc_set(const ggml_backend_cuda_context * ctx, const ggml_cgraph * graph, const ggml_tensor * add) {
+    std::lock_guard<std::mutex> lock(zz_acc_mutex);
+    zz_acc_pending.erase(std::remove_if(zz_acc_pending.begin(), zz_acc_pending.end(),
+                         [ctx](const zz_acc_pre & p) { return p.ctx == ctx; }), zz_acc_pending.end());
+    if (add != nullptr) {
+        zz_acc_pending.push_back({ ctx, graph, add });
+    }
+}
+
+// whether a gate/up launch copied the residual into add's output (the entry goes either way)
+static bool zz_acc_take(const ggml_backend_cuda_context * ctx, const ggml_cgraph * graph, const ggml_tensor * add) {
+    std::lock_guard<std::mutex> lock(zz_acc_mutex);
+    bool found = false;
+    for (size_t e = 0; e < zz_acc_pending.size();) {
+        if (zz_acc_pending[e].ctx == ctx) {
+            found = found || (zz_acc_pending[e].graph == graph && zz_acc_pending[e].add == add);
+            zz_acc_pending[e] = zz_acc_pending.back();
+            zz_acc_pending.pop_back();
+        } else {
+            ++e;
+        }
+    }
+    return found;
+}
+
+static bool zz_acc_noop(const ggml_tensor * t) {
+    return t->op == GGML_OP_NONE || t->op == GGML_OP_VIEW || t->op == GGML_OP_RESHAPE || t->op == GGML_OP_PERMUTE ||
+           t->op == GGML_OP_TRANSPOSE;
+}
+
+// after the gate/up group dst[0..count) (last node i_last, reading the norm of x): SwiGLU of the two outputs,
+// [SPARSE_IDX of it], MUL_MAT_ZZ of it, ADD of that and x, nothing else run between (views aside); the ADD or nullptr
+static const ggml_tensor * zz_acc_down_add(const ggml_cgraph * cgraph, const int i_last, ggml_tensor * const * dst,
+        const int count, const ggml_tensor * x) {
+    if (count != 2) {
+        return nullptr;
+    }
+    const ggml_tensor * glu  = nullptr;
+    const ggml_tensor * mm   = nullptr;
+    int                 j_mm = -1;
+    for (int j = i_last + 1; j < cgraph->n_nodes && j <= i_last + 16; ++j) {
+        const ggml_tensor * t = cgraph->nodes[j];
+        if (zz_acc_noop(t)) {
+            continue;
+        }
+        if (!(t->flags & GGML_TENSOR_FLAG_COMPUTE)) {
+            return nullptr;
+        }
+        if (glu == nullptr) {
+            const bool pair = (t->src[0] == dst[0] && t->src[1] == dst[1]) || (t->src[0] == dst[1] && t->src[1] == dst[0]);
+            if (t->op != GGML_OP_GLU || ggml_get_glu_op(t) != GGML_GLU_OP_SWIGLU || !pair) {
+                return nullptr;
+            }
+            glu = t;
+        } else if (mm == nullptr && t->op == GGML_OP_SPARSE_IDX && t->src[0] == glu) {
+            continue;
+        } else if (mm == nullptr) {
+            if (t->op != GGML_OP_MUL_MAT_ZZ || t->src[1] != glu) {
+                return nullptr;
+            }
+            mm   = t;
+            j_mm = j;
+        } else {
+            const bool res = t->op == GGML_OP_ADD && ((t->src[0] == mm && t->src[1] == x) || (t->src[1] == mm && t->src[0] == x));
+            return res && j == j_mm + 1 ? t : nullptr; // (the fused launch takes only an ADD right after the matmul)
+        }
+    }
+    return nullptr;
+}
+
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count,
-        const zz_norm_defer * norm) {
+        const zz_norm_defer * norm, const ggml_cgraph * cgraph, const int i_last) {
+    zz_acc_set(&ctx, nullptr, nullptr); // (an earlier launch's copy that no down launch took is stale)
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
     }
@@ -3285,13 +3379,37 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const ggml_tensor *  xt       = norm ? norm->x() : src1;
     const float *        x        = (const float *) xt->data;
     const int64_t        x_stride = xt->nb[1]/sizeof(float);
-    const zz_gemv_norm   nrm      = norm ? norm->params() : zz_gemv_norm{};
+    zz_gemv_norm         nrm      = norm ? norm->params() : zz_gemv_norm{};
     const zz_gemv_config cfg      = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
     float              thr;
     const zz_gemv_mode mode = zz_list_mode(src2, thr);
-    return zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
+    // outputs that accumulate: the residual x copied into the output of the down + residual launch after this one,
+    // where that output overlaps nothing this launch reads or writes
+    const ggml_tensor * acc_add = nullptr;
+    if (zz_acc_enabled() && norm != nullptr && cgraph != nullptr && mode != ZZ_GEMV_IDX) {
+        acc_add = zz_acc_down_add(cgraph, i_last, dst, count, xt);
+        if (acc_add != nullptr && (!zz_fuse_rows_f32(acc_add, n, n_tokens) || !zz_fuse_rows_f32(xt, n, n_tokens) ||
+                    ggml_sparse_mem_overlaps(acc_add, xt) || ggml_sparse_mem_overlaps(acc_add, norm->w()) ||
+                    ggml_sparse_mem_overlaps(acc_add, dst[0]) || ggml_sparse_mem_overlaps(acc_add, dst[1]))) {
+            acc_add = nullptr;
+        }
+        if (acc_add != nullptr) {
+            nrm.x_copy        = (float *) acc_add->data;
+            nrm.x_copy_stride = (int64_t) (acc_add->nb[1]/sizeof(float));
+        }
+    }
+    const bool ran = zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream(),
             norm ? &nrm : nullptr);
+    zz_acc_set(&ctx, cgraph, ran ? acc_add : nullptr);
+    if (ran && acc_add != nullptr) {
+        static std::atomic<bool> logged{false};
+        if (!logged.exchange(true)) {
+            GGML_LOG_INFO("llama-sparse: CUDA outputs that accumulate: the gate/up launch copies the residual into "
+                          "down's output (first: %s; LLAMA_SPARSE_CUDA_ACC=1)\n", acc_add->name);
+        }
+    }
+    return ran;
 }
 
 static bool zz_fuse_enabled() {
@@ -3416,7 +3534,10 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
-    if (bias != nullptr) {
+    if (zz_acc_take(&ctx, cgraph, add) && glu != nullptr && add != nullptr && norm == nullptr && mode != ZZ_GEMV_IDX &&
+            !ggml_sparse_mem_overlaps(out, bias)) {
+        seg.y_ready = 1; // the gate/up launch put the residual there: add W x to it
+    } else if (bias != nullptr) {
         seg.bias        = (const float *) bias->data;
         seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));
     }
