@@ -27,7 +27,8 @@
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
 #              bench-staged: the same with Q4_K on the staged kernel (LLAMA_SPARSE_CUDA_DIRECT=0)
 #   zz-chain   test_zz_cuda chain: decode's GEMV chain of a 7B / 8B shape, no model (CHAIN_ENVS A/B, after build-base;
-#              LLAMA_SPARSE_TEST_CHAIN_NORM=0 / 1 / 2 in a setting: no norm / a norm kernel before q/k/v and gate/up / folded in, the default)
+#              LLAMA_SPARSE_TEST_CHAIN_NORM=0 / 1 / 2 in a setting: no norm / a norm kernel before q/k/v and gate/up / folded in, the default;
+#              LLAMA_SPARSE_TEST_CHAIN_ACC=1: outputs that accumulate; the floor rows: the launches with no GEMV work)
 #   chain-ab   zz-chain of two test_zz_cuda builds, A the defaults, B with NVCC flags CHAIN_AB_FLAGS (after build-base)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
@@ -854,7 +855,7 @@ remote() {
             # test_zz_cuda like zztest-lite), or after build zztest: then the binary has ggml-cuda and also times stock's
             # chain
             zz_build_lite
-            zz_env_rounds zz-chain.log "^ ?[0-9]|^ T " "${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}" \
+            zz_env_rounds zz-chain.log "^ ?[0-9]|^ T |floor" "${CHAIN_ENVS:-LLAMA_SPARSE_DEFAULTS=1}" \
                 chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}"
             ;;
         chain-ab)
@@ -872,7 +873,7 @@ remote() {
                     bin=/tmp/zz-test/t; [ $b = a ] || bin=/tmp/chain-ab/b/t
                     echo "-- round $i, $b" | tee -a "$out/chain-ab.log"
                     timeout 150 $bin chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
-                        tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T "
+                        tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T |floor"
                 done
             done
             ;;
