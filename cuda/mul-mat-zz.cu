@@ -3309,6 +3309,17 @@ static const ggml_tensor * zz_acc_down_add(const ggml_cgraph * cgraph, const int
     if (count != 2) {
         return nullptr;
     }
+    // the nodes between the group's own run after its launch: views only
+    auto in_group = [&](const ggml_tensor * t) { return t == dst[0] || t == dst[1]; };
+    int j0 = i_last;
+    for (int j = i_last; j >= 0 && j >= i_last - 64; --j) {
+        j0 = in_group(cgraph->nodes[j]) ? j : j0;
+    }
+    for (int j = j0 + 1; j < i_last; ++j) {
+        if (!in_group(cgraph->nodes[j]) && !zz_acc_noop(cgraph->nodes[j])) {
+            return nullptr;
+        }
+    }
     const ggml_tensor * glu  = nullptr;
     const ggml_tensor * mm   = nullptr;
     int                 j_mm = -1;
