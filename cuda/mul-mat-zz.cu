@@ -3283,28 +3283,20 @@ static void zz_acc_set(const ggml_backend_cuda_context * ctx, const ggml_cgraph 
 
 // whether a gate/up launch copied the residual into add's output (the entry goes either way)
 static bool zz_acc_take(const ggml_backend_cuda_context * ctx, const ggml_cgraph * graph, const ggml_tensor * add) {
-    std::lock_guard<std::mutex> lock(zz_acc_mutex);
-    bool found = false;
-    for (size_t e = 0; e < zz_acc_pending.size();) {
-        if (zz_acc_pending[e].ctx == ctx) {
-            found = found || (zz_acc_pending[e].graph == graph && zz_acc_pending[e].add == add);
-            zz_acc_pending[e] = zz_acc_pending.back();
-            zz_acc_pending.pop_back();
-        } else {
-            ++e;
-        }
+    bool found;
+    {
+        std::lock_guard<std::mutex> lock(zz_acc_mutex);
+        found = std::any_of(zz_acc_pending.begin(), zz_acc_pending.end(), [&](const zz_acc_pre & p) {
+            return p.ctx == ctx && p.graph == graph && p.add == add;
+        });
     }
+    zz_acc_set(ctx, nullptr, nullptr);
     return found;
-}
-
-static bool zz_acc_noop(const ggml_tensor * t) {
-    return t->op == GGML_OP_NONE || t->op == GGML_OP_VIEW || t->op == GGML_OP_RESHAPE || t->op == GGML_OP_PERMUTE ||
-           t->op == GGML_OP_TRANSPOSE;
 }
 
 // after the gate/up group dst[0..count) (last node i_last, reading the norm of x): SwiGLU of the two outputs,
 // [SPARSE_IDX of it], MUL_MAT_ZZ of it, ADD of that and x, nothing else run between (views aside); the ADD or nullptr
-static const ggml_tensor * zz_acc_down_add(const ggml_cgraph * cgraph, const int i_last, ggml_tensor * const * dst,
+static const ggml_tensor * zz_acc_down_add(ggml_cgraph * cgraph, const int i_last, ggml_tensor * const * dst,
         const int count, const ggml_tensor * x) {
     if (count != 2) {
         return nullptr;
@@ -3316,45 +3308,34 @@ static const ggml_tensor * zz_acc_down_add(const ggml_cgraph * cgraph, const int
         j0 = in_group(cgraph->nodes[j]) ? j : j0;
     }
     for (int j = j0 + 1; j < i_last; ++j) {
-        if (!in_group(cgraph->nodes[j]) && !zz_acc_noop(cgraph->nodes[j])) {
-            return nullptr;
-        }
-    }
-    const ggml_tensor * glu  = nullptr;
-    const ggml_tensor * mm   = nullptr;
-    int                 j_mm = -1;
-    for (int j = i_last + 1; j < cgraph->n_nodes && j <= i_last + 16; ++j) {
         const ggml_tensor * t = cgraph->nodes[j];
-        if (zz_acc_noop(t)) {
-            continue;
-        }
-        if (!(t->flags & GGML_TENSOR_FLAG_COMPUTE)) {
+        if (!in_group(t) && !ggml_is_empty(t) && !ggml_op_is_empty(t->op)) { // (as ggml_sparse_cuda_next_node skips)
             return nullptr;
         }
-        if (glu == nullptr) {
-            const bool pair = (t->src[0] == dst[0] && t->src[1] == dst[1]) || (t->src[0] == dst[1] && t->src[1] == dst[0]);
-            if (t->op != GGML_OP_GLU || ggml_get_glu_op(t) != GGML_GLU_OP_SWIGLU || !pair) {
-                return nullptr;
-            }
-            glu = t;
-        } else if (mm == nullptr && t->op == GGML_OP_SPARSE_IDX && t->src[0] == glu) {
-            continue;
-        } else if (mm == nullptr) {
-            if (t->op != GGML_OP_MUL_MAT_ZZ || t->src[1] != glu) {
-                return nullptr;
-            }
-            mm   = t;
-            j_mm = j;
-        } else {
-            const bool res = t->op == GGML_OP_ADD && ((t->src[0] == mm && t->src[1] == x) || (t->src[1] == mm && t->src[0] == x));
-            return res && j == j_mm + 1 ? t : nullptr; // (the fused launch takes only an ADD right after the matmul)
-        }
     }
-    return nullptr;
+    auto computed = [](const ggml_tensor * t) { return t != nullptr && (t->flags & GGML_TENSOR_FLAG_COMPUTE); };
+    int j = i_last;
+    const ggml_tensor * glu = ggml_sparse_cuda_next_node(cgraph, &j);
+    if (!computed(glu) || glu->op != GGML_OP_GLU || ggml_get_glu_op(glu) != GGML_GLU_OP_SWIGLU ||
+            !((glu->src[0] == dst[0] && glu->src[1] == dst[1]) || (glu->src[0] == dst[1] && glu->src[1] == dst[0]))) {
+        return nullptr;
+    }
+    const ggml_tensor * mm = ggml_sparse_cuda_next_node(cgraph, &j);
+    if (computed(mm) && mm->op == GGML_OP_SPARSE_IDX && mm->src[0] == glu) {
+        mm = ggml_sparse_cuda_next_node(cgraph, &j);
+    }
+    if (!computed(mm) || mm->op != GGML_OP_MUL_MAT_ZZ || mm->src[1] != glu) {
+        return nullptr;
+    }
+    const int j_mm = j;
+    const ggml_tensor * add = ggml_sparse_cuda_next_node(cgraph, &j);
+    // (the fused launch takes only an ADD right after the matmul)
+    return computed(add) && j == j_mm + 1 && add->op == GGML_OP_ADD &&
+           ((add->src[0] == mm && add->src[1] == x) || (add->src[1] == mm && add->src[0] == x)) ? add : nullptr;
 }
 
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count,
-        const zz_norm_defer * norm, const ggml_cgraph * cgraph, const int i_last) {
+        const zz_norm_defer * norm, ggml_cgraph * cgraph, const int i_last) {
     zz_acc_set(&ctx, nullptr, nullptr); // (an earlier launch's copy that no down launch took is stale)
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
@@ -3545,8 +3526,8 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
-    if (zz_acc_take(&ctx, cgraph, add) && glu != nullptr && add != nullptr && norm == nullptr && mode != ZZ_GEMV_IDX &&
-            !ggml_sparse_mem_overlaps(out, bias)) {
+    // (taken only with the ADD the gate/up launch checked; without a SwiGLU this is not its down launch)
+    if (zz_acc_take(&ctx, cgraph, add) && glu != nullptr) {
         seg.y_ready = 1; // the gate/up launch put the residual there: add W x to it
     } else if (bias != nullptr) {
         seg.bias        = (const float *) bias->data;

@@ -132,7 +132,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
 // (norm: a deferred RMS norm their x is, ggml_cuda_zz_norm_defer; they then read its input; cgraph, i_last: the
 // graph and the group's last node, for LLAMA_SPARSE_CUDA_ACC's look at the nodes after it)
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, int count,
-        const struct zz_norm_defer * norm = nullptr, const ggml_cgraph * cgraph = nullptr, int i_last = -1);
+        const struct zz_norm_defer * norm = nullptr, ggml_cgraph * cgraph = nullptr, int i_last = -1);
 
 // node i and its neighbours as one GEMV launch of the direct Q4_K kernel, where the graph allows it:
 //   [GLU (SwiGLU) [, SPARSE_IDX (lazy)]], MUL_MAT_ZZ [, ADD]

@@ -11,6 +11,7 @@
 // ggml's to_float of the zigzag blocks. Built by cuda/tests/build.sh.
 #include "mul-mat-zz.cuh"
 #include "sparse-idx.cuh"
+#include "launch.cuh"
 
 #include "ggml.h"
 
@@ -1831,17 +1832,9 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
                         }
                         const int64_t n = groups[g].n;
                         const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m_sum, T);
-                        cudaLaunchAttribute attr;
-                        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                        attr.val.programmaticStreamSerializationAllowed = 1;
-                        cudaLaunchConfig_t lc = {};
-                        lc.gridDim  = dim3(cfg.n1, (unsigned) (m_sum/QK_K), 1);
-                        lc.blockDim = dim3(cfg.n2*WARP_SIZE, 1, 1);
-                        lc.dynamicSmemBytes = floor_smem;
-                        lc.stream   = s;
-                        lc.attrs    = &attr;
-                        lc.numAttrs = 1;
-                        CUDA_CHECK(cudaLaunchKernelEx(&lc, chain_floor, (const float *) xf.ptr, n, ctr.ptr, sink.ptr, work));
+                        ggml_sparse_cuda_launch_cfg(chain_floor, dim3(cfg.n1, (unsigned) (m_sum/QK_K), 1),
+                                dim3(cfg.n2*WARP_SIZE, 1, 1), floor_smem, 0, true, s, (const float *) xf.ptr, n,
+                                ctr.ptr, sink.ptr, work);
                     }
                 }
             };
