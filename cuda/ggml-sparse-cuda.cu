@@ -171,6 +171,7 @@ int ggml_cuda_sparse_graph_node(ggml_backend_cuda_context & ctx, ggml_cgraph * c
     if (zz_whatif_skip(node)) {
         return 1;
     }
+    ggml_cuda_zz_res_node(ctx, cgraph, node);
     if (node->op == GGML_OP_RMS_NORM) {
         return zz_single_stream(ctx) ? ggml_cuda_zz_norm_defer(ctx, cgraph, i) : 0;
     }

@@ -1343,6 +1343,7 @@ struct zz_segs {
     int           y_ready;    // y holds its start value: atomics only (zz_gemv_seg::y_ready)
     float       * x_copy;     // NORM launches: zz_gemv_norm's upkeep (zz_norm_upkeep)
     int64_t       x_copy_stride;
+    float       * x_copy2;
     float       * clear;
     int64_t       clear_n;
 };
@@ -1635,7 +1636,11 @@ static __device__ __forceinline__ void zz_norm_upkeep(const zz_segs & segs, cons
         for (int64_t e = tid; e < (int64_t) n*T; e += nt) {
             const int64_t t = e / n;
             const int64_t j = e - t*n;
-            segs.x_copy[t*segs.x_copy_stride + j] = x[t*x_stride + j];
+            const float   v = x[t*x_stride + j];
+            segs.x_copy[t*segs.x_copy_stride + j] = v;
+            if (segs.x_copy2 != nullptr) {
+                segs.x_copy2[t*segs.x_copy_stride + j] = v;
+            }
         }
     }
     for (int64_t e = tid; e < segs.clear_n; e += nt) {
@@ -2479,9 +2484,11 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     GGML_ASSERT(!segs.y_ready || (type == GGML_TYPE_Q4_K && caps.direct && mode != ZZ_GEMV_IDX));
     if (norm != nullptr) {
         GGML_ASSERT(norm->x_copy == nullptr || norm->x_copy_stride >= n);
+        GGML_ASSERT(norm->x_copy2 == nullptr || norm->x_copy != nullptr);
         GGML_ASSERT(norm->clear_n == 0 || norm->clear != nullptr);
         segs.x_copy        = norm->x_copy;
         segs.x_copy_stride = norm->x_copy_stride;
+        segs.x_copy2       = norm->x_copy2;
         segs.clear         = norm->clear;
         segs.clear_n       = norm->clear_n;
     }
@@ -3257,9 +3264,14 @@ static zz_gemv_mode zz_list_mode(const ggml_tensor * list, float & thr) {
 
 static bool zz_fuse_rows_f32(const ggml_tensor * t, int64_t ne0, int64_t n_rows);
 
+// LLAMA_SPARSE_CUDA_ACC, a mask: 1 down (below), 2 o (the residual carried in a private buffer, further down)
+static int zz_acc_mask() {
+    static const int mask = std::max(0, zz_env_int("LLAMA_SPARSE_CUDA_ACC"));
+    return mask;
+}
+
 static bool zz_acc_enabled() {
-    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_ACC") > 0;
-    return on;
+    return (zz_acc_mask() & 1) != 0;
 }
 
 // a gate/up launch's copy, for the down launch to take: (context, graph, the ADD whose output holds the residual)
@@ -3334,9 +3346,144 @@ static const ggml_tensor * zz_acc_down_add(ggml_cgraph * cgraph, const int i_las
            ((add->src[0] == mm && add->src[1] == x) || (add->src[1] == mm && add->src[0] == x)) ? add : nullptr;
 }
 
+// The residual carried to o (LLAMA_SPARSE_CUDA_ACC & 2). o's output, x + W_o a, takes memory that the q RoPE's
+// output held until attention read it, so no launch before o can set it. Instead the q/k/v launch, which reads x
+// for its norm, copies x into a private buffer P (per device and stream); o adds W_o a into P (y_ready) and leaves
+// its ADD's output unwritten; the gate/up launch after it reads its norm's x from P and writes it out (x_copy2),
+// so that every later reader finds it where the graph put it. Between o and that launch only the deferred RMS
+// norm runs; anything else first gets P copied out (zz_res_flush).
+static bool zz_res_enabled() {
+    return (zz_acc_mask() & 2) != 0;
+}
+
+struct zz_res_pre {
+    const ggml_backend_cuda_context * ctx;
+    const ggml_cgraph               * graph;
+    const ggml_tensor               * add;   // o's residual ADD
+    float                           * p;
+    int                               stage; // 0: P holds the residual x (q/k/v ran), 1: P holds add (o ran)
+};
+struct zz_res_buf {
+    int          device;
+    cudaStream_t stream;
+    float      * p;
+    size_t       floats;
+};
+static std::vector<zz_res_pre> zz_res_pending; // at most one a context (zz_acc_mutex)
+static std::vector<zz_res_buf> zz_res_bufs;
+static std::vector<float *>    zz_res_retired; // (graphs captured with them may still run)
+
+// P of the stream with room for floats, or nullptr (not during a capture)
+static float * zz_res_get(cudaStream_t stream, const size_t floats) {
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(zz_acc_mutex);
+    for (zz_res_buf & b : zz_res_bufs) {
+        if (b.device == device && b.stream == stream && b.floats >= floats) {
+            return b.p;
+        }
+    }
+    cudaStreamCaptureStatus status;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status != cudaStreamCaptureStatusNone) {
+        return nullptr;
+    }
+    float * p = nullptr;
+    const size_t cap = std::max<size_t>(floats, 8*8192);
+    CUDA_CHECK(cudaMalloc(&p, cap*sizeof(float)));
+    for (zz_res_buf & b : zz_res_bufs) {
+        if (b.device == device && b.stream == stream) {
+            zz_res_retired.push_back(b.p);
+            b.p      = p;
+            b.floats = cap;
+            return p;
+        }
+    }
+    zz_res_bufs.push_back({ device, stream, p, cap });
+    return p;
+}
+
+// ctx's record, taken out (stage -1: none)
+static zz_res_pre zz_res_pop(const ggml_backend_cuda_context * ctx) {
+    std::lock_guard<std::mutex> lock(zz_acc_mutex);
+    zz_res_pre r = { ctx, nullptr, nullptr, nullptr, -1 };
+    for (size_t e = 0; e < zz_res_pending.size(); ++e) {
+        if (zz_res_pending[e].ctx == ctx) {
+            r = zz_res_pending[e];
+            zz_res_pending.erase(zz_res_pending.begin() + e);
+            break;
+        }
+    }
+    return r;
+}
+
+static void zz_res_push(const zz_res_pre & r) {
+    std::lock_guard<std::mutex> lock(zz_acc_mutex);
+    zz_res_pending.push_back(r);
+}
+
+// P -> the ADD's output (T rows of ne0 floats)
+static void zz_res_copy_out(const ggml_tensor * add, const float * p, cudaStream_t stream) {
+    CUDA_CHECK(cudaMemcpy2DAsync(add->data, add->nb[1], p, add->ne[0]*sizeof(float), add->ne[0]*sizeof(float),
+                                 add->ne[1], cudaMemcpyDeviceToDevice, stream));
+}
+
+// a record o left (stage 1) is written out now, unless it is kept for the RMS norm `keep` of this graph; a stage 0
+// record goes unless keep_stage0. A record of another graph only goes (its tensors may be gone).
+static zz_res_pre zz_res_flush(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph,
+        const ggml_tensor * keep = nullptr, const bool keep_stage0 = false) {
+    zz_res_pre r = zz_res_pop(&ctx);
+    if (r.stage == 1 && r.graph == cgraph && keep != nullptr && keep->op == GGML_OP_RMS_NORM && keep->src[0] == r.add) {
+        return r; // (the caller pushes it back or hands it on)
+    }
+    if (r.stage == 1 && r.graph == cgraph) {
+        zz_res_copy_out(r.add, r.p, ctx.stream());
+    }
+    if (r.stage == 0 && keep_stage0 && r.graph == cgraph) {
+        zz_res_push(r);
+    }
+    return { &ctx, nullptr, nullptr, nullptr, -1 };
+}
+
+void ggml_cuda_zz_res_node(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const ggml_tensor * node) {
+    if (!zz_res_enabled()) {
+        return;
+    }
+    // (a stage 0 record waits for o's MUL_MAT_ZZ; the RMS norm of o's output sees to a stage 1 record itself)
+    zz_res_pre r = zz_res_flush(ctx, cgraph, node, /*keep_stage0 =*/ true);
+    if (r.stage == 1) {
+        zz_res_push(r);
+    }
+}
+
+// after q/k/v's group (last node i_last, reading the norm of x): o's residual ADD, with the matmul right before it,
+// the RMS norm of it the next node run, and nothing between that writes x; or nullptr
+static const ggml_tensor * zz_res_o_add(ggml_cgraph * cgraph, const int i_last, const ggml_tensor * x) {
+    const int n_nodes = ggml_graph_n_nodes(cgraph);
+    for (int j = i_last + 1; j < n_nodes && j <= i_last + 128; ++j) {
+        const ggml_tensor * t = ggml_graph_node(cgraph, j);
+        if (t->op == GGML_OP_ADD && (t->src[0] == x || t->src[1] == x)) {
+            const ggml_tensor * mm = t->src[0] == x ? t->src[1] : t->src[0];
+            if (mm != x && mm == ggml_graph_node(cgraph, j - 1) && mm->op == GGML_OP_MUL_MAT_ZZ &&
+                    (t->flags & GGML_TENSOR_FLAG_COMPUTE) && zz_fuse_rows_f32(t, x->ne[0], x->ne[1]) &&
+                    zz_fuse_rows_f32(x, x->ne[0], x->ne[1])) {
+                int k = j;
+                const ggml_tensor * rms = ggml_sparse_cuda_next_node(cgraph, &k);
+                return rms != nullptr && rms->op == GGML_OP_RMS_NORM && rms->src[0] == t ? t : nullptr;
+            }
+            return nullptr;
+        }
+        if (!ggml_op_is_empty(t->op) && ggml_sparse_mem_overlaps(t, x)) {
+            return nullptr; // (x written on the way)
+        }
+    }
+    return nullptr;
+}
+
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count,
         const zz_norm_defer * norm, ggml_cgraph * cgraph, const int i_last) {
     zz_acc_set(&ctx, nullptr, nullptr); // (an earlier launch's copy that no down launch took is stale)
+    zz_res_flush(ctx, cgraph);          // (so is a residual no o launch took)
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
     }
@@ -3369,8 +3516,9 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     }
     GGML_ASSERT(norm == nullptr || norm->mul == src1);
     const ggml_tensor *  xt       = norm ? norm->x() : src1;
-    const float *        x        = (const float *) xt->data;
-    const int64_t        x_stride = xt->nb[1]/sizeof(float);
+    // (x_alt: o left x in P, this launch writes it out)
+    const float *        x        = norm && norm->x_alt ? norm->x_alt : (const float *) xt->data;
+    const int64_t        x_stride = norm && norm->x_alt ? xt->ne[0] : (int64_t) (xt->nb[1]/sizeof(float));
     zz_gemv_norm         nrm      = norm ? norm->params() : zz_gemv_norm{};
     const zz_gemv_config cfg      = zz_gemv_get_config(ctx.device, type, n, m_sum, (int) n_tokens);
     float              thr;
@@ -3385,15 +3533,46 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
                     ggml_sparse_mem_overlaps(acc_add, dst[0]) || ggml_sparse_mem_overlaps(acc_add, dst[1]))) {
             acc_add = nullptr;
         }
+        if (acc_add != nullptr && norm->x_alt != nullptr && acc_add->nb[1] != xt->nb[1]) {
+            acc_add = nullptr; // (x_copy and x_copy2 share a stride)
+        }
         if (acc_add != nullptr) {
             nrm.x_copy        = (float *) acc_add->data;
             nrm.x_copy_stride = (int64_t) (acc_add->nb[1]/sizeof(float));
+        }
+    }
+    if (norm != nullptr && norm->x_alt != nullptr) {
+        if (nrm.x_copy == nullptr) {
+            nrm.x_copy        = (float *) xt->data;
+            nrm.x_copy_stride = (int64_t) (xt->nb[1]/sizeof(float));
+        } else {
+            nrm.x_copy2 = (float *) xt->data;
+        }
+    }
+    // the residual carried to o: x copied into P for o's launch to add into
+    const ggml_tensor * res_add = nullptr;
+    float *             res_p   = nullptr;
+    if (zz_res_enabled() && norm != nullptr && norm->x_alt == nullptr && nrm.x_copy == nullptr && cgraph != nullptr &&
+            mode != ZZ_GEMV_IDX) {
+        res_add = zz_res_o_add(cgraph, i_last, xt);
+        res_p   = res_add ? zz_res_get(ctx.stream(), (size_t) (xt->ne[0]*n_tokens)) : nullptr;
+        if (res_p != nullptr) {
+            nrm.x_copy        = res_p;
+            nrm.x_copy_stride = xt->ne[0];
         }
     }
     const bool ran = zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream(),
             norm ? &nrm : nullptr);
     zz_acc_set(&ctx, cgraph, ran ? acc_add : nullptr);
+    if (ran && res_p != nullptr) {
+        zz_res_push({ &ctx, cgraph, res_add, res_p, 0 });
+        static std::atomic<bool> logged{false};
+        if (!logged.exchange(true)) {
+            GGML_LOG_INFO("llama-sparse: CUDA outputs that accumulate: the q/k/v launch carries the residual to o's "
+                          "launch in a private buffer (first: %s; LLAMA_SPARSE_CUDA_ACC=2)\n", res_add->name);
+        }
+    }
     if (ran && acc_add != nullptr) {
         static std::atomic<bool> logged{false};
         if (!logged.exchange(true)) {
@@ -3495,6 +3674,9 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     if (norm != nullptr && (norm->mul != x || mode == ZZ_GEMV_IDX || zz_direct_version_at((int) n_tokens) < 2)) {
         return 0;
     }
+    if (norm != nullptr && norm->x_alt != nullptr) {
+        zz_res_copy_out(norm->x(), norm->x_alt, ctx.stream()); // (one launch reads x where the graph has it)
+    }
 
     // the residual add after it
     const ggml_tensor * add  = nullptr;
@@ -3526,9 +3708,28 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
+    // o's launch with the residual carried in P (the record q/k/v left for this ADD; the RMS norm of the ADD's
+    // output the next node run)
+    zz_res_pre res = { &ctx, nullptr, nullptr, nullptr, -1 };
+    if (zz_res_enabled() && add != nullptr && glu == nullptr && norm == nullptr && mode != ZZ_GEMV_IDX) {
+        res = zz_res_pop(&ctx);
+        int k = i_mm + 1;
+        const ggml_tensor * rms = ggml_sparse_cuda_next_node(const_cast<ggml_cgraph *>(cgraph), &k);
+        if (res.stage != 0 || res.graph != cgraph || res.add != add || rms == nullptr || rms->op != GGML_OP_RMS_NORM ||
+                rms->src[0] != add) {
+            if (res.stage >= 0 && res.add != add) {
+                zz_res_push(res); // (another launch's)
+            }
+            res.stage = -1;
+        }
+    }
     // (taken only with the ADD the gate/up launch checked; without a SwiGLU this is not its down launch)
     if (zz_acc_take(&ctx, cgraph, add) && glu != nullptr) {
         seg.y_ready = 1; // the gate/up launch put the residual there: add W x to it
+    } else if (res.stage == 0) {
+        seg.y        = res.p; // (P holds the residual: add W x to it, the ADD's output stays unwritten)
+        seg.y_stride = m;
+        seg.y_ready  = 1;
     } else if (bias != nullptr) {
         seg.bias        = (const float *) bias->data;
         seg.bias_stride = (int64_t) (bias->nb[1]/sizeof(float));
@@ -3541,6 +3742,10 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
             up, up_stride, norm ? &nrm : nullptr);
+    if (res.stage == 0) {
+        res.stage = 1;
+        zz_res_push(res);
+    }
 
     static std::atomic<bool> logged{false};
     if ((glu || add) && !logged.exchange(true)) {
@@ -3572,7 +3777,25 @@ static std::vector<zz_norm_defer>::iterator zz_norm_find(const ggml_backend_cuda
                         [ctx](const zz_norm_defer & d) { return d.ctx == ctx; });
 }
 
+static int zz_norm_defer_impl(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i);
+
 int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i) {
+    const int n_left = zz_norm_defer_impl(ctx, cgraph, i);
+    if (!zz_res_enabled()) {
+        return n_left;
+    }
+    // o's output still in P: the launch that takes this norm reads it there, else it is written out now
+    zz_res_pre r = zz_res_flush(ctx, cgraph, n_left > 0 ? ggml_graph_node(cgraph, i) : nullptr);
+    if (r.stage == 1) {
+        std::lock_guard<std::mutex> lock(zz_norm_mutex);
+        auto it = zz_norm_find(&ctx);
+        GGML_ASSERT(it != zz_norm_pending.end() && it->rms == ggml_graph_node(cgraph, i));
+        it->x_alt = r.p;
+    }
+    return n_left;
+}
+
+static int zz_norm_defer_impl(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, const int i) {
     if (!zz_norm_fuse_enabled()) {
         return 0; // (then nothing is ever recorded)
     }
@@ -3657,6 +3880,9 @@ bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph *
 }
 
 void ggml_cuda_zz_norm_run(ggml_backend_cuda_context & ctx, const zz_norm_defer & nd) {
+    if (nd.x_alt != nullptr) {
+        zz_res_copy_out(nd.x(), nd.x_alt, ctx.stream()); // (o's output, still in P)
+    }
     ggml_cuda_op_rms_norm_fused(ctx, nd.rms, nd.mul); // upstream's kernel: writes the MUL's output
 }
 #endif // GGML_SPARSE_CUDA_STANDALONE

@@ -82,9 +82,11 @@ struct zz_gemv_norm {
     const float * w;
     float         eps;
     // upkeep for outputs that accumulate (y_ready), done by the launch's blocks after its PDL wait: x as read (not
-    // normed) copied to x_copy (row stride x_copy_stride), and clear_n floats at clear set to 0
+    // normed) copied to x_copy and, if set, to x_copy2 (both of row stride x_copy_stride), and clear_n floats at
+    // clear set to 0
     float       * x_copy        = nullptr;
     int64_t       x_copy_stride = 0;
+    float       * x_copy2       = nullptr;
     float       * clear         = nullptr;
     int64_t       clear_n       = 0;
 };
@@ -154,6 +156,7 @@ struct zz_norm_defer {
     int                               i_mm;  // the first matmul reading it (the launch's place)
     ggml_tensor                     * rms;   // RMS_NORM, not run
     ggml_tensor                     * mul;   // MUL by the norm weight, not run: what the matmuls read
+    const float                     * x_alt = nullptr; // x not yet written: read it here (LLAMA_SPARSE_CUDA_ACC & 2)
 
     const ggml_tensor * x() const { return rms->src[0]; }                                      // the norm's input
     const ggml_tensor * w() const { return mul->src[0] == rms ? mul->src[1] : mul->src[0]; } // the norm weight [n]
@@ -167,6 +170,9 @@ struct zz_norm_defer {
 bool ggml_cuda_zz_group_enabled();
 
 int  ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
+// at every node the graph hook sees: o's output carried in a private buffer is written out unless this node is the
+// RMS norm that takes it (LLAMA_SPARSE_CUDA_ACC & 2)
+void ggml_cuda_zz_res_node(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const ggml_tensor * node);
 bool ggml_cuda_zz_norm_take(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, int i, zz_norm_defer & out);
 void ggml_cuda_zz_norm_run(ggml_backend_cuda_context & ctx, const zz_norm_defer & nd);
 #endif // GGML_SPARSE_CUDA_STANDALONE

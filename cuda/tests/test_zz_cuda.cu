@@ -817,35 +817,42 @@ static int test_norm(test_rng & rng, const int cases) {
             }
             const int64_t xc_stride = n + (c % 2 ? 3 : 0);
             const int64_t clear_n   = c % 3 == 0 ? 0 : rng.randint(1, 70000);
-            dev_buf<float> xc_d(T*xc_stride), clr_d(std::max<int64_t>(clear_n, 1));
+            const bool     two       = c % 2 == 0; // x also copied to a second buffer (x_copy2)
+            dev_buf<float> xc_d(T*xc_stride), xc2_d(T*xc_stride), clr_d(std::max<int64_t>(clear_n, 1));
             xc_d.poison();
+            xc2_d.poison();
             std::vector<float> junk(clr_d.n, 7.0f);
             clr_d.upload(junk.data(), junk.size());
             zz_gemv_norm norm_r = norm;
             norm_r.x_copy        = xc_d.ptr;
             norm_r.x_copy_stride = xc_stride;
+            norm_r.x_copy2       = two ? xc2_d.ptr : nullptr;
             norm_r.clear         = clear_n > 0 ? clr_d.ptr : nullptr;
             norm_r.clear_n       = clear_n;
             const bool ran = zz_gemv_launch_group(type, seg_r.data(), nseg, n, x_d.ptr + x_off, x_stride, T, nullptr,
                     mode, thr, cfg, stream, &norm_r);
             CUDA_CHECK(cudaStreamSynchronize(stream));
             char what[256];
-            snprintf(what, sizeof(what), "norm, y ready + upkeep n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d mode %d clear %lld",
-                    (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, (int) mode, (long long) clear_n);
+            snprintf(what, sizeof(what), "norm, y ready + upkeep n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d mode %d clear %lld%s",
+                    (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, (int) mode, (long long) clear_n,
+                    two ? " two copies" : "");
             if (!ran) {
                 printf("  FAIL %s: launch declined\n", what);
                 failures++;
                 continue;
             }
             failures += gb.check(what, xn, x_stride, T, mode == ZZ_GEMV_DENSE ? all : active, runs, worst, &y0);
-            std::vector<float> xc(xc_d.n), clr(clr_d.n);
+            std::vector<float> xc(xc_d.n), xc2(xc2_d.n), clr(clr_d.n);
             xc_d.download(xc.data(), xc.size());
+            xc2_d.download(xc2.data(), xc2.size());
             clr_d.download(clr.data(), clr.size());
             int bad = 0;
             for (int t = 0; t < T; ++t) {
                 for (int64_t j = 0; j < xc_stride; ++j) {
-                    const float v = xc[t*xc_stride + j];
+                    const float v  = xc[t*xc_stride + j];
+                    const float v2 = xc2[t*xc_stride + j];
                     bad += j < n ? !(v == x[x_off + t*x_stride + j]) : !std::isnan(v); // (bit for bit; padding untouched)
+                    bad += two && j < n ? !(v2 == v) : !std::isnan(v2);                // (untouched unless asked)
                 }
             }
             for (int64_t e = 0; e < clear_n; ++e) {
