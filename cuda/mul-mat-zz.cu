@@ -3257,16 +3257,24 @@ static zz_gemv_mode zz_list_mode(const ggml_tensor * list, float & thr) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Outputs that accumulate (LLAMA_SPARSE_CUDA_ACC=1, off by default; cuda/README.md). A launch whose output already
-// holds its start value only adds into it (zz_gemv_seg::y_ready): no protocol between the blocks of a row. So far
-// one case: down + residual. The gate/up launch before it reads the residual (the FFN input, its norm's x) anyway;
-// it copies it into down's output (zz_gemv_norm::x_copy), and down adds W x to it.
+// Outputs that accumulate (LLAMA_SPARSE_CUDA_ACC, on by default; cuda/README.md). A launch whose output already
+// holds its start value only adds into it (zz_gemv_seg::y_ready): no protocol between the blocks of a row. Two
+// cases: down + residual (the gate/up launch before it reads the residual, the FFN input, as its norm's x anyway; it
+// copies it into down's output, zz_gemv_norm::x_copy, and down adds W x to it) and o + residual (below).
 
 static bool zz_fuse_rows_f32(const ggml_tensor * t, int64_t ne0, int64_t n_rows);
 
-// LLAMA_SPARSE_CUDA_ACC, a mask: 1 down (below), 2 o (the residual carried in a private buffer, further down)
+// LLAMA_SPARSE_CUDA_ACC, a mask: 1 down (below), 2 o (the residual carried in a private buffer, further down);
+// default 3 (H100, 8-layer 7B-shaped model, tg128 at 0.50: +2.7 %, bench/results/cuda_h100_2026-11-28b.md); 0 or
+// GGML_CUDA_DISABLE_FUSION turns it off
 static int zz_acc_mask() {
-    static const int mask = std::max(0, zz_env_int("LLAMA_SPARSE_CUDA_ACC"));
+    static const int mask = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_ACC");
+        if (!ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ACC")) {
+            return 0;
+        }
+        return e != nullptr ? std::max(0, atoi(e)) : 3;
+    }();
     return mask;
 }
 
@@ -3570,14 +3578,14 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
         static std::atomic<bool> logged{false};
         if (!logged.exchange(true)) {
             GGML_LOG_INFO("llama-sparse: CUDA outputs that accumulate: the q/k/v launch carries the residual to o's "
-                          "launch in a private buffer (first: %s; LLAMA_SPARSE_CUDA_ACC=2)\n", res_add->name);
+                          "launch in a private buffer (first: %s; LLAMA_SPARSE_CUDA_ACC=0 turns it off)\n", res_add->name);
         }
     }
     if (ran && acc_add != nullptr) {
         static std::atomic<bool> logged{false};
         if (!logged.exchange(true)) {
             GGML_LOG_INFO("llama-sparse: CUDA outputs that accumulate: the gate/up launch copies the residual into "
-                          "down's output (first: %s; LLAMA_SPARSE_CUDA_ACC=1)\n", acc_add->name);
+                          "down's output (first: %s; LLAMA_SPARSE_CUDA_ACC=0 turns it off)\n", acc_add->name);
         }
     }
     return ran;
