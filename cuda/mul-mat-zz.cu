@@ -3457,8 +3457,10 @@ void ggml_cuda_zz_res_node(ggml_backend_cuda_context & ctx, const ggml_cgraph * 
     if (!zz_res_enabled()) {
         return;
     }
-    // (a stage 0 record waits for o's MUL_MAT_ZZ; the RMS norm of o's output sees to a stage 1 record itself)
-    zz_res_pre r = zz_res_flush(ctx, cgraph, node, /*keep_stage0 =*/ true);
+    // (a stage 0 record waits for o's MUL_MAT_ZZ, and goes at any RMS norm: a later layer's q/k/v may not run as
+    // a group, and its o must not take an earlier token's or layer's x; the RMS norm of o's output sees to a stage 1
+    // record itself)
+    zz_res_pre r = zz_res_flush(ctx, cgraph, node, /*keep_stage0 =*/ node->op != GGML_OP_RMS_NORM);
     if (r.stage == 1) {
         zz_res_push(r);
     }
