@@ -28,13 +28,15 @@ def _point_llama_cpp_at_fork() -> None:
 
 _point_llama_cpp_at_fork()
 
-from .llama import Llama, SparQ  # noqa: E402
-
 __all__ = ["Llama", "SparQ", "lib_dir", "__version__"]
 
 
 def __getattr__(name: str):
-    # heavy modules load on first use
+    # heavy modules load on first use (llama_cpp loads libllama: a tool that only quantizes through libggml-base,
+    # bench/make_random_gguf.py, runs where libllama is not built yet)
+    if name in ("Llama", "SparQ"):
+        from . import llama
+        return getattr(llama, name)
     if name == "convert":
         from .convert import convert
         return convert

@@ -78,9 +78,12 @@
 #              token ids (the random model's dummy vocab cannot tokenize text)
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
 #              for every group, so not the level's share of weight bytes; calib is the measured one)
-#   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: the package loads
-#              libllama; MODELZZ_LEVELS=thr: thr instead, the single threshold of many earlier runs, as each results
-#              file says): build-base stock-bg build modelzz-bg stock-wait modelzz-wait e2e took ~15 min (two polls)
+#   model-bg, model-wait   the model step in the background; it needs only libggml-base, so it can start after
+#              build-base, beside the builds (the random 7B took 211 s of modelzz's 332 on an H100 machine)
+#   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: convert and calibrate
+#              load libllama; the model part is skipped after model-wait; MODELZZ_LEVELS=thr: thr instead, the single
+#              threshold of many earlier runs, as each results file says): build-base model-bg stock-bg build
+#              model-wait modelzz-bg stock-wait modelzz-wait zz-rounds
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable; then
 #              tg128 at depth E2E_DEPTH (default 512, 0: none) for stock and E2E_DEPTH_LEVELS (default dense 0.50)
@@ -270,6 +273,7 @@ remote() {
             ;;
         model-wait)
             wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
+            model_done=1
             tr '\r' '\n' < "$out/model.log" | tail -2
             ;;
         modelzz-bg)
@@ -279,7 +283,8 @@ remote() {
             # bytes at "0.50")
             local levels=calib_r7b
             [ "${MODELZZ_LEVELS:-calib}" = thr ] && levels=thr_r7b
-            { make_r7b && convert_r7b && $levels; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
+            # (a model-bg step after build-base, joined by model-wait before this one, made the model already)
+            { { [ -n "${model_done:-}" ] || make_r7b; } && convert_r7b && $levels; } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
             ;;
         modelzz-wait)
             wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
