@@ -2169,16 +2169,19 @@ struct zz_ticket_buf {
     int        * tickets;
     float      * ws;
     size_t       ws_floats;
+    float      * res;        // the residual carried to o (zz_res_get)
+    size_t       res_floats;
 };
 
 static std::mutex                 zz_ticket_mutex;
 static std::vector<zz_ticket_buf> zz_ticket_bufs;
 static std::vector<float *>       zz_ticket_retired;
 
-// false while the stream is being captured and the buffers would have to be made or grown (the caller
-// then falls back to atomics); ggml-cuda runs a graph eagerly before it captures it, so that is rare
-static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t need, float ** ws, int ** tickets) {
-    std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+// the stream's entry, with its float buffer buf (of size `floats`) grown to need (at least min_cap, doubling);
+// nullptr while the stream is being captured and either would have to be made or grown (caller holds
+// zz_ticket_mutex)
+static zz_ticket_buf * zz_stream_buf(const int device, cudaStream_t stream, float * zz_ticket_buf::* buf,
+        size_t zz_ticket_buf::* floats, const size_t need, const size_t min_cap) {
     zz_ticket_buf * b = nullptr;
     for (zz_ticket_buf & e : zz_ticket_bufs) {
         if (e.device == device && e.stream == stream) {
@@ -2186,29 +2189,42 @@ static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t ne
             break;
         }
     }
-    if (b == nullptr || b->ws_floats < need) {
-        cudaStreamCaptureStatus status;
-        CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-        if (status != cudaStreamCaptureStatusNone) {
-            return false;
+    if (b != nullptr && b->*floats >= need) {
+        return b;
+    }
+    cudaStreamCaptureStatus status;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status != cudaStreamCaptureStatusNone) {
+        return nullptr;
+    }
+    if (b == nullptr) {
+        zz_ticket_buf nb = { device, stream, nullptr, nullptr, 0 };
+        CUDA_CHECK(cudaMalloc(&nb.tickets, 2*ZZ_TICKET_ROWS*sizeof(int)));
+        CUDA_CHECK(cudaMemsetAsync(nb.tickets, 0, 2*ZZ_TICKET_ROWS*sizeof(int), stream));
+        zz_ticket_bufs.push_back(nb);
+        b = &zz_ticket_bufs.back();
+    }
+    if (b->*floats < need) {
+        const size_t cap = std::max<size_t>(need, std::max<size_t>(2*(b->*floats), min_cap));
+        float * p = nullptr;
+        CUDA_CHECK(cudaMalloc(&p, cap*sizeof(float)));
+        if (b->*buf != nullptr) {
+            zz_ticket_retired.push_back(b->*buf);
         }
-        if (b == nullptr) {
-            zz_ticket_buf nb = { device, stream, nullptr, nullptr, 0 };
-            CUDA_CHECK(cudaMalloc(&nb.tickets, 2*ZZ_TICKET_ROWS*sizeof(int)));
-            CUDA_CHECK(cudaMemsetAsync(nb.tickets, 0, 2*ZZ_TICKET_ROWS*sizeof(int), stream));
-            zz_ticket_bufs.push_back(nb);
-            b = &zz_ticket_bufs.back();
-        }
-        if (b->ws_floats < need) {
-            const size_t cap = std::max<size_t>(need, std::max<size_t>(2*b->ws_floats, ZZ_TICKET_WS_MIN));
-            float * ws_new = nullptr;
-            CUDA_CHECK(cudaMalloc(&ws_new, cap*sizeof(float)));
-            if (b->ws != nullptr) {
-                zz_ticket_retired.push_back(b->ws);
-            }
-            b->ws        = ws_new;
-            b->ws_floats = cap;
-        }
+        b->*buf    = p;
+        b->*floats = cap;
+    }
+    return b;
+}
+
+// false while the stream is being captured and the buffers would have to be made or grown (the caller
+// then falls back to atomics); ggml-cuda runs a graph eagerly before it captures it, so that is rare
+static bool zz_ticket_get(const int device, cudaStream_t stream, const size_t need, float ** ws, int ** tickets) {
+    std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+    const zz_ticket_buf * b = zz_stream_buf(device, stream, &zz_ticket_buf::ws, &zz_ticket_buf::ws_floats, need,
+                                            ZZ_TICKET_WS_MIN);
+    if (b == nullptr) {
+        return false;
     }
     *ws      = b->ws;
     *tickets = b->tickets;
@@ -2221,7 +2237,11 @@ void zz_gemv_ticket_forget(cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(zz_ticket_mutex);
     for (size_t i = 0; i < zz_ticket_bufs.size(); ++i) {
         if (zz_ticket_bufs[i].device == device && zz_ticket_bufs[i].stream == stream) {
-            zz_ticket_retired.push_back(zz_ticket_bufs[i].ws); // (graphs captured on the stream may still use them)
+            for (float * p : { zz_ticket_bufs[i].ws, zz_ticket_bufs[i].res }) {
+                if (p != nullptr) {
+                    zz_ticket_retired.push_back(p); // (graphs captured on the stream may still use them)
+                }
+            }
             zz_ticket_bufs.erase(zz_ticket_bufs.begin() + i);
             return;
         }
@@ -3359,7 +3379,7 @@ static const ggml_tensor * zz_acc_down_add(ggml_cgraph * cgraph, const int i_las
 // for its norm, copies x into a private buffer P (per device and stream); o adds W_o a into P (y_ready) and leaves
 // its ADD's output unwritten; the gate/up launch after it reads its norm's x from P and writes it out (x_copy2),
 // so that every later reader finds it where the graph put it. Between o and that launch only the deferred RMS
-// norm runs; anything else first gets P copied out (zz_res_flush).
+// norm runs; anything else first gets P copied out (zz_res_drop).
 static bool zz_res_enabled() {
     return (zz_acc_mask() & 2) != 0;
 }
@@ -3371,44 +3391,16 @@ struct zz_res_pre {
     float                           * p;
     int                               stage; // 0: P holds the residual x (q/k/v ran), 1: P holds add (o ran)
 };
-struct zz_res_buf {
-    int          device;
-    cudaStream_t stream;
-    float      * p;
-    size_t       floats;
-};
 static std::vector<zz_res_pre> zz_res_pending; // at most one a context (zz_acc_mutex)
-static std::vector<zz_res_buf> zz_res_bufs;
-static std::vector<float *>    zz_res_retired; // (graphs captured with them may still run)
 
-// P of the stream with room for floats, or nullptr (not during a capture)
+// P of the stream with room for floats (kept beside its ticket buffers), or nullptr (not made during a capture)
 static float * zz_res_get(cudaStream_t stream, const size_t floats) {
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(zz_acc_mutex);
-    for (zz_res_buf & b : zz_res_bufs) {
-        if (b.device == device && b.stream == stream && b.floats >= floats) {
-            return b.p;
-        }
-    }
-    cudaStreamCaptureStatus status;
-    CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    if (status != cudaStreamCaptureStatusNone) {
-        return nullptr;
-    }
-    float * p = nullptr;
-    const size_t cap = std::max<size_t>(floats, 8*8192);
-    CUDA_CHECK(cudaMalloc(&p, cap*sizeof(float)));
-    for (zz_res_buf & b : zz_res_bufs) {
-        if (b.device == device && b.stream == stream) {
-            zz_res_retired.push_back(b.p);
-            b.p      = p;
-            b.floats = cap;
-            return p;
-        }
-    }
-    zz_res_bufs.push_back({ device, stream, p, cap });
-    return p;
+    std::lock_guard<std::mutex> lock(zz_ticket_mutex);
+    const zz_ticket_buf * b = zz_stream_buf(device, stream, &zz_ticket_buf::res, &zz_ticket_buf::res_floats, floats,
+                                            8*8192);
+    return b ? b->res : nullptr;
 }
 
 // ctx's record, taken out (stage -1: none)
@@ -3436,33 +3428,30 @@ static void zz_res_copy_out(const ggml_tensor * add, const float * p, cudaStream
                                  add->ne[1], cudaMemcpyDeviceToDevice, stream));
 }
 
-// a record o left (stage 1) is written out now, unless it is kept for the RMS norm `keep` of this graph; a stage 0
-// record goes unless keep_stage0. A record of another graph only goes (its tensors may be gone).
-static zz_res_pre zz_res_flush(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph,
-        const ggml_tensor * keep = nullptr, const bool keep_stage0 = false) {
-    zz_res_pre r = zz_res_pop(&ctx);
-    if (r.stage == 1 && r.graph == cgraph && keep != nullptr && keep->op == GGML_OP_RMS_NORM && keep->src[0] == r.add) {
-        return r; // (the caller pushes it back or hands it on)
-    }
+// a record taken out for good: what o left in P (stage 1, this graph) is written out to its ADD's output
+static void zz_res_drop(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const zz_res_pre & r) {
     if (r.stage == 1 && r.graph == cgraph) {
         zz_res_copy_out(r.add, r.p, ctx.stream());
     }
-    if (r.stage == 0 && keep_stage0 && r.graph == cgraph) {
-        zz_res_push(r);
-    }
-    return { &ctx, nullptr, nullptr, nullptr, -1 };
+}
+
+// o's output still in P, read by this RMS norm
+static bool zz_res_for_norm(const zz_res_pre & r, const ggml_cgraph * cgraph, const ggml_tensor * rms) {
+    return r.stage == 1 && r.graph == cgraph && rms->op == GGML_OP_RMS_NORM && rms->src[0] == r.add;
 }
 
 void ggml_cuda_zz_res_node(ggml_backend_cuda_context & ctx, const ggml_cgraph * cgraph, const ggml_tensor * node) {
     if (!zz_res_enabled()) {
         return;
     }
-    // (a stage 0 record waits for o's MUL_MAT_ZZ, and goes at any RMS norm: a later layer's q/k/v may not run as
-    // a group, and its o must not take an earlier token's or layer's x; the RMS norm of o's output sees to a stage 1
-    // record itself)
-    zz_res_pre r = zz_res_flush(ctx, cgraph, node, /*keep_stage0 =*/ node->op != GGML_OP_RMS_NORM);
-    if (r.stage == 1) {
+    // a stage 0 record waits for o's MUL_MAT_ZZ, and goes at any RMS norm (a later layer's q/k/v may not run as a
+    // group, and its o must not take an earlier token's or layer's x); a stage 1 record waits for the RMS norm of
+    // o's output, which takes it (ggml_cuda_zz_norm_defer)
+    const zz_res_pre r = zz_res_pop(&ctx);
+    if ((r.stage == 0 && r.graph == cgraph && node->op != GGML_OP_RMS_NORM) || zz_res_for_norm(r, cgraph, node)) {
         zz_res_push(r);
+    } else {
+        zz_res_drop(ctx, cgraph, r);
     }
 }
 
@@ -3474,7 +3463,7 @@ static const ggml_tensor * zz_res_o_add(ggml_cgraph * cgraph, const int i_last, 
         const ggml_tensor * t = ggml_graph_node(cgraph, j);
         if (t->op == GGML_OP_ADD && (t->src[0] == x || t->src[1] == x)) {
             const ggml_tensor * mm = t->src[0] == x ? t->src[1] : t->src[0];
-            if (mm != x && mm == ggml_graph_node(cgraph, j - 1) && mm->op == GGML_OP_MUL_MAT_ZZ &&
+            if (mm == ggml_graph_node(cgraph, j - 1) && mm->op == GGML_OP_MUL_MAT_ZZ &&
                     (t->flags & GGML_TENSOR_FLAG_COMPUTE) && zz_fuse_rows_f32(t, x->ne[0], x->ne[1]) &&
                     zz_fuse_rows_f32(x, x->ne[0], x->ne[1])) {
                 int k = j;
@@ -3493,7 +3482,7 @@ static const ggml_tensor * zz_res_o_add(ggml_cgraph * cgraph, const int i_last, 
 bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor * const * dst, const int count,
         const zz_norm_defer * norm, ggml_cgraph * cgraph, const int i_last) {
     zz_acc_set(&ctx, nullptr, nullptr); // (an earlier launch's copy that no down launch took is stale)
-    zz_res_flush(ctx, cgraph);          // (so is a residual no o launch took)
+    zz_res_drop(ctx, cgraph, zz_res_pop(&ctx)); // (so is a residual no o launch took)
     if (count < 2 || count > ZZ_GROUP_MAX) {
         return false;
     }
@@ -3718,17 +3707,13 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
-    // o's launch with the residual carried in P (the record q/k/v left for this ADD; the RMS norm of the ADD's
-    // output the next node run)
+    // o's launch with the residual carried in P: the record q/k/v left for this ADD (zz_res_o_add checked the graph)
     zz_res_pre res = { &ctx, nullptr, nullptr, nullptr, -1 };
     if (zz_res_enabled() && add != nullptr && glu == nullptr && norm == nullptr && mode != ZZ_GEMV_IDX) {
         res = zz_res_pop(&ctx);
-        int k = i_mm + 1;
-        const ggml_tensor * rms = ggml_sparse_cuda_next_node(const_cast<ggml_cgraph *>(cgraph), &k);
-        if (res.stage != 0 || res.graph != cgraph || res.add != add || rms == nullptr || rms->op != GGML_OP_RMS_NORM ||
-                rms->src[0] != add) {
-            if (res.stage >= 0 && res.add != add) {
-                zz_res_push(res); // (another launch's)
+        if (res.stage != 0 || res.graph != cgraph || res.add != add) {
+            if (res.stage >= 0) {
+                zz_res_push(res); // (not this launch's)
             }
             res.stage = -1;
         }
@@ -3795,12 +3780,14 @@ int ggml_cuda_zz_norm_defer(ggml_backend_cuda_context & ctx, ggml_cgraph * cgrap
         return n_left;
     }
     // o's output still in P: the launch that takes this norm reads it there, else it is written out now
-    zz_res_pre r = zz_res_flush(ctx, cgraph, n_left > 0 ? ggml_graph_node(cgraph, i) : nullptr);
-    if (r.stage == 1) {
+    const zz_res_pre r = zz_res_pop(&ctx);
+    if (n_left > 0 && zz_res_for_norm(r, cgraph, ggml_graph_node(cgraph, i))) {
         std::lock_guard<std::mutex> lock(zz_norm_mutex);
         auto it = zz_norm_find(&ctx);
         GGML_ASSERT(it != zz_norm_pending.end() && it->rms == ggml_graph_node(cgraph, i));
         it->x_alt = r.p;
+    } else {
+        zz_res_drop(ctx, cgraph, r);
     }
     return n_left;
 }
