@@ -9,11 +9,15 @@ zigzag twin, and calibrate it on any text (thresholds follow the activation stat
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # llama_sparse, also in workers
 
 SHAPES = {
     # n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx
@@ -25,26 +29,40 @@ SHAPES = {
 }
 
 
+def _draw(job: tuple[int, int, int, int, int]) -> np.ndarray:
+    """Tensor i of the file: N(0, 0.02) from its own seed, as f32/f16 or quantized."""
+    from gguf import GGMLQuantizationType
+    from llama_sparse import _ggml
+
+    seed, i, m, n, qt = job
+    qtype = GGMLQuantizationType(qt)
+    x = np.random.default_rng([seed, i]).standard_normal((m, n), dtype=np.float32) * 0.02
+    if qtype == GGMLQuantizationType.F16:
+        return x.astype(np.float16)
+    if qtype == GGMLQuantizationType.F32:
+        return x
+    return _ggml.quantize(qtype, x)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama2-7b")
     ap.add_argument("--type", default="q4_k", help="standard-layout weight type (q4_k, q8_0, f16, ...)")
     ap.add_argument("-o", "--output", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                    help="processes drawing and quantizing tensors (each tensor has its own seed: same file for any -j)")
     ap.add_argument("--layers", type=int, default=0,
                     help="number of blocks instead of the shape's (same per-layer shapes, smaller file: quicker to make)")
     a = ap.parse_args()
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     from gguf import GGMLQuantizationType, GGUFWriter
-    from llama_sparse import _ggml
 
     n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx = SHAPES[a.shape]
     if a.layers > 0:
         n_layer = a.layers
     qtype = GGMLQuantizationType[a.type.upper()]
     head_dim = n_embd // n_head
-    rng = np.random.default_rng(a.seed)
 
     w = GGUFWriter(a.output, "llama")
     w.add_name(f"random-{a.shape}")
@@ -64,14 +82,6 @@ def main() -> int:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
-    def quant(name: str, m: int, n: int) -> None:
-        x = (rng.standard_normal((m, n), dtype=np.float32) * 0.02)
-        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            w.add_tensor(name, x.astype(np.float16 if qtype == GGMLQuantizationType.F16 else np.float32))
-            return
-        data = _ggml.quantize(qtype, x)
-        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
-
     t0 = time.time()
     tensors = [("token_embd.weight", n_vocab, n_embd)]
     for i in range(n_layer):
@@ -81,9 +91,14 @@ def main() -> int:
                     (f"blk.{i}.ffn_gate.weight", n_ff, n_embd), (f"blk.{i}.ffn_up.weight", n_ff, n_embd),
                     (f"blk.{i}.ffn_down.weight", n_embd, n_ff)]
     tensors.append(("output.weight", n_vocab, n_embd))
-    for i, (name, m, n) in enumerate(tensors):
-        quant(name, m, n)
-        print(f"\r[{i + 1}/{len(tensors)}] {name:32s} {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
+    jobs = [(a.seed, i, m, n, int(qtype)) for i, (_, m, n) in enumerate(tensors)]
+    with ProcessPoolExecutor(max(1, a.jobs)) as pool:
+        for i, ((name, _, _), data) in enumerate(zip(tensors, pool.map(_draw, jobs))):
+            if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+                w.add_tensor(name, data)
+            else:
+                w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
+            print(f"\r[{i + 1}/{len(tensors)}] {name:32s} {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
     for i in range(n_layer):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, np.float32))

@@ -79,7 +79,7 @@
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
 #              for every group, so not the level's share of weight bytes; calib is the measured one)
 #   model-bg, model-wait   the model step in the background; it needs only libggml-base, so it can start after
-#              build-base, beside the builds (the random 7B took 211 s of modelzz's 332 on an H100 machine)
+#              build-base, beside the builds (the random 7B took 211 s of modelzz's 332 on an H100 machine, one process; make_random_gguf now draws tensors in nproc processes)
 #   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: convert and calibrate
 #              load libllama; the model part is skipped after model-wait; MODELZZ_LEVELS=thr: thr instead, the single
 #              threshold of many earlier runs, as each results file says): build-base model-bg stock-bg build
