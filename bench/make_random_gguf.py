@@ -57,6 +57,9 @@ def main() -> int:
     a = ap.parse_args()
 
     from gguf import GGMLQuantizationType, GGUFWriter
+    from llama_sparse import _ggml
+
+    _ggml._lib()  # load libggml-base here: a worker's load error would not pickle back
 
     n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx = SHAPES[a.shape]
     if a.layers > 0:
