@@ -243,9 +243,20 @@ remote() {
     make_r7b()    { python3 "$repo/bench/make_random_gguf.py" --shape llama2-7b --type q4_k -o "$r7b" --layers "${MODELZZ_LAYERS:-0}"; }
     # a model as zigzag Q4_K: convert_q4k IN OUT; its levels from random token ids: calib_random IN OUT LEVELS
     convert_q4k() { python3 -m llama_sparse convert "$1" -o "$2" --type q4_k -t "$jobs"; }
+    local calib_wrap=()
     calib_random() {
-        python3 -m llama_sparse calibrate "$1" -o "$2" --random-tokens 0 --levels "$3" --mode unified \
+        "${calib_wrap[@]}" python3 -m llama_sparse calibrate "$1" -o "$2" --random-tokens 0 --levels "$3" --mode unified \
             -n 1024 -c 512 -t "$jobs" -ngl "${LS_CALIB_NGL:-99}"
+    }
+    # which C++ runtimes a Python process with numpy and libllama maps (two libstdc++ copies crash in locale code)
+    calib_diag() {
+        python3 -c "import llama_sparse, numpy, llama_cpp, llama_sparse.calibrate; print(open('/proc/self/maps').read())" 2>&1 |
+            grep -oE "/[^ ]*(libstdc\+\+|libgcc_s|libgomp|libomp)[^ ]*" | sort -u
+        command -v gdb > /dev/null || return 0
+        echo "-- calibration again under gdb"
+        calib_wrap=(timeout 300 gdb -q -batch -ex run -ex bt -ex "thread apply all bt 8" --args)
+        calib_random "$z7b" "$work/diag.gguf" 0.5 2>&1 | grep -vE "^\[New Thread|^\[Thread .* exited|^print_info|^llama_model_loader|^load" | tail -80
+        calib_wrap=()
     }
     convert_r7b() { convert_q4k "$r7b" "$z7b"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
@@ -287,7 +298,7 @@ remote() {
             # (calibration segfaulted once on an H200 x2 machine, bench/results/cuda_h200_2026-11-28.md: fixed
             # thresholds then, so the rounds still run; the log says which)
             { { [ -n "${model_done:-}" ] || make_r7b; } && convert_r7b &&
-                { $levels || { [ $levels = thr_r7b ] || { echo "LEVELS: calibration failed, fixed thresholds instead"; thr_r7b; }; }; }
+                { $levels || { [ $levels = thr_r7b ] || { echo "LEVELS: calibration failed, fixed thresholds instead"; calib_diag; thr_r7b; }; }; }
             } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
             ;;
         modelzz-wait)
