@@ -478,7 +478,9 @@ remote() {
         stock|stock-bg)
             # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
             if [ "$step" = stock-bg ]; then
+                # niced: the fork build, then convert and calibrate, are the critical path; stock is needed at the rounds
                 build_stock > "$out/stock-bg.log" 2>&1 & stock_pid=$!
+                renice -n 10 -p "$stock_pid" > /dev/null || true
             else
                 build_stock
             fi
