@@ -79,7 +79,7 @@
 #   thr        levels 0.25/0.40/0.50/0.65 written without calibration (r7b_thresholds.py --thresholds: one threshold
 #              for every group, so not the level's share of weight bytes; calib is the measured one)
 #   model-bg, model-wait   the model step in the background; it needs only libggml-base, so it can start after
-#              build-base, beside the builds (the random 7B took 211 s of modelzz's 332 on an H100 machine, one process; make_random_gguf now draws tensors in nproc processes)
+#              build-base, beside the builds (the random 7B: 457 s in one process, 48 s in 32)
 #   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: convert and calibrate
 #              load libllama; the model part is skipped after model-wait; MODELZZ_LEVELS=thr: thr instead, the single
 #              threshold of many earlier runs, as each results file says): build-base model-bg stock-bg build
@@ -248,15 +248,14 @@ remote() {
         "${calib_wrap[@]}" python3 -m llama_sparse calibrate "$1" -o "$2" --random-tokens 0 --levels "$3" --mode unified \
             -n 1024 -c 512 -t "$jobs" -ngl "${LS_CALIB_NGL:-99}"
     }
-    # which C++ runtimes a Python process with numpy and libllama maps (two libstdc++ copies crash in locale code)
+    # after a failed calibration: the C++ runtimes a Python process with libllama maps, and a backtrace under gdb
     calib_diag() {
         python3 -c "import llama_sparse, numpy, llama_cpp, llama_sparse.calibrate; print(open('/proc/self/maps').read())" 2>&1 |
             grep -oE "/[^ ]*(libstdc\+\+|libgcc_s|libgomp|libomp)[^ ]*" | sort -u
         command -v gdb > /dev/null || return 0
         echo "-- calibration again under gdb"
-        calib_wrap=(timeout 300 gdb -q -batch -ex run -ex bt -ex "thread apply all bt 8" --args)
+        local calib_wrap=(timeout 300 gdb -q -batch -ex run -ex bt -ex "thread apply all bt 8" --args) # seen by calib_random
         calib_random "$z7b" "$work/diag.gguf" 0.5 2>&1 | grep -vE "^\[New Thread|^\[Thread .* exited|^print_info|^llama_model_loader|^load" | tail -80
-        calib_wrap=()
     }
     convert_r7b() { convert_q4k "$r7b" "$z7b"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
