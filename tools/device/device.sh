@@ -81,7 +81,8 @@
 #   model-bg, model-wait   the model step in the background; it needs only libggml-base, so it can start after
 #              build-base, beside the builds (the random 7B: 457 s in one process, 48 s in 32)
 #   modelzz-bg, modelzz-wait   model + convert + calib as one background job (after build: convert and calibrate
-#              load libllama; the model part is skipped after model-wait; MODELZZ_LEVELS=thr: thr instead, the single
+#              load libllama; the model part is skipped after model-wait; the levels: those pack took from
+#              LEVELS_JSON if it did, else calib; MODELZZ_LEVELS=calib|json|thr picks, thr being the single
 #              threshold of many earlier runs, as each results file says): build-base model-bg stock-bg build
 #              model-wait modelzz-bg stock-wait modelzz-wait zz-rounds
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
@@ -127,6 +128,10 @@ pack() {
         echo "pack: no site-packages with gguf (set PY_SITE); the model steps will need them" >&2
     fi
     head -c 400000 /work/shared/data/austen/persuasion.txt > "$out/austen.txt" 2>/dev/null || true
+    # levels calibrated here on the same seeded 7B (bench/r7b_thresholds.py --save-levels): modelzz then loads no
+    # model in Python on the device
+    rm -f "$out/r7b-levels.json"
+    [ -z "${LEVELS_JSON:-}" ] || cp "$LEVELS_JSON" "$out/r7b-levels.json"
     ls -la "$out"
 }
 
@@ -260,6 +265,7 @@ remote() {
     convert_r7b() { convert_q4k "$r7b" "$z7b"; }
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
     calib_r7b()   { calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65; }
+    json_r7b()    { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --levels-from "$dev/r7b-levels.json"; }
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
@@ -294,18 +300,21 @@ remote() {
             # stock-bg; modelzz-wait joins it. Levels calibrated per group (a level skips its share of every group's
             # weight bytes, as the GEMV chain's do), or with MODELZZ_LEVELS=thr one threshold for all (42-47 % of the
             # bytes at "0.50")
-            local levels=calib_r7b
-            [ "${MODELZZ_LEVELS:-calib}" = thr ] && levels=thr_r7b
+            # (default: the levels pack took from LEVELS_JSON when it did, calibrated on the CPU there from the same
+            # seeded model, since the Python model load has segfaulted in background jobs on two device images)
+            local levels=calib_r7b lvdef=calib
+            [ -f "$dev/r7b-levels.json" ] && lvdef=json
+            case "${MODELZZ_LEVELS:-$lvdef}" in thr) levels=thr_r7b ;; json) levels=json_r7b ;; esac
             # (a model-bg step after build-base, joined by model-wait before this one, made the model already)
             # (calibration segfaulted once on an H200 x2 machine, bench/results/cuda_h200_2026-11-28.md: fixed
             # thresholds then, so the rounds still run; the log says which)
             { { [ -n "${model_done:-}" ] || make_r7b; } && convert_r7b &&
-                { $levels || { [ $levels = thr_r7b ] || { echo "LEVELS: calibration failed, fixed thresholds instead"; calib_diag; thr_r7b; }; }; }
+                { $levels || { [ $levels != calib_r7b ] || { echo "LEVELS: calibration failed, fixed thresholds instead"; calib_diag; thr_r7b; }; }; }
             } > "$out/modelzz.log" 2>&1 & modelzz_pid=$!
             ;;
         modelzz-wait)
             wait "${modelzz_pid:?no modelzz-bg step before}" || { tr '\r' '\n' < "$out/modelzz.log" | tail -20; exit 1; }
-            grep -A12 -E "^LEVELS:|Fatal Python error" "$out/modelzz.log" | head -40
+            { grep -A12 -E "^LEVELS:|Fatal Python error" "$out/modelzz.log" || true; } | head -40
             tr '\r' '\n' < "$out/modelzz.log" | tail -4
             ;;
         model8b-bg)
