@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._lib import lib_dir
+from ._lib import lib_dir, share_cxx_runtime
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,7 @@ def _point_llama_cpp_at_fork() -> None:
 
 
 _point_llama_cpp_at_fork()
+share_cxx_runtime()  # before llama_cpp loads libllama
 
 __all__ = ["Llama", "SparQ", "lib_dir", "__version__"]
 

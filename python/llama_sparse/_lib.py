@@ -46,7 +46,23 @@ def lib_dir() -> Path:
     return path
 
 
+@functools.cache
+def share_cxx_runtime() -> None:
+    """Put libstdc++ in the global symbol scope before libllama loads (Linux).
+
+    numpy 2.5 (seen in a torch venv, Python 3.12) loads libstdc++ privately; libllama loaded after it, ours or
+    stock, then segfaulted in llama_model_load_from_file (print_info). Loading it again RTLD_GLOBAL fixed that,
+    also after numpy (bench/results/cuda_h200_2026-11-28b.md).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass  # a static or absent runtime: nothing to share
+
+
 def _load(stem: str) -> ctypes.CDLL:
+    share_cxx_runtime()
     path = lib_dir() / _shared_lib_name(stem)
     try:
         return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)

@@ -33,6 +33,16 @@ def test_import_order_guard():
     assert r.returncode != 0
 
 
+def test_cxx_runtime_is_global_after_import():
+    # numpy 2.5 in a torch venv maps libstdc++ privately; libllama loaded after it segfaulted in model load
+    # (bench/results/cuda_h200_2026-11-28b.md). Importing llama_sparse, even after numpy, makes it global.
+    code = ("import ctypes, numpy, llama_sparse\n"
+            "ctypes.CDLL(None)['_ZNSt8ios_base4InitC1Ev']\n"
+            "print('global')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "global" in r.stdout, r.stderr[-2000:]
+
+
 def test_tools_are_bundled():
     from llama_sparse.tools import tool_path
     for name in ("cli", "completion", "bench", "perplexity", "quantize", "test-backend-ops"):

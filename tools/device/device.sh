@@ -128,8 +128,7 @@ pack() {
         echo "pack: no site-packages with gguf (set PY_SITE); the model steps will need them" >&2
     fi
     head -c 400000 /work/shared/data/austen/persuasion.txt > "$out/austen.txt" 2>/dev/null || true
-    # levels calibrated here on the same seeded 7B (bench/r7b_thresholds.py --save-levels): modelzz then loads no
-    # model in Python on the device
+    # levels calibrated here on the same seeded 7B (bench/r7b_thresholds.py --save-levels), for modelzz
     rm -f "$out/r7b-levels.json"
     [ -z "${LEVELS_JSON:-}" ] || cp "$LEVELS_JSON" "$out/r7b-levels.json"
     ls -la "$out"
@@ -301,7 +300,8 @@ remote() {
             # weight bytes, as the GEMV chain's do), or with MODELZZ_LEVELS=thr one threshold for all (42-47 % of the
             # bytes at "0.50")
             # (default: the levels pack took from LEVELS_JSON when it did, calibrated on the CPU there from the same
-            # seeded model, since the Python model load has segfaulted in background jobs on two device images)
+            # seeded model; else calibrate here: its segfault was numpy's private libstdc++, fixed in the package,
+            # bench/results/cuda_h200_2026-11-28b.md)
             local levels=calib_r7b lvdef=calib
             [ -f "$dev/r7b-levels.json" ] && lvdef=json
             case "${MODELZZ_LEVELS:-$lvdef}" in thr) levels=thr_r7b ;; json) levels=json_r7b ;; esac
