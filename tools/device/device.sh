@@ -4,8 +4,9 @@
 # Here:   tools/device/device.sh pack [DIR]    packs DIR (default .device) (< 64 MiB): src.tar.xz (the patched
 #                                               upstream tree, pruned), repo.tar.gz (this checkout's tracked
 #                                               files as they are now), py.tar.gz (pure-Python gguf, llama_cpp,
-#                                               diskcache from PY_SITE, default .venv's site-packages) and an
-#                                               Austen slice; carry DIR to the device
+#                                               diskcache from PY_SITE, default .venv's site-packages), an
+#                                               Austen slice and, with LEVELS_JSON, levels for modelzz
+#                                               (bench/r7b_thresholds.py --save-levels); carry DIR to the device
 # There:  tar -C /tmp/ls-repo -xzf DIR/repo.tar.gz; LS_DEVICE_DIR=DIR bash /tmp/ls-repo/tools/device/device.sh remote STEP...
 #         (or from the repo root of a carried checkout of this branch, LS_DEVICE_DIR defaulting to .device)
 #         remote-bg STEP... starts the same in its own session (logs in /tmp/ls-out), poll [S] waits up to S
