@@ -1401,8 +1401,10 @@ static int run_bench(const bench_opts & o) {
     bench_begin(stream, device, prop);
 
     const double copy_gbs = bench_copy_gbs(stream);
-    printf("device %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
-            prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs);
+    size_t gran = 0;
+    CUDA_CHECK(cudaDeviceGetLimit(&gran, cudaLimitMaxL2FetchGranularity));
+    printf("device %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (read + write); L2 fetch granularity limit %zu bytes\n",
+            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs, gran);
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
     const bool both = o.reduction == "both";
@@ -1548,6 +1550,68 @@ static int run_bench(const bench_opts & o) {
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     zz_gemv_set_ticket(-1);
+    return 0;
+}
+
+// one launch of each mode per sparsity, synchronized, for a profiler that counts DRAM bytes per kernel (ncu flushes
+// the caches before each): prints "bytes: K MODE SP USEFUL" in launch order, K counting the GEMV launches only
+static int run_bytes(const bench_opts & o) {
+    cudaStream_t   stream;
+    int            device;
+    cudaDeviceProp prop;
+    bench_begin(stream, device, prop);
+    size_t gran = 0;
+    CUDA_CHECK(cudaDeviceGetLimit(&gran, cudaLimitMaxL2FetchGranularity));
+    printf("device %s; L2 fetch granularity limit %zu bytes\n", prop.name, gran);
+    const double sparsities[] = { 0.0, 0.25, 0.50, 0.65, 0.80 };
+    int k = 0;
+    for (const auto & shape : o.shapes) {
+        const int64_t m = shape.first;
+        const int64_t n = shape.second;
+        if (m % QK_K != 0) {
+            continue;
+        }
+        const ggml_type type    = GGML_TYPE_Q4_K;
+        const int64_t   nblocks = m/QK_K*n;
+        const size_t    wbytes  = nblocks*ggml_type_size(type);
+        void * w = nullptr;
+        CUDA_CHECK(cudaMalloc(&w, wbytes));
+        bench_random_weights(w, type, nblocks, 99u);
+        const zz_gemv_config cfg = zz_gemv_get_config(device, type, n, m, 1);
+        dev_buf<float>   x_d(n);
+        dev_buf<int32_t> idx_d(n + 1);
+        dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, 1)));
+        dev_buf<float>   y_d(m);
+        for (double sp : sparsities) {
+            test_rng rng(42);
+            std::vector<float> x(n);
+            int64_t count = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const bool act = o.pattern == "contiguous" ? j < (int64_t) llround((1.0 - sp)*n) : rng.uniform() >= sp;
+                count += act;
+                x[j] = act ? (float) rng.normal() : 0.0f;
+            }
+            x_d.upload(x.data(), x.size());
+            const float thr = 1e-30f;
+            sparse_idx_list_launch(x_d.ptr, n, 1, n, thr, idx_d.ptr, scratch_d.ptr, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            const double useful = (double) count*ggml_type_size(type)*(m/QK_K);
+            if (sp == 0.0) {
+                zz_gemv_launch_ex(type, w, n, m, x_d.ptr, n, 1, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, stream);
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                printf("bytes: %d dense %lldx%lld %.2f %.0f\n", k++, (long long) m, (long long) n, sp, useful);
+            }
+            zz_gemv_launch_ex(type, w, n, m, x_d.ptr, n, 1, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, m, cfg, stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            printf("bytes: %d idx %lldx%lld %.2f %.0f\n", k++, (long long) m, (long long) n, sp, useful);
+            if (zz_gemv_launch_fused(type, w, n, m, x_d.ptr, n, 1, thr, y_d.ptr, m, cfg, true, stream)) {
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                printf("bytes: %d fused %lldx%lld %.2f %.0f\n", k++, (long long) m, (long long) n, sp, useful);
+            }
+        }
+        CUDA_CHECK(cudaFree(w));
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
 }
 
@@ -1966,6 +2030,7 @@ static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
            "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
            "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both]\n"
+           "       test_zz_cuda bytes   [--shapes ...] [--pattern ...]   (Q4_K, batch 1: one launch a mode and sparsity, for ncu)\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
            "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n"
            "       test_zz_cuda chain   [--model 7b|8b] [--layers 32] [--batch 1,4]   (decode's GEMV chain, levels 0-100 %%)\n");
@@ -2067,6 +2132,9 @@ int main(int argc, char ** argv) {
     }
     if (cmd == "bench") {
         return run_bench(o);
+    }
+    if (cmd == "bytes") {
+        return run_bytes(o);
     }
     if (cmd == "chain") {
         return run_chain_bench(o, model, layers);

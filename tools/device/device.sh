@@ -71,6 +71,10 @@
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
 #   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
 #              after build-base if needed)
+#   ncu-bytes  DRAM bytes per direct Q4_K GEMV launch against the active columns' weight bytes (test_zz_cuda bytes under
+#              ncu, NCU_BYTES_ENVS: default and L2 fetch granularity 32, NCU_BYTES_SHAPES)
+#   tile-ab    the column-tile what-if (test_zz_cuda built with -DGGML_SPARSE_CUDA_ZZ_TILE=$ZZ_TILE, default 4) against the
+#              defaults: DRAM bytes per launch, bench and 7B chain rounds (after build-base)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -223,6 +227,16 @@ remote() {
         [ -x /tmp/zz-test/t ] && [ "$(cat /tmp/zz-test/stamp 2>/dev/null)" = "$(zz_src_stamp)" ] && return 0
         build_zz /tmp/zz-test/t build-zztest.log || exit 1
         zz_src_stamp > /tmp/zz-test/stamp
+    }
+    # DRAM bytes per direct GEMV launch (test_zz_cuda bytes under ncu, bench/ncu_bytes.py): ncu_bytes BIN ENV (',' for
+    # spaces inside ENV; shapes $NCU_BYTES_SHAPES)
+    ncu_bytes() {
+        echo "-- $1: $2" | tee -a "$out/ncu-bytes.log"
+        env ${2//,/ } timeout 240 ncu --kernel-name regex:direct --csv --log-file /tmp/ncu-bytes.csv \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+            "$1" bytes --shapes "${NCU_BYTES_SHAPES:-14336x4096,28672x8192,4096x4096}" > /tmp/ncu-bytes.out 2>&1 || true
+        cat /tmp/ncu-bytes.out /tmp/ncu-bytes.csv >> "$out/ncu-bytes.log"
+        python3 "$repo/bench/ncu_bytes.py" /tmp/ncu-bytes.out /tmp/ncu-bytes.csv | tee -a "$out/ncu-bytes.log"
     }
     # tg64 at the depths SPARQ_E2E_DEPTHS (default 16k 32k) on the 8B-shaped model, flash attention on, one
     # llama-bench process per run, two rounds of the configurations alternating; a configuration is NAME or
@@ -937,6 +951,39 @@ remote() {
                 > "$out/ncu-gemv.log" 2>&1 || true
             grep -E "mul_mat_zz_gemv_q4_K_direct|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Stall|Warp Cycles Per Issued|Waves Per SM|Block Limit" "$out/ncu-gemv.log" | head -80
             ;;
+        ncu-bytes)
+            # DRAM bytes per launch of the direct Q4_K GEMV (dense, idx, fused; sparsity 0-80 %, random columns) against
+            # the weight bytes of the active columns: does a sparse GEMV pay for the DRAM fetches around its 144-byte
+            # blocks? ncu flushes the caches before each launch; once per env of $NCU_BYTES_ENVS
+            zz_build_lite
+            local v
+            for v in ${NCU_BYTES_ENVS:-LLAMA_SPARSE_DEFAULTS=1 LLAMA_SPARSE_CUDA_L2_FETCH=32}; do
+                ncu_bytes /tmp/zz-test/t "$v"
+            done
+            ;;
+        tile-ab)
+            # the column-tile what-if (GGML_SPARSE_CUDA_ZZ_TILE, cuda/mul-mat-zz.cu; timing only, results wrong): test_zz_cuda
+            # A (defaults) and B (-DGGML_SPARSE_CUDA_ZZ_TILE=$ZZ_TILE, default 4), after build-base: DRAM bytes per launch
+            # (as ncu-bytes), then two rounds alternating A | B of the bench (7B/8B/70B shapes, batch 1, memset + atomics)
+            # and of the 7B decode GEMV chain
+            local tb=/tmp/tile-ab/b/t i b bin
+            zz_build_lite & local p1=$!
+            build_zz $tb build-tile-b.log "-DGGML_SPARSE_CUDA_ZZ_TILE=${ZZ_TILE:-4}" || exit 1
+            wait $p1 || exit 1
+            ncu_bytes /tmp/zz-test/t LLAMA_SPARSE_DEFAULTS=1
+            ncu_bytes $tb LLAMA_SPARSE_DEFAULTS=1
+            for i in 1 2; do
+                for b in a b; do
+                    bin=/tmp/zz-test/t; [ $b = a ] || bin=$tb
+                    echo "-- round $i, $b: bench" | tee -a "$out/tile-ab-bench.log"
+                    timeout 150 $bin bench --type q4_K --batch 1 --reduction atomic \
+                        --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
+                        tee -a "$out/tile-ab-bench.log" | grep -E "^(type|q4_K)"
+                    echo "-- round $i, $b: chain" | tee -a "$out/tile-ab-chain.log"
+                    timeout 150 $bin chain --model 7b --batch 1 2>&1 | tee -a "$out/tile-ab-chain.log" | grep -E "^ ?[0-9]|^ T |floor"
+                done
+            done
+            ;;
         ncu-sparq)
             # the same view of the two SparQ kernels (single variant), S = 32k, Llama-3-8B shapes
             [ -x /tmp/sparq-test/t ] || { echo "no test binary (sparq-test step)"; exit 1; }
@@ -988,10 +1035,12 @@ remote() {
             # twice in a row (fresh process, other seed): every case runs the four cross-block reductions, the ticket one
             # twice (bitwise equal), graph replays check that the ticket counters stay at zero
             /tmp/zz-test/t test 2>&1 | tee "$out/zztest.log" | tail -12
-            /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
-            # the direct kernel's earlier step versions (kept for comparisons; version 2 is still the default at batch 2-8)
-            LLAMA_SPARSE_CUDA_Q4K_V=1 /tmp/zz-test/t test --seed 3 2>&1 | tee "$out/zztest-v1.log" | tail -4
-            LLAMA_SPARSE_CUDA_Q4K_V=2 /tmp/zz-test/t test --seed 4 2>&1 | tee "$out/zztest-v2.log" | tail -4
+            if [ "${ZZTEST_RUNS:-4}" -gt 1 ]; then # (ZZTEST_RUNS=1: the first run only)
+                /tmp/zz-test/t test --seed 2 2>&1 | tee "$out/zztest-seed2.log" | tail -12
+                # the direct kernel's earlier step versions (kept for comparisons; version 2 is still the default at batch 2-8)
+                LLAMA_SPARSE_CUDA_Q4K_V=1 /tmp/zz-test/t test --seed 3 2>&1 | tee "$out/zztest-v1.log" | tail -4
+                LLAMA_SPARSE_CUDA_Q4K_V=2 /tmp/zz-test/t test --seed 4 2>&1 | tee "$out/zztest-v2.log" | tail -4
+            fi
             ;;
         model)
             make_r7b 2>&1 | tr '\r' '\n' | tail -3
