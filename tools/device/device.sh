@@ -73,6 +73,8 @@
 #              after build-base if needed)
 #   ncu-bytes  DRAM bytes per direct Q4_K GEMV launch against the active columns' weight bytes (test_zz_cuda bytes under
 #              ncu, NCU_BYTES_ENVS: default and L2 fetch granularity 32, NCU_BYTES_SHAPES)
+#   ncu-issue  ncu sections (speed of light, scheduler, warp states) of direct GEMV launches, dense and sparse, on a
+#              large shape (NCU_ISSUE_SHAPE, default 28672x8192)
 #   tile-ab    the column-tile what-if (test_zz_cuda built with -DGGML_SPARSE_CUDA_ZZ_TILE=$ZZ_TILE, default 4) against the
 #              defaults: DRAM bytes per launch, bench and 7B chain rounds (after build-base)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
@@ -960,6 +962,17 @@ remote() {
             for v in ${NCU_BYTES_ENVS:-LLAMA_SPARSE_DEFAULTS=1 LLAMA_SPARSE_CUDA_L2_FETCH=32}; do
                 ncu_bytes /tmp/zz-test/t "$v"
             done
+            ;;
+        ncu-issue)
+            # what bounds the direct Q4_K GEMV once its bytes are cut (tile-ab: no faster without the over-fetch): ncu
+            # sections of the first $NCU_ISSUE_COUNT launches of test_zz_cuda bytes on $NCU_ISSUE_SHAPE (dense, then idx
+            # and fused at 0, 25, 50 %)
+            zz_build_lite
+            timeout 240 ncu --kernel-name regex:direct --launch-count ${NCU_ISSUE_COUNT:-7} --section SpeedOfLight \
+                --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+                /tmp/zz-test/t bytes --shapes "${NCU_ISSUE_SHAPE:-28672x8192}" > "$out/ncu-issue.log" 2>&1 || true
+            grep -E "^bytes:|mul_mat_zz_gemv_q4_K_direct|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps Per Scheduler|Warp Cycles Per Issued|Achieved Occupancy|Compute \(SM\) Throughput" \
+                "$out/ncu-issue.log" | head -120
             ;;
         tile-ab)
             # the column-tile what-if (GGML_SPARSE_CUDA_ZZ_TILE, cuda/mul-mat-zz.cu; timing only, results wrong): test_zz_cuda
