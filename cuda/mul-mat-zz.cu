@@ -1306,13 +1306,6 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 //   (|x| >= thr for any token: a ballot per 32 columns, compacted into a small per-warp queue in shared
 //   memory), so no LIST launch and no list round trip; the price is the lost load balancing.
 #define ZZ_DIRECT_STEPS 2
-
-// what-if for timing only (test_zz_cuda built with -DGGML_SPARSE_CUDA_ZZ_TILE=G): the direct Q4_K kernel reads the
-// weights as if stored in column tiles of G block-rows (column j's G blocks of a tile contiguous), so that a sparse
-// launch fetches no neighbour's bytes around its 144-byte blocks; results are wrong on the row layout
-#ifndef GGML_SPARSE_CUDA_ZZ_TILE
-#define GGML_SPARSE_CUDA_ZZ_TILE 1
-#endif
 // The direct kernel runs n2 <= 4 warps a block. At ~170 registers a thread (its 64 accumulators + two steps
 // of blocks) an SM holds only 2 such blocks; bounding it to 168 lets 3 fit (12 warps, +50 % loads in flight).
 // Version 3 (batch 1) keeps 16 accumulators and fits 4 blocks (16 warps) in 128 registers without spills: on the
@@ -1552,10 +1545,9 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
 // header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing);
 // V 1: bytes 16g..16g+15, V 2: the words at bytes 32p + 4g, p = 0..3
 template <int V>
-static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int cstride, const int col, const int g,
-        uint4 & h, uint4 & q) {
+static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
-        const char * blk = w_row + (int64_t) col*cstride;
+        const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
         h = __ldg((const uint4 *) blk);
         if constexpr (V == 1) {
             q = __ldg((const uint4 *) (blk + 16 + 16*g));
@@ -1622,13 +1614,13 @@ static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const
 // the blocks and x of one DENSE step: columns pb + 2tq + (i & 1) + 8(i >> 1) below p1
 template <int IN>
 static __device__ __forceinline__ void zz_b1_fetch(const int pb, const int p1, const int tq, const int g,
-        const char * w_row, const int cstride, const zz_segs & segs, const float * x, const int64_t x_stride,
-        const zz_xs & xs, uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
+        const char * w_row, const zz_segs & segs, const float * x, const int64_t x_stride, const zz_xs & xs,
+        uint4 (&h)[4], uint4 (&q)[4], float (&xb)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int p   = pb + 2*tq + (i & 1) + 8*(i >> 1);
         const int col = p < p1 ? p : -1;
-        zz_direct_load<3>(w_row, cstride, col, g, h[i], q[i]);
+        zz_direct_load<3>(w_row, col, g, h[i], q[i]);
         xb[i] = col >= 0 ? zz_x_in<IN>(segs, x, x_stride, 0, col, xs) : 0.0f;
     }
 }
@@ -1695,20 +1687,15 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     zz_seg_pick(segs, seg, w, y, y_stride, row0);
     const int row_y = row - row0;
 
-    // column j's block at w_row + j*cstride: one block in the row layout, G_eff in the tile what-if
-    constexpr int tg0     = GGML_SPARSE_CUDA_ZZ_TILE;
-    const int     tgi     = row_y/tg0;
-    const int     cstride = tg0 == 1 ? (int) sizeof(block_q4_K) :
-        min(tg0, zz_seg_sel(segs.row_end, seg) - row0 - tgi*tg0)*(int) sizeof(block_q4_K);
-    const char *  w_row   = w + ((int64_t) tgi*tg0*n + (row_y - tgi*tg0))*(int64_t) sizeof(block_q4_K);
+    const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
 
     if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
         // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
         // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them)
         const int    c0 = (int) (((int64_t) n*wid)/nw);
         const int    c1 = min((int) (((int64_t) n*(wid + 1))/nw), c0 + prefetch_cols);
-        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*cstride) & ~(uintptr_t) 127);
-        const char * p1 = w_row + (int64_t) c1*cstride;
+        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*sizeof(block_q4_K)) & ~(uintptr_t) 127);
+        const char * p1 = w_row + (int64_t) c1*sizeof(block_q4_K);
         for (const char * p = p0 + 128*lane; p < p1; p += 128*WARP_SIZE) {
             asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
         }
@@ -1767,8 +1754,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         for (int pb = p0; pb < p1; pb += 32) {
             uint4 h0[4], q0[4], h1[4], q1[4];
             float x0[4], x1[4];
-            zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, cstride, segs, x, x_stride, xs, h0, q0, x0);
-            zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, cstride, segs, x, x_stride, xs, h1, q1, x1);
+            zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, segs, x, x_stride, xs, h0, q0, x0);
+            zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, xs, h1, q1, x1);
             zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
             if (pb + 16 < p1) {
                 zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
@@ -1823,7 +1810,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                     for (int i = 0; i < 4; ++i) {
                         const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
                         const int col = e < nb ? q_col[e] : -1;
-                        zz_direct_load<V>(w_row, cstride, col, g, h[st][i], q[st][i]);
+                        zz_direct_load<V>(w_row, col, g, h[st][i], q[st][i]);
                         xb[st][i] = col >= 0 && tg < T ? q_x[e*T + tg] : 0.0f;
                     }
                 }
@@ -1881,7 +1868,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             for (int st = 0; st < S; ++st) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    zz_direct_load<V>(w_row, cstride, col[st][i], g, h[st][i], q[st][i]);
+                    zz_direct_load<V>(w_row, col[st][i], g, h[st][i], q[st][i]);
                     xb[st][i] = col[st][i] >= 0 && tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, col[st][i], xs) : 0.0f;
                 }
             }
@@ -1938,24 +1925,6 @@ struct zz_device_props {
     std::string key; // device name and arch, the tune file's first column
 };
 
-// LLAMA_SPARSE_CUDA_L2_FETCH=B (0-128, a power of 2): the device's L2 fetch granularity limit
-// (cudaLimitMaxL2FetchGranularity), set when the first zigzag launch of the device looks up its properties; an
-// experiment: isolated 144-byte blocks of a sparse GEMV drag in neighbours' bytes at coarse granularity
-static void zz_l2_fetch_apply(const int device) {
-    const char * env = getenv("LLAMA_SPARSE_CUDA_L2_FETCH");
-    int cur = -1;
-    if (env == nullptr || cudaGetDevice(&cur) != cudaSuccess || cur != device) {
-        return;
-    }
-    size_t before = 0;
-    size_t after  = 0;
-    CUDA_CHECK(cudaDeviceGetLimit(&before, cudaLimitMaxL2FetchGranularity));
-    const cudaError_t err = cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t) atoi(env));
-    CUDA_CHECK(cudaDeviceGetLimit(&after, cudaLimitMaxL2FetchGranularity));
-    GGML_LOG_INFO("llama-sparse: CUDA%d L2 fetch granularity limit %zu -> %zu bytes (asked %s: %s)\n", device, before,
-            after, env, cudaGetErrorString(err));
-}
-
 static zz_device_props & zz_get_device_props(const int device) {
     static std::mutex      mutex;
     static zz_device_props props[GGML_CUDA_MAX_DEVICES];
@@ -1974,7 +1943,6 @@ static zz_device_props & zz_get_device_props(const int device) {
             }
         }
         p.key += "-sm" + std::to_string(prop.major*10 + prop.minor);
-        zz_l2_fetch_apply(device);
         p.init = true;
     }
     return p;

@@ -72,11 +72,9 @@
 #   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
 #              after build-base if needed)
 #   ncu-bytes  DRAM bytes per direct Q4_K GEMV launch against the active columns' weight bytes (test_zz_cuda bytes under
-#              ncu, NCU_BYTES_ENVS: default and L2 fetch granularity 32, NCU_BYTES_SHAPES)
+#              ncu, once under each of NCU_BYTES_ENVS, NCU_BYTES_SHAPES)
 #   ncu-issue  ncu sections (speed of light, scheduler, warp states) of direct GEMV launches, dense and sparse, on a
 #              large shape (NCU_ISSUE_SHAPE, default 28672x8192)
-#   tile-ab    the column-tile what-if (test_zz_cuda built with -DGGML_SPARSE_CUDA_ZZ_TILE=$ZZ_TILE, default 4) against the
-#              defaults: DRAM bytes per launch, bench and 7B chain rounds (after build-base)
 #   ncu-gemv, ncu-sparq   ncu sections (speed of light, occupancy, warp stalls) of the direct GEMV / SparQ kernels
 #   sparq-ncu  ncu device time of the SparQ kernels, both variants; sparq-diag: one SparQ llama-bench run with its exit code
 #   model      random-weight Llama-2-7B-shaped Q4_K GGUF (bench/make_random_gguf.py) in $LS_WORK
@@ -959,12 +957,13 @@ remote() {
             # blocks? ncu flushes the caches before each launch; once per env of $NCU_BYTES_ENVS
             zz_build_lite
             local v
-            for v in ${NCU_BYTES_ENVS:-LLAMA_SPARSE_DEFAULTS=1 LLAMA_SPARSE_CUDA_L2_FETCH=32}; do
+            for v in ${NCU_BYTES_ENVS:-LLAMA_SPARSE_DEFAULTS=1}; do
                 ncu_bytes /tmp/zz-test/t "$v"
             done
             ;;
         ncu-issue)
-            # what bounds the direct Q4_K GEMV once its bytes are cut (tile-ab: no faster without the over-fetch): ncu
+            # what bounds the direct Q4_K GEMV (not its DRAM bytes: a column-tile layout without over-fetch was no faster,
+            # bench/results/cuda_h200_2026-11-29.md): ncu
             # sections of the first $NCU_ISSUE_COUNT launches of test_zz_cuda bytes on $NCU_ISSUE_SHAPE (dense, then idx
             # and fused at 0, 25, 50 %)
             zz_build_lite
@@ -973,29 +972,6 @@ remote() {
                 /tmp/zz-test/t bytes --shapes "${NCU_ISSUE_SHAPE:-28672x8192}" > "$out/ncu-issue.log" 2>&1 || true
             grep -E "^bytes:|mul_mat_zz_gemv_q4_K_direct|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Issued Warp Per Scheduler|No Eligible|Active Warps Per Scheduler|Eligible Warps Per Scheduler|Warp Cycles Per Issued|Achieved Occupancy|Compute \(SM\) Throughput" \
                 "$out/ncu-issue.log" | head -120
-            ;;
-        tile-ab)
-            # the column-tile what-if (GGML_SPARSE_CUDA_ZZ_TILE, cuda/mul-mat-zz.cu; timing only, results wrong): test_zz_cuda
-            # A (defaults) and B (-DGGML_SPARSE_CUDA_ZZ_TILE=$ZZ_TILE, default 4), after build-base: DRAM bytes per launch
-            # (as ncu-bytes), then two rounds alternating A | B of the bench (7B/8B/70B shapes, batch 1, memset + atomics)
-            # and of the 7B decode GEMV chain
-            local tb=/tmp/tile-ab/b/t i b bin
-            zz_build_lite & local p1=$!
-            build_zz $tb build-tile-b.log "-DGGML_SPARSE_CUDA_ZZ_TILE=${ZZ_TILE:-4}" || exit 1
-            wait $p1 || exit 1
-            ncu_bytes /tmp/zz-test/t LLAMA_SPARSE_DEFAULTS=1
-            ncu_bytes $tb LLAMA_SPARSE_DEFAULTS=1
-            for i in 1 2; do
-                for b in a b; do
-                    bin=/tmp/zz-test/t; [ $b = a ] || bin=$tb
-                    echo "-- round $i, $b: bench" | tee -a "$out/tile-ab-bench.log"
-                    timeout 150 $bin bench --type q4_K --batch 1 --reduction atomic \
-                        --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
-                        tee -a "$out/tile-ab-bench.log" | grep -E "^(type|q4_K)"
-                    echo "-- round $i, $b: chain" | tee -a "$out/tile-ab-chain.log"
-                    timeout 150 $bin chain --model 7b --batch 1 2>&1 | tee -a "$out/tile-ab-chain.log" | grep -E "^ ?[0-9]|^ T |floor"
-                done
-            done
             ;;
         ncu-sparq)
             # the same view of the two SparQ kernels (single variant), S = 32k, Llama-3-8B shapes
