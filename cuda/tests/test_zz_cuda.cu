@@ -1431,6 +1431,13 @@ static void bench_begin(cudaStream_t & stream, int & device, cudaDeviceProp & pr
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
 }
 
+// the device's L2 fetch granularity limit, bytes (cudaLimitMaxL2FetchGranularity)
+static size_t bench_l2_fetch_bytes() {
+    size_t gran = 0;
+    CUDA_CHECK(cudaDeviceGetLimit(&gran, cudaLimitMaxL2FetchGranularity));
+    return gran;
+}
+
 static int run_bench(const bench_opts & o) {
     cudaStream_t   stream;
     int            device;
@@ -1440,11 +1447,9 @@ static int run_bench(const bench_opts & o) {
     double memcpy_gbs = 0.0;
     double read_gbs   = 0.0;
     const double copy_gbs = bench_copy_gbs(stream, &memcpy_gbs, &read_gbs);
-    size_t gran = 0;
-    CUDA_CHECK(cudaDeviceGetLimit(&gran, cudaLimitMaxL2FetchGranularity));
     printf("device %s, %d SMs, L2 %d MiB; device-to-device copy %.0f GB/s (read + write; cudaMemcpy %.0f, copy kernel "
             "the better), read-only kernel %.0f GB/s; L2 fetch granularity limit %zu bytes\n", prop.name,
-            prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs, memcpy_gbs, read_gbs, gran);
+            prop.multiProcessorCount, prop.l2CacheSize >> 20, copy_gbs, memcpy_gbs, read_gbs, bench_l2_fetch_bytes());
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
     const bool both = o.reduction == "both";
@@ -1600,9 +1605,7 @@ static int run_bytes(const bench_opts & o) {
     int            device;
     cudaDeviceProp prop;
     bench_begin(stream, device, prop);
-    size_t gran = 0;
-    CUDA_CHECK(cudaDeviceGetLimit(&gran, cudaLimitMaxL2FetchGranularity));
-    printf("device %s; L2 fetch granularity limit %zu bytes\n", prop.name, gran);
+    printf("device %s; L2 fetch granularity limit %zu bytes\n", prop.name, bench_l2_fetch_bytes());
     const double sparsities[] = { 0.0, 0.25, 0.50, 0.65, 0.80 };
     int k = 0;
     for (const auto & shape : o.shapes) {
