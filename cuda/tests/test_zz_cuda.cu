@@ -1421,7 +1421,7 @@ struct bench_opts {
     std::string                         pattern = "random";
     bool                                l2_warm = false;
     std::string                         csv;
-    std::string                         reduction = "both"; // cross-block reduction: ticket, first, atomic, or both (ticket and atomic)
+    std::string                         reduction = "both"; // cross-block reduction: ticket, first, early (decode's), atomic, or both (ticket and atomic)
 };
 
 // a benchmark's non-blocking stream, and the current device and its properties
@@ -1453,7 +1453,7 @@ static int run_bench(const bench_opts & o) {
     printf("weights %s; columns %s; times are medians per op inside a CUDA graph\n",
             o.l2_warm ? "re-read from L2 (one copy)" : "rotated over copies totalling > 256 MiB (from DRAM)", o.pattern.c_str());
     const bool both = o.reduction == "both";
-    const int red = o.reduction == "atomic" ? 0 : o.reduction == "first" ? 2 : 1;
+    const int red = o.reduction == "atomic" ? 0 : o.reduction == "first" ? 2 : o.reduction == "early" ? 3 : 1;
     zz_gemv_set_ticket(red);
     printf("cross-block reduction: %s%s\n", red == 0 ? "memset + atomics" : red_name(red),
             both ? "; the 'atomic' columns at the end: memset + atomics (LLAMA_SPARSE_CUDA_TICKET=0)" : "");
@@ -2072,7 +2072,7 @@ static bool parse_type(const char * s, std::vector<ggml_type> & types) {
 static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
            "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
-           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|atomic|both]\n"
+           "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|early|atomic|both]\n"
            "       test_zz_cuda bytes   [--shapes ...] [--pattern ...]   (Q4_K, batch 1: one launch a mode and sparsity, for ncu)\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
            "       test_zz_cuda tune    [--max-batch 8] [--sparsity 0.5] [--out FILE] [--shapes ...]\n"
@@ -2121,7 +2121,8 @@ int main(int argc, char ** argv) {
             batch_set = true;
         } else if (a == "--reduction") {
             o.reduction = val;
-            if (o.reduction != "ticket" && o.reduction != "atomic" && o.reduction != "first" && o.reduction != "both") {
+            if (o.reduction != "ticket" && o.reduction != "atomic" && o.reduction != "first" && o.reduction != "early" &&
+                    o.reduction != "both") {
                 usage();
                 return 2;
             }

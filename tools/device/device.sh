@@ -698,8 +698,9 @@ remote() {
             # bench-staged: the same with Q4_K on the staged (cp.async) kernel instead of the direct one
             [ -x /tmp/zz-test/t ] || { echo "no test binary (zztest step)"; exit 1; }
             local direct=1; [ "$step" = bench ] || direct=0
-            # --reduction both (default): the ticket reduction's times, then 'atomic: dense idx fused' (memset + atomics)
-            LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 480 /tmp/zz-test/t bench --batch 1 \
+            # --reduction both (default): the ticket reduction's times, then 'atomic: dense idx fused' (memset + atomics);
+            # BENCH_REDUCTION=early times decode's reduction instead
+            LLAMA_SPARSE_CUDA_DIRECT=$direct timeout 480 /tmp/zz-test/t bench --batch 1 --reduction "${BENCH_REDUCTION:-both}" \
                 --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672 \
                 --csv "$out/$step.csv" 2>&1 | tee "$out/$step.log" | tail -80
             ;;
