@@ -166,11 +166,11 @@ remote() {
         done
     }
     # test_zz_cuda bench on the 7B/8B/70B shapes, two rounds, each round once under every ENV (',' for spaces
-    # inside one), atomics: zz_bench_envs LOG BATCHES ENV...
+    # inside one), memset + atomics (BENCH_REDUCTION: another): zz_bench_envs LOG BATCHES ENV...
     zz_bench_envs() {
         local log=$1 batch=$2 sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
         shift 2
-        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction atomic --shapes $sh
+        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction "${BENCH_REDUCTION:-atomic}" --shapes $sh
     }
     local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
     local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
