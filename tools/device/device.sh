@@ -23,6 +23,7 @@
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
 #   zztest     cuda/tests: build test_zz_cuda against the fork build (stock ggml-cuda linked), run `test` twice
+#              and on step versions 1 and 2 (ZZTEST_RUNS=1: once)
 #   zztest-lite  test_zz_cuda built without ggml-cuda (after build-base), `test` under each of ZZTEST_ENVS
 #              (zztest-bg: in the background beside the builds; zztest-wait joins it)
 #   bench      test_zz_cuda bench, batch 1, Llama-2-7B/13B/70B and Llama-3-8B shapes (incl. stock mmvq);
@@ -964,9 +965,8 @@ remote() {
             ;;
         ncu-issue)
             # what bounds the direct Q4_K GEMV (not its DRAM bytes: a column-tile layout without over-fetch was no faster,
-            # bench/results/cuda_h200_2026-11-29.md): ncu
-            # sections of the first $NCU_ISSUE_COUNT launches of test_zz_cuda bytes on $NCU_ISSUE_SHAPE (dense, then idx
-            # and fused at 0, 25, 50 %)
+            # bench/results/cuda_h200_2026-11-29.md): ncu sections of the first $NCU_ISSUE_COUNT launches of
+            # test_zz_cuda bytes on $NCU_ISSUE_SHAPE (dense, then idx and fused at 0, 25, 50 %)
             zz_build_lite
             timeout 240 ncu --kernel-name regex:direct --launch-count ${NCU_ISSUE_COUNT:-7} --section SpeedOfLight \
                 --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
