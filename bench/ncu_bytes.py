@@ -46,7 +46,7 @@ def main():
     for (k, mode, shape, sp, useful), kid in zip(launches, order):
         m = rows[kid]
         dram = val(m, "dram__bytes_read.sum", scale)
-        req = m.get("lts__t_sectors_srcunit_tex_op_read.sum", (float("nan"), ""))[0] * 32.0
+        req = val(m, "lts__t_sectors_srcunit_tex_op_read.sum", {"sector": 32.0})
         t = val(m, "gpu__time_duration.sum", tscale)
         print("%-6s %-11s %5.0f | %9.2f %9.2f %6.3f | %9.2f %6.3f | %8.2f" % (
             mode, shape, 100 * sp, useful / 1e6, dram / 1e6, dram / useful if useful else float("nan"),

@@ -1438,6 +1438,22 @@ static size_t bench_l2_fetch_bytes() {
     return gran;
 }
 
+// a bench input: T tokens of n columns, exact zeros in a share sp of the columns (random, or the last ones with
+// pattern "contiguous"), the same draw for every call with the same arguments; returns the active columns
+static int64_t bench_make_x(const std::string & pattern, const double sp, const int64_t n, const int T, std::vector<float> & x) {
+    test_rng rng(42);
+    x.assign(T*n, 0.0f);
+    int64_t count = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        const bool act = pattern == "contiguous" ? j < (int64_t) llround((1.0 - sp)*n) : rng.uniform() >= sp;
+        count += act;
+        for (int t = 0; t < T; ++t) {
+            x[t*n + j] = act ? (float) rng.normal() : 0.0f;
+        }
+    }
+    return count;
+}
+
 static int run_bench(const bench_opts & o) {
     cudaStream_t   stream;
     int            device;
@@ -1496,17 +1512,8 @@ static int run_bench(const bench_opts & o) {
                 double dense_us    = -1.0;
                 double dense_at_us = -1.0; // with memset + atomics
                 for (double sp : sparsities) {
-                    // x: exact zeros in the inactive columns
-                    test_rng rng(42);
-                    std::vector<float> x(T*n);
-                    int64_t count = 0;
-                    for (int64_t j = 0; j < n; ++j) {
-                        const bool act = o.pattern == "contiguous" ? j < (int64_t) llround((1.0 - sp)*n) : rng.uniform() >= sp;
-                        count += act;
-                        for (int t = 0; t < T; ++t) {
-                            x[t*n + j] = act ? (float) rng.normal() : 0.0f;
-                        }
-                    }
+                    std::vector<float> x;
+                    const int64_t count = bench_make_x(o.pattern, sp, n, T, x);
                     x_d.upload(x.data(), x.size());
                     const float thr = 1e-30f;
                     sparse_idx_list_launch(x_d.ptr, n, T, n, thr, idx_d.ptr, scratch_d.ptr, stream);
@@ -1626,14 +1633,8 @@ static int run_bytes(const bench_opts & o) {
         dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, 1)));
         dev_buf<float>   y_d(m);
         for (double sp : sparsities) {
-            test_rng rng(42);
-            std::vector<float> x(n);
-            int64_t count = 0;
-            for (int64_t j = 0; j < n; ++j) {
-                const bool act = o.pattern == "contiguous" ? j < (int64_t) llround((1.0 - sp)*n) : rng.uniform() >= sp;
-                count += act;
-                x[j] = act ? (float) rng.normal() : 0.0f;
-            }
+            std::vector<float> x;
+            const int64_t count = bench_make_x(o.pattern, sp, n, 1, x);
             x_d.upload(x.data(), x.size());
             const float thr = 1e-30f;
             sparse_idx_list_launch(x_d.ptr, n, 1, n, thr, idx_d.ptr, scratch_d.ptr, stream);
