@@ -32,6 +32,9 @@
 #              LLAMA_SPARSE_TEST_CHAIN_NORM=0 / 1 / 2 in a setting: no norm / a norm kernel before q/k/v and gate/up / folded in, the default;
 #              LLAMA_SPARSE_TEST_CHAIN_ACC=1: outputs that accumulate; the floor rows: the launches with no GEMV work)
 #   chain-ab   zz-chain of two test_zz_cuda builds, A the defaults, B with NVCC flags CHAIN_AB_FLAGS (after build-base)
+#   ab         test_zz_cuda built several ways (after build-base): A the defaults, then one build per AB_FLAGS entry
+#              ('|' between them); each `test`, then AB_ROUNDS (2) rounds alternating the builds (and A under each of
+#              AB_ENVS) of the bench (batch 1, decode's EARLY reduction, 7 shapes) and the 7B chain
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -925,6 +928,31 @@ remote() {
                     echo "-- round $i, $b" | tee -a "$out/chain-ab.log"
                     timeout 150 $bin chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
                         tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T |floor"
+                done
+            done
+            ;;
+        ab)
+            local flags=() names=(a) bins=(/tmp/zz-test/t) envs=("") f i j rc bin pids=()
+            IFS='|' read -r -a flags <<< "${AB_FLAGS:?AB_FLAGS: NVCC flags of the B builds, '|' between them}"
+            zz_build_lite & pids+=($!)
+            for i in "${!flags[@]}"; do
+                build_zz /tmp/ab/$i/t build-ab-$i.log "${flags[$i]}" & pids+=($!)
+                names+=("b$i:${flags[$i]// /,}") bins+=(/tmp/ab/$i/t) envs+=("")
+            done
+            for f in "${pids[@]}"; do wait "$f" || exit 1; done
+            for f in ${AB_ENVS:-}; do names+=("a:$f") bins+=(/tmp/zz-test/t) envs+=("$f"); done
+            for i in "${!flags[@]}"; do
+                rc=0; timeout 300 /tmp/ab/$i/t test --seed $((i + 7)) > "$out/ab-test-$i.log" 2>&1 || rc=$?
+                echo "b$i (${flags[$i]}): test_zz_cuda test: rc $rc"; tail -3 "$out/ab-test-$i.log"
+            done
+            for i in $(seq 1 "${AB_ROUNDS:-2}"); do
+                for j in "${!names[@]}"; do
+                    echo "-- round $i, ${names[$j]}" | tee -a "$out/ab-bench.log" "$out/ab-chain.log"
+                    env ${envs[$j]//,/ } timeout 150 ${bins[$j]} bench --type q4_K --batch 1 --reduction early \
+                        --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
+                        tee -a "$out/ab-bench.log" | grep -E "^(device|q4_K)"
+                    env ${envs[$j]//,/ } timeout 150 ${bins[$j]} chain --model 7b --batch 1 2>&1 |
+                        tee -a "$out/ab-chain.log" | grep -E "^ ?[0-9]|^ T |floor"
                 done
             done
             ;;
