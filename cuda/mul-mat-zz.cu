@@ -3061,6 +3061,16 @@ static float zz_time_gemv_us(const ggml_type type, const std::vector<void *> & w
     return 1000.0f*ms/(3*reps);
 }
 
+// LLAMA_SPARSE_CUDA_TUNE_TYPES=q4_K,q6_K: the types the autotune times (default all four)
+static bool zz_tune_type_wanted(const ggml_type type) {
+    const char * env = getenv("LLAMA_SPARSE_CUDA_TUNE_TYPES");
+    if (env == nullptr || *env == '\0') {
+        return true;
+    }
+    const std::string list = std::string(",") + env + ",";
+    return list.find(std::string(",") + ggml_type_name(type) + ",") != std::string::npos;
+}
+
 int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int n_shapes, const int max_tokens,
         const float sparsity, const char * path) {
     CUDA_CHECK(cudaSetDevice(device));
@@ -3107,7 +3117,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
 
         for (ggml_type type : types) {
             const int64_t B = ggml_blck_size(type);
-            if (m % B != 0) {
+            if (m % B != 0 || !zz_tune_type_wanted(type)) {
                 continue;
             }
             const int64_t rows    = m/B;

@@ -35,6 +35,8 @@
 #   ab         test_zz_cuda built several ways (after build-base): A the defaults, then one build per AB_FLAGS entry
 #              ('|' between them); each `test`, then AB_ROUNDS (2) rounds alternating the builds (and A under each of
 #              AB_ENVS) of the bench (batch 1, decode's EARLY reduction, 7 shapes) and the 7B chain
+#   tune       test_zz_cuda tune on the bench's 7 shapes (TUNE_TYPES, default q4_K; TUNE_BATCH, default 1) into
+#              $out/tune.txt (then e.g. ab with AB_ENVS=LLAMA_SPARSE_CUDA_TUNE_FILE=/tmp/ls-out/tune.txt)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
 #   mm-perf    test-backend-ops perf MUL_MAT_ZZ (LIST op + GEMV) and stock MUL_MAT Q4_K at batch 1
 #   sparq-test cuda/tests: build test_sparq_cuda (after build-base), run `test` (vs the CPU reference) and `bench`,
@@ -931,9 +933,17 @@ remote() {
                 done
             done
             ;;
+        tune)
+            zz_build_lite
+            LLAMA_SPARSE_CUDA_TUNE_TYPES=${TUNE_TYPES:-q4_K} timeout 500 /tmp/zz-test/t tune --max-batch "${TUNE_BATCH:-1}" \
+                --sparsity 0.5 --out "$out/tune.txt" \
+                --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
+                tee "$out/tune.log" | grep -E "autotune|tune:"
+            cat "$out/tune.txt"
+            ;;
         ab)
             local flags=() names=(a) bins=(/tmp/zz-test/t) envs=("") f i j rc bin pids=()
-            IFS='|' read -r -a flags <<< "${AB_FLAGS:?AB_FLAGS: NVCC flags of the B builds, '|' between them}"
+            [ -z "${AB_FLAGS:-}" ] || IFS='|' read -r -a flags <<< "$AB_FLAGS"
             zz_build_lite & pids+=($!)
             for i in "${!flags[@]}"; do
                 build_zz /tmp/ab/$i/t build-ab-$i.log "${flags[$i]}" & pids+=($!)
