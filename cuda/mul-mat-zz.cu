@@ -3024,19 +3024,31 @@ static __global__ void zz_fill_random_blocks(char * w, const int64_t nblocks, co
 }
 
 // weights rotate over copies larger than L2 together, as in a model where each matrix is read once per token
+// mean time of one GEMV a launch in a CUDA graph, weights rotated over ws: mode DENSE, IDX (over idx) or FUSED
+// (threshold thr on x; the direct Q4_K kernel only, as decode runs it: -1 for the other types)
 static float zz_time_gemv_us(const ggml_type type, const std::vector<void *> & ws, const int64_t n, const int64_t m,
-        const float * x, const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream) {
+        const float * x, const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream,
+        const zz_gemv_mode mode, const float thr) {
     const int reps = std::max(20, 2*(int) ws.size());
+    auto launch = [&](const void * w) {
+        if (mode == ZZ_GEMV_FUSED) {
+            return zz_gemv_launch_fused(type, w, n, m, x, n, n_tokens, thr, y, m, cfg, false, stream);
+        }
+        zz_gemv_launch_ex(type, w, n, m, x, n, n_tokens, mode == ZZ_GEMV_IDX ? idx : nullptr, mode, y, m, cfg, stream);
+        return true;
+    };
 
     // warm up (and catch invalid configs before capture)
-    zz_gemv_launch_ex(type, ws[0], n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+    if (!launch(ws[0])) {
+        return -1.0f;
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream));
 
     cudaGraph_t     graph;
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
     for (int i = 0; i < reps; ++i) {
-        zz_gemv_launch_ex(type, ws[i % ws.size()], n, m, x, n, n_tokens, idx, ZZ_GEMV_IDX, y, m, cfg, stream);
+        launch(ws[i % ws.size()]);
     }
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -3061,6 +3073,36 @@ static float zz_time_gemv_us(const ggml_type type, const std::vector<void *> & w
     return 1000.0f*ms/(3*reps);
 }
 
+// what decode runs with a config, us: the sparse GEMV at the tuning sparsity (fused for Q4_K's direct kernel, else
+// over a list made beforehand) plus the dense one (sparsity off)
+static float zz_time_decode_us(const ggml_type type, const std::vector<void *> & ws, const int64_t n, const int64_t m,
+        const float * x, const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream) {
+    float sparse = zz_time_gemv_us(type, ws, n, m, x, n_tokens, idx, y, cfg, stream, ZZ_GEMV_FUSED, 1e-30f);
+    if (sparse < 0.0f) {
+        sparse = zz_time_gemv_us(type, ws, n, m, x, n_tokens, idx, y, cfg, stream, ZZ_GEMV_IDX, 0.0f);
+    }
+    return sparse + zz_time_gemv_us(type, ws, n, m, x, n_tokens, idx, y, cfg, stream, ZZ_GEMV_DENSE, 0.0f);
+}
+
+// a tune entry must beat the heuristic by this much (mean time relative to it), so that noise does not override it
+#define ZZ_TUNE_MARGIN 0.98f
+
+// one measured (shape, type, batch): its class in key (cfg: the heuristic's), every candidate's time relative to the
+// heuristic's
+struct zz_tune_meas {
+    zz_tune_entry key;
+    std::vector<std::pair<zz_gemv_config, float>> rel;
+};
+
+static bool zz_tune_same_class(const zz_tune_entry & a, const zz_tune_entry & b) {
+    return a.device == b.device && a.type == b.type && a.log2_rows == b.log2_rows && a.log2_n == b.log2_n &&
+           a.n_tokens == b.n_tokens;
+}
+
+static bool zz_cfg_equal(const zz_gemv_config & a, const zz_gemv_config & b) {
+    return a.n1 == b.n1 && a.n2 == b.n2 && a.cluster == b.cluster;
+}
+
 // LLAMA_SPARSE_CUDA_TUNE_TYPES=q4_K,q6_K: the types the autotune times (default all four)
 static bool zz_tune_type_wanted(const ggml_type type) {
     const char * env = getenv("LLAMA_SPARSE_CUDA_TUNE_TYPES");
@@ -3083,7 +3125,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
     const ggml_type types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 };
     const int       max_t   = std::max(1, std::min(max_tokens, ZZ_GEMV_MAX_BATCH));
 
-    std::vector<zz_tune_entry> found;
+    std::vector<zz_tune_meas> measured;
     for (int is = 0; is < n_shapes; ++is) {
         const int64_t m = shapes_mn[2*is + 0];
         const int64_t n = shapes_mn[2*is + 1];
@@ -3139,10 +3181,14 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
 
             for (int T = 1; T <= max_t; T *= 2) { // batches 1, 2, 4, 8; lookups take the nearest smaller one
-                zz_gemv_config best     = zz_gemv_default_config(props, type, n, m, T);
-                float          best_us  = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, best, stream);
-                const int      n2s[]    = { 2, 4, 8 };
-                const int      n1s[]    = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
+                const zz_gemv_config def    = zz_gemv_default_config(props, type, n, m, T);
+                const float          def_us = zz_time_decode_us(type, w_d, n, m, x_d, T, idx_d, y_d, def, stream);
+                zz_tune_meas meas;
+                meas.key = { props.key, type, zz_log2_ceil(rows), zz_log2_ceil(n), T, def };
+                const int n2s[] = { 2, 4, 8 };
+                const int n1s[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
+                zz_gemv_config best    = def;
+                float          best_us = def_us;
                 for (int n2 : n2s) {
                     for (int n1 : n1s) {
                         if (n1 > 1 && n/(n1*n2) < 32) {
@@ -3151,7 +3197,8 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                         const int max_cl = props.cc_major >= 9 && n1 > 1 && n1 <= 8 ? 1 : 0;
                         for (int cl = 0; cl <= max_cl; ++cl) {
                             const zz_gemv_config cfg = { n1, n2, cl };
-                            const float us = zz_time_gemv_us(type, w_d, n, m, x_d, T, idx_d, y_d, cfg, stream);
+                            const float us = zz_time_decode_us(type, w_d, n, m, x_d, T, idx_d, y_d, cfg, stream);
+                            meas.rel.push_back({ cfg, us/def_us });
                             if (us < best_us) {
                                 best_us = us;
                                 best    = cfg;
@@ -3159,16 +3206,10 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                         }
                     }
                 }
-                zz_tune_entry e;
-                e.device    = props.key;
-                e.type      = type;
-                e.log2_rows = zz_log2_ceil(rows);
-                e.log2_n    = zz_log2_ceil(n);
-                e.n_tokens  = T;
-                e.cfg       = best;
-                found.push_back(e);
-                GGML_LOG_INFO("%s: %s %5lld x %5lld batch %d: n1 %3d n2 %d cluster %d: %8.2f us\n", __func__,
-                        ggml_type_name(type), (long long) m, (long long) n, T, best.n1, best.n2, best.cluster, best_us);
+                GGML_LOG_INFO("%s: %s %5lld x %5lld batch %d: sparse + dense %8.2f us with the default (n1 %d n2 %d), "
+                        "best n1 %3d n2 %d cluster %d %8.2f us\n", __func__, ggml_type_name(type), (long long) m,
+                        (long long) n, T, def_us, def.n1, def.n2, best.n1, best.n2, best.cluster, best_us);
+                measured.push_back(meas);
             }
             for (void * p : w_d) {
                 CUDA_CHECK(cudaFree(p));
@@ -3180,13 +3221,61 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
 
-    // merge: keep entries of other devices and shape classes not measured now
+    // a class (device, type, log2 rows, log2 n, batch) may hold several measured shapes, and an entry overrides the
+    // heuristic for all of them: it gets the config with the lowest mean time relative to each shape's heuristic,
+    // and only where that mean is under ZZ_TUNE_MARGIN (else no entry: the heuristic stays)
+    std::vector<zz_tune_entry> found;
+    std::vector<bool>          done(measured.size(), false);
+    for (size_t i = 0; i < measured.size(); ++i) {
+        if (done[i]) {
+            continue;
+        }
+        std::vector<const zz_tune_meas *> cls;
+        for (size_t j = i; j < measured.size(); ++j) {
+            if (zz_tune_same_class(measured[i].key, measured[j].key)) {
+                cls.push_back(&measured[j]);
+                done[j] = true;
+            }
+        }
+        zz_gemv_config best     = {};
+        float          best_rel = ZZ_TUNE_MARGIN;
+        for (const auto & cand : cls[0]->rel) {
+            float sum = 0.0f;
+            int   k   = 0;
+            for (const zz_tune_meas * mm : cls) {
+                for (const auto & r : mm->rel) {
+                    if (zz_cfg_equal(r.first, cand.first)) {
+                        sum += r.second;
+                        ++k;
+                        break;
+                    }
+                }
+            }
+            if (k == (int) cls.size() && sum/k < best_rel) {
+                best_rel = sum/k;
+                best     = cand.first;
+            }
+        }
+        const zz_tune_entry & key = cls[0]->key;
+        if (best_rel < ZZ_TUNE_MARGIN) {
+            zz_tune_entry e = key;
+            e.cfg = best;
+            found.push_back(e);
+            GGML_LOG_INFO("%s: %s class (2^%d rows, 2^%d columns, batch %d, %zu shape(s)): n1 %d n2 %d cluster %d, %.3fx "
+                    "the default's time\n", __func__, ggml_type_name(key.type), key.log2_rows, key.log2_n, key.n_tokens,
+                    cls.size(), best.n1, best.n2, best.cluster, best_rel);
+        } else {
+            GGML_LOG_INFO("%s: %s class (2^%d rows, 2^%d columns, batch %d, %zu shape(s)): the default stays\n", __func__,
+                    ggml_type_name(key.type), key.log2_rows, key.log2_n, key.n_tokens, cls.size());
+        }
+    }
+
+    // merge: keep entries of other devices and of shape classes not measured now
     std::vector<zz_tune_entry> merged;
     for (const zz_tune_entry & old : zz_tune_read(fpath)) {
         bool replaced = false;
-        for (const zz_tune_entry & e : found) {
-            if (e.device == old.device && e.type == old.type && e.log2_rows == old.log2_rows &&
-                    e.log2_n == old.log2_n && e.n_tokens == old.n_tokens) {
+        for (const zz_tune_meas & mm : measured) {
+            if (zz_tune_same_class(mm.key, old)) {
                 replaced = true;
                 break;
             }
