@@ -34,7 +34,7 @@
 #   chain-ab   zz-chain of two test_zz_cuda builds, A the defaults, B with NVCC flags CHAIN_AB_FLAGS (after build-base)
 #   ab         test_zz_cuda built several ways (after build-base): A the defaults, then one build per AB_FLAGS entry
 #              ('|' between them); each `test`, then AB_ROUNDS (2) rounds alternating the builds (and A under each of
-#              AB_ENVS) of the bench (batch 1, decode's EARLY reduction, 7 shapes) and the 7B chain
+#              AB_ENVS) of the bench (batch AB_BATCH, default 1; decode's EARLY reduction; 7 shapes) and the 7B chain
 #   tune       test_zz_cuda tune on the bench's 7 shapes (TUNE_TYPES, default q4_K; TUNE_BATCH, default 1) into
 #              $out/tune.txt (then e.g. ab with AB_ENVS=LLAMA_SPARSE_CUDA_TUNE_FILE=/tmp/ls-out/tune.txt)
 #   bench-red  test_zz_cuda bench on the 7B shapes: ticket vs atomic reduction side by side, prefetch off, n1 8 / 32
@@ -958,7 +958,7 @@ remote() {
             for i in $(seq 1 "${AB_ROUNDS:-2}"); do
                 for j in "${!names[@]}"; do
                     echo "-- round $i, ${names[$j]}" | tee -a "$out/ab-bench.log" "$out/ab-chain.log"
-                    env ${envs[$j]//,/ } timeout 150 ${bins[$j]} bench --type q4_K --batch 1 --reduction early \
+                    env ${envs[$j]//,/ } timeout 150 ${bins[$j]} bench --type q4_K --batch "${AB_BATCH:-1}" --reduction early \
                         --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
                         tee -a "$out/ab-bench.log" | grep -E "^(device|q4_K)"
                     env ${envs[$j]//,/ } timeout 150 ${bins[$j]} chain --model 7b --batch 1 2>&1 |
