@@ -2612,6 +2612,7 @@ struct zz_tune_entry {
     int            log2_n;
     int            n_tokens;
     zz_gemv_config cfg;
+    bool           direct = false; // built-in table: a Q4_K entry timed on the direct kernel (after "# direct")
 };
 
 // measured with ggml_cuda_zz_autotune on the devices named in the first column (50% sparsity, weights from
@@ -2655,7 +2656,8 @@ static bool zz_type_from_name(const char * name, ggml_type & type) {
     return false;
 }
 
-// one entry a line: device type log2_rows log2_n n_tokens n1 n2 cluster ('#' starts a comment)
+// one entry a line: device type log2_rows log2_n n_tokens n1 n2 cluster ('#' starts a comment); n1 n2 cluster = 0 0 0:
+// the heuristic (measured best for this batch, so that a smaller batch's entry does not stand in for it)
 static bool zz_tune_parse_line(const char * line, zz_tune_entry & e) {
     if (line[0] == '#') {
         return false;
@@ -2666,7 +2668,8 @@ static bool zz_tune_parse_line(const char * line, zz_tune_entry & e) {
                 &e.cfg.n1, &e.cfg.n2, &e.cfg.cluster) != 8 || !zz_type_from_name(tname, e.type)) {
         return false;
     }
-    if (e.cfg.n1 < 1 || e.cfg.n2 < 1 || e.cfg.n2 > ZZ_GEMV_MAX_WARPS) {
+    const bool heuristic = e.cfg.n1 == 0 && e.cfg.n2 == 0 && e.cfg.cluster == 0;
+    if (!heuristic && (e.cfg.n1 < 1 || e.cfg.n2 < 1 || e.cfg.n2 > ZZ_GEMV_MAX_WARPS)) {
         return false;
     }
     e.device = dev;
@@ -2675,16 +2678,30 @@ static bool zz_tune_parse_line(const char * line, zz_tune_entry & e) {
 
 static std::vector<zz_tune_entry> zz_tune_read_builtin() {
     std::vector<zz_tune_entry> entries;
+    bool direct = false;
     for (const char * p = zz_tune_builtin; *p; ) {
         const char * nl = strchr(p, '\n');
         const std::string line(p, nl ? nl - p : strlen(p));
         zz_tune_entry e;
+        direct = direct || line.rfind("# direct", 0) == 0;
         if (zz_tune_parse_line(line.c_str(), e)) {
+            e.direct = direct;
             entries.push_back(e);
         }
         p = nl ? nl + 1 : p + line.size();
     }
     return entries;
+}
+
+// the built-in entries after the tune file's: Q4_K ones only for the kernel they were timed on
+// (LLAMA_SPARSE_CUDA_TUNE_BUILTIN=0: none, for A/B)
+static void zz_tune_add_builtin(std::vector<zz_tune_entry> & table, const zz_device_props & props) {
+    static const int env = zz_env_int("LLAMA_SPARSE_CUDA_TUNE_BUILTIN");
+    for (const zz_tune_entry & e : zz_tune_read_builtin()) {
+        if (env != 0 && (e.type != GGML_TYPE_Q4_K || e.direct == zz_direct_enabled(props.cc_major))) {
+            table.push_back(e);
+        }
+    }
 }
 
 static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
@@ -2757,12 +2774,7 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
         std::lock_guard<std::mutex> lock(zz_tune_mutex);
         if (!zz_tune_loaded) {
             zz_tune_table = zz_tune_read(zz_tune_path(nullptr));
-            // the built-in Q4_K entries were tuned for the staged kernel
-            for (const zz_tune_entry & e : zz_tune_read_builtin()) {
-                if (e.type != GGML_TYPE_Q4_K || !zz_direct_enabled(props.cc_major)) {
-                    zz_tune_table.push_back(e);
-                }
-            }
+            zz_tune_add_builtin(zz_tune_table, props);
             zz_tune_loaded = true;
         }
         // the entry of this shape class with the largest batch <= n_tokens; the tune file before the built-in table
@@ -2772,7 +2784,7 @@ zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const 
         for (const zz_tune_entry & e : zz_tune_table) {
             if (e.type == type && e.log2_rows == lr && e.log2_n == ln && e.n_tokens <= n_tokens && e.n_tokens > best &&
                     e.device == props.key) {
-                cfg  = e.cfg;
+                cfg  = e.cfg.n1 > 0 ? e.cfg : zz_gemv_default_config(props, type, n, m, n_tokens);
                 best = e.n_tokens;
             }
         }
@@ -3222,8 +3234,9 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
     CUDA_CHECK(cudaStreamDestroy(stream));
 
     // a class (device, type, log2 rows, log2 n, batch) may hold several measured shapes, and an entry overrides the
-    // heuristic for all of them: it gets the config with the lowest mean time relative to each shape's heuristic,
-    // and only where that mean is under ZZ_TUNE_MARGIN (else no entry: the heuristic stays)
+    // heuristic for all of them: it gets the config with the lowest mean time relative to each shape's heuristic
+    // where that mean is under ZZ_TUNE_MARGIN, else 0 0 0 (the heuristic; lookups would otherwise take a smaller
+    // batch's entry)
     std::vector<zz_tune_entry> found;
     std::vector<bool>          done(measured.size(), false);
     for (size_t i = 0; i < measured.size(); ++i) {
@@ -3257,10 +3270,10 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
             }
         }
         const zz_tune_entry & key = cls[0]->key;
+        zz_tune_entry e = key;
+        e.cfg = best_rel < ZZ_TUNE_MARGIN ? best : zz_gemv_config { 0, 0, 0 }; // 0 0 0: the heuristic
+        found.push_back(e);
         if (best_rel < ZZ_TUNE_MARGIN) {
-            zz_tune_entry e = key;
-            e.cfg = best;
-            found.push_back(e);
             GGML_LOG_INFO("%s: %s class (2^%d rows, 2^%d columns, batch %d, %zu shape(s)): n1 %d n2 %d cluster %d, %.3fx "
                     "the default's time\n", __func__, ggml_type_name(key.type), key.log2_rows, key.log2_n, key.n_tokens,
                     cls.size(), best.n1, best.n2, best.cluster, best_rel);
@@ -3301,8 +3314,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
 
     std::lock_guard<std::mutex> lock(zz_tune_mutex);
     zz_tune_table = merged;
-    const std::vector<zz_tune_entry> builtin = zz_tune_read_builtin();
-    zz_tune_table.insert(zz_tune_table.end(), builtin.begin(), builtin.end());
+    zz_tune_add_builtin(zz_tune_table, props);
     zz_tune_loaded = true;
     return (int) found.size();
 }
