@@ -222,7 +222,7 @@ remote() {
     # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
     # the sources /tmp/zz-test/t is built from (a warm machine keeps /tmp between calls, the checkout is new)
     zz_src_stamp() {
-        cat "$repo"/cuda/*.cu "$repo"/cuda/*.cuh "$repo"/cuda/tests/* "$repo"/ggml-sparse/*.h | md5sum | cut -c1-32
+        cat "$repo"/cuda/*.cu "$repo"/cuda/*.cuh "$repo"/cuda/*.inc "$repo"/cuda/tests/* "$repo"/ggml-sparse/*.h | md5sum | cut -c1-32
     }
     # test_zz_cuda without ggml-cuda into OUT, its log $out/LOG, with NVCC flags FLAGS: build_zz OUT LOG [FLAGS]
     build_zz() {
