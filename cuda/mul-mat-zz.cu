@@ -97,27 +97,6 @@ static __device__ __forceinline__ float zz_ldg_half_f(const char * p) {
     return __half2float(__ushort_as_half(__ldg((const uint16_t *) p)));
 }
 
-// the direct Q4_K kernel's weight loads (read-only path). -DGGML_SPARSE_CUDA_LD_L2=64/128/256 (what-if): with an L2
-// prefetch-size hint, so that one miss asks DRAM for that many bytes around it
-#if defined(GGML_SPARSE_CUDA_LD_L2)
-#define ZZ_STR2(x) #x
-#define ZZ_STR(x)  ZZ_STR2(x)
-#define ZZ_LD_L2_Q ".L2::" ZZ_STR(GGML_SPARSE_CUDA_LD_L2) "B"
-static __device__ __forceinline__ uint4 zz_ldw16(const void * p) {
-    uint4 v;
-    asm("ld.global.nc" ZZ_LD_L2_Q ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-static __device__ __forceinline__ uint32_t zz_ldw4(const void * p) {
-    uint32_t v;
-    asm("ld.global.nc" ZZ_LD_L2_Q ".u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-#else
-static __device__ __forceinline__ uint4    zz_ldw16(const void * p) { return __ldg((const uint4 *) p); }
-static __device__ __forceinline__ uint32_t zz_ldw4(const void * p)  { return __ldg((const uint32_t *) p); }
-#endif
-
 // get_scale_min_k4 of ggml-quants.c on the scale words h.y, h.z, h.w of a Q4_K block
 static __device__ __forceinline__ void zz_q4_K_scale_min(const uint4 h, const int s, uint32_t & sc, uint32_t & mn) {
     const int      sh = 8*(s & 3);
@@ -1569,12 +1548,12 @@ template <int V>
 static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
         const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
-        h = zz_ldw16(blk);
+        h = __ldg((const uint4 *) blk);
         if constexpr (V == 1) {
-            q = zz_ldw16(blk + 16 + 16*g);
+            q = __ldg((const uint4 *) (blk + 16 + 16*g));
         } else {
             const uint32_t * qw = (const uint32_t *) (blk + 16) + g;
-            q = make_uint4(zz_ldw4(qw), zz_ldw4(qw + 8), zz_ldw4(qw + 16), zz_ldw4(qw + 24));
+            q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
         }
     } else {
         h = make_uint4(0, 0, 0, 0);

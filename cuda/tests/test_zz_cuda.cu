@@ -1424,12 +1424,8 @@ struct bench_opts {
     std::string                         reduction = "both"; // cross-block reduction: ticket, first, early (decode's), atomic, or both (ticket and atomic)
 };
 
-// a benchmark's non-blocking stream, and the current device and its properties; ZZ_BENCH_L2_FETCH=B (0-128) sets the
-// device's L2 fetch granularity limit first (cudaLimitMaxL2FetchGranularity; an experiment)
+// a benchmark's non-blocking stream, and the current device and its properties
 static void bench_begin(cudaStream_t & stream, int & device, cudaDeviceProp & prop) {
-    if (const char * env = getenv("ZZ_BENCH_L2_FETCH")) {
-        CUDA_CHECK(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t) atoi(env)));
-    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
