@@ -3105,7 +3105,7 @@ static bool zz_tune_type_wanted(const ggml_type type) {
 }
 
 int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int n_shapes, const int max_tokens,
-        const float sparsity, const char * path) {
+        const float sparsity, const char * path, const ggml_type * shape_types) {
     CUDA_CHECK(cudaSetDevice(device));
     const zz_device_props & props = zz_get_device_props(device);
     const std::string       fpath = zz_tune_path(path);
@@ -3150,7 +3150,7 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
 
         for (ggml_type type : types) {
             const int64_t B = ggml_blck_size(type);
-            if (m % B != 0 || !zz_tune_type_wanted(type)) {
+            if (m % B != 0 || (shape_types ? shape_types[is] != type : !zz_tune_type_wanted(type))) {
                 continue;
             }
             const int64_t rows    = m/B;
@@ -3296,6 +3296,34 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
     zz_tune_add_builtin(zz_tune_table, props);
     zz_tune_loaded = true;
     return (int) found.size();
+}
+
+int llama_sparse_cuda_autotune(const int device, const int64_t * shapes_mn, const int32_t * types, const int n_shapes,
+        const int max_tokens, const float sparsity, const char * path) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+        (void) cudaGetLastError();
+        GGML_LOG_ERROR("%s: no CUDA device %d (%d found)\n", __func__, device, count);
+        return -1;
+    }
+    if (shapes_mn == nullptr || n_shapes < 1 || max_tokens < 1 || !(sparsity > 0.0f && sparsity < 1.0f)) {
+        GGML_LOG_ERROR("%s: want shapes, max_tokens >= 1 and 0 < sparsity < 1 (got %d shapes, %d, %g)\n", __func__,
+                n_shapes, max_tokens, (double) sparsity);
+        return -1;
+    }
+    std::vector<ggml_type> tv;
+    for (int i = 0; types != nullptr && i < n_shapes; ++i) {
+        const ggml_type t = (ggml_type) types[i];
+        const int64_t   m = shapes_mn[2*i + 0];
+        const int64_t   n = shapes_mn[2*i + 1];
+        if (!zz_type_supported(t) || m <= 0 || n <= 0 || m % ggml_blck_size(t) != 0) {
+            GGML_LOG_ERROR("%s: shape %d: %lld x %lld of type %d is not a zigzag GEMV this backend runs\n", __func__, i,
+                    (long long) m, (long long) n, (int) types[i]);
+            return -1;
+        }
+        tv.push_back(t);
+    }
+    return ggml_cuda_zz_autotune(device, shapes_mn, n_shapes, max_tokens, sparsity, path, types ? tv.data() : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------------

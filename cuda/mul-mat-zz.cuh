@@ -117,13 +117,19 @@ void zz_prefill_launch(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float * y, int64_t y_stride,
         half * tmp_w, half * tmp_x, cublasHandle_t handle, cudaStream_t stream);
 
-// times GEMV candidates (n1, n2, cluster) on the device for the given shapes (pairs m, n), every supported
-// type and batch 1, 2, 4, 8 up to max_tokens, at the given sparsity (IDX mode, weights rotated through more
-// than L2 holds), and writes the best per shape class (type, log2 block-rows, log2 n, batch) to
-// path (NULL: $LLAMA_SPARSE_CUDA_TUNE_FILE or ~/.cache/llama-sparse/cuda-tune.txt), keeping other
-// devices' entries. Returns the number of entries written for this device, or -1 on error.
+// times GEMV candidates (n1, n2, cluster) on the device for the given shapes (pairs m, n), each in its type
+// (shape_types[i]; NULL: every supported type, $LLAMA_SPARSE_CUDA_TUNE_TYPES limiting them) and batch 1, 2, 4, 8
+// up to max_tokens, as decode runs them (the fused or listed GEMV at the given sparsity plus the dense one,
+// weights rotated through more than L2 holds), and writes the best per shape class (type, log2 block-rows,
+// log2 n, batch) to path (NULL: $LLAMA_SPARSE_CUDA_TUNE_FILE or ~/.cache/llama-sparse/cuda-tune.txt), keeping
+// other devices' entries. Returns the number of entries written for this device, or -1 on error.
 int ggml_cuda_zz_autotune(int device, const int64_t * shapes_mn, int n_shapes, int max_tokens, float sparsity,
-        const char * path);
+        const char * path, const ggml_type * shape_types = nullptr);
+
+// the same for the Python tools (ctypes on libggml-cuda; types as ggml_type values, NULL as above), checking its
+// arguments (-1 and a logged error, not an abort)
+extern "C" GGML_BACKEND_API int llama_sparse_cuda_autotune(int device, const int64_t * shapes_mn, const int32_t * types,
+        int n_shapes, int max_tokens, float sparsity, const char * path);
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // GGML_OP_MUL_MAT_ZZ: src0 zigzag W, src1 x F32 [n, n_tokens], src2 idx I32 [n + 1] or NULL, dst F32 [m, n_tokens]

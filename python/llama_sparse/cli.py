@@ -380,6 +380,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_calibrate_args(p)
     p.set_defaults(func=cmd_calibrate)
 
+    from .cuda_tune import add_cuda_tune_args, run_cuda_tune
+    p = sub.add_parser("cuda-tune", help="time the CUDA GEMV launch configs for a zigzag GGUF's weights on this GPU")
+    add_cuda_tune_args(p)
+    p.set_defaults(func=run_cuda_tune)
+
     p = sub.add_parser("generate", help="one-shot generation")
     _add_model_args(p)
     p.add_argument("-p", "--prompt", required=True)

@@ -1,0 +1,72 @@
+"""`llama-sparse cuda-tune`: the GEMV shapes it reads from a zigzag GGUF, and its errors on a build without CUDA
+(CI has no GPU; the tune itself runs on the device, cuda/README.md)."""
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader
+
+from llama_sparse import _lib, cuda_tune, zigzag
+from llama_sparse.cli import main
+from llama_sparse.convert import convert
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    from conftest import write_tiny_gguf
+    d = tmp_path_factory.mktemp("cuda-tune")
+    src = write_tiny_gguf(d / "tiny.gguf")
+    out = d / "tiny.zz.gguf"
+    convert(src, out, "q4_k", progress=False)
+    return src, out
+
+
+def test_shapes_are_the_source_weights(tiny_pair):
+    src, out = tiny_pair
+    # (m, n) from the source file's ne = [n, m]; types from the zigzag file's tensor records
+    src_ne = {t.name: (int(t.shape[1]), int(t.shape[0])) for t in GGUFReader(src).tensors if len(t.shape) == 2}
+    reader = GGUFReader(out)
+    zz = zigzag.read_zigzag_info(reader)
+    want = {(*src_ne[t.name], int(t.tensor_type)) for t in reader.tensors if t.name in zz}
+    got = cuda_tune.model_gemv_shapes(out)
+    assert set(got) == want and len(got) == len(want)
+    assert {(512, 256), (256, 512)} <= {(m, n) for m, n, _ in got}  # ffn_gate/up and ffn_down
+    assert all(m % zigzag.block_size(t) == 0 for m, _, t in got)
+
+
+def test_standard_gguf_is_refused(tiny_pair):
+    src, _ = tiny_pair
+    with pytest.raises(ValueError, match="not a zigzag GGUF"):
+        cuda_tune.model_gemv_shapes(src)
+
+
+def test_default_path_follows_the_library(monkeypatch, tmp_path):
+    monkeypatch.setenv(cuda_tune.TUNE_FILE_ENV, str(tmp_path / "t.txt"))
+    assert cuda_tune.default_tune_path() == tmp_path / "t.txt"
+    monkeypatch.delenv(cuda_tune.TUNE_FILE_ENV)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cuda_tune.default_tune_path() == tmp_path / ".cache" / "llama-sparse" / "cuda-tune.txt"
+
+
+def test_cli_errors(tiny_pair, tmp_path, capsys):
+    src, out = tiny_pair
+    tune_file = tmp_path / "tune.txt"
+    assert main(["cuda-tune", str(out), "--max-batch", "9", "-o", str(tune_file)]) == 1
+    assert "max batch 9" in capsys.readouterr().err
+    assert main(["cuda-tune", str(out), "--sparsity", "1", "-o", str(tune_file)]) == 1
+    assert "sparsity 1" in capsys.readouterr().err
+    assert main(["cuda-tune", str(src), "-o", str(tune_file)]) == 1
+    assert "not a zigzag GGUF" in capsys.readouterr().err
+    assert main(["cuda-tune", str(tmp_path / "missing.gguf"), "-o", str(tune_file)]) == 1
+    assert "not found" in capsys.readouterr().err
+    assert not tune_file.exists()
+
+
+def test_cli_without_cuda_backend(tiny_pair, tmp_path, capsys):
+    _, out = tiny_pair
+    if (_lib.lib_dir() / _lib._shared_lib_name("ggml-cuda")).exists():
+        pytest.skip("this build has a CUDA backend: the tune would run (device only)")
+    tune_file = tmp_path / "tune.txt"
+    assert main(["cuda-tune", str(out), "-o", str(tune_file)]) == 1
+    err = capsys.readouterr().err
+    assert "no CUDA backend" in err and "GGML_CUDA=ON" in err
+    assert not tune_file.exists()
