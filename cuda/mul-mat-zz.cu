@@ -3262,12 +3262,25 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
         }
     }
 
-    // merge: keep entries of other devices and of shape classes not measured now
+    // batches above max_tokens were not measured: 0 0 0 for them too, so that the largest measured batch's entry
+    // does not stand in
+    for (size_t i = 0, n0 = found.size(); i < n0; ++i) {
+        if (2*found[i].n_tokens > max_t) {
+            for (int T = 2*found[i].n_tokens; T <= ZZ_GEMV_MAX_BATCH; T *= 2) {
+                zz_tune_entry e = found[i];
+                e.n_tokens = T;
+                e.cfg      = { 0, 0, 0 };
+                found.push_back(e);
+            }
+        }
+    }
+
+    // merge: keep entries of other devices and of shape classes not written now
     std::vector<zz_tune_entry> merged;
     for (const zz_tune_entry & old : zz_tune_read(fpath)) {
         bool replaced = false;
-        for (const zz_tune_meas & mm : measured) {
-            if (zz_tune_same_class(mm.key, old)) {
+        for (const zz_tune_entry & e : found) {
+            if (zz_tune_same_class(e, old)) {
                 replaced = true;
                 break;
             }

@@ -92,7 +92,7 @@ def add_cuda_tune_args(p: argparse.ArgumentParser) -> None:
                    help=f"tune file (default ${TUNE_FILE_ENV} or ~/.cache/llama-sparse/cuda-tune.txt, which the "
                         "library reads)")
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    p.add_argument("--max-batch", type=int, default=8, help="batches 1, 2, 4, 8 up to this (default 8)")
+    p.add_argument("--max-batch", type=int, default=8, help="times batches 1, 2, 4, 8 up to this (default 8); larger ones keep the heuristic")
     p.add_argument("--sparsity", type=float, default=0.5, help="sparsity the sparse GEMV is timed at (default 0.5)")
 
 
