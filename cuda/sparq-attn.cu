@@ -1911,6 +1911,7 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
+    SPARQ_MARK_FU(11);
     sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef);
     SPARQ_MARK_FU(2);
 

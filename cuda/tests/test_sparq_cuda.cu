@@ -661,9 +661,10 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                 sparq_phase_read(ph);
                 for (int b = 0; b < 2; ++b) {
                     auto d = [&](int i) { return 1e-3*(double) (long long) (ph[b][i] - ph[0][1]); };
-                    printf("%8lld   fused %s: after pdl wait, at q+i1+coef %.2f, k_t products %.2f, stats %.2f, cluster stats+keys"
-                           " %.2f, radix select %.2f, chosen list %.2f, attention %.2f, partials %.2f, out %.2f\n", (long long) S,
-                           b == 0 ? "block 0   " : "last block", d(2), d(9), d(3), d(4), d(5), d(6), d(7), d(10), b == 0 ? d(8) : 0.0);
+                    printf("%8lld   fused %s: pdl wait %.2f; after it, at q loaded %.2f, i1+coef %.2f, k_t products %.2f, stats %.2f,"
+                           " cluster stats+keys %.2f, radix select %.2f, chosen list %.2f, attention %.2f, partials %.2f, out %.2f\n",
+                           (long long) S, b == 0 ? "block 0   " : "last block", 1e-3*(double) (long long) (ph[b][1] - ph[b][0]),
+                           d(11), d(2), d(9), d(3), d(4), d(5), d(6), d(7), d(10), b == 0 ? d(8) : 0.0);
                 }
             }
 #endif

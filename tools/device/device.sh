@@ -69,6 +69,7 @@
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
+#   sparq-fused-phases  the same for the fused variant (block 0 and its cluster's last block)
 #   sparq-ab   the SparQ bench built two ways (NVCC flags SPARQ_AB_A / SPARQ_AB_B, a sed SPARQ_AB_SED on B's source, or
 #              A's cuda/sparq-attn.cu replaced by $LS_DEVICE_DIR/$SPARQ_AB_A_SRC),
 #              rounds alternating; sparq-env-ab: one phase-timing build, default against SPARQ_ENV_B=VAR=VALUE
@@ -803,6 +804,16 @@ remote() {
             for b in t-phases b256/t t-phases b256/t; do
                 echo "-- $b"
                 timeout 60 /tmp/sparq-test/$b bench --variant single 2>&1 | tee -a "$out/sparq-phases.log" | grep -v "^device\|step2" || echo "bench failed"
+            done
+            ;;
+        sparq-fused-phases)
+            # where the fused SparQ kernel spends its time: %globaltimer stamps of block 0 and of its cluster's last
+            # block (-DSPARQ_PHASE_TIMING build of test_sparq_cuda; needs build-base), S 4k/16k/32k, two rounds
+            [ -x /tmp/sparq-test/t-phases ] || build_sparq /tmp/sparq-test/t-phases build-sparq-phases.log -DSPARQ_PHASE_TIMING || exit 1
+            local i
+            for i in 1 2; do
+                timeout 60 /tmp/sparq-test/t-phases bench --variant fused 2>&1 | tee -a "$out/sparq-fused-phases.log" |
+                    grep -v "^device\|step2" || echo "bench failed"
             done
             ;;
         sparq-src)
