@@ -28,7 +28,9 @@ def default_tune_path() -> Path:
 
 
 def model_gemv_shapes(path: Path) -> list[tuple[int, int, int]]:
-    """The distinct (m, n, ggml type) of a zigzag GGUF's zigzag weights: the GEMVs decode runs."""
+    """The distinct (m, n, ggml type) of the GEMVs decode runs on a zigzag GGUF: each zigzag weight, and the
+    sibling groups the CUDA backend runs as one launch with the rows summed (q/k/v, gate/up of a layer: Q4_K
+    weights of the same width reading the same input; cuda/README.md, "Sibling groups")."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
@@ -37,12 +39,19 @@ def model_gemv_shapes(path: Path) -> list[tuple[int, int, int]]:
     if not blocks:
         raise ValueError(f"{path} is not a zigzag GGUF (no {zigzag.KEY_ZIGZAG_TENSORS}): convert it first")
     shapes = set()
+    siblings: dict[tuple[int, int, int, int], list[int]] = {}  # (layer, group, n, type) -> rows of each weight
     for t in reader.tensors:
         if t.name in blocks:
             m, n = zigzag.zigzag_dequantize_ne([int(x) for x in t.shape[:2]], blocks[t.name])
             shapes.add((m, n, int(t.tensor_type)))
+            lg = zigzag.projection_group(t.name)
+            if lg is not None and lg[1] in (zigzag.GROUP_QKV, zigzag.GROUP_GATE_UP) and t.tensor_type == zigzag.Q.Q4_K:
+                siblings.setdefault((*lg, n, int(t.tensor_type)), []).append(m)
     if not shapes:
         raise ValueError(f"{path} lists zigzag tensors that it does not hold")
+    for (_, _, n, typ), rows in siblings.items():
+        if len(rows) > 1:
+            shapes.add((sum(rows), n, typ))
     return sorted(shapes)
 
 

@@ -27,6 +27,11 @@ def test_shapes_are_the_source_weights(tiny_pair):
     reader = GGUFReader(out)
     zz = zigzag.read_zigzag_info(reader)
     want = {(*src_ne[t.name], int(t.tensor_type)) for t in reader.tensors if t.name in zz}
+    # the CUDA backend runs a layer's ffn_gate + ffn_up (Q4_K, same input and width) as one launch of 1024 rows;
+    # attn_q (Q4_K) and attn_v (a Q8_0 fallback) differ in type, attn_k is not zigzag: no q/k/v group
+    q4k = int(zigzag.Q.Q4_K)
+    assert (512, 256, q4k) in want
+    want.add((1024, 256, q4k))
     got = cuda_tune.model_gemv_shapes(out)
     assert set(got) == want and len(got) == len(want)
     assert {(512, 256), (256, 512)} <= {(m, n) for m, n, _ in got}  # ffn_gate/up and ffn_down
