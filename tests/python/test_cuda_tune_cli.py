@@ -75,3 +75,32 @@ def test_cli_without_cuda_backend(tiny_pair, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no CUDA backend" in err and "GGML_CUDA=ON" in err
     assert not tune_file.exists()
+
+
+def test_tune_passes_the_shapes_to_the_backend(tiny_pair, tmp_path, monkeypatch, capsys):
+    # the ctypes call as the C side reads it (cuda/mul-mat-zz.cuh): device, (m, n) pairs, types, count, max batch,
+    # sparsity, path; a stand-in library records it (no GPU here)
+    _, out = tiny_pair
+    seen = {}
+
+    class FakeLib:
+        def llama_sparse_cuda_autotune(self, device, mn, types, n, max_batch, sparsity, path):
+            seen.update(device=device, mn=[mn[i] for i in range(2 * n)], types=[types[i] for i in range(n)],
+                        max_batch=max_batch, sparsity=sparsity, path=path.decode())
+            return 3
+
+    monkeypatch.setattr(cuda_tune, "load_cuda_backend", lambda: FakeLib())
+    tune_file = tmp_path / "sub" / "dir" / "tune.txt"
+    assert main(["cuda-tune", str(out), "-o", str(tune_file), "--device", "1", "--max-batch", "4",
+                 "--sparsity", "0.4"]) == 0
+    shapes = cuda_tune.model_gemv_shapes(out)
+    assert seen["mn"] == [v for m, n, _ in shapes for v in (m, n)]
+    assert seen["types"] == [t for _, _, t in shapes]
+    assert (seen["device"], seen["max_batch"], seen["path"]) == (1, 4, str(tune_file))
+    assert abs(seen["sparsity"] - 0.4) < 1e-6
+    assert tune_file.parent.is_dir()  # made for the backend, which only writes the file
+    assert "wrote 3 entries" in capsys.readouterr().out
+
+    monkeypatch.setattr(FakeLib, "llama_sparse_cuda_autotune", lambda self, *a: -1)
+    assert main(["cuda-tune", str(out), "-o", str(tune_file)]) == 1
+    assert "autotune failed" in capsys.readouterr().err
