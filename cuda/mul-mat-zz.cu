@@ -3014,9 +3014,9 @@ static __global__ void zz_fill_random_blocks(char * w, const int64_t nblocks, co
     }
 }
 
-// weights rotate over copies larger than L2 together, as in a model where each matrix is read once per token
-// mean time of one GEMV a launch in a CUDA graph, weights rotated over ws: mode DENSE, IDX (over idx) or FUSED
-// (threshold thr on x; the direct Q4_K kernel only, as decode runs it: -1 for the other types)
+// mean time of one GEMV a launch in a CUDA graph, us, the weights rotating over ws (copies larger than L2 together,
+// as in a model where each matrix is read once per token): mode DENSE, IDX (over idx) or FUSED (threshold thr on x;
+// the direct Q4_K kernel only, as decode runs it: -1 for the other types)
 static float zz_time_gemv_us(const ggml_type type, const std::vector<void *> & ws, const int64_t n, const int64_t m,
         const float * x, const int n_tokens, const int32_t * idx, float * y, const zz_gemv_config cfg, cudaStream_t stream,
         const zz_gemv_mode mode, const float thr) {
@@ -3178,8 +3178,6 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                 meas.key = { props.key, type, zz_log2_ceil(rows), zz_log2_ceil(n), T, def };
                 const int n2s[] = { 2, 4, 8 };
                 const int n1s[] = { 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128 };
-                zz_gemv_config best    = def;
-                float          best_us = def_us;
                 for (int n2 : n2s) {
                     for (int n1 : n1s) {
                         if (n1 > 1 && n/(n1*n2) < 32) {
@@ -3190,16 +3188,17 @@ int ggml_cuda_zz_autotune(const int device, const int64_t * shapes_mn, const int
                             const zz_gemv_config cfg = { n1, n2, cl };
                             const float us = zz_time_decode_us(type, w_d, n, m, x_d, T, idx_d, y_d, cfg, stream);
                             meas.rel.push_back({ cfg, us/def_us });
-                            if (us < best_us) {
-                                best_us = us;
-                                best    = cfg;
-                            }
                         }
                     }
                 }
+                std::pair<zz_gemv_config, float> best = { def, 1.0f };
+                for (const auto & r : meas.rel) {
+                    best = r.second < best.second ? r : best;
+                }
                 GGML_LOG_INFO("%s: %s %5lld x %5lld batch %d: sparse + dense %8.2f us with the default (n1 %d n2 %d), "
                         "best n1 %3d n2 %d cluster %d %8.2f us\n", __func__, ggml_type_name(type), (long long) m,
-                        (long long) n, T, def_us, def.n1, def.n2, best.n1, best.n2, best.cluster, best_us);
+                        (long long) n, T, def_us, def.n1, def.n2, best.first.n1, best.first.n2, best.first.cluster,
+                        best.second*def_us);
                 measured.push_back(meas);
             }
             for (void * p : w_d) {

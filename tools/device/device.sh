@@ -174,10 +174,12 @@ remote() {
     }
     # test_zz_cuda bench on the 7B/8B/70B shapes, two rounds, each round once under every ENV (',' for spaces
     # inside one), memset + atomics (BENCH_REDUCTION: another): zz_bench_envs LOG BATCHES ENV...
+    # the 7 shapes of Llama-2-7B (q/k/v/o, gate/up, down), Llama-3-8B (gate/up, down) and 70B (gate/up, down)
+    local zz_shapes7=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
     zz_bench_envs() {
-        local log=$1 batch=$2 sh=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
+        local log=$1 batch=$2
         shift 2
-        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction "${BENCH_REDUCTION:-atomic}" --shapes $sh
+        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction "${BENCH_REDUCTION:-atomic}" --shapes $zz_shapes7
     }
     local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
     local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
@@ -947,13 +949,12 @@ remote() {
         tune)
             zz_build_lite
             LLAMA_SPARSE_CUDA_TUNE_TYPES=${TUNE_TYPES:-q4_K} timeout 500 /tmp/zz-test/t tune --max-batch "${TUNE_BATCH:-1}" \
-                --sparsity 0.5 --out "$out/tune.txt" \
-                --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
+                --sparsity 0.5 --out "$out/tune.txt" --shapes $zz_shapes7 2>&1 |
                 tee "$out/tune.log" | grep -E "autotune|tune:"
             cat "$out/tune.txt"
             ;;
         ab)
-            local flags=() names=(a) bins=(/tmp/zz-test/t) envs=("") f i j rc bin pids=()
+            local flags=() names=(a) bins=(/tmp/zz-test/t) envs=("") f i j rc pids=()
             [ -z "${AB_FLAGS:-}" ] || IFS='|' read -r -a flags <<< "$AB_FLAGS"
             zz_build_lite & pids+=($!)
             for i in "${!flags[@]}"; do
@@ -970,7 +971,7 @@ remote() {
                 for j in "${!names[@]}"; do
                     echo "-- round $i, ${names[$j]}" | tee -a "$out/ab-bench.log" "$out/ab-chain.log"
                     env ${envs[$j]//,/ } timeout 150 ${bins[$j]} bench --type q4_K --batch "${AB_BATCH:-1}" --reduction early \
-                        --shapes 4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672 2>&1 |
+                        --shapes $zz_shapes7 2>&1 |
                         tee -a "$out/ab-bench.log" | grep -E "^(device|q4_K)"
                     env ${envs[$j]//,/ } timeout 150 ${bins[$j]} chain --model 7b --batch 1 2>&1 |
                         tee -a "$out/ab-chain.log" | grep -E "^ ?[0-9]|^ T |floor"
