@@ -114,6 +114,8 @@
 #              and the op alone (test_sparq_cuda bench); sparq-ingraph-ncu: ncu metrics (time, clock, instructions,
 #              DRAM / L2 bytes, barrier stalls) of sparq_fused in decode against the bench, and the bench under
 #              SPARQ_TEST_QSCALE (score spread)
+#   cuda-tune  `llama-sparse cuda-tune` on the 7B zigzag model (after modelzz), then tg128 with its file against the
+#              built-in table and the heuristic
 #   cmd:ARGS   any command after the builds (ARGS with ',' for spaces), e.g. cmd:cuda/tests/run.sh
 # Logs and results go to $OUT (the device tool returns them). The machine goes back 30 s after a call ends, and a
 # remote-bg chain with it: keep each chain within one call (remote-bg, then poll in the same command) or re-poll at once.
@@ -222,6 +224,8 @@ remote() {
         env "$@" timeout 90 "$bin" bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
             tee -a "$out/$log" | grep -v "^device" || echo "bench failed"
     }
+    # lines of a test-backend-ops log matching PATTERN once its colour codes are gone: tbo_count PATTERN LOG
+    tbo_count() { sed 's/\x1b\[[0-9;]*m//g' "$2" | grep -c "$1" || true; }
     # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
     # the sources /tmp/zz-test/t is built from (a warm machine keeps /tmp between calls, the checkout is new)
     zz_src_stamp() {
@@ -554,7 +558,7 @@ remote() {
                 [ "${op#*@}" = "$op" ] || { pf=(-p "${op#*@}"); op=${op%%@*}; }
                 env "${env[@]}" timeout 300 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o "$op" "${pf[@]}" > "$out/test-backend-ops-${o//[^A-Za-z0-9_:-]/_}.log" 2>&1 || orc=$?
                 o=${o//[^A-Za-z0-9_:-]/_}
-                echo "rc $orc $(grep -c 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(grep -c FAIL "$out/test-backend-ops-$o.log") FAIL lines"
+                echo "rc $orc $(tbo_count 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(tbo_count FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends|error" "$out/test-backend-ops-$o.log" | tail -4 || true
                 grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|runs one-token|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
             done
@@ -691,7 +695,7 @@ remote() {
                 local rc=0
                 LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v timeout 150 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_ATTN \
                     > "$out/test-backend-ops-SPARQ_ATTN-split$v.log" 2>&1 || rc=$?
-                echo "vs CPU: rc $rc, $(grep -c 'OK$' "$out/test-backend-ops-SPARQ_ATTN-split$v.log") OK, $(grep -c FAIL "$out/test-backend-ops-SPARQ_ATTN-split$v.log") FAIL"
+                echo "vs CPU: rc $rc, $(tbo_count 'OK$' "$out/test-backend-ops-SPARQ_ATTN-split$v.log") OK, $(tbo_count FAIL "$out/test-backend-ops-SPARQ_ATTN-split$v.log") FAIL"
                 LLAMA_SPARSE_CUDA_SPARQ_SPLIT=$v timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 |
                     tee "$out/perf-sparq-split$v.log" | grep -E "us/run" || echo "perf SPARQ_ATTN failed"
             done
@@ -943,6 +947,30 @@ remote() {
                     echo "-- round $i, $b" | tee -a "$out/chain-ab.log"
                     timeout 150 $bin chain --model "${CHAIN_MODEL:-7b}" --batch "${CHAIN_BATCH:-1}" 2>&1 |
                         tee -a "$out/chain-ab.log" | grep -E "^ ?[0-9]|^ T |floor"
+                done
+            done
+            ;;
+        cuda-tune)
+            # `llama-sparse cuda-tune` on the 7B zigzag model (after modelzz) into $out/cuda-tune.txt, then tg128 at
+            # the levels CUDA_TUNE_LEVELS (dense 0.50) with that file | the built-in table alone | neither (the
+            # heuristic), two rounds
+            local tf=$out/cuda-tune.txt m=$zc7b lv i c row
+            [ -f "$m" ] || m=$z7b
+            timeout 560 python3 -m llama_sparse cuda-tune "$m" -o "$tf" --max-batch "${TUNE_BATCH:-8}" \
+                > "$out/cuda-tune.log" 2>&1 || { tail -20 "$out/cuda-tune.log"; exit 1; }
+            grep -E "^(tuning|wrote|autotune)" "$out/cuda-tune.log" | tail -30
+            cat "$tf"
+            local lbt=(-ngl 99 -p 0 -n 128 -r 3 -o md)
+            echo "-- tg128 t/s: tuned file | built-in table | heuristic"
+            for i in 1 2; do
+                for lv in ${CUDA_TUNE_LEVELS:-dense 0.50}; do
+                    row="$lv:"
+                    for c in "LLAMA_SPARSE_CUDA_TUNE_FILE=$tf" "LLAMA_SPARSE_CUDA_TUNE_FILE=/nonexistent" \
+                             "LLAMA_SPARSE_CUDA_TUNE_FILE=/nonexistent LLAMA_SPARSE_CUDA_TUNE_BUILTIN=0"; do
+                        row+=" $(env $c LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$m" "${lbt[@]}" 2>&1 |
+                            tee -a "$out/cuda-tune-tg.log" | grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}') |"
+                    done
+                    echo "$row"
                 done
             done
             ;;
