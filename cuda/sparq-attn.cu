@@ -1782,11 +1782,7 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
     const int warp = tid / WARP_SIZE;
-#pragma unroll 1
-    for (int b = tid; b < NBINS; b += SPARQ_FU_THREADS) {
-        s_lh[b] = 0;
-    }
-    __syncthreads();
+    // s_lh[0, NBINS) is zero here: cleared before the first pass, then by the warp that pushes each bin
 #pragma unroll 1
     for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
         const uint32_t key = s_key[jl];
@@ -1795,11 +1791,13 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
         }
     }
     __syncthreads();
-    // warp w pushes coarse bins w, w + WARPS, ...: its 64 bins (two a lane) and their sum
+    // warp w pushes coarse bins w, w + WARPS, ...: its 64 bins (two a lane, cleared for the next pass) and their sum
 #pragma unroll 1
     for (int cb = warp; cb < NC; cb += SPARQ_FU_WARPS) {
         const int c0 = s_lh[64*cb + lane];
         const int c1 = s_lh[64*cb + WARP_SIZE + lane];
+        s_lh[64*cb + lane]             = 0;
+        s_lh[64*cb + WARP_SIZE + lane] = 0;
         if (c0 != 0) {
             atomicAdd(h0 + 64*cb + lane, c0);
         }
@@ -1845,9 +1843,7 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
     __syncthreads();
     want = s_res[1];
     cnt  = s_res[2];
-    const int d = s_res[0];
-    __syncthreads(); // s_res may be rewritten by the next pass
-    return d;
+    return s_res[0]; // (s_res is rewritten only after the next cluster barrier, which every thread reaches after this)
 }
 
 // DE: D/32 components a lane in the exact attention (2 or 4); GM: heads per group the registers are sized for
@@ -1895,9 +1891,12 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     int      * s_hist = (int *) sparq_smem + L.hist;
     float    * s_red  = (float *) sparq_smem + L.red;
 
-    // block 0's histograms take the others' atomics after the first cluster barrier
+    // block 0's histograms take the others' atomics after the first cluster barrier; the local one is clear
     for (int e = tid; e < SPARQ_FU_HIST_ALL; e += SPARQ_FU_THREADS) {
         s_hist[e] = 0;
+    }
+    for (int e = tid; e < SPARQ_FU_BINS; e += SPARQ_FU_THREADS) {
+        s_lh[e] = 0;
     }
     SPARQ_MARK_FU(0);
     ggml_cuda_pdl_sync();
@@ -2005,12 +2004,13 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         }
         __syncthreads();
         SPARQ_MARK_FU(9);
-        // the row groups summed into [0]; the block's (max, sum of exp) per head and visible count
-        float m[GM];
+        // the row groups summed into [0]; the block's (max, sum of exp) per head, online in one pass, and visible count
+        float m[GM], z[GM];
         int   nv = 0;
 #pragma unroll
         for (int h = 0; h < GM; ++h) {
             m[h] = -INFINITY;
+            z[h] = 0.0f;
         }
 #pragma unroll 1
         for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
@@ -2024,17 +2024,28 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                         v += s_a[(g*G + h)*P + jl];
                     }
                     s_a[h*P + jl] = v;
-                    m[h] = fmaxf(m[h], v);
-                    vis  = v != -INFINITY;
+                    vis = v != -INFINITY;
+                    if (vis) {
+                        const float mn = fmaxf(m[h], v);
+                        z[h] = z[h]*expf(m[h] - mn) + expf(v - mn); // m = -inf first: 0 + 1
+                        m[h] = mn;
+                    }
                 }
             }
             nv += vis;
         }
+        // (max, sum) merged over the warp, then over the warps by warp 0
+        auto merge = [](float & mm, float & zz) {
+            const float mx = warp_reduce_max<WARP_SIZE>(mm);
+            zz = warp_reduce_sum<WARP_SIZE>(mm == -INFINITY ? 0.0f : zz*expf(mm - mx));
+            mm = mx;
+        };
 #pragma unroll
         for (int h = 0; h < GM; ++h) {
-            m[h] = warp_reduce_max<WARP_SIZE>(m[h]);
+            merge(m[h], z[h]);
             if (lane == 0 && h < G) {
                 s_wm[warp][h] = m[h];
+                s_wz[warp][h] = z[h];
             }
         }
         nv = warp_reduce_sum<WARP_SIZE>(nv);
@@ -2042,36 +2053,14 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
             s_wn[warp] = nv;
         }
         __syncthreads();
-        float z[GM];
-#pragma unroll
-        for (int h = 0; h < GM; ++h) {
-            m[h] = warp_reduce_max<WARP_SIZE>(lane < SPARQ_FU_WARPS && h < G ? s_wm[lane][h] : -INFINITY);
-            z[h] = 0.0f;
-        }
-#pragma unroll 1
-        for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
-#pragma unroll
-            for (int h = 0; h < GM; ++h) {
-                if (h < G) {
-                    const float v = s_a[h*P + jl];
-                    z[h] += v != -INFINITY ? expf(v - m[h]) : 0.0f;
-                }
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < GM; ++h) {
-            z[h] = warp_reduce_sum<WARP_SIZE>(z[h]);
-            if (lane == 0 && h < G) {
-                s_wz[warp][h] = z[h];
-            }
-        }
-        __syncthreads();
         if (warp == 0) {
 #pragma unroll
             for (int h = 0; h < GM; ++h) {
-                const float zz = warp_reduce_sum<WARP_SIZE>(lane < SPARQ_FU_WARPS && h < G ? s_wz[lane][h] : 0.0f);
+                float mm = lane < SPARQ_FU_WARPS && h < G ? s_wm[lane][h] : -INFINITY;
+                float zz = lane < SPARQ_FU_WARPS && h < G ? s_wz[lane][h] : 0.0f;
+                merge(mm, zz);
                 if (lane == 0 && h < G) {
-                    s_bm[h] = m[h];
+                    s_bm[h] = mm;
                     s_bz[h] = zz;
                 }
             }
