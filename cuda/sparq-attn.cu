@@ -1729,12 +1729,15 @@ static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine
 //     partial (max, sum, output, alpha) merged by block 0.
 // k >= the visible count takes every visible position (dense, no blend), as the other variants. Shared memory
 // bounds the positions a block holds (G = 4: all 45056 in 8 blocks; larger G fewer: the single variant runs then).
+// Larger clusters (non-portable sizes 12 and 16, where all clusters of the launch fit at once) give each block fewer
+// positions: the k_t pass, which only the clusters' SMs stream, then runs on more SMs.
 // Measured on the H100 (test_sparq_cuda bench, Llama-3-8B shapes, r 32, k 128): 20.7 / 25.3 / 32.1 us at 4k / 16k /
 // 32k against the single variant's 27.5 / 30.0 / 39.9 (bench/results/cuda_h100_2026-11-26a.md).
 #define SPARQ_FU_THREADS 512
 #define SPARQ_FU_WARPS   (SPARQ_FU_THREADS/WARP_SIZE)
-#define SPARQ_FU_NB_MAX  8                           // blocks per cluster (the portable size: 16 measured slower, as not
-                                                    // every cluster of 16 is resident at once on the H100)
+#define SPARQ_FU_NB_MAX  16                          // blocks per cluster: the largest of 16, 12 and 8 (the portable size)
+                                                    // at which every cluster of the launch is resident at once (16 with
+                                                    // a second wave measured slower than 8 on the H100)
 #define SPARQ_FU_BITS    12
 #define SPARQ_FU_BINS    (1 << SPARQ_FU_BITS)
 #define SPARQ_FU_HIST    (SPARQ_FU_BINS + SPARQ_FU_BINS/64)   // a pass's bins and coarse bins in block 0
@@ -2538,7 +2541,13 @@ static void sparq_launch_attend(const sparq_args & a, const int units, cudaStrea
 template <typename MT, int DE, int GM, bool KQ8>
 static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream_t stream, const bool launch) {
 #ifdef SPARQ_CLUSTER_AVAILABLE
+    // cluster sizes tried, largest first, and how many clusters of each are resident at once (per device)
+    constexpr int n_sizes = 3;
+    static const int sizes[n_sizes] = { 16, 12, 8 };
     static int dyn_max[GGML_CUDA_MAX_DEVICES] = { 0 }; // -1: no clusters
+    static int resident[GGML_CUDA_MAX_DEVICES][n_sizes];
+    // LLAMA_SPARSE_CUDA_SPARQ_FU_NB: at most this many blocks a cluster (8: the portable size only); -n: n, resident or not
+    static const int nb_env = [] { const char * e = getenv("LLAMA_SPARSE_CUDA_SPARQ_FU_NB"); return e ? atoi(e) : SPARQ_FU_NB_MAX; }();
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
     if (dyn_max[device] == 0) {
@@ -2547,16 +2556,50 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
         CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         dyn_max[device] = -1;
         if (cc_major >= 9) {
+            auto kern = sparq_fused<MT, DE, GM, KQ8>;
             cudaFuncAttributes fa;
-            CUDA_CHECK(cudaFuncGetAttributes(&fa, sparq_fused<MT, DE, GM, KQ8>));
+            CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
             const int dyn = optin - (int) fa.sharedSizeBytes;
-            CUDA_CHECK(cudaFuncSetAttribute(sparq_fused<MT, DE, GM, KQ8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+            CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+            const bool np = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+            (void) cudaGetLastError();
+            for (int i = 0; i < n_sizes; ++i) {
+                cudaLaunchAttribute attr;
+                attr.id               = cudaLaunchAttributeClusterDimension;
+                attr.val.clusterDim.x = sizes[i];
+                attr.val.clusterDim.y = 1;
+                attr.val.clusterDim.z = 1;
+                cudaLaunchConfig_t lc = {};
+                lc.gridDim            = dim3(sizes[i], 1, 1);
+                lc.blockDim           = dim3(SPARQ_FU_THREADS, 1, 1);
+                lc.dynamicSmemBytes   = dyn;
+                lc.attrs              = &attr;
+                lc.numAttrs           = 1;
+                int n = 0;
+                if ((sizes[i] <= 8 || np) && cudaOccupancyMaxActiveClusters(&n, kern, &lc) != cudaSuccess) {
+                    (void) cudaGetLastError();
+                    n = 0;
+                }
+                resident[device][i] = sizes[i] <= 8 || np ? n : 0;
+            }
             dyn_max[device] = dyn;
+            GGML_LOG_DEBUG("%s: clusters resident at once on device %d: %d of 16, %d of 12, %d of 8 blocks\n", __func__,
+                           device, resident[device][0], resident[device][1], resident[device][2]);
         }
     }
-    const sparq_fu_layout L = sparq_fu_plan_layout(a.n_kv, a.H/a.Hkv, a.Dv, SPARQ_FU_NB_MAX);
+    if (dyn_max[device] < 0) {
+        return false;
+    }
+    int nb_max = nb_env < 0 ? -nb_env : 8;
+    for (int i = 0; i < n_sizes && nb_env > 0; ++i) {
+        if (sizes[i] <= nb_env && resident[device][i] >= a.Hkv*units) {
+            nb_max = sizes[i];
+            break;
+        }
+    }
+    const sparq_fu_layout L = sparq_fu_plan_layout(a.n_kv, a.H/a.Hkv, a.Dv, nb_max);
     const size_t smem = (size_t) L.total*sizeof(int);
-    if (dyn_max[device] < 0 || smem > (size_t) dyn_max[device]) {
+    if (smem > (size_t) dyn_max[device]) {
         return false;
     }
     if (!launch) {

@@ -566,15 +566,17 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    printf("device: %s, L2 %d MiB; batch 1, H 32, Hkv 8, D 128, f16 K/V, k_t %s, r 32, k 128; %s\n", prop.name, l2 >> 20,
+    // SPARQ_BENCH_HKV: KV heads (default 8, Llama-3-8B), 4 query heads each
+    const int hkv = getenv("SPARQ_BENCH_HKV") ? std::max(1, atoi(getenv("SPARQ_BENCH_HKV"))) : 8;
+    printf("device: %s, L2 %d MiB; batch 1, H %d, Hkv %d, D 128, f16 K/V, k_t %s, r 32, k 128; %s\n", prop.name, l2 >> 20, 4*hkv, hkv,
            kt_q8 ? "q8_0" : "f16", warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (bytes read > 2x L2)");
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
-        const sparq_case c = { 128, 128, 32, 8, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
+        const sparq_case c = { 128, 128, 4*hkv, hkv, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
         // copies rotated so that what one call reads (r of the 128 k_t rows, k rows of K and V, the mask; not the
         // whole K/V) is out of L2 again when the copy comes back, as in a decode graph
         const double kt_b   = kt_q8 ? 34.0/32 : 2.0; // bytes per k_t element
-        const double bytes  = 8.0*(32.0*S*kt_b + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
+        const double bytes  = hkv*(32.0*S*kt_b + 128.0*(128 + 128)*2) + 32.0*S*2; // r rows of k_t + k rows of K, V; mask
         const int    n_copy = warm ? 1 : std::min(64, std::max(1, (int) std::ceil(2.0*l2/bytes)));
         // one random set; the other copies are device copies of it (the contents do not matter to L2)
         sparq_data              x;
@@ -598,7 +600,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             as[i].mask = dup(x.d_mask, x.mask.size());
             as[i].vm   = as[0].vm ? dup(x.d_vm, x.vm.size()*sizeof(float)) : nullptr;
         }
-        const int64_t n_out = 128*32;
+        const int64_t n_out = 128*4*hkv;
         std::vector<float> outs[5];
         float us_of[5] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
         void * scratch;
@@ -639,7 +641,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             const double us    = 1e3*best/iters;
             us_of[step2] = (float) us;
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
-                   2.0*8*S*128*2/1e6, bytes/us/1e3);
+                   2.0*hkv*S*128*2/1e6, bytes/us/1e3);
 #ifdef SPARQ_PHASE_TIMING
             if (step2 == 1) {
                 // single variant: where the first block of each kernel spent the last call (us between stamps)
