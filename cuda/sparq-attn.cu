@@ -2580,7 +2580,7 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
                     (void) cudaGetLastError();
                     n = 0;
                 }
-                resident[device][i] = sizes[i] <= 8 || np ? n : 0;
+                resident[device][i] = n; // 0 where the size cannot be used
             }
             dyn_max[device] = dyn;
             GGML_LOG_DEBUG("%s: clusters resident at once on device %d: %d of 16, %d of 12, %d of 8 blocks\n", __func__,
@@ -2590,7 +2590,7 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
     if (dyn_max[device] < 0) {
         return false;
     }
-    int nb_max = nb_env < 0 ? -nb_env : 8;
+    int nb_max = nb_env < 0 ? std::min(-nb_env, SPARQ_FU_NB_MAX) : 8;
     for (int i = 0; i < n_sizes && nb_env > 0; ++i) {
         if (sizes[i] <= nb_env && resident[device][i] >= a.Hkv*units) {
             nb_max = sizes[i];

@@ -7,7 +7,8 @@
 //   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|fused|both|step1|all]
 //                         [--kt f16|q8_0]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
-//                                              f16 K/V), r 32, k 128, timed inside a CUDA graph; default all:
+//                                              f16 K/V; SPARQ_BENCH_HKV=n: n KV heads, 4n q heads), r 32, k 128,
+//                                              timed inside a CUDA graph; default all:
 //                                              every variant and step 1 alone (step1: time of kernel 1 only)
 // Variants (sparq_args::step2): "single" = step 1, then one select block (or cluster) per KV head; "split" = step 1,
 // then segments over many blocks plus a combine kernel; "fused" = one cluster per KV head for the whole op (cases it
