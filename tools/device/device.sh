@@ -596,6 +596,9 @@ remote() {
             rc=0   # the single variant with one select block per KV head (no thread block cluster)
             LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 120 /tmp/sparq-test/t test --variant single > "$out/sparq-test-nocluster.log" 2>&1 || rc=$?
             echo "test_sparq_cuda test --variant single, LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0: rc $rc"; tail -1 "$out/sparq-test-nocluster.log"
+            rc=0   # the fused kernel in clusters of 16 blocks, resident at once or not (the size taken for few KV heads)
+            LLAMA_SPARSE_CUDA_SPARQ_FU_NB=-16 timeout 120 /tmp/sparq-test/t test --variant fused > "$out/sparq-test-fu16.log" 2>&1 || rc=$?
+            echo "test_sparq_cuda test --variant fused, LLAMA_SPARSE_CUDA_SPARQ_FU_NB=-16: rc $rc"; tail -1 "$out/sparq-test-fu16.log"
             timeout 75 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" || echo "bench failed"
             timeout 75 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" || echo "bench --warm failed"
             LLAMA_SPARSE_CUDA_SPARQ_CLUSTER=0 timeout 45 /tmp/sparq-test/t bench --variant single 2>&1 | sed 's/^/no-cluster /' |

@@ -6,8 +6,8 @@
 #
 #   sparq-bin-ab.sh DIR OUT [NEW] [BASE] [NEWP] [BASEP]
 #
-# OUT gets the logs: the fused variant's tests (spread and crowded chosen positions, SPARQ_TEST_RECENT=4), every
-# variant's tests of NEW, alternating bench rounds of the two builds, and the phase stamps.
+# OUT gets the logs: every variant's tests of NEW, its fused variant's tests (spread and crowded chosen positions,
+# SPARQ_TEST_RECENT=4; clusters of 16), alternating bench rounds of the two builds, and the phase stamps.
 set -u
 dir=$1 out=$2 new=${3:-new} base=${4:-base} newp=${5:-newp} basep=${6:-basep}
 export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -24,6 +24,9 @@ for r in 0 4; do
     echo "$new test --variant fused, SPARQ_TEST_RECENT=$r: rc $rc; $(tail -1 "$out/test-$new-fused-recent$r.log")"
     grep -E "^FAIL" "$out/test-$new-fused-recent$r.log" | head -10
 done
+rc=0   # clusters of 16 blocks, resident at once or not (the size taken for few KV heads)
+LLAMA_SPARSE_CUDA_SPARQ_FU_NB=-16 timeout 120 "$dir/$new/t" test --variant fused > "$out/test-$new-fused-fu16.log" 2>&1 || rc=$?
+echo "$new test --variant fused, LLAMA_SPARSE_CUDA_SPARQ_FU_NB=-16: rc $rc; $(tail -1 "$out/test-$new-fused-fu16.log")"
 S=${SPARQ_AB_S:-256,4096,16384,32768}
 for i in 1 2 3; do
     for r in 0 4; do
