@@ -2583,8 +2583,10 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
                 resident[device][i] = n; // 0 where the size cannot be used
             }
             dyn_max[device] = dyn;
-            GGML_LOG_DEBUG("%s: clusters resident at once on device %d: %d of 16, %d of 12, %d of 8 blocks\n", __func__,
-                           device, resident[device][0], resident[device][1], resident[device][2]);
+            for (int i = 0; i < n_sizes; ++i) {
+                GGML_LOG_DEBUG("%s: device %d holds %d clusters of %d blocks at once\n", __func__, device,
+                               resident[device][i], sizes[i]);
+            }
         }
     }
     if (dyn_max[device] < 0) {

@@ -226,6 +226,8 @@ remote() {
     }
     # lines of a test-backend-ops log matching PATTERN once its colour codes are gone: tbo_count PATTERN LOG
     tbo_count() { sed 's/\x1b\[[0-9;]*m//g' "$2" | grep -c "$1" || true; }
+    # the tg128 t/s column of llama-bench's markdown on stdin
+    tg_col() { grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
     # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
     # the sources /tmp/zz-test/t is built from (a warm machine keeps /tmp between calls, the checkout is new)
     zz_src_stamp() {
@@ -971,7 +973,7 @@ remote() {
                     for c in "LLAMA_SPARSE_CUDA_TUNE_FILE=$tf" "LLAMA_SPARSE_CUDA_TUNE_FILE=/nonexistent" \
                              "LLAMA_SPARSE_CUDA_TUNE_FILE=/nonexistent LLAMA_SPARSE_CUDA_TUNE_BUILTIN=0"; do
                         row+=" $(env $c LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$m" "${lbt[@]}" 2>&1 |
-                            tee -a "$out/cuda-tune-tg.log" | grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}') |"
+                            tee -a "$out/cuda-tune-tg.log" | tg_col) |"
                     done
                     echo "$row"
                 done
@@ -1142,7 +1144,6 @@ remote() {
             done
             lb=(-ngl 99 -p 0 -n 128 -r 5 -o md)
             # tg128 t/s of one fork configuration: tg_of LEVEL [ENV=VALUE...]
-            tg_col() { grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
             tg_of() {
                 env LLAMA_SPARSE="$1" "${@:2}" /tmp/b-fork/bin/llama-bench -m "$zc7b" "${lb[@]}" 2>&1 | tg_col
             }
