@@ -83,12 +83,14 @@ static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_THREADS*sizeof(float) <= // (NRS/2)*G*Dv
 // %globaltimer at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns)
 #ifdef SPARQ_PHASE_TIMING
 __device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
+__device__ long long          sparq_phase_clk[2][SPARQ_PHASES]; // clock64 at the same stamps (the SM clock: cycles/ns)
 #define SPARQ_MARK(kern, i)                                                                                    \
     do {                                                                                                         \
         if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {                         \
             unsigned long long t_;                                                                               \
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
             sparq_phase_ns[kern][i] = t_;                                                                        \
+            sparq_phase_clk[kern][i] = clock64();                                                                \
         }                                                                                                        \
     } while (0)
 // the fused kernel: block 0 of KV head 0 into [0], the last block of its cluster into [1]
@@ -98,10 +100,16 @@ __device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
             unsigned long long t_;                                                                               \
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
             sparq_phase_ns[blockIdx.x == 0 ? 0 : 1][i] = t_;                                                     \
+            sparq_phase_clk[blockIdx.x == 0 ? 0 : 1][i] = clock64();                                             \
         }                                                                                                        \
     } while (0)
-void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]) {
+void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES], long long clk[2][SPARQ_PHASES]) {
     CUDA_CHECK(cudaMemcpyFromSymbol(out, sparq_phase_ns, sizeof(sparq_phase_ns)));
+    CUDA_CHECK(cudaMemcpyFromSymbol(clk, sparq_phase_clk, sizeof(sparq_phase_clk)));
+    // cleared: a block that stamps nothing in the next call (one block a cluster) reads as zeros, not stale stamps
+    static const unsigned long long zero[2][SPARQ_PHASES] = {};
+    CUDA_CHECK(cudaMemcpyToSymbol(sparq_phase_ns, zero, sizeof(zero)));
+    CUDA_CHECK(cudaMemcpyToSymbol(sparq_phase_clk, zero, sizeof(zero)));
 }
 #else
 #define SPARQ_MARK(kern, i) do {} while (0)

@@ -59,7 +59,8 @@ void sparq_attn_launch(sparq_args a, void * scratch, cudaStream_t stream);
 // whether sparq_attn_launch runs the fused variant for a (step2 4; the default for step2 0 where it applies)
 bool sparq_attn_fused_takes(sparq_args a);
 #ifdef SPARQ_PHASE_TIMING
-void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES]); // the last call's phase stamps (ns, %globaltimer)
+// the last call's phase stamps: ns (%globaltimer) and SM cycles (clock64)
+void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES], long long clk[2][SPARQ_PHASES]);
 #endif
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE

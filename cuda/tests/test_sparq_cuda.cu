@@ -647,7 +647,8 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             if (step2 == 1) {
                 // single variant: where the first block of each kernel spent the last call (us between stamps)
                 unsigned long long ph[2][SPARQ_PHASES];
-                sparq_phase_read(ph);
+                long long          ck[2][SPARQ_PHASES];
+                sparq_phase_read(ph, ck);
                 auto d = [&](int k1, int i1, int k0, int i0) { return 1e-3*(double) (long long) (ph[k1][i1] - ph[k0][i0]); };
                 printf("%8lld   phases us: scores [pdl wait %.2f, i1+coef %.2f, r-row products %.2f, mask+stats %.2f]"
                        " gap %.2f attend [pdl wait %.2f, stats merge %.2f, keys %.2f, bound+candidates %.2f,"
@@ -661,14 +662,26 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             if (step2 == 4) {
                 // fused: block 0 of KV head 0 (row 0) and the last block of its cluster (row 1), us from block 0's start
                 unsigned long long ph[2][SPARQ_PHASES];
-                sparq_phase_read(ph);
+                long long          ck[2][SPARQ_PHASES];
+                sparq_phase_read(ph, ck);
                 for (int b = 0; b < 2; ++b) {
+                    if (ph[b][1] == 0) {
+                        continue; // one block a cluster: no last block
+                    }
                     auto d = [&](int i) { return 1e-3*(double) (long long) (ph[b][i] - ph[0][1]); };
                     printf("%8lld   fused %s: pdl wait %.2f; after it, at q loaded %.2f, i1+coef %.2f, k_t products %.2f, stats %.2f,"
                            " cluster stats+keys %.2f, radix select %.2f, chosen list %.2f, attention %.2f, partials %.2f, out %.2f\n",
                            (long long) S, b == 0 ? "block 0   " : "last block", 1e-3*(double) (long long) (ph[b][1] - ph[b][0]),
                            d(11), d(2), d(9), d(3), d(4), d(5), d(6), d(7), d(10), b == 0 ? d(8) : 0.0);
                 }
+                // block 0's SM clock over its run after the wait, and the cycles of each phase
+                const int    seq[11] = { 1, 11, 2, 9, 3, 4, 5, 6, 7, 10, 8 };
+                const double ghz     = (double) (ck[0][8] - ck[0][1])/(double) (long long) (ph[0][8] - ph[0][1]);
+                printf("%8lld   fused block 0   : SM clock %.2f GHz; cycles a phase:", (long long) S, ghz);
+                for (int i = 1; i < 11; ++i) {
+                    printf(" %lld", ck[0][seq[i]] - ck[0][seq[i - 1]]);
+                }
+                printf("\n");
             }
 #endif
             CUDA_CHECK(cudaEventDestroy(e0));
