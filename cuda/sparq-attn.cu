@@ -80,7 +80,8 @@ static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_THREADS*sizeof(float) <= // (NRS/2)*G*Dv
               "the row subsets' partial outputs live where the candidates, ranks and histogram were");
 
 // -DSPARQ_PHASE_TIMING (diagnostics, standalone test builds): thread 0 of the first block of each kernel stamps
-// %globaltimer at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns)
+// %globaltimer (and clock64) at its phase boundaries; sparq_phase_read() returns the last call's stamps (ns, cycles)
+// and clears them
 #ifdef SPARQ_PHASE_TIMING
 __device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
 __device__ long long          sparq_phase_clk[2][SPARQ_PHASES]; // clock64 at the same stamps (the SM clock: cycles/ns)
