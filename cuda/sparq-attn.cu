@@ -2601,7 +2601,8 @@ static bool sparq_launch_fused(const sparq_args & a, const int units, cudaStream
     if (dyn_max[device] < 0) {
         return false;
     }
-    int nb_max = nb_env < 0 ? std::min(-nb_env, SPARQ_FU_NB_MAX) : 8;
+    // a cap below 8 applies too (the loop finds no size then)
+    int nb_max = nb_env < 0 ? std::min(-nb_env, SPARQ_FU_NB_MAX) : nb_env > 0 ? std::min(nb_env, 8) : 8;
     for (int i = 0; i < n_sizes && nb_env > 0; ++i) {
         if (sizes[i] <= nb_env && resident[device][i] >= a.Hkv*units) {
             nb_max = sizes[i];
