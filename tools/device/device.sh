@@ -312,9 +312,10 @@ remote() {
             cmake --build /tmp/b-fork -j "$jobs" --target ${BUILD_TARGETS:-llama ggml test-backend-ops llama-bench} > "$out/build-fork.log" 2>&1 ||
                 { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
             tail -2 "$out/build-fork.log"
-            # the slowest objects (ninja's log: start ms, end ms, mtime, output)
+            # the slowest objects (ninja's log: start ms, end ms, mtime, output); sed reads to the end, where head
+            # could leave sort a SIGPIPE, and pipefail ended a chain with rc 141 here
             awk '!/^#/ {printf "%6.1f s  %5.1f-%5.1f  %s\n", ($2-$1)/1000, $1/1000, $2/1000, $4}' /tmp/b-fork/.ninja_log |
-                sort -rn | head -6
+                sort -rn | sed -n 1,6p
             ;;
         model-bg)
             make_r7b > "$out/model.log" 2>&1 & model_pid=$!
