@@ -316,18 +316,20 @@ static __device__ __forceinline__ void sparq_fma_row(float (&acc)[GM][SPARQ_SC_P
 
 // i1 (the r largest components of the group's summed |q|, ties to the lower index) into s_i1[0..rr) and the
 // step-1 coefficients s_coef[c][h] = q_h[i1[c]] * scale / sqrt(rho_h), from q in s_q (NT threads, all calling;
-// s_q must be complete; s_i1 and s_coef are complete when it returns)
+// s_q must be complete; s_i1 and s_coef are complete when it returns; s_abs and s_rank: D rounded up to 32 words)
 template <int NT, int GM>
 static __device__ void sparq_i1_coef(const sparq_args & a, const int G, const float (*s_q)[SPARQ_CUDA_MAX_D],
-        float * s_abs, int * s_i1, float (*s_coef)[GM]) {
+        float * s_abs, int * s_rank, int * s_i1, float (*s_coef)[GM]) {
+    constexpr int NW = NT/WARP_SIZE;
+    constexpr int MG = SPARQ_CUDA_MAX_D/WARP_SIZE;
     const int D    = a.D;
     const int rr   = min(a.r, D);
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
     const int warp = tid / WARP_SIZE;
-    // |q| summed over the group; -inf pads it to a multiple of 4 (never above or equal to a real component)
-    const int D4 = (D + 3) & ~3;
-    for (int d = tid; d < D4; d += NT) {
+    const int ng   = (D + WARP_SIZE - 1)/WARP_SIZE; // groups of 32 components
+    // |q| summed over the group; -inf pads the last group (below every real component)
+    for (int d = tid; d < ng*WARP_SIZE; d += NT) {
         float v = -INFINITY;
         if (d < D) {
             v = 0.0f;
@@ -335,59 +337,86 @@ static __device__ void sparq_i1_coef(const sparq_args & a, const int G, const fl
                 v += fabsf(s_q[h][d]);
             }
         }
-        s_abs[d] = v;
+        s_abs[d]  = v;
+        s_rank[d] = 0;
     }
     __syncthreads();
-    // i1 by rank (larger first, ties to the lower index); ranks are distinct, so s_i1[rank] needs no compaction.
-    // S consecutive lanes share a component (S = threads / the power of two >= D, at most 32), each counting over
-    // a 1/S share of the others with 16-byte reads; shuffles add their counts (one thread per component counted
-    // all D in a chain of ~4 D instructions, the longest part of the phase: ncu on the H100)
+    // rank = the components above (larger, or equal at a lower index): warp (cg, p) counts, for the 32 of group cg
+    // (a lane each), over part p of the groups. A group below cg counts >=, one above >; only cg compares indices.
+    // Every lane reads the same float4 (a broadcast); the parts add up in s_rank. (Before: 4 lanes a component
+    // over quarters of D: ~490 instructions a warp, 4-way bank conflicts, 2.8 us with the coefficients, H200.)
     {
-        int dp2 = 8;
-        while (dp2 < D4) {
-            dp2 *= 2;
-        }
-        const int   S    = min(WARP_SIZE, max(1, NT/dp2));
-        const int   d    = tid / S;
-        const int   part = tid % S;
-        const int   per  = (D4/4 + S - 1)/S*4;
-        const int   e0   = part*per;
-        const int   e1   = min(D4, e0 + per);
-        const float ad   = d < D ? s_abs[d] : 0.0f;
-        int rank = 0;
-#pragma unroll 4
-        for (int e4 = e0; e4 < e1; e4 += 4) {
-            const float4 v4    = *(const float4 *) &s_abs[e4];
-            const float  ve[4] = { v4.x, v4.y, v4.z, v4.w };
+        const int np = max(1, min(ng, NW/ng)); // parts
+        const int gp = (ng + np - 1)/np;       // groups a part
+        if (warp < ng*np) {
+            const int   cg = warp % ng;
+            const int   p  = warp / ng;
+            const int   d  = cg*WARP_SIZE + lane;
+            const float ad = s_abs[d];
+            int cnt = 0;
+            for (int g = p*gp; g < min(ng, (p + 1)*gp); ++g) {
+                const float4 * v4 = (const float4 *) (s_abs + g*WARP_SIZE);
+                if (g == cg) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                rank += ve[u] > ad || (ve[u] == ad && e4 + u < d);
+                    for (int i = 0; i < WARP_SIZE/4; ++i) {
+                        const float4 w = v4[i];
+                        cnt += w.x > ad || (w.x == ad && 4*i + 0 < lane);
+                        cnt += w.y > ad || (w.y == ad && 4*i + 1 < lane);
+                        cnt += w.z > ad || (w.z == ad && 4*i + 2 < lane);
+                        cnt += w.w > ad || (w.w == ad && 4*i + 3 < lane);
+                    }
+                } else if (g < cg) {
+#pragma unroll
+                    for (int i = 0; i < WARP_SIZE/4; ++i) {
+                        const float4 w = v4[i];
+                        cnt += (w.x >= ad) + (w.y >= ad) + (w.z >= ad) + (w.w >= ad);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < WARP_SIZE/4; ++i) {
+                        const float4 w = v4[i];
+                        cnt += (w.x > ad) + (w.y > ad) + (w.z > ad) + (w.w > ad);
+                    }
+                }
+            }
+            if (np == 1) {
+                s_rank[d] = cnt;
+            } else {
+                atomicAdd(&s_rank[d], cnt);
             }
         }
-        for (int off = 1; off < S; off *= 2) {
-            rank += __shfl_xor_sync(0xFFFFFFFF, rank, off, WARP_SIZE);
-        }
-        if (part == 0 && d < D && rank < rr) {
-            s_i1[rank] = d;
-        }
     }
     __syncthreads();
-    // temperature per head: scale / sqrt(rho_h), rho_h = |q_h[i1]|_1 / |q_h|_1
-    for (int h = warp; h < G; h += NT/WARP_SIZE) {
+    // warp h: the temperature scale / sqrt(rho_h), rho_h = |q_h[i1]|_1 / |q_h|_1, and head h's coefficients at
+    // the ranks; warp 0 writes i1
+    for (int h = warp; h < G; h += NW) {
+        int   rk[MG];
         float num = 0.0f;
         float den = 0.0f;
-        for (int d = lane; d < D; d += WARP_SIZE) {
-            den += fabsf(s_q[h][d]);
-        }
-        for (int c = lane; c < rr; c += WARP_SIZE) {
-            num += fabsf(s_q[h][s_i1[c]]);
+#pragma unroll
+        for (int i = 0; i < MG; ++i) {
+            const int d = i*WARP_SIZE + lane;
+            rk[i] = rr;
+            if (d < D) {
+                const float v = fabsf(s_q[h][d]);
+                rk[i] = s_rank[d];
+                den += v;
+                num += rk[i] < rr ? v : 0.0f;
+            }
         }
         num = warp_reduce_sum<WARP_SIZE>(num);
         den = warp_reduce_sum<WARP_SIZE>(den);
         const float rho = num > 0.0f && den > 0.0f ? num/den : 1.0f;
         const float tf  = a.scale/sqrtf(rho);
-        for (int c = lane; c < rr; c += WARP_SIZE) {
-            s_coef[c][h] = s_q[h][s_i1[c]]*tf;
+#pragma unroll
+        for (int i = 0; i < MG; ++i) {
+            const int d = i*WARP_SIZE + lane;
+            if (rk[i] < rr) {
+                s_coef[rk[i]][h] = s_q[h][d]*tf;
+                if (h == 0) {
+                    s_i1[rk[i]] = d;
+                }
+            }
         }
     }
     __syncthreads();
@@ -412,6 +441,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
     __shared__ __align__(16) float s_abs[SPARQ_CUDA_MAX_D];
     __shared__ int   s_i1[SPARQ_CUDA_MAX_D];
     __shared__ float s_coef[SPARQ_CUDA_MAX_D][GM]; // [c][h] = q_h[i1[c]] * scale / sqrt(rho_h)
+    __shared__ int   s_rank[SPARQ_CUDA_MAX_D];
     __shared__ float s_max[W0][GM];
     __shared__ float s_sum[W0][GM];
     __shared__ int   s_nv[W0];
@@ -437,7 +467,7 @@ static __global__ void __launch_bounds__(SPARQ_SC_THREADS, 2) sparq_scores(const
 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
-    sparq_i1_coef<SPARQ_SC_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef); // s_q is dead from here: s_buf takes the partial products
+    sparq_i1_coef<SPARQ_SC_THREADS, GM>(a, G, s_q, s_abs, s_rank, s_i1, s_coef); // s_q is dead from here: s_buf takes the partial products
     SPARQ_MARK(0, 2); // i1, temperature and coefficients ready
 
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
@@ -1904,11 +1934,10 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     float    * s_red  = (float *) sparq_smem + L.red;
 
     // block 0's histograms take the others' atomics after the first cluster barrier; the local one is clear
-    for (int e = tid; e < SPARQ_FU_HIST_ALL; e += SPARQ_FU_THREADS) {
-        s_hist[e] = 0;
-    }
-    for (int e = tid; e < SPARQ_FU_BINS; e += SPARQ_FU_THREADS) {
-        s_lh[e] = 0;
+    // (s_lh, then s_hist: one range, 16 bytes a store)
+    static_assert((SPARQ_FU_BINS + SPARQ_FU_HIST_ALL) % 4 == 0, "whole int4 stores");
+    for (int e = tid; e < (SPARQ_FU_BINS + SPARQ_FU_HIST_ALL)/4; e += SPARQ_FU_THREADS) {
+        ((int4 *) s_lh)[e] = make_int4(0, 0, 0, 0);
     }
     SPARQ_MARK_FU(0);
     ggml_cuda_pdl_sync();
@@ -1923,7 +1952,7 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     sparq_load_q(a, kh, t, s, G, s_q);
     __syncthreads();
     SPARQ_MARK_FU(11);
-    sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, s_i1, s_coef);
+    sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, (int *) sparq_smem, s_i1, s_coef); // ranks: in s_a (free until step 1)
     SPARQ_MARK_FU(2);
 
     // 1. approximate scores: item (g, pg) = positions lo + 8 pg .. +7 and the rows g, g + RG, ... of the r; the
@@ -2016,7 +2045,8 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         }
         __syncthreads();
         SPARQ_MARK_FU(9);
-        // the row groups summed into [0]; the block's (max, sum of exp) per head, online in one pass, and visible count
+        // the row groups summed into [0]; the block's (max, sum of exp) per head, online in one pass, four positions
+        // at a time (one rescale per four), and the visible count (P % 8 == 0: whole float4)
         float m[GM], z[GM];
         int   nv = 0;
 #pragma unroll
@@ -2025,26 +2055,31 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
             z[h] = 0.0f;
         }
 #pragma unroll 1
-        for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
-            bool vis = false;
+        for (int j4 = tid; j4 < P/4; j4 += SPARQ_FU_THREADS) {
 #pragma unroll
             for (int h = 0; h < GM; ++h) {
                 if (h < G) {
-                    float v = s_a[h*P + jl];
+                    float4 v = ((const float4 *) (s_a + h*P))[j4];
 #pragma unroll 1
                     for (int g = 1; g < RG; ++g) {
-                        v += s_a[(g*G + h)*P + jl];
+                        const float4 w = ((const float4 *) (s_a + (g*G + h)*P))[j4];
+                        v.x += w.x;
+                        v.y += w.y;
+                        v.z += w.z;
+                        v.w += w.w;
                     }
-                    s_a[h*P + jl] = v;
-                    vis = v != -INFINITY;
-                    if (vis) {
-                        const float mn = fmaxf(m[h], v);
-                        z[h] = z[h]*expf(m[h] - mn) + expf(v - mn); // m = -inf first: 0 + 1
+                    ((float4 *) (s_a + h*P))[j4] = v;
+                    const float mx = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+                    if (mx != -INFINITY) {
+                        const float mn = fmaxf(m[h], mx); // m = -inf first: z is 0
+                        z[h] = z[h]*expf(m[h] - mn) + ((expf(v.x - mn) + expf(v.y - mn)) + (expf(v.z - mn) + expf(v.w - mn)));
                         m[h] = mn;
+                    }
+                    if (h == 0) { // the mask hides a position from every head
+                        nv += (v.x != -INFINITY) + (v.y != -INFINITY) + (v.z != -INFINITY) + (v.w != -INFINITY);
                     }
                 }
             }
-            nv += vis;
         }
         // (max, sum) merged over the warp, then over the warps by warp 0
         auto merge = [](float & mm, float & zz) {
@@ -2119,19 +2154,31 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     const bool blend = !dense && (a.flags & 1) != 0;
 
     // 2. sort keys (as sparq_keys: group-summed softmax, bits of a non-negative float + 1; 0 = masked)
+    // (four positions a thread at a time)
 #pragma unroll 1
-    for (int jl = tid; jl < P; jl += SPARQ_FU_THREADS) {
-        float p   = 0.0f;
-        bool  vis = false;
+    for (int j4 = tid; j4 < P/4; j4 += SPARQ_FU_THREADS) {
+        float p[4]   = { 0.0f, 0.0f, 0.0f, 0.0f };
+        bool  vis[4] = { false, false, false, false };
 #pragma unroll
         for (int h = 0; h < GM; ++h) {
             if (h < G) {
-                const float sv = s_a[h*P + jl];
-                vis = vis || sv != -INFINITY;
-                p  += sv != -INFINITY && !dense ? expf(sv - s_M[h])*s_rz[h] : 0.0f;
+                const float4 v4    = ((const float4 *) (s_a + h*P))[j4];
+                const float  sv[4] = { v4.x, v4.y, v4.z, v4.w };
+                const float  M     = s_M[h];
+                const float  rz    = s_rz[h];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    vis[u] = vis[u] || sv[u] != -INFINITY;
+                    p[u]  += sv[u] != -INFINITY && !dense ? expf(sv[u] - M)*rz : 0.0f;
+                }
             }
         }
-        s_key[jl] = vis ? __float_as_uint(p) + 1u : 0u;
+        uint4 k4;
+        k4.x = vis[0] ? __float_as_uint(p[0]) + 1u : 0u;
+        k4.y = vis[1] ? __float_as_uint(p[1]) + 1u : 0u;
+        k4.z = vis[2] ? __float_as_uint(p[2]) + 1u : 0u;
+        k4.w = vis[3] ? __float_as_uint(p[3]) + 1u : 0u;
+        ((uint4 *) s_key)[j4] = k4;
     }
     __syncthreads();
     SPARQ_MARK_FU(4);
@@ -2379,64 +2426,80 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     }
     __syncthreads();
     SPARQ_MARK_FU(7);
-    // the block's partial: per (head, component) over the warps, into block 0's s_red / s_rm, s_rl, s_ra
+    // the block's partial into block 0's s_red / s_rm, s_rl, s_ra: warp h merges head h's (max, sum, alpha) over the
+    // warps and leaves each warp's factor in s_wm; then every (head, component) sums the warps' outputs
+    for (int h = warp; h < G; h += SPARQ_FU_WARPS) {
+        const float wm = lane < SPARQ_FU_WARPS ? s_wm[lane][h] : -INFINITY;
+        const float mb = warp_reduce_max<WARP_SIZE>(wm);
+        const float f  = wm == -INFINITY ? 0.0f : expf(wm - mb);
+        const float lb = warp_reduce_sum<WARP_SIZE>(lane < SPARQ_FU_WARPS ? f*s_wz[lane][h] : 0.0f);
+        const float ab = warp_reduce_sum<WARP_SIZE>(lane < SPARQ_FU_WARPS ? s_wa[lane][h] : 0.0f);
+        if (lane < SPARQ_FU_WARPS) {
+            s_wm[lane][h] = f;
+        }
+        if (lane == 0) {
+            *cluster.map_shared_rank(&s_rm[rank][h], 0) = mb;
+            *cluster.map_shared_rank(&s_rl[rank][h], 0) = lb;
+            *cluster.map_shared_rank(&s_ra[rank][h], 0) = ab;
+        }
+    }
+    __syncthreads();
     {
         float * red0 = cluster.map_shared_rank(s_red, 0);
 #pragma unroll 1
         for (int e = tid; e < G*a.Dv; e += SPARQ_FU_THREADS) {
             const int h = e / a.Dv;
-            float mb = -INFINITY;
+            float y = 0.0f;
 #pragma unroll
             for (int w = 0; w < SPARQ_FU_WARPS; ++w) {
-                mb = fmaxf(mb, s_wm[w][h]);
-            }
-            float y = 0.0f, lb = 0.0f, ab = 0.0f;
-#pragma unroll
-            for (int w = 0; w < SPARQ_FU_WARPS; ++w) {
-                const float f = s_wm[w][h] == -INFINITY ? 0.0f : expf(s_wm[w][h] - mb);
-                y  += f*s_wacc[(w*G + h)*a.Dv + e % a.Dv];
-                lb += f*s_wz[w][h];
-                ab += s_wa[w][h];
+                y += s_wm[w][h]*s_wacc[(w*G + h)*a.Dv + e % a.Dv];
             }
             red0[(rank*G + h)*a.Dv + e % a.Dv] = y;
-            if (e % a.Dv == 0) {
-                *cluster.map_shared_rank(&s_rm[rank][h], 0) = mb;
-                *cluster.map_shared_rank(&s_rl[rank][h], 0) = lb;
-                *cluster.map_shared_rank(&s_ra[rank][h], 0) = ab;
-            }
         }
     }
+    // block 0: the mean of V of this thread's first element, requested before the barrier (a global load's latency)
+    const int tv = a.vm_ne2 == 1 ? 0 : t;
+    const int sv = a.vm_ne3 == 1 ? 0 : s;
+    const char * vmb = a.vm + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3;
+    const float vm0 = blend && rank == 0 && tid < G*a.Dv ? *(const float *) (vmb + (int64_t) (tid % a.Dv)*sizeof(float)) : 0.0f;
     cluster.sync();
     SPARQ_MARK_FU(10);
     if (rank != 0) {
         return;
     }
+    // block 0: warp h merges head h over the blocks (factors into s_rm; the sum and alpha into s_rz and s_M, dead
+    // since step 3), then every (head, component) sums the blocks' outputs
+    for (int h = warp; h < G; h += SPARQ_FU_WARPS) {
+        const float bm = lane < nb ? s_rm[lane][h] : -INFINITY;
+        const float mm = warp_reduce_max<WARP_SIZE>(bm);
+        const float f  = bm == -INFINITY ? 0.0f : expf(bm - mm);
+        const float lt = warp_reduce_sum<WARP_SIZE>(lane < nb ? f*s_rl[lane][h] : 0.0f);
+        const float at = warp_reduce_sum<WARP_SIZE>(lane < nb ? s_ra[lane][h] : 0.0f);
+        if (lane < nb) {
+            s_rm[lane][h] = f;
+        }
+        if (lane == 0) {
+            s_rz[h] = lt;
+            s_M[h]  = at;
+        }
+    }
+    __syncthreads();
 #pragma unroll 1
     for (int e = tid; e < G*a.Dv; e += SPARQ_FU_THREADS) {
         const int h = e / a.Dv;
         const int d = e % a.Dv;
-        float mm = -INFINITY;
-#pragma unroll
-        for (int b = 0; b < SPARQ_FU_NB_MAX; ++b) {
-            mm = b < nb ? fmaxf(mm, s_rm[b][h]) : mm;
-        }
-        float y = 0.0f, lt = 0.0f, at = 0.0f;
+        float y = 0.0f;
 #pragma unroll
         for (int b = 0; b < SPARQ_FU_NB_MAX; ++b) {
             if (b >= nb) {
                 break;
             }
-            const float f = s_rm[b][h] == -INFINITY ? 0.0f : expf(s_rm[b][h] - mm);
-            y  += f*s_red[(b*G + h)*a.Dv + d];
-            lt += f*s_rl[b][h];
-            at += s_ra[b][h];
+            y += s_rm[b][h]*s_red[(b*G + h)*a.Dv + d];
         }
-        y /= lt;
+        y /= s_rz[h];
         if (blend) {
-            const int   tv = a.vm_ne2 == 1 ? 0 : t;
-            const int   sv = a.vm_ne3 == 1 ? 0 : s;
-            const float vm = *(const float *) (a.vm + (int64_t) d*sizeof(float) + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3);
-            y = at*y + (1.0f - at)*vm;
+            const float vm = e == tid ? vm0 : *(const float *) (vmb + (int64_t) d*sizeof(float));
+            y = s_M[h]*y + (1.0f - s_M[h])*vm;
         }
         dst_u[e] = y;
     }
