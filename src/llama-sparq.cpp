@@ -40,6 +40,7 @@ struct llama_sparq_kv {
     int32_t k      = 0;
     bool    mean_v = false;
     ggml_type kt   = GGML_TYPE_COUNT; // storage of k_t asked for: COUNT = the K cache's type, or Q8_0
+    int32_t min_kv = 0;               // decode attends densely while the cache view holds fewer positions
 
     bool allocated = false;
     bool stale_k   = true;
@@ -417,9 +418,10 @@ void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector
     st.stale_v = false;
 }
 
-// parse "r=32,k=128[,mean_v=1][,kt=q8_0]" (also "off"); returns "" or an error
-std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt) {
-    r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT;
+// parse "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" (also "off"); returns "" or an error
+std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt,
+                        int32_t & min_kv) {
+    r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT; min_kv = 0;
     if (spec.empty() || spec == "0" || spec == "off") {
         return "";
     }
@@ -457,8 +459,13 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
                 return "mean_v is 0 or 1";
             }
             mean_v = x != 0;
+        } else if (key == "min_kv") {
+            if (x < 0 || x > INT32_MAX) {
+                return "min_kv is a count of positions >= 0";
+            }
+            min_kv = (int32_t) x;
         } else {
-            return "unknown key '" + key + "' (use r, k, mean_v, kt)";
+            return "unknown key '" + key + "' (use r, k, mean_v, kt, min_kv)";
         }
         pos = end + 1;
     }
@@ -720,10 +727,10 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
     if (env == nullptr || *env == '\0') {
         return;
     }
-    int32_t r, k;
+    int32_t r, k, min_kv;
     bool mean_v;
     ggml_type kt;
-    const std::string err = sparq_parse(env, r, k, mean_v, kt);
+    const std::string err = sparq_parse(env, r, k, mean_v, kt, min_kv);
     if (!err.empty()) {
         throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + err);
     }
@@ -733,8 +740,9 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
     if (sparq_set(kv, r, k, mean_v, kt) != 0) {
         throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
     }
-    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s (LLAMA_SPARQ)\n", __func__, r, k,
-                   (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k");
+    acc::state(kv)->min_kv = min_kv;
+    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s, min_kv = %d (LLAMA_SPARQ)\n", __func__,
+                   r, k, (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k", min_kv);
 }
 
 void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_pos p0, llama_pos p1) {
@@ -916,6 +924,9 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
     if (st.k >= n_kv) {
         return nullptr; // every position would be read: dense attention is exact and faster
     }
+    if (n_kv < st.min_kv) {
+        return nullptr; // a context too short for SparQ to pay, as the user set it
+    }
     ggml_context * ctx0 = g.ctx0;
     const int64_t D = k->ne[0], Hkv = k->ne[1], ns = k->ne[3];
     const int64_t n_tokens = q->ne[2], H = q->ne[1];
@@ -990,6 +1001,30 @@ enum ggml_type llama_sparse_get_sparq_kt(const llama_context * ctx) {
     return st ? st->kt : GGML_TYPE_COUNT;
 }
 
+int32_t llama_sparse_set_sparq_min_kv(llama_context * ctx, int32_t min_kv) {
+    llama_kv_cache * kv = context_kv(ctx);
+    if (kv == nullptr) {
+        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq_min_kv: no context" :
+                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+    }
+    if (min_kv < 0) {
+        return sparq_error("SparQ: min_kv is a count of positions >= 0, got " + std::to_string(min_kv));
+    }
+    auto & sp = acc::state(*kv);
+    if (!sp) {
+        sp = std::make_shared<llama_sparq_kv>(); // kept for when SparQ comes on
+    }
+    sp->min_kv = min_kv;
+    g_sparq_generation++; // graphs built under the old threshold are not reused
+    return 0;
+}
+
+int32_t llama_sparse_get_sparq_min_kv(const llama_context * ctx) {
+    llama_kv_cache * kv = context_kv(const_cast<llama_context *>(ctx));
+    const auto * st = kv ? acc::state(*kv).get() : nullptr;
+    return st ? st->min_kv : 0;
+}
+
 bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k, bool * mean_v) {
     llama_kv_cache * kv = context_kv(const_cast<llama_context *>(ctx));
     const auto * st = kv ? acc::state(*kv).get() : nullptr;
@@ -1001,18 +1036,19 @@ bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k,
 }
 
 int32_t llama_sparse_set_sparq_str(llama_context * ctx, const char * spec) {
-    int32_t r, k;
+    int32_t r, k, min_kv;
     bool mean_v;
     ggml_type kt;
-    const std::string err = sparq_parse(spec ? spec : "", r, k, mean_v, kt);
+    const std::string err = sparq_parse(spec ? spec : "", r, k, mean_v, kt, min_kv);
     if (!err.empty()) {
         return sparq_error(std::string("SparQ setting '") + (spec ? spec : "") + "': " + err);
     }
     if (r == 0) {
         return llama_sparse_set_sparq(ctx, 0, 0, false);
     }
-    // the string names every knob: kt left out is the K cache's type
-    const int32_t rc = llama_sparse_set_sparq_kt(ctx, kt);
+    // the string names every knob: kt left out is the K cache's type, min_kv left out 0
+    int32_t rc = llama_sparse_set_sparq_kt(ctx, kt);
+    rc = rc != 0 ? rc : llama_sparse_set_sparq_min_kv(ctx, min_kv);
     return rc != 0 ? rc : llama_sparse_set_sparq(ctx, r, k, mean_v);
 }
 

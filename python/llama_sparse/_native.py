@@ -47,6 +47,8 @@ llama_sparse_set_sparq          = _fn("llama_sparse_set_sparq",          [_p, ct
 llama_sparse_set_sparq_str      = _fn("llama_sparse_set_sparq_str",      [_p, ctypes.c_char_p], ctypes.c_int32)
 llama_sparse_set_sparq_kt       = _fn("llama_sparse_set_sparq_kt",       [_p, ctypes.c_int], ctypes.c_int32)
 llama_sparse_get_sparq_kt       = _fn("llama_sparse_get_sparq_kt",       [_p], ctypes.c_int)
+llama_sparse_set_sparq_min_kv   = _fn("llama_sparse_set_sparq_min_kv",   [_p, ctypes.c_int32], ctypes.c_int32)
+llama_sparse_get_sparq_min_kv   = _fn("llama_sparse_get_sparq_min_kv",   [_p], ctypes.c_int32)
 llama_sparse_get_sparq          = _fn("llama_sparse_get_sparq",          [_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_bool)], ctypes.c_bool)
 llama_sparse_sparq_last_error   = _fn("llama_sparse_sparq_last_error",   [], ctypes.c_char_p)
 

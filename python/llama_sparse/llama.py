@@ -25,21 +25,24 @@ class SparQ:
     k: cached positions attended to exactly; mean_v: blend the output with the mean of V by the estimated
     attention mass of those k positions (the paper does this for MHA models and skips it for GQA ones);
     kt: storage of the transposed K that the r components are read from, "k" (the K cache's type) or "q8_0"
-    (8 bits, 34/64 of f16's bytes; needs the default f16 K cache).
+    (8 bits, 34/64 of f16's bytes; needs the default f16 K cache);
+    min_kv: decode runs dense attention while the KV cache view (the used cells, rounded up to 256) holds fewer
+    positions, so SparQ starts where the context is long enough for it to pay (0: from the start).
     A decode step with k >= the cached positions is exact dense attention.
     """
     r: int = 32
     k: int = 128
     mean_v: bool = False
     kt: str = "k"
+    min_kv: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("r", "k"):
+        for name, least in (("r", 1), ("k", 1), ("min_kv", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"SparQ.{name} must be an int, got {v!r}")
-            if v <= 0:
-                raise ValueError(f"SparQ.{name} must be >= 1, got {v}")
+            if not least <= v < 2**31:
+                raise ValueError(f"SparQ.{name} must be >= {least} (and below 2^31), got {v}")
         if not isinstance(self.mean_v, bool):
             raise TypeError(f"SparQ.mean_v must be a bool, got {self.mean_v!r}")
         if self.kt not in KT_TYPES:
@@ -47,12 +50,13 @@ class SparQ:
 
     @property
     def spec(self) -> str:
-        """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0" (",kt=q8_0" when set)."""
-        return f"r={self.r},k={self.k},mean_v={int(self.mean_v)}" + (f",kt={self.kt}" if self.kt != "k" else "")
+        """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0" (",kt=q8_0", ",min_kv=N" when set)."""
+        return (f"r={self.r},k={self.k},mean_v={int(self.mean_v)}" + (f",kt={self.kt}" if self.kt != "k" else "") +
+                (f",min_kv={self.min_kv}" if self.min_kv else ""))
 
     @classmethod
     def parse(cls, spec: str) -> Optional["SparQ"]:
-        """"r=32,k=128[,mean_v=1][,kt=q8_0]" -> SparQ; "off", "0", "none" or "" -> None."""
+        """"r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" -> SparQ; "off", "0", "none" or "" -> None."""
         if not isinstance(spec, str):
             raise TypeError(f"a SparQ setting is a string like 'r=32,k=128', not {type(spec).__name__}")
         text = spec.strip()
@@ -62,8 +66,8 @@ class SparQ:
         for item in text.split(","):
             key, sep, val = item.partition("=")
             key = key.strip()
-            if not sep or key not in ("r", "k", "mean_v", "kt"):
-                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0]")
+            if not sep or key not in ("r", "k", "mean_v", "kt", "min_kv"):
+                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0][,min_kv=INT]")
             if key == "kt":
                 if val.strip() not in KT_TYPES:
                     raise ValueError(f"bad SparQ setting {spec!r}: kt is one of {', '.join(KT_TYPES)}")

@@ -64,12 +64,16 @@ def test_sparq_settings_validate():
     assert SparQ.parse("r=16,k=64,kt=q8_0") == SparQ(r=16, k=64, kt="q8_0")
     assert SparQ(r=4, k=9, kt="q8_0").spec == "r=4,k=9,mean_v=0,kt=q8_0"
     assert SparQ.parse("r=4,k=9,kt=k") == SparQ(r=4, k=9)
+    assert SparQ.parse("r=4,k=9,min_kv=16384") == SparQ(r=4, k=9, min_kv=16384)
+    assert SparQ(r=4, k=9, min_kv=512).spec == "r=4,k=9,mean_v=0,min_kv=512"
+    assert SparQ.parse(SparQ(r=4, k=9, kt="q8_0", min_kv=7).spec) == SparQ(r=4, k=9, kt="q8_0", min_kv=7)
     with pytest.raises(ValueError, match="kt"):
         SparQ.parse("r=4,k=9,kt=q4_0")
     with pytest.raises(ValueError, match="kt"):
         SparQ(r=4, k=9, kt="f8")
     for bad, err in [("r=16", ValueError), ("k=3", ValueError), ("r=x,k=3", ValueError), ("r=1,k=2,q=3", ValueError),
-                     ("r=0,k=5", ValueError), ("r=5,k=-1", ValueError), ("r=1,k=1,mean_v=2", ValueError)]:
+                     ("r=0,k=5", ValueError), ("r=5,k=-1", ValueError), ("r=1,k=1,mean_v=2", ValueError),
+                     ("r=1,k=1,min_kv=-1", ValueError), ("r=1,k=1,min_kv=x", ValueError)]:
         with pytest.raises(err):
             SparQ.parse(bad)
     with pytest.raises(TypeError):
@@ -100,6 +104,18 @@ def test_knobs_and_errors(smollm2_gguf: Path):
     # the C API refuses half settings with a message
     assert _native.llama_sparse_set_sparq(llm._ctx.ctx, 4, 0, False) == -1
     assert "both" in _native.sparq_last_error()
+    # min_kv: kept while off, set by the string (0 where left out), refused below 0 and by the string parser
+    assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, 4096) == 0
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 4096
+    llm.set_sparq("r=8,k=64,min_kv=1000")
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 1000
+    llm.set_sparq("r=8,k=64")
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 0
+    assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, -5) == -1
+    assert "min_kv" in _native.sparq_last_error()
+    assert _native.llama_sparse_set_sparq_str(llm._ctx.ctx, b"r=8,k=64,min_kv=-5") == -1
+    assert "min_kv" in _native.sparq_last_error()
+    llm.set_sparq(None)
     # a quantized KV cache cannot hold the transposed copy: a clear error, no crash
     with pytest.raises(ValueError, match="f16 or f32"):
         _llm(smollm2_gguf, sparq=SparQ(r=16, k=32), type_k=8, flash_attn=True)  # 8 = GGML_TYPE_Q8_0
@@ -116,6 +132,29 @@ def test_k_beyond_context_is_dense(smollm2_gguf: Path, tokens: list[int]):
     llm.set_sparq("r=8,k=200")
     kl, top1 = _kl(dense, _decode(llm, prompt, gen))
     assert kl < 0.02 and top1 >= 0.8, (kl, top1)
+
+
+def test_min_kv_keeps_short_contexts_dense(smollm2_gguf: Path, tokens: list[int]):
+    # the cache view is 256 cells up to 256 tokens, then 512 (N_CTX): prompt 240, decode across the step
+    llm = _llm(smollm2_gguf)
+    prompt, gen = tokens[:160], tokens[160:180]
+    long_prompt = (tokens * 2)[:240]
+    gen2 = (tokens * 2)[240:270]
+    dense = _decode(llm, prompt, gen)
+    dense2 = _decode(llm, long_prompt, gen2)
+    llm.set_sparq("r=8,k=16,min_kv=512")
+    assert np.array_equal(_decode(llm, prompt, gen), dense)  # a 256-cell view, below min_kv: dense
+    got = _decode(llm, long_prompt, gen2)
+    # steps 0-15 attend over up to 256 cells (dense); from step 16 (257 cells and more) the view is 512: SparQ
+    assert np.array_equal(got[:16], dense2[:16])
+    assert not np.array_equal(got[16:], dense2[16:])
+    assert _kl(dense2[16:], got[16:])[0] > _kl(dense2[16:], dense2[16:])[0]
+    # at min_kv 256 (the smallest view) SparQ runs from the first step, as with min_kv 0
+    llm.set_sparq("r=8,k=16,min_kv=256")
+    on256 = _decode(llm, prompt, gen)
+    llm.set_sparq("r=8,k=16")
+    assert np.array_equal(_decode(llm, prompt, gen), on256)
+    assert not np.array_equal(on256, dense)
 
 
 def test_sparse_decode_changes_logits_by_compression(smollm2_gguf: Path, tokens: list[int]):
