@@ -5,11 +5,12 @@
 //                                              correctness; last line "N passed, N failed", exit 1 on failure;
 //                                              every case with every variant (all) unless --variant
 //   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|fused|both|step1|all]
-//                         [--kt f16|q8_0]
+//                         [--kt f16|q8_0] [--evict]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
 //                                              f16 K/V; SPARQ_BENCH_HKV=n: n KV heads, 4n q heads), r 32, k 128,
 //                                              timed inside a CUDA graph; default all:
-//                                              every variant and step 1 alone (step1: time of kernel 1 only)
+//                                              every variant and step 1 alone (step1: time of kernel 1 only);
+//                                              --evict: the op's code evicted from the SMs before every call
 // Variants (sparq_args::step2): "single" = step 1, then one select block (or cluster) per KV head; "split" = step 1,
 // then segments over many blocks plus a combine kernel; "fused" = one cluster per KV head for the whole op (cases it
 // does not take run the single variant: such rows say "(fallback)").
@@ -557,9 +558,24 @@ static int cmd_test(int variants) {
     return n_fail == 0 ? 0 : 1;
 }
 
+// --evict: run before every call of the op. ~256 KB of straight-line code on every SM pushes the op's instructions
+// out of the SMs' instruction caches, so they come from L2, as in decode, where other kernels run between two
+// attention calls. Its own time, from a graph of it alone, is subtracted.
+#define SPARQ_EVICT_INSTR 16384 // 16-byte instructions
+static __global__ void sparq_bench_evict(float * out) {
+    float x[4] = { (float) threadIdx.x, 1.0f, 2.0f, 3.0f };
+#pragma unroll
+    for (int i = 0; i < SPARQ_EVICT_INSTR; ++i) {
+        asm volatile("fma.rn.f32 %0, %0, %0, %0;" : "+f"(x[i % 4]));
+    }
+    if (x[0] + x[1] + x[2] + x[3] == -1.0f) {
+        out[0] = x[0];
+    }
+}
+
 // batch 1, Llama-3-8B attention; K/V rotate through copies > 2x L2 unless --warm (test-backend-ops perf is warm).
 // Both variants time the same data; their outputs are compared too (relative L2 between them).
-static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants, bool kt_q8) {
+static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants, bool kt_q8, bool evict) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device, l2;
@@ -569,8 +585,47 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     // SPARQ_BENCH_HKV: KV heads (default 8, Llama-3-8B), 4 query heads each
     const int hkv = getenv("SPARQ_BENCH_HKV") ? std::max(1, atoi(getenv("SPARQ_BENCH_HKV"))) : 8;
-    printf("device: %s, L2 %d MiB; batch 1, H %d, Hkv %d, D 128, f16 K/V, k_t %s, r 32, k 128; %s\n", prop.name, l2 >> 20, 4*hkv, hkv,
-           kt_q8 ? "q8_0" : "f16", warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (bytes read > 2x L2)");
+    printf("device: %s, L2 %d MiB; batch 1, H %d, Hkv %d, D 128, f16 K/V, k_t %s, r 32, k 128; %s%s\n", prop.name, l2 >> 20, 4*hkv, hkv,
+           kt_q8 ? "q8_0" : "f16", warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (bytes read > 2x L2)",
+           evict ? "; the op's code evicted from the SMs before every call (--evict)" : "");
+    float * evict_out = nullptr;
+    if (evict) {
+        CUDA_CHECK(cudaMalloc(&evict_out, sizeof(float)));
+    }
+    // a graph of iters calls of launch (each after the evict kernel with --evict): the best of 5 runs, us a call
+    auto time_graph = [&](auto && launch) {
+        cudaGraph_t     graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        for (int it = 0; it < iters; ++it) {
+            if (evict) {
+                sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, stream>>>(evict_out);
+            }
+            launch(it);
+        }
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        float best = INFINITY;
+        for (int rep = 0; rep < 5; ++rep) {
+            CUDA_CHECK(cudaEventRecord(e0, stream));
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            CUDA_CHECK(cudaEventRecord(e1, stream));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            best = std::min(best, ms);
+        }
+        CUDA_CHECK(cudaEventDestroy(e0));
+        CUDA_CHECK(cudaEventDestroy(e1));
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        return 1e3*best/iters;
+    };
+    const double evict_us = evict ? time_graph([](int) {}) : 0.0;
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
         const sparq_case c = { 128, 128, 4*hkv, hkv, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
@@ -617,29 +672,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             outs[step2].resize(n_out);
             CUDA_CHECK(cudaMemcpyAsync(outs[step2].data(), x.d_dst, n_out*sizeof(float), cudaMemcpyDeviceToHost, stream));
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            cudaGraph_t     graph;
-            cudaGraphExec_t exec;
-            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-            for (int it = 0; it < iters; ++it) {
-                sparq_attn_launch(as[it % n_copy], scratch, stream);
-            }
-            CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
-            cudaEvent_t e0, e1;
-            CUDA_CHECK(cudaEventCreate(&e0));
-            CUDA_CHECK(cudaEventCreate(&e1));
-            float best = INFINITY;
-            for (int rep = 0; rep < 5; ++rep) {
-                CUDA_CHECK(cudaEventRecord(e0, stream));
-                CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                CUDA_CHECK(cudaEventRecord(e1, stream));
-                CUDA_CHECK(cudaEventSynchronize(e1));
-                float ms;
-                CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                best = std::min(best, ms);
-            }
-            const double us    = 1e3*best/iters;
+            const double us = time_graph([&](int it) { sparq_attn_launch(as[it % n_copy], scratch, stream); }) - evict_us;
             us_of[step2] = (float) us;
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
                    2.0*hkv*S*128*2/1e6, bytes/us/1e3);
@@ -684,10 +717,6 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                 printf("\n");
             }
 #endif
-            CUDA_CHECK(cudaEventDestroy(e0));
-            CUDA_CHECK(cudaEventDestroy(e1));
-            CUDA_CHECK(cudaGraphExecDestroy(exec));
-            CUDA_CHECK(cudaGraphDestroy(graph));
         }
         if ((variants & 3) == 3) {
             printf("%8lld    split/single time %.3f, outputs rel L2 %.2g\n", (long long) S, us_of[2]/us_of[1],
@@ -702,6 +731,10 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
         for (char * d : dups) {
             CUDA_CHECK(cudaFree(d));
         }
+    }
+    if (evict) {
+        printf("evict kernel alone: %.2f us a call\n", evict_us);
+        CUDA_CHECK(cudaFree(evict_out));
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
@@ -732,11 +765,14 @@ int main(int argc, char ** argv) {
         std::vector<int64_t> seq_lens = { 4096, 16384, 32768 };
         bool warm  = false;
         bool kt_q8 = false;
+        bool evict = false;
         int  iters = 50;
         for (int i = 2; i < argc; ++i) {
             const std::string arg = argv[i];
             if (arg == "--warm") {
                 warm = true;
+            } else if (arg == "--evict") {
+                evict = true;
             } else if (arg == "--kt" && i + 1 < argc) {
                 kt_q8 = std::string(argv[++i]) == "q8_0";
             } else if (arg == "--variant" && i + 1 < argc && parse_variants(argv[i + 1])) {
@@ -753,9 +789,9 @@ int main(int argc, char ** argv) {
                 return 2;
             }
         }
-        return cmd_bench(seq_lens, warm, iters, variants, kt_q8);
+        return cmd_bench(seq_lens, warm, iters, variants, kt_q8, evict);
     }
     fprintf(stderr, "usage: %s test [--variant single|split|fused|both|all] | bench [--S 4096,16384,32768] [--warm] "
-            "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0]\n", argv[0]);
+            "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0] [--evict]\n", argv[0]);
     return 2;
 }
