@@ -8,6 +8,7 @@
 #
 # OUT gets the logs: every variant's tests of NEW, its fused variant's tests (spread and crowded chosen positions,
 # SPARQ_TEST_RECENT=4; clusters of 16), alternating bench rounds of the two builds, and the phase stamps.
+# SPARQ_AB_S: the bench's positions (default 256,4096,16384,32768); SPARQ_AB_FLAGS: more bench flags (e.g. --evict).
 set -u
 dir=$1 out=$2 new=${3:-new} base=${4:-base} newp=${5:-newp} basep=${6:-basep}
 export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -32,7 +33,7 @@ for i in 1 2 3; do
     for r in 0 4; do
         for b in "$base" "$new"; do
             echo "-- round $i recent=$r $b" >> "$out/bench.log"
-            SPARQ_TEST_RECENT=$r timeout 60 "$dir/$b/t" bench --variant fused --S "$S" 2>&1 | tee -a "$out/bench.log" |
+            SPARQ_TEST_RECENT=$r timeout 60 "$dir/$b/t" bench --variant fused --S "$S" ${SPARQ_AB_FLAGS:-} 2>&1 | tee -a "$out/bench.log" |
                 grep -E "^ +[0-9]+ +fused" | sed "s/^/round $i recent=$r $b /" || echo "bench $b failed"
         done
     done
@@ -40,5 +41,5 @@ done
 for b in "$basep" "$newp"; do
     [ -x "$dir/$b/t" ] || continue
     echo "-- phases $b" | tee -a "$out/phases.log"
-    timeout 60 "$dir/$b/t" bench --variant fused --S "$S" 2>&1 | tee -a "$out/phases.log" | grep -E "fused" || echo "bench $b failed"
+    timeout 60 "$dir/$b/t" bench --variant fused --S "$S" ${SPARQ_AB_FLAGS:-} 2>&1 | tee -a "$out/phases.log" | grep -E "fused" || echo "bench $b failed"
 done
