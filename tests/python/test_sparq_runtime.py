@@ -149,6 +149,14 @@ def test_min_kv_keeps_short_contexts_dense(smollm2_gguf: Path, tokens: list[int]
     assert np.array_equal(got[:16], dense2[:16])
     assert not np.array_equal(got[16:], dense2[16:])
     assert _kl(dense2[16:], got[16:])[0] > _kl(dense2[16:], dense2[16:])[0]
+    # the copy was kept current through the dense steps: SparQ turned on at step 16 instead (its copy rebuilt from
+    # the cache on the host) gives the same steps bit for bit
+    llm.set_sparq(None)
+    llm.reset()
+    llm.eval(long_prompt)
+    _decode(llm, long_prompt, gen2[:16], fresh=False)
+    llm.set_sparq("r=8,k=16")
+    assert np.array_equal(_decode(llm, long_prompt, gen2[16:], fresh=False), got[16:])
     # at min_kv 256 (the smallest view) SparQ runs from the first step, as with min_kv 0
     llm.set_sparq("r=8,k=16,min_kv=256")
     on256 = _decode(llm, prompt, gen)
