@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "ggml-cuda-stubs.h" // ggml-cuda.cu is not linked
+#include "graph-time.h"
 
 // the CPU op's threaded forward calls ggml_barrier (libggml-cpu); the test runs only its single-threaded
 // reference, so the build maps the name here (-Dggml_barrier=sparq_test_barrier) and it must never run
@@ -592,38 +593,14 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     if (evict) {
         CUDA_CHECK(cudaMalloc(&evict_out, sizeof(float)));
     }
-    // a graph of iters calls of launch (each after the evict kernel with --evict): the best of 5 runs, us a call
-    auto time_graph = [&](auto && launch) {
-        cudaGraph_t     graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        for (int it = 0; it < iters; ++it) {
+    // us a call of launch (each after the evict kernel with --evict): iters calls in a CUDA graph, the best of 7 runs
+    auto time_graph = [&](const std::function<void(int)> & launch) {
+        return time_graph_us([&](cudaStream_t st, const int it) {
             if (evict) {
-                sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, stream>>>(evict_out);
+                sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, st>>>(evict_out);
             }
             launch(it);
-        }
-        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream)); // warm-up
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
-        float best = INFINITY;
-        for (int rep = 0; rep < 5; ++rep) {
-            CUDA_CHECK(cudaEventRecord(e0, stream));
-            CUDA_CHECK(cudaGraphLaunch(exec, stream));
-            CUDA_CHECK(cudaEventRecord(e1, stream));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            best = std::min(best, ms);
-        }
-        CUDA_CHECK(cudaEventDestroy(e0));
-        CUDA_CHECK(cudaEventDestroy(e1));
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
-        return 1e3*best/iters;
+        }, iters, stream, true);
     };
     const double evict_us = evict ? time_graph([](int) {}) : 0.0;
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
