@@ -416,9 +416,10 @@ remote() {
             tail -6 "$out/calib8b.log"
             ;;
         combo8b)
-            # both techniques at long context: stock, fork dense, SparQ alone, TEAL 0.50 alone (zigzag), both
+            # both techniques at long context: stock, fork dense, SparQ alone, TEAL 0.50 alone (zigzag), both;
+            # COMBO8B_EXTRA: one more configuration, e.g. "zz50min:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128,min_kv=20000"
             sparq8b_rounds combo8b stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "zz50:LLAMA_SPARSE=0.50" \
-                "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128"
+                "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128" ${COMBO8B_EXTRA:+"$COMBO8B_EXTRA"}
             ;;
         sparq-decomp)
             # where SparQ's end-to-end time goes: fork dense; SparQ with k above the context (the transposed-K upkeep
