@@ -549,6 +549,12 @@ llama_kv_cache * context_kv(llama_context * ctx) {
     return dynamic_cast<llama_kv_cache *>(llama_get_memory(ctx));
 }
 
+// -1 with the reason a setter (fn) found no plain KV cache in ctx
+int32_t sparq_no_kv_error(const llama_context * ctx, const char * fn) {
+    return sparq_error(ctx == nullptr ? std::string(fn) + ": no context" :
+                       "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+}
+
 // decode: every token is the only one of its (single) sequence in the ubatch. The graphs reserved at
 // context creation carry no sequence ids (n_seq_id 0): one token per sequence counts as decode there.
 bool sparq_ubatch_is_decode(const llama_ubatch & ub, const uint32_t n_seq_max) {
@@ -969,8 +975,7 @@ int32_t llama_sparse_set_sparq(llama_context * ctx, int32_t r, int32_t k, bool m
         return 0;  // off is all such a context can be (llama_sparse.Llama turns SparQ off on every model it opens)
     }
     if (kv == nullptr) {
-        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq: no context" :
-                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+        return sparq_no_kv_error(ctx, "llama_sparse_set_sparq");
     }
     const auto & sp = acc::state(*kv);
     return sparq_set(*kv, r, k, mean_v, sp ? sp->kt : GGML_TYPE_COUNT);
@@ -979,8 +984,7 @@ int32_t llama_sparse_set_sparq(llama_context * ctx, int32_t r, int32_t k, bool m
 int32_t llama_sparse_set_sparq_kt(llama_context * ctx, enum ggml_type kt) {
     llama_kv_cache * kv = context_kv(ctx);
     if (kv == nullptr) {
-        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq_kt: no context" :
-                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+        return sparq_no_kv_error(ctx, "llama_sparse_set_sparq_kt");
     }
     auto & sp = acc::state(*kv);
     if (sp && sp->on()) {
@@ -1004,8 +1008,7 @@ enum ggml_type llama_sparse_get_sparq_kt(const llama_context * ctx) {
 int32_t llama_sparse_set_sparq_min_kv(llama_context * ctx, int32_t min_kv) {
     llama_kv_cache * kv = context_kv(ctx);
     if (kv == nullptr) {
-        return sparq_error(ctx == nullptr ? "llama_sparse_set_sparq_min_kv: no context" :
-                           "SparQ needs a plain KV cache (not sliding-window, recurrent or hybrid memory)");
+        return sparq_no_kv_error(ctx, "llama_sparse_set_sparq_min_kv");
     }
     if (min_kv < 0) {
         return sparq_error("SparQ: min_kv is a count of positions >= 0, got " + std::to_string(min_kv));

@@ -654,11 +654,12 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
                    2.0*hkv*S*128*2/1e6, bytes/us/1e3);
 #ifdef SPARQ_PHASE_TIMING
+            // the last call's stamps (read and cleared after every variant)
+            unsigned long long ph[2][SPARQ_PHASES];
+            long long          ck[2][SPARQ_PHASES];
+            sparq_phase_read(ph, ck);
             if (step2 == 1) {
                 // single variant: where the first block of each kernel spent the last call (us between stamps)
-                unsigned long long ph[2][SPARQ_PHASES];
-                long long          ck[2][SPARQ_PHASES];
-                sparq_phase_read(ph, ck);
                 auto d = [&](int k1, int i1, int k0, int i0) { return 1e-3*(double) (long long) (ph[k1][i1] - ph[k0][i0]); };
                 printf("%8lld   phases us: scores [pdl wait %.2f, i1+coef %.2f, r-row products %.2f, mask+stats %.2f]"
                        " gap %.2f attend [pdl wait %.2f, stats merge %.2f, keys %.2f, bound+candidates %.2f,"
@@ -671,9 +672,6 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             }
             if (step2 == 4) {
                 // fused: block 0 of KV head 0 (row 0) and the last block of its cluster (row 1), us from block 0's start
-                unsigned long long ph[2][SPARQ_PHASES];
-                long long          ck[2][SPARQ_PHASES];
-                sparq_phase_read(ph, ck);
                 for (int b = 0; b < 2; ++b) {
                     if (ph[b][1] == 0) {
                         continue; // one block a cluster: no last block
