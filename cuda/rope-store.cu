@@ -106,31 +106,70 @@ static bool rs_rope_fill(const ggml_tensor * rope, rs_rope & r) {
 }
 
 int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
-    ggml_tensor * rq = ggml_graph_node(cgraph, i);
-    if (rq->op != GGML_OP_ROPE || !rs_enabled()) {
+    ggml_tensor * r0 = ggml_graph_node(cgraph, i);
+    if (r0->op != GGML_OP_ROPE || !rs_enabled()) {
         return 0;
     }
+    // q's rope then k's (as graphs with zigzag matmuls have them), or k's alone: upstream's build_attn expands q, then
+    // v, then k, so with plain matmuls the v and k matmuls lie between the ropes, and q's rope runs on its own
     int j = i;
+    ggml_tensor * rq = r0;
     ggml_tensor * rk = rs_next(cgraph, &j);
-    const int     jk = j;
-    ggml_tensor * sk = rs_next(cgraph, &j);
-    const int     js = j;
-    ggml_tensor * sv = rs_next(cgraph, &j);
-    if (rk == nullptr || sk == nullptr || sv == nullptr || rk->op != GGML_OP_ROPE || sk->op != GGML_OP_SET_ROWS ||
-            sv->op != GGML_OP_SET_ROWS) {
+    if (rk == nullptr || (rk->op != GGML_OP_ROPE && rk->op != GGML_OP_SET_ROWS)) {
+        return 0;
+    }
+    if (rk->op == GGML_OP_SET_ROWS) {
+        rq = nullptr;
+        rk = r0;
+        j  = i;
+    }
+    const int jk = rq ? j : i;
+    // the cache writes after the ropes, told apart by what they write: K (a VIEW of k's rope output), V (rows made
+    // elsewhere) and, with SparQ's f16/f32 transposed K on (src/llama-sparq.cpp), k_t (k's rope output RESHAPEd to
+    // 1-element rows). llama appends k_t after the V write; other graphs may order them otherwise
+    ggml_tensor * sk = nullptr, * sv = nullptr, * skt = nullptr;
+    int js = -1, jt = -1;
+    for (int n = 0; n < 3; ++n) {
+        int           jn = j;
+        ggml_tensor * t  = rs_next(cgraph, &jn);
+        if (t == nullptr || t->op != GGML_OP_SET_ROWS) {
+            break;
+        }
+        const ggml_tensor * x = t->src[0];
+        if (sk == nullptr && x->op == GGML_OP_VIEW && x->view_src == rk) {
+            sk = t;
+            js = jn;
+        } else if (skt == nullptr && x->op == GGML_OP_RESHAPE && x->view_src == rk) {
+            if (x->ne[0] != 1 || x->ne[1] != ggml_nelements(rk) || !ggml_is_contiguous(x) ||
+                    !rs_idx_ok(t->src[1], ggml_nelements(rk)) || t->ne[0] != 1 ||
+                    (t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_F32) || t->nb[1] % ggml_type_size(t->type) != 0) {
+                return 0; // k's rope output has a reader this kernel does not serve
+            }
+            skt = t;
+            jt  = jn;
+        } else if (sv == nullptr && x->view_src != rk && x != rk) {
+            sv = t;
+        } else {
+            break;
+        }
+        j = jn; // the last node covered
+    }
+    if (sk == nullptr || sv == nullptr) {
         return 0;
     }
     rs_args a = {};
-    if (!rs_rope_fill(rq, a.q) || !rs_rope_fill(rk, a.k)) {
+    if ((rq != nullptr && !rs_rope_fill(rq, a.q)) || !rs_rope_fill(rk, a.k)) {
         return 0;
     }
-    // q: its own output
-    a.q.dst = rq->data;
-    a.q.sd1 = rq->nb[1]/sizeof(float);
-    a.q.sd2 = rq->nb[2]/sizeof(float);
-    a.q.f16 = 0;
-    if (!ggml_are_same_shape(rq, rq->src[0]) || rq->nb[0] != sizeof(float)) {
-        return 0;
+    // q: its own output (a.q.nb = 0 without it: no blocks)
+    if (rq != nullptr) {
+        a.q.dst = rq->data;
+        a.q.sd1 = rq->nb[1]/sizeof(float);
+        a.q.sd2 = rq->nb[2]/sizeof(float);
+        a.q.f16 = 0;
+        if (!ggml_are_same_shape(rq, rq->src[0]) || rq->nb[0] != sizeof(float)) {
+            return 0;
+        }
     }
     // k: ROPE -> VIEW (the heads of a token as one row) -> SET_ROWS, k's rope output read by nothing else
     const ggml_tensor * kv  = sk->src[0];
@@ -138,9 +177,15 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     if (jkv < 0) {
         return 0;
     }
-    const int      k_idx[3] = { jk, jkv, js };
-    const ggml_op  k_ops[3] = { GGML_OP_ROPE, GGML_OP_VIEW, GGML_OP_SET_ROWS };
-    if (!ggml_can_fuse_subgraph_ext(cgraph, k_idx, 3, k_ops, &js, 1) || kv->view_src != rk || kv->view_offs != 0 ||
+    // with k_t, k's rope output has two readers: the subgraph covers both (RESHAPE -> SET_ROWS into k_t)
+    const int jkr = skt ? rs_index(cgraph, skt->src[0], jk + 1, jt) : -1;
+    if (skt != nullptr && jkr < 0) {
+        return 0;
+    }
+    const int      k_idx[5] = { jk, jkv, js, jkr, jt };
+    const ggml_op  k_ops[5] = { GGML_OP_ROPE, GGML_OP_VIEW, GGML_OP_SET_ROWS, GGML_OP_RESHAPE, GGML_OP_SET_ROWS };
+    const int      k_out[2] = { js, jt };
+    if (!ggml_can_fuse_subgraph_ext(cgraph, k_idx, skt ? 5 : 3, k_ops, k_out, skt ? 2 : 1) || kv->view_src != rk || kv->view_offs != 0 ||
             !ggml_is_contiguous(kv) || kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] || kv->ne[2] != 1 ||
             kv->ne[3] != 1 || !ggml_is_contiguous(rk) || !rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0])) {
         return 0;
@@ -149,6 +194,12 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     a.k.rows = (const int64_t *) sk->src[1]->data;
     a.k.srow = sk->nb[1]/ggml_type_size(sk->type);
     a.k.f16  = sk->type == GGML_TYPE_F16;
+    if (skt != nullptr) {
+        a.k.kt      = skt->data;
+        a.k.kt_idx  = (const int64_t *) skt->src[1]->data;
+        a.k.kt_srow = skt->nb[1]/ggml_type_size(skt->type);
+        a.k.kt_f16  = skt->type == GGML_TYPE_F16;
+    }
     // v: SET_ROWS of f32 rows made before node i (only views lie between)
     const ggml_tensor * vx = sv->src[0];
     if (ggml_sparse_mem_overlaps(rk, vx) || vx->type != GGML_TYPE_F32 || vx->nb[0] != sizeof(float) || vx->nb[1] % sizeof(float) != 0 || vx->ne[2] != 1 ||
@@ -161,25 +212,34 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
             sv->type == GGML_TYPE_F16, (int) ((vx->ne[0]*vx->ne[1] + RS_THREADS - 1)/RS_THREADS) };
 
     // run in one launch, nothing written may overlap anything read or another write
-    const ggml_tensor * writes[3] = { rq, sk, sv };
-    const ggml_tensor * reads[9]  = { rq->src[0], rq->src[1], rq->src[2], rk->src[0], rk->src[1], rk->src[2],
-                                      sk->src[1], vx, sv->src[1] };
-    for (int w = 0; w < 3; ++w) {
+    const ggml_tensor * writes[4] = { rq, sk, sv, skt };
+    const ggml_tensor * reads[10] = { rq ? rq->src[0] : nullptr, rq ? rq->src[1] : nullptr, rq ? rq->src[2] : nullptr,
+                                      rk->src[0], rk->src[1], rk->src[2],
+                                      sk->src[1], vx, sv->src[1], skt ? skt->src[1] : nullptr };
+    const int nw = skt ? 4 : 3;
+    for (int w = 0; w < nw; ++w) {
         for (const ggml_tensor * t : reads) {
-            if (t != nullptr && ggml_sparse_mem_overlaps(writes[w], t) && !(w == 0 && t == rq->src[0] && t->data == rq->data &&
+            if (writes[w] != nullptr && t != nullptr && ggml_sparse_mem_overlaps(writes[w], t) && !(w == 0 && t == rq->src[0] && t->data == rq->data &&
                     t->nb[1] == rq->nb[1] && t->nb[2] == rq->nb[2])) { // (q's rope in place is fine: one thread a pair)
                 return 0;
             }
         }
-        for (int w2 = w + 1; w2 < 3; ++w2) {
-            if (ggml_sparse_mem_overlaps(writes[w], writes[w2])) {
+        for (int w2 = w + 1; w2 < nw; ++w2) {
+            if (writes[w] != nullptr && ggml_sparse_mem_overlaps(writes[w], writes[w2])) {
                 return 0;
             }
         }
     }
+    if (skt != nullptr) {
+        static std::atomic<bool> logged_kt{false};
+        if (!logged_kt.exchange(true)) {
+            GGML_LOG_INFO("llama-sparse: CUDA writes SparQ's transposed K in the RoPE / cache-write kernel (first: %s)\n",
+                          skt->name);
+        }
+    }
     // LLAMA_SPARSE_CUDA_ATTN_FUSE=2: with the flash attention right after them (only views between) as one launch,
     // when that attention reads q's rope output and the caches as they were written (attn-decode.cu)
-    if (ggml_cuda_attn_decode_mode() == 2) {
+    if (rq != nullptr && ggml_cuda_attn_decode_mode() == 2) {
         int jf = j;
         ggml_tensor * fa = rs_next(cgraph, &jf);
         attn_decode_args ad;
@@ -206,8 +266,8 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
 
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
-        GGML_LOG_INFO("llama-sparse: CUDA runs the RoPE of q and k and the K/V cache writes as one kernel (first: %s; "
-                      "LLAMA_SPARSE_CUDA_ROPE_FUSE=0 turns it off)\n", rq->name);
+        GGML_LOG_INFO("llama-sparse: CUDA runs the RoPE of %s and the K/V cache writes as one kernel (first: %s; "
+                      "LLAMA_SPARSE_CUDA_ROPE_FUSE=0 turns it off)\n", rq ? "q and k" : "k", r0->name);
     }
     return j - i + 1;
 }

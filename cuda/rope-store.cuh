@@ -26,6 +26,12 @@ struct rs_rope {
     float           theta_scale, freq_scale, ext_factor, attn_factor;
     float           corr0, corr1;
     int             nb;             // blocks
+    // k only, with SparQ's f16/f32 transposed K (src/llama-sparq.cpp): element e of the contiguous rope output also
+    // goes to kt[kt_idx[e]*kt_srow] (the 1-element-row SET_ROWS after the cache writes), or kt == nullptr
+    void          * kt;
+    const int64_t * kt_idx;
+    int64_t         kt_srow;
+    int             kt_f16;
 };
 
 // one SET_ROWS of f32 rows: row r of x (ne0 floats, sx1 apart) to row rows[r] of dst
@@ -72,6 +78,14 @@ static __device__ __forceinline__ void rs_yarn(const rs_rope & r, const float th
     s = sinf(theta)*mscale;
 }
 
+// channel c of row (i1, i2) of a rope output: to its destination d + c, and to the transposed K where there is one
+static __device__ __forceinline__ void rs_put(const rs_rope & r, const int64_t d, const int64_t e0, const int c, const float v) {
+    rs_store(r.dst, d + c, v, r.f16);
+    if (r.kt != nullptr) {
+        rs_store(r.kt, r.kt_idx[e0 + c]*r.kt_srow, v, r.kt_f16);
+    }
+}
+
 static __device__ void rs_rope_pair(const rs_rope & r, const int64_t p) {
     const int     half_ne0 = r.ne0/2;
     if (p >= (int64_t) half_ne0*r.ne1*r.ne2) {
@@ -83,9 +97,10 @@ static __device__ void rs_rope_pair(const rs_rope & r, const int64_t p) {
     const int     i2  = (int) (row / r.ne1);
     const float * x   = r.x + i1*r.sx1 + i2*r.sx2;
     const int64_t d   = r.rows ? r.rows[i2]*r.srow + (int64_t) i1*r.ne0 : i1*r.sd1 + i2*r.sd2;
+    const int64_t e0  = ((int64_t) i2*r.ne1 + i1)*r.ne0; // element (0, i1, i2) of the contiguous output
     if (i0 < r.n_offs || i0 >= r.n_offs + r.n_dims) {
-        rs_store(r.dst, d + i0,     x[i0],     r.f16);
-        rs_store(r.dst, d + i0 + 1, x[i0 + 1], r.f16);
+        rs_put(r, d, e0, i0,     x[i0]);
+        rs_put(r, d, e0, i0 + 1, x[i0 + 1]);
         return;
     }
     const int   iw         = i0 - r.n_offs;
@@ -98,8 +113,8 @@ static __device__ void rs_rope_pair(const rs_rope & r, const int64_t p) {
     const int   c1 = r.neox ? c0 + r.n_dims/2 : i0 + 1;
     const float x0 = x[c0];
     const float x1 = x[c1];
-    rs_store(r.dst, d + c0, x0*c - x1*s, r.f16);
-    rs_store(r.dst, d + c1, x0*s + x1*c, r.f16);
+    rs_put(r, d, e0, c0, x0*c - x1*s);
+    rs_put(r, d, e0, c1, x0*s + x1*c);
 }
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE

@@ -1,6 +1,7 @@
 """`llama_sparse.Llama`: llama-cpp-python's Llama with a sparsity knob."""
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import time
@@ -15,6 +16,7 @@ SparsityLevel = Union[None, float, str]
 
 
 KT_TYPES = ("k", "q8_0")  # SparQ.kt: the K cache's type, or 8 bits
+_GGML_TYPE_Q8_0 = 8        # enum ggml_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +112,8 @@ class Llama(llama_cpp.Llama):
     """llama_cpp.Llama on the llama-sparse library.
 
     sparsity: None (dense), a level such as 0.5, or a level name stored in the model ("greedy-0.50").
+    sparq: a SparQ or "r=32,k=128" turns SparQ attention on, "off" turns it off; None leaves what the context was
+    made with (LLAMA_SPARQ in the environment, else off).
     Everything else (`__call__`, `create_chat_completion`, streaming, embeddings) is llama-cpp-python's;
     `tokenize` is too, guarded against llama.cpp's C++ exceptions.
     """
@@ -122,6 +126,7 @@ class Llama(llama_cpp.Llama):
         if not path.is_file():
             raise FileNotFoundError(f"model file not found: {path}")
         name = level_name(sparsity)  # validate before the (slow) load
+        sparq_given = sparq is not None  # "off" turns LLAMA_SPARQ off; None leaves it
         if isinstance(sparq, str):
             sparq = SparQ.parse(sparq)
         if sparq is not None and not isinstance(sparq, SparQ):
@@ -129,7 +134,10 @@ class Llama(llama_cpp.Llama):
                             f"not {type(sparq).__name__}")
         super().__init__(model_path=str(path), **kwargs)
         self.set_sparsity(name)
-        self.set_sparq(sparq)
+        if sparq_given:
+            self.set_sparq(sparq)
+        else:
+            self._sparq = self._sparq_of_context()  # LLAMA_SPARQ, read when the context was made, or off
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         """llama_cpp.Llama.tokenize, but a text the vocabulary cannot spell raises _native.TokenizeError (a
@@ -177,6 +185,14 @@ class Llama(llama_cpp.Llama):
     @property
     def sparq(self) -> Optional[SparQ]:
         return self._sparq
+
+    def _sparq_of_context(self) -> Optional[SparQ]:
+        r, k, mean_v = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_bool()
+        if not _native.llama_sparse_get_sparq(self._ctx.ctx, ctypes.byref(r), ctypes.byref(k), ctypes.byref(mean_v)):
+            return None
+        kt = "q8_0" if _native.llama_sparse_get_sparq_kt(self._ctx.ctx) == _GGML_TYPE_Q8_0 else "k"
+        return SparQ(r=r.value, k=k.value, mean_v=bool(mean_v.value), kt=kt,
+                     min_kv=_native.llama_sparse_get_sparq_min_kv(self._ctx.ctx))
 
     def set_sparq(self, sparq: Union[None, SparQ, str]) -> None:
         """Turn SparQ attention on (a SparQ or "r=32,k=128[,mean_v=1]") or off (None); applies from the next token."""

@@ -362,6 +362,30 @@ def test_env_var_for_tools(smollm2_gguf: Path):
     assert r.returncode != 0 and "LLAMA_SPARQ" in r.stderr and "integer" in r.stderr, r.stderr[-2000:]
 
 
+def test_env_var_for_python(smollm2_gguf: Path, tokens: list[int], monkeypatch):
+    """Llama() without sparq= keeps what LLAMA_SPARQ set up (the context reads it when made); sparq="off" ends it.
+    The env-enabled context decodes as one given the same setting in Python."""
+    from llama_sparse import SparQ
+    prompt, gen = tokens[:150], tokens[150:158]
+    ref = _llm(smollm2_gguf, sparq="r=8,k=16,min_kv=0")
+    want = _decode(ref, prompt, gen)
+    ref.close()
+    monkeypatch.setenv("LLAMA_SPARQ", "r=8,k=16")
+    env = _llm(smollm2_gguf)
+    assert env.sparq == SparQ(r=8, k=16), env.sparq
+    got = _decode(env, prompt, gen)
+    kl, top1 = _kl(want, got)
+    assert kl < 1e-9 and top1 == 1.0, (kl, top1)
+    env.close()
+    off = _llm(smollm2_gguf, sparq="off")
+    assert off.sparq is None
+    dense = _decode(off, prompt, gen)
+    assert np.abs(dense - got).max() > 1e-6  # SparQ at k 16 of ~158 positions differs from dense attention
+    off.close()
+    monkeypatch.setenv("LLAMA_SPARQ", "r=8,k=16,min_kv=4096")
+    assert _llm(smollm2_gguf).sparq == SparQ(r=8, k=16, min_kv=4096)
+
+
 def test_cli_sparq_flag(smollm2_gguf: Path):
     base = [sys.executable, "-m", "llama_sparse"]
     r = subprocess.run(base + ["generate", str(smollm2_gguf), "-p", "The capital of France is", "-n", "6",

@@ -421,6 +421,28 @@ remote() {
             sparq8b_rounds combo8b stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "zz50:LLAMA_SPARSE=0.50" \
                 "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128" ${COMBO8B_EXTRA:+"$COMBO8B_EXTRA"}
             ;;
+        sparq-rope)
+            # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
+            # (LLAMA_SPARSE_CUDA_ROPE_FUSE=0: rope q, rope k + K write, V write, k_t write), with stock and dense
+            # beside them; min_kv=40000: the dense path with k_t still kept (every depth here is below it).
+            # SPARQ_ROPE_CONFIGS: other configurations (NAME:ENV ENV, ';' between them)
+            local rcfg=()
+            IFS=';' read -r -a rcfg <<< "${SPARQ_ROPE_CONFIGS:-stock;dense;sparq:LLAMA_SPARQ=r=32,k=128;sparqnf:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0;minkv:LLAMA_SPARQ=r=32,k=128,min_kv=40000}"
+            sparq8b_rounds sparq-rope "${rcfg[@]}"
+            ;;
+        sparq-logits)
+            # decode logits of the 8B-shaped model with SparQ on (512 prompt tokens, so k 128 < the view): k_t written
+            # by the RoPE kernel against the graph's own kernels (LLAMA_SPARSE_CUDA_ROPE_FUSE=0); equal k_t gives equal logits
+            [ -f "$r8b" ] || { echo "no 8B model"; exit 1; }
+            local la=("$r8b" --prompt 512 --flash-attn)
+            LLAMA_SPARQ=r=32,k=128 python3 "$repo/bench/decode_logits.py" save "${la[0]}" "$work/logits-sq-on.npy" "${la[@]:1}" --verbose \
+                > "$out/sparq-logits-on.log" 2>&1 &&
+            LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0 python3 "$repo/bench/decode_logits.py" save "${la[0]}" \
+                "$work/logits-sq-off.npy" "${la[@]:1}" --verbose > "$out/sparq-logits-off.log" 2>&1 ||
+                { tail -5 "$out"/sparq-logits-*.log; exit 1; }
+            echo "SparQ, k_t in the RoPE kernel against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-sq-off.npy" "$work/logits-sq-on.npy" || true)"
+            grep -h -o -E "llama-sparse: CUDA (runs the RoPE|writes SparQ)[^(]*" "$out"/sparq-logits-*.log | sort | uniq -c || true
+            ;;
         sparq-decomp)
             # where SparQ's end-to-end time goes: fork dense; SparQ with k above the context (the transposed-K upkeep
             # runs, attention falls back to flash attention); SparQ r 32 k 128. upkeep = (k big) - dense, op vs FA =
@@ -564,7 +586,7 @@ remote() {
                 o=${o//[^A-Za-z0-9_:-]/_}
                 echo "rc $orc $(tbo_count 'OK$' "$out/test-backend-ops-$o.log") OK lines, $(tbo_count FAIL "$out/test-backend-ops-$o.log") FAIL lines"
                 grep -E "FAIL|passed|backends|error" "$out/test-backend-ops-$o.log" | tail -4 || true
-                grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|runs one-token|folds)" "$out/test-backend-ops-$o.log" | sort -u || true
+                grep -E "llama-sparse: CUDA (fuses|appends|runs the RoPE|runs one-token|folds|writes)" "$out/test-backend-ops-$o.log" | sort -u || true
             done
             ;;
         attn-test)
