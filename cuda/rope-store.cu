@@ -46,16 +46,6 @@ static ggml_tensor * rs_next(ggml_cgraph * cgraph, int * j) {
     return t != nullptr && (t->flags & GGML_TENSOR_FLAG_COMPUTE) ? t : nullptr;
 }
 
-// index of node t in [lo, hi), or -1
-static int rs_index(const ggml_cgraph * cgraph, const ggml_tensor * t, const int lo, const int hi) {
-    for (int j = lo; j < hi; ++j) {
-        if (cgraph->nodes[j] == t) {
-            return j;
-        }
-    }
-    return -1;
-}
-
 static bool rs_idx_ok(const ggml_tensor * idx, const int64_t n) {
     return idx->type == GGML_TYPE_I64 && ggml_is_contiguous(idx) && idx->ne[0] == n && ggml_nelements(idx) == n;
 }
@@ -110,53 +100,15 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     if (r0->op != GGML_OP_ROPE || !rs_enabled()) {
         return 0;
     }
-    // q's rope then k's (as graphs with zigzag matmuls have them), or k's alone: upstream's build_attn expands q, then
-    // v, then k, so with plain matmuls the v and k matmuls lie between the ropes, and q's rope runs on its own
-    int j = i;
-    ggml_tensor * rq = r0;
-    ggml_tensor * rk = rs_next(cgraph, &j);
-    if (rk == nullptr || (rk->op != GGML_OP_ROPE && rk->op != GGML_OP_SET_ROWS)) {
+    // the nodes (ggml-sparse.c): q's rope then k's (as graphs with zigzag matmuls have them), or k's alone (upstream's
+    // build_attn expands q, then v, then k, so with plain matmuls the v and k matmuls lie between the ropes); the K, V
+    // and, with SparQ's f16/f32 transposed K on, k_t writes after them
+    ggml_sparse_rs_nodes m;
+    if (!ggml_sparse_rope_store_nodes(cgraph, i, &m)) {
         return 0;
     }
-    if (rk->op == GGML_OP_SET_ROWS) {
-        rq = nullptr;
-        rk = r0;
-        j  = i;
-    }
-    const int jk = rq ? j : i;
-    // the cache writes after the ropes, told apart by what they write: K (a VIEW of k's rope output), V (rows made
-    // elsewhere) and, with SparQ's f16/f32 transposed K on (src/llama-sparq.cpp), k_t (k's rope output RESHAPEd to
-    // 1-element rows). llama appends k_t after the V write; other graphs may order them otherwise
-    ggml_tensor * sk = nullptr, * sv = nullptr, * skt = nullptr;
-    int js = -1, jt = -1;
-    for (int n = 0; n < 3; ++n) {
-        int           jn = j;
-        ggml_tensor * t  = rs_next(cgraph, &jn);
-        if (t == nullptr || t->op != GGML_OP_SET_ROWS) {
-            break;
-        }
-        const ggml_tensor * x = t->src[0];
-        if (sk == nullptr && x->op == GGML_OP_VIEW && x->view_src == rk) {
-            sk = t;
-            js = jn;
-        } else if (skt == nullptr && x->op == GGML_OP_RESHAPE && x->view_src == rk) {
-            if (x->ne[0] != 1 || x->ne[1] != ggml_nelements(rk) || !ggml_is_contiguous(x) ||
-                    !rs_idx_ok(t->src[1], ggml_nelements(rk)) || t->ne[0] != 1 ||
-                    (t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_F32) || t->nb[1] % ggml_type_size(t->type) != 0) {
-                return 0; // k's rope output has a reader this kernel does not serve
-            }
-            skt = t;
-            jt  = jn;
-        } else if (sv == nullptr && x->view_src != rk && x != rk) {
-            sv = t;
-        } else {
-            break;
-        }
-        j = jn; // the last node covered
-    }
-    if (sk == nullptr || sv == nullptr) {
-        return 0;
-    }
+    ggml_tensor * rq = m.rq, * rk = m.rk, * sk = m.sk, * sv = m.sv, * skt = m.skt;
+    const int     j  = m.last;
     rs_args a = {};
     if ((rq != nullptr && !rs_rope_fill(rq, a.q)) || !rs_rope_fill(rk, a.k)) {
         return 0;
@@ -171,23 +123,10 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
             return 0;
         }
     }
-    // k: ROPE -> VIEW (the heads of a token as one row) -> SET_ROWS, k's rope output read by nothing else
-    const ggml_tensor * kv  = sk->src[0];
-    const int           jkv = rs_index(cgraph, kv, jk + 1, js);
-    if (jkv < 0) {
-        return 0;
-    }
-    // with k_t, k's rope output has two readers: the subgraph covers both (RESHAPE -> SET_ROWS into k_t)
-    const int jkr = skt ? rs_index(cgraph, skt->src[0], jk + 1, jt) : -1;
-    if (skt != nullptr && jkr < 0) {
-        return 0;
-    }
-    const int      k_idx[5] = { jk, jkv, js, jkr, jt };
-    const ggml_op  k_ops[5] = { GGML_OP_ROPE, GGML_OP_VIEW, GGML_OP_SET_ROWS, GGML_OP_RESHAPE, GGML_OP_SET_ROWS };
-    const int      k_out[2] = { js, jt };
-    if (!ggml_can_fuse_subgraph_ext(cgraph, k_idx, skt ? 5 : 3, k_ops, k_out, skt ? 2 : 1) || kv->view_src != rk || kv->view_offs != 0 ||
-            !ggml_is_contiguous(kv) || kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] || kv->ne[2] != 1 ||
-            kv->ne[3] != 1 || !ggml_is_contiguous(rk) || !rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0])) {
+    // k: written straight into its cache rows (and k_t)
+    const ggml_tensor * kv = sk->src[0];
+    if (!rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0]) ||
+            (skt != nullptr && ((skt->type != GGML_TYPE_F16 && skt->type != GGML_TYPE_F32) || skt->nb[1] % ggml_type_size(skt->type) != 0))) {
         return 0;
     }
     a.k.dst  = sk->data;

@@ -103,6 +103,102 @@ static bool zz_node_touches(const struct ggml_tensor * k, const struct ggml_tens
     return false;
 }
 
+// the next node after *j that a backend computes (views and no-ops skipped), NULL past the end or where that node
+// is not flagged to compute
+static struct ggml_tensor * rs_next(struct ggml_cgraph * graph, int * j) {
+    for (++*j; *j < ggml_graph_n_nodes(graph); ++*j) {
+        struct ggml_tensor * t = ggml_graph_node(graph, *j);
+        if (!ggml_is_empty(t) && !ggml_op_is_empty(t->op)) {
+            return (t->flags & GGML_TENSOR_FLAG_COMPUTE) ? t : NULL;
+        }
+    }
+    return NULL;
+}
+
+static int rs_index(const struct ggml_cgraph * graph, const struct ggml_tensor * t, int lo, int hi) {
+    for (int j = lo; j < hi; ++j) {
+        if (graph->nodes[j] == t) {
+            return j;
+        }
+    }
+    return -1;
+}
+
+bool ggml_sparse_rope_store_nodes(struct ggml_cgraph * graph, int i, struct ggml_sparse_rs_nodes * m) {
+    memset(m, 0, sizeof(*m));
+    if (i < 0 || i >= ggml_graph_n_nodes(graph)) {
+        return false;
+    }
+    struct ggml_tensor * r0 = ggml_graph_node(graph, i);
+    if (r0->op != GGML_OP_ROPE) {
+        return false;
+    }
+    int j = i;
+    struct ggml_tensor * rq = r0;
+    struct ggml_tensor * rk = rs_next(graph, &j);
+    if (rk == NULL || (rk->op != GGML_OP_ROPE && rk->op != GGML_OP_SET_ROWS)) {
+        return false;
+    }
+    if (rk->op == GGML_OP_SET_ROWS) { // k's rope alone
+        rq = NULL;
+        rk = r0;
+        j  = i;
+    }
+    const int jk = j;
+    const int64_t n = ggml_nelements(rk);
+    struct ggml_tensor * sk = NULL, * sv = NULL, * skt = NULL;
+    int js = -1, jt = -1;
+    for (int w = 0; w < 3; ++w) {
+        int jn = j;
+        struct ggml_tensor * t = rs_next(graph, &jn);
+        if (t == NULL || t->op != GGML_OP_SET_ROWS) {
+            break;
+        }
+        const struct ggml_tensor * x = t->src[0];
+        if (sk == NULL && x->op == GGML_OP_VIEW && x->view_src == rk) {
+            sk = t;
+            js = jn;
+        } else if (skt == NULL && x->op == GGML_OP_RESHAPE && x->view_src == rk) {
+            const struct ggml_tensor * idx = t->src[1];
+            if (x->ne[0] != 1 || x->ne[1] != n || !ggml_is_contiguous(x) || t->ne[0] != 1 || idx->type != GGML_TYPE_I64 ||
+                    !ggml_is_contiguous(idx) || idx->ne[0] != n || ggml_nelements(idx) != n) {
+                return false; // k's rope output has a reader the kernel does not serve
+            }
+            skt = t;
+            jt  = jn;
+        } else if (sv == NULL && x->view_src != rk && x != rk) {
+            sv = t;
+        } else {
+            break;
+        }
+        j = jn;
+    }
+    if (sk == NULL || sv == NULL) {
+        return false;
+    }
+    const struct ggml_tensor * kv = sk->src[0];
+    const int jkv = rs_index(graph, kv, jk + 1, js);
+    const int jkr = skt ? rs_index(graph, skt->src[0], jk + 1, jt) : 0;
+    if (jkv < 0 || jkr < 0) {
+        return false;
+    }
+    const int           k_idx[5] = { jk, jkv, js, jkr, jt };
+    const enum ggml_op  k_ops[5] = { GGML_OP_ROPE, GGML_OP_VIEW, GGML_OP_SET_ROWS, GGML_OP_RESHAPE, GGML_OP_SET_ROWS };
+    const int           k_out[2] = { js, jt };
+    if (!ggml_can_fuse_subgraph_ext(graph, k_idx, skt ? 5 : 3, k_ops, k_out, skt ? 2 : 1) || kv->view_offs != 0 ||
+            !ggml_is_contiguous(kv) || !ggml_is_contiguous(rk) || kv->ne[0] != rk->ne[0]*rk->ne[1] || kv->ne[1] != rk->ne[2] ||
+            kv->ne[2] != 1 || kv->ne[3] != 1) {
+        return false;
+    }
+    m->rq   = rq;
+    m->rk   = rk;
+    m->sk   = sk;
+    m->sv   = sv;
+    m->skt  = skt;
+    m->last = j;
+    return true;
+}
+
 int ggml_sparse_zz_siblings(struct ggml_cgraph * graph, int i, int window, int * nodes, int max_nodes) {
     const int n_nodes = ggml_graph_n_nodes(graph);
     if (i < 0 || i >= n_nodes || max_nodes < 1) {

@@ -92,6 +92,18 @@ GGML_API struct ggml_tensor * ggml_mul_mat_zz(
 // indices to nodes[0..count) (nodes[0] = i) and returns count (1: no sibling, 0: node i is no MUL_MAT_ZZ).
 GGML_API int ggml_sparse_zz_siblings(struct ggml_cgraph * graph, int i, int window, int * nodes, int max_nodes);
 
+// An attention layer's RoPE and cache writes that a backend may run as one kernel (CUDA: cuda/rope-store.cu),
+// starting at the ROPE node i: q's rope then k's (only views between), or k's alone, followed by these SET_ROWS
+// in any order: K (a VIEW of k's rope output), V (rows that are not k's rope output) and, optionally, SparQ's
+// transposed K (k's rope output RESHAPEd to 1-element rows, one i64 row id per element). k's rope output, its VIEW
+// and RESHAPE must have no other reader (ggml_can_fuse_subgraph_ext). Checks the graph's structure and shapes only;
+// types, strides and memory overlaps are the backend's to check. rq and skt may be NULL; last: the last node covered.
+struct ggml_sparse_rs_nodes {
+    struct ggml_tensor * rq, * rk, * sk, * sv, * skt;
+    int last;
+};
+GGML_API bool ggml_sparse_rope_store_nodes(struct ggml_cgraph * graph, int i, struct ggml_sparse_rs_nodes * m);
+
 // whether the data of a and b share bytes (false when either is NULL or has no data)
 GGML_API bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b);
 

@@ -15,3 +15,6 @@ cc_test test_zigzag_cpu \
 
 cc_test test_zz_siblings "$root/tests/c/test_zz_siblings.c" "$root/ggml-sparse/ggml-sparse.c"
 "$out/test_zz_siblings"
+
+cc_test test_rope_store_nodes "$root/tests/c/test_rope_store_nodes.c" "$root/ggml-sparse/ggml-sparse.c"
+"$out/test_rope_store_nodes"
