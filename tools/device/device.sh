@@ -428,6 +428,11 @@ remote() {
             # SPARQ_ROPE_CONFIGS: other configurations (NAME:ENV ENV, ';' between them)
             local rcfg=()
             IFS=';' read -r -a rcfg <<< "${SPARQ_ROPE_CONFIGS:-stock;dense;sparq:LLAMA_SPARQ=r=32,k=128;sparqnf:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0;minkv:LLAMA_SPARQ=r=32,k=128,min_kv=40000}"
+            # which fusions llama-bench's SparQ decode takes (its log, -v; tg4 at depth 1024)
+            LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d 1024 -v \
+                > "$out/sparq-rope-verbose.log" 2>&1 || true
+            echo "fusions with SparQ on: $(grep -h -o -E "llama-sparse: CUDA (runs the RoPE|writes SparQ)[^(]*" "$out/sparq-rope-verbose.log" |
+                sort -u | tr '\n' ';')"
             sparq8b_rounds sparq-rope "${rcfg[@]}"
             ;;
         sparq-logits)
