@@ -48,12 +48,19 @@ def default_model(install: bool = True) -> Path:
 
 
 def _sparq_arg(text: str):
-    """argparse type for --sparq: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" or "off"."""
+    """argparse type for --sparq: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" -> SparQ, or "off" (kept as "off",
+    so that it turns off what LLAMA_SPARQ set up, where a missing flag leaves it)."""
     from .llama import SparQ
     try:
-        return SparQ.parse(text)
+        sparq = SparQ.parse(text)
     except (ValueError, TypeError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    return "off" if sparq is None else sparq
+
+
+def _sparq_on(sparq):
+    """--sparq's value as a SparQ, or None (not given, or "off")."""
+    return None if sparq is None or sparq == "off" else sparq
 
 
 def _sparq_name(sparq) -> str:
@@ -216,7 +223,7 @@ def _rows(model: Path, levels: Optional[str], sparq) -> list[tuple[Optional[str]
     out = []
     for level in _pick_levels(model, levels):
         out.append((level, None))
-        if sparq is not None:
+        if _sparq_on(sparq) is not None:
             out.append((level, sparq))
     return out
 
@@ -277,7 +284,7 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     exe = tool_path("perplexity")
     if not args.text.is_file():
         raise FileNotFoundError(f"text file not found: {args.text}")
-    if args.sparq is not None and args.ubatch != 1:
+    if _sparq_on(args.sparq) is not None and args.ubatch != 1:
         raise ValueError("SparQ attention acts at decode only (one token per step): run perplexity with -ub 1")
     print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
@@ -295,7 +302,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the sparsity level applies to every context the server creates (read by the library at context creation)
     if args.sparsity:
         os.environ["LLAMA_SPARSE"] = args.sparsity
-    if args.sparq is not None:
+    if args.sparq == "off":
+        os.environ.pop("LLAMA_SPARQ", None)
+    elif args.sparq is not None:
         os.environ["LLAMA_SPARQ"] = args.sparq.spec  # read when each context's KV cache is made
     import llama_sparse  # noqa: F401  (the server's llama_cpp must run on the fork)
     try:

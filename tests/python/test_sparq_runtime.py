@@ -395,6 +395,14 @@ def test_cli_sparq_flag(smollm2_gguf: Path):
     r = subprocess.run(base + ["generate", str(smollm2_gguf), "-p", "x", "--sparq", "r=16"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "both r and k" in r.stderr
+    # LLAMA_SPARQ applies without the flag; --sparq off turns it off
+    import os
+    env = dict(os.environ, LLAMA_SPARQ="r=8,k=16")
+    gen = base + ["generate", str(smollm2_gguf), "-p", "The capital of France is", "-n", "2", "-c", "256", "-t", "2"]
+    r = subprocess.run(gen, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and "sparq r=8,k=16" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run(gen + ["--sparq", "off"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and "sparq off" in r.stderr, r.stderr[-2000:]
 
 
 @contextlib.contextmanager
