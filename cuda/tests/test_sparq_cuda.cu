@@ -5,12 +5,14 @@
 //                                              correctness; last line "N passed, N failed", exit 1 on failure;
 //                                              every case with every variant (all) unless --variant
 //   test_sparq_cuda bench [--S 4096,16384,32768] [--warm] [--iters N] [--variant single|split|fused|both|step1|all]
-//                         [--kt f16|q8_0] [--evict]
+//                         [--kt f16|q8_0] [--evict] [--flush]
 //                                              batch-1 Llama-3-8B attention (32 q heads, 8 KV heads, D 128,
 //                                              f16 K/V; SPARQ_BENCH_HKV=n: n KV heads, 4n q heads), r 32, k 128,
 //                                              timed inside a CUDA graph; default all:
 //                                              every variant and step 1 alone (step1: time of kernel 1 only);
 //                                              --evict: the op's code evicted from the SMs before every call
+//                                              --flush: 2x L2 of other data read before every call (code, q,
+//                                              mask out of L2, as after decode's weight reads)
 // Variants (sparq_args::step2): "single" = step 1, then one select block (or cluster) per KV head; "split" = step 1,
 // then segments over many blocks plus a combine kernel; "fused" = one cluster per KV head for the whole op (cases it
 // does not take run the single variant: such rows say "(fallback)").
@@ -574,9 +576,24 @@ static __global__ void sparq_bench_evict(float * out) {
     }
 }
 
+// --flush: run before every call of the op. A read of 2x L2 of other data, as decode's weight reads between two
+// attention calls (~140 MB a layer for an 8B model), so the op's code, q, mask and rows all start out of L2. Its own
+// time, from a graph of it alone, is subtracted.
+static __global__ void sparq_bench_flush(const uint4 * buf, const size_t n, float * out) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x*(size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x*blockDim.x) {
+        const uint4 v = buf[i]; // plain loads: a streaming hint would mark these lines to leave L2 first
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) {
+        out[0] = (float) acc;
+    }
+}
+
 // batch 1, Llama-3-8B attention; K/V rotate through copies > 2x L2 unless --warm (test-backend-ops perf is warm).
 // Both variants time the same data; their outputs are compared too (relative L2 between them).
-static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants, bool kt_q8, bool evict) {
+static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters, int variants, bool kt_q8, bool evict,
+                     bool flush) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device, l2;
@@ -589,20 +606,32 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     printf("device: %s, L2 %d MiB; batch 1, H %d, Hkv %d, D 128, f16 K/V, k_t %s, r 32, k 128; %s%s\n", prop.name, l2 >> 20, 4*hkv, hkv,
            kt_q8 ? "q8_0" : "f16", warm ? "one copy of K/V (L2-warm)" : "K/V copies rotated (bytes read > 2x L2)",
            evict ? "; the op's code evicted from the SMs before every call (--evict)" : "");
+    if (flush) {
+        printf("2x L2 of other data read before every call (--flush)\n");
+    }
     float * evict_out = nullptr;
-    if (evict) {
+    if (evict || flush) {
         CUDA_CHECK(cudaMalloc(&evict_out, sizeof(float)));
+    }
+    uint4 *      flush_buf = nullptr;
+    const size_t flush_n   = 2*(size_t) l2/sizeof(uint4);
+    if (flush) {
+        CUDA_CHECK(cudaMalloc(&flush_buf, flush_n*sizeof(uint4)));
+        CUDA_CHECK(cudaMemset(flush_buf, 1, flush_n*sizeof(uint4)));
     }
     // us a call of launch (each after the evict kernel with --evict): iters calls in a CUDA graph, the best of 7 runs
     auto time_graph = [&](const std::function<void(int)> & launch) {
         return time_graph_us([&](cudaStream_t st, const int it) {
+            if (flush) {
+                sparq_bench_flush<<<4*prop.multiProcessorCount, 512, 0, st>>>(flush_buf, flush_n, evict_out);
+            }
             if (evict) {
                 sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, st>>>(evict_out);
             }
             launch(it);
         }, iters, stream, true);
     };
-    const double evict_us = evict ? time_graph([](int) {}) : 0.0;
+    const double evict_us = evict || flush ? time_graph([](int) {}) : 0.0; // the kernels run before each call
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
         const sparq_case c = { 128, 128, 4*hkv, hkv, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
@@ -707,9 +736,10 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             CUDA_CHECK(cudaFree(d));
         }
     }
-    if (evict) {
-        printf("evict kernel alone: %.2f us a call\n", evict_us);
+    if (evict || flush) {
+        printf("%s alone: %.2f us a call\n", evict && flush ? "flush + evict kernels" : evict ? "evict kernel" : "flush kernel", evict_us);
         CUDA_CHECK(cudaFree(evict_out));
+        CUDA_CHECK(cudaFree(flush_buf)); // (nullptr without --flush)
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
@@ -741,6 +771,7 @@ int main(int argc, char ** argv) {
         bool warm  = false;
         bool kt_q8 = false;
         bool evict = false;
+        bool flush = false;
         int  iters = 50;
         for (int i = 2; i < argc; ++i) {
             const std::string arg = argv[i];
@@ -748,6 +779,8 @@ int main(int argc, char ** argv) {
                 warm = true;
             } else if (arg == "--evict") {
                 evict = true;
+            } else if (arg == "--flush") {
+                flush = true;
             } else if (arg == "--kt" && i + 1 < argc) {
                 kt_q8 = std::string(argv[++i]) == "q8_0";
             } else if (arg == "--variant" && i + 1 < argc && parse_variants(argv[i + 1])) {
@@ -764,7 +797,7 @@ int main(int argc, char ** argv) {
                 return 2;
             }
         }
-        return cmd_bench(seq_lens, warm, iters, variants, kt_q8, evict);
+        return cmd_bench(seq_lens, warm, iters, variants, kt_q8, evict, flush);
     }
     fprintf(stderr, "usage: %s test [--variant single|split|fused|both|all] | bench [--S 4096,16384,32768] [--warm] "
             "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0] [--evict]\n", argv[0]);
