@@ -125,8 +125,7 @@ int ggml_cuda_rope_store_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
     }
     // k: written straight into its cache rows (and k_t)
     const ggml_tensor * kv = sk->src[0];
-    if (!rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0]) ||
-            (skt != nullptr && ((skt->type != GGML_TYPE_F16 && skt->type != GGML_TYPE_F32) || skt->nb[1] % ggml_type_size(skt->type) != 0))) {
+    if (!rs_idx_ok(sk->src[1], kv->ne[1]) || !rs_cache_ok(sk, kv->ne[0]) || (skt != nullptr && !rs_cache_ok(skt, 1))) {
         return 0;
     }
     a.k.dst  = sk->data;

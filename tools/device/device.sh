@@ -439,11 +439,11 @@ remote() {
             # decode logits of the 8B-shaped model with SparQ on (512 prompt tokens, so k 128 < the view): k_t written
             # by the RoPE kernel against the graph's own kernels (LLAMA_SPARSE_CUDA_ROPE_FUSE=0); equal k_t gives equal logits
             [ -f "$r8b" ] || { echo "no 8B model"; exit 1; }
-            local la=("$r8b" --prompt 512 --flash-attn)
-            LLAMA_SPARQ=r=32,k=128 python3 "$repo/bench/decode_logits.py" save "${la[0]}" "$work/logits-sq-on.npy" "${la[@]:1}" --verbose \
+            local la=(--prompt 512 --flash-attn --verbose)
+            LLAMA_SPARQ=r=32,k=128 python3 "$repo/bench/decode_logits.py" save "$r8b" "$work/logits-sq-on.npy" "${la[@]}" \
                 > "$out/sparq-logits-on.log" 2>&1 &&
-            LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0 python3 "$repo/bench/decode_logits.py" save "${la[0]}" \
-                "$work/logits-sq-off.npy" "${la[@]:1}" --verbose > "$out/sparq-logits-off.log" 2>&1 ||
+            LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0 python3 "$repo/bench/decode_logits.py" save "$r8b" \
+                "$work/logits-sq-off.npy" "${la[@]}" > "$out/sparq-logits-off.log" 2>&1 ||
                 { tail -5 "$out"/sparq-logits-*.log; exit 1; }
             echo "SparQ, k_t in the RoPE kernel against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-sq-off.npy" "$work/logits-sq-on.npy" || true)"
             grep -h -o -E "llama-sparse: CUDA (runs the RoPE|writes SparQ)[^(]*" "$out"/sparq-logits-*.log | sort | uniq -c || true
