@@ -67,6 +67,7 @@
 #              16k/32k: stock, fork dense, SparQ alone, TEAL 0.50 alone, both (after model8b-wait, stock-wait)
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
+#   sparq-flush the fused op's bench plain, --flush, --evict and both, three rounds (after build-base)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sparq-fused-phases  the same for the fused variant (block 0 and its cluster's last block)
@@ -775,6 +776,20 @@ remote() {
             LLAMA_SPARSE_SPARQ_HOST_REBUILD=1 python3 "$repo/bench/sparq_state_check.py" "$m4" --ngl 99 --depth 16384 \
                 > "$out/sparq-state-host.log" 2>&1 || rc=$?
             echo "host round trip: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-state-host.log" | tail -6
+            ;;
+        sparq-flush)
+            # the fused op's bench with its inputs and code cold as in decode: plain, --flush (2x L2 of other data read
+            # before every call), --evict (256 KB of other code on every SM), both; three rounds alternating; needs
+            # build-base
+            sparq_bin || exit 1
+            local i f
+            for i in 1 2 3; do
+                for f in "" "--flush" "--evict" "--flush --evict"; do
+                    echo "-- round $i: ${f:-plain}"
+                    timeout 90 /tmp/sparq-test/t bench --variant fused --S 256,4096,16384,32768 $f 2>&1 |
+                        tee -a "$out/sparq-flush.log" | grep -v "^device" || echo "bench failed"
+                done
+            done
             ;;
         sparq-knobs)
             # test_sparq_cuda bench (single variant) under run-time knobs, each against the default in the same step:
