@@ -75,5 +75,6 @@ compile sparq-attn-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/sparq-attn.cu
 compile test_sparq_cuda -DGGML_SPARSE_CUDA_STANDALONE -I "$root/tests/c" "$here/tests/test_sparq_cuda.cu"
 compile attn-decode-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/attn-decode.cu"
 compile test_attn_cuda -DGGML_SPARSE_CUDA_STANDALONE "$here/tests/test_attn_cuda.cu"
+compile sparq_probe "$here/tests/sparq_probe.cu"
 
 exit $status

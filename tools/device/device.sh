@@ -68,6 +68,8 @@
 #   sparq-graphs tg32 at 16k, dense and SparQ, CUDA graphs on and off (4-layer 8B-shaped model unless model8b ran)
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-flush the fused op's bench plain, --flush, --evict and both, three rounds (after build-base)
+#   sparq-probe  cuda/tests/sparq_probe.cu: latencies of the steps a SparQ op is built from (launch floors, barriers,
+#              DSMEM, L2 / DRAM, global-counter barriers, streaming reads by grid size)
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sparq-fused-phases  the same for the fused variant (block 0 and its cluster's last block)
@@ -790,6 +792,13 @@ remote() {
                         tee -a "$out/sparq-flush.log" | grep -v "^device" || echo "bench failed"
                 done
             done
+            ;;
+        sparq-probe)
+            # cuda/tests/sparq_probe.cu: launch floors, barrier / shuffle / shared / L2 / DRAM / DSMEM latencies,
+            # cluster and global-counter barriers, streaming reads by grid size (no ggml; ~10 s)
+            nvcc -O3 -arch=sm_90 -std=c++17 "$repo/cuda/tests/sparq_probe.cu" -o /tmp/sparq_probe > "$out/build-probe.log" 2>&1 ||
+                { tail -20 "$out/build-probe.log"; exit 1; }
+            timeout 120 /tmp/sparq_probe 2>&1 | tee "$out/sparq-probe.log" || echo "probe failed"
             ;;
         sparq-knobs)
             # test_sparq_cuda bench (single variant) under run-time knobs, each against the default in the same step:

@@ -1,0 +1,371 @@
+// llama-sparse: latencies of the steps a SparQ decode op is built from, on the GPU at hand (sm_90).
+//
+//   nvcc -O3 -arch=sm_90 -std=c++17 cuda/tests/sparq_probe.cu -o sparq_probe && ./sparq_probe
+//
+// Measurement only, no ggml. Launch floors are us a launch (a CUDA graph of back-to-back launches, best of 7 runs);
+// steps inside a kernel are cycles an iteration of a dependent chain (clock64 of thread 0 of block 0), with the SM
+// clock from %globaltimer to turn cycles into us. What it answers: how far below the fused op's ~20 us fixed cost
+// (bench/results/cuda_h200_2026-11-29e.md) a chain of q -> i1 -> products -> statistics -> selection -> attention ->
+// merge can go, step by step.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+#define CK(x)                                                                                       \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+#define ITERS 256
+
+static __device__ __forceinline__ uint64_t gtimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+// cycles[0] = cycles of ITERS iterations, cycles[1] = ns over the same span (globaltimer), cycles[2] = a sink
+struct probe_out {
+    unsigned long long cyc, ns, sink;
+};
+
+// ---- launch floors ----
+static __global__ void k_empty(int * p) {
+    if (p && threadIdx.x == 1023) {
+        *p = 0;
+    }
+}
+
+static __global__ void k_empty_pdl(int * p) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (p && threadIdx.x == 1023) {
+        *p = 0;
+    }
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
+static void launch(void (*k)(int *), dim3 grid, dim3 block, int cluster, bool pdl, cudaStream_t st, int * p) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim  = grid;
+    cfg.blockDim = block;
+    cfg.stream   = st;
+    cudaLaunchAttribute at[2];
+    int n = 0;
+    if (cluster > 1) {
+        at[n].id               = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n].val.clusterDim.z = 1;
+        ++n;
+    }
+    if (pdl) {
+        at[n].id                                         = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
+    cfg.attrs    = at;
+    cfg.numAttrs = n;
+    CK(cudaLaunchKernelEx(&cfg, k, p));
+}
+
+static double time_graph(const std::function<void(cudaStream_t)> & one, int reps, cudaStream_t st) {
+    one(st);
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < reps; ++i) {
+        one(st);
+    }
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(ge, st));
+    double best = 1e30;
+    for (int k = 0; k < 7; ++k) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        best = std::min(best, 1000.0*ms/reps);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return best;
+}
+
+// ---- steps inside a kernel ----
+template <int WHAT>
+static __global__ void k_block_step(probe_out * o, const int * chase) {
+    __shared__ int s[1024];
+    s[threadIdx.x] = (threadIdx.x + 1) % blockDim.x;
+    __syncthreads();
+    int v = threadIdx.x;
+    float f = threadIdx.x;
+    const uint64_t t0 = gtimer();
+    const long long c0 = clock64();
+    for (int i = 0; i < ITERS; ++i) {
+        if (WHAT == 0) {        // __syncthreads
+            __syncthreads();
+        } else if (WHAT == 1) { // warp sum (5 dependent shuffles)
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                f += __shfl_xor_sync(0xFFFFFFFF, f, off);
+            }
+        } else if (WHAT == 2) { // dependent shared load
+            v = s[v];
+        } else if (WHAT == 3) { // block sum: warp sums, shared, barrier, warp sum, barrier
+            float w = f;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                w += __shfl_xor_sync(0xFFFFFFFF, w, off);
+            }
+            __shared__ float sw[32];
+            if (threadIdx.x % 32 == 0) {
+                sw[threadIdx.x/32] = w;
+            }
+            __syncthreads();
+            w = threadIdx.x < blockDim.x/32 ? sw[threadIdx.x] : 0.0f;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                w += __shfl_xor_sync(0xFFFFFFFF, w, off);
+            }
+            f = w*1e-9f + 1.0f;
+            __syncthreads();
+        } else if (WHAT == 4) { // dependent global load (chase: an L2-resident or a DRAM-sized ring)
+            v = __ldcg(chase + v);
+        } else if (WHAT == 5) { // dependent global atomic
+            v = atomicAdd((int *) chase + (v & 1023), 0) & 1023;
+        }
+    }
+    const long long c1 = clock64();
+    const uint64_t t1 = gtimer();
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        o->cyc  = c1 - c0;
+        o->ns   = t1 - t0;
+        o->sink = v + (int) f;
+    }
+}
+
+// cluster barrier alone (WHAT 0), or barrier + a read of one word from every block of the cluster (WHAT 1),
+// or a dependent chain of remote shared loads from the next block (WHAT 2)
+template <int WHAT>
+static __global__ void k_cluster_step(probe_out * o) {
+    __shared__ int s[1024];
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = cl.block_rank();
+    const int nb   = cl.num_blocks();
+    s[threadIdx.x] = (threadIdx.x + 1) % blockDim.x;
+    cl.sync();
+    int * rem = cl.map_shared_rank(s, (rank + 1) % nb);
+    int v = threadIdx.x;
+    const uint64_t t0 = gtimer();
+    const long long c0 = clock64();
+    for (int i = 0; i < ITERS; ++i) {
+        if (WHAT == 0) {
+            cl.sync();
+        } else if (WHAT == 1) {
+            cl.sync();
+            if (threadIdx.x < nb) {
+                v += *cl.map_shared_rank(s + (v & 511), threadIdx.x);
+            }
+            v &= 511;
+            __syncthreads();
+        } else {
+            v = rem[v];
+        }
+    }
+    const long long c1 = clock64();
+    const uint64_t t1 = gtimer();
+    cl.sync();
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        o->cyc  = c1 - c0;
+        o->ns   = t1 - t0;
+        o->sink = v;
+    }
+}
+
+// a barrier of the nb blocks of one KV head through a global counter (blockIdx.y = head): each block adds 1 and
+// spins until the count reaches nb*(i+1). Needs every block resident (grid <= SMs, one block an SM).
+static __global__ void k_head_barrier(probe_out * o, int * cnt) {
+    const int nb = gridDim.x;
+    int * c = cnt + 32*blockIdx.y;
+    const uint64_t t0 = gtimer();
+    const long long c0 = clock64();
+    for (int i = 0; i < ITERS; ++i) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(c, 1);
+            int seen;
+            do {
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(c) : "memory");
+            } while (seen < nb*(i + 1));
+        }
+        __syncthreads();
+    }
+    const long long c1 = clock64();
+    const uint64_t t1 = gtimer();
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) {
+        o->cyc  = c1 - c0;
+        o->ns   = t1 - t0;
+        o->sink = 0;
+    }
+}
+
+// streaming read of n 16-byte words, grid-stride (the k_t rows' bytes)
+static __global__ void k_read(const uint4 * p, size_t n, int * sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x*(size_t) blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x*blockDim.x) {
+        const uint4 w = __ldcs(p + i);
+        acc ^= w.x ^ w.y ^ w.z ^ w.w;
+    }
+    if (acc == 0x12345678u) {
+        *sink = acc;
+    }
+}
+
+template <typename K>
+static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster, probe_out * d_o, cudaStream_t st) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim  = grid;
+    cfg.blockDim = block;
+    cfg.stream   = st;
+    cudaLaunchAttribute at[1];
+    if (cluster > 1) {
+        at[0].id               = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = cluster;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs              = at;
+        cfg.numAttrs           = 1;
+    }
+    double best = 1e30, ghz = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+        const cudaError_t e = kern(cfg);
+        if (e != cudaSuccess) {
+            printf("%-58s  not launched: %s\n", name, cudaGetErrorString(e));
+            cudaGetLastError();
+            return;
+        }
+        CK(cudaStreamSynchronize(st));
+        probe_out o;
+        CK(cudaMemcpy(&o, d_o, sizeof(o), cudaMemcpyDeviceToHost));
+        if ((double) o.cyc/ITERS < best) {
+            best = (double) o.cyc/ITERS;
+            ghz  = o.ns ? (double) o.cyc/o.ns : 0;
+        }
+    }
+    printf("%-58s  %8.1f cycles  %7.3f us  (SM %.2f GHz)\n", name, best, ghz > 0 ? best/ghz/1000.0 : 0.0, ghz);
+}
+
+int main() {
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    probe_out * d_o;
+    CK(cudaMalloc(&d_o, sizeof(probe_out)));
+    int * d_cnt;
+    CK(cudaMalloc(&d_cnt, 32*16*sizeof(int)));
+
+    // rings for the dependent global loads: 64 KB (L2) and 1 GiB (DRAM), a step of 4 KB + 128 B between loads
+    const size_t n_big = (size_t) 1 << 28;
+    int * d_ring;
+    CK(cudaMalloc(&d_ring, n_big*sizeof(int)));
+    auto make_ring = [&](size_t n) {
+        std::vector<int> h(n);
+        const size_t step = 1056; // ints
+        for (size_t i = 0; i < n; ++i) {
+            h[i] = (int) ((i + step) % n);
+        }
+        CK(cudaMemcpy(d_ring, h.data(), n*sizeof(int), cudaMemcpyHostToDevice));
+    };
+
+    printf("\n-- launch floors (us a launch, graph of 200 back-to-back launches, best of 7)\n");
+    const int SM = prop.multiProcessorCount;
+    struct lf { const char * name; dim3 grid; int block, cluster; bool pdl; };
+    const lf lfs[] = {
+        {"empty, 1 block of 32",                      dim3(1), 32, 1, false},
+        {"empty, 1 block of 32, PDL",                 dim3(1), 32, 1, true},
+        {"empty, 128 blocks of 256",                  dim3(128), 256, 1, false},
+        {"empty, 128 blocks of 256, PDL",             dim3(128), 256, 1, true},
+        {"empty, 8 clusters of 8 x 512",              dim3(64), 512, 8, false},
+        {"empty, 8 clusters of 8 x 512, PDL",         dim3(64), 512, 8, true},
+        {"empty, 8 clusters of 16 x 256, PDL",        dim3(128), 256, 16, true},
+    };
+    for (const lf & l : lfs) {
+        if (l.cluster == 16) {
+            cudaFuncSetAttribute(k_empty_pdl, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }
+        void (*k)(int *) = l.pdl ? k_empty_pdl : k_empty;
+        const double us = time_graph([&](cudaStream_t s) { launch(k, l.grid, dim3(l.block), l.cluster, l.pdl, s, nullptr); }, 200, st);
+        const cudaError_t e = cudaGetLastError();
+        printf("%-58s  %7.2f us%s\n", l.name, us, e == cudaSuccess ? "" : "  (launch error)");
+    }
+
+    printf("\n-- steps inside a kernel (a dependent chain; cycles an iteration)\n");
+    report("__syncthreads, 512 threads", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring); }, dim3(1), dim3(512), 1, d_o, st);
+    report("__syncthreads, 1024 threads", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring); }, dim3(1), dim3(1024), 1, d_o, st);
+    report("warp sum, 5 shuffles", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<1>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    report("shared load", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<2>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    report("block sum, 512 threads (2 warp sums, 2 barriers)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<3>, d_o, (const int *) d_ring); }, dim3(1), dim3(512), 1, d_o, st);
+    make_ring(16384);
+    report("global load, 64 KB ring (L2)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    report("global atomicAdd (returning, L2)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<5>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    make_ring(n_big);
+    report("global load, 1 GiB ring (DRAM)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+
+    CK(cudaFuncSetAttribute(k_cluster_step<0>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CK(cudaFuncSetAttribute(k_cluster_step<1>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (int nb : {2, 8, 16}) {
+        for (int th : {256, 512}) {
+            char name[96];
+            snprintf(name, sizeof(name), "cluster barrier, %d blocks x %d", nb, th);
+            report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<0>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+            snprintf(name, sizeof(name), "cluster barrier + a word from each block, %d x %d", nb, th);
+            report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<1>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+        }
+    }
+    report("remote shared load (DSMEM), cluster of 8", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<2>, d_o); }, dim3(64), dim3(32), 8, d_o, st);
+    for (int nb : {8, 16}) {
+        char name[96];
+        snprintf(name, sizeof(name), "global-counter barrier, 8 heads x %d blocks of 256", nb);
+        CK(cudaMemset(d_cnt, 0, 32*16*sizeof(int)));
+        report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_head_barrier, d_o, d_cnt); }, dim3(nb, 8), dim3(256), 1, d_o, st);
+    }
+
+    printf("\n-- streaming reads (us a launch, graph of 50, best of 7; data rotated over 1 GiB so it comes from DRAM)\n");
+    const uint4 * base = (const uint4 *) d_ring;
+    int * sink = d_cnt;
+    for (double mb : {8.4, 16.8}) {
+        const size_t n = (size_t) (mb*1e6/16);
+        for (int bl : {64, 128, SM, 2*SM, 4*SM}) {
+            int rot = 0;
+            const double us = time_graph([&](cudaStream_t s) {
+                k_read<<<bl, 512, 0, s>>>(base + (size_t) (rot++ % 60)*n, n, sink);
+            }, 50, st);
+            printf("read %.1f MB, %4d blocks of 512          %7.2f us  %6.0f GB/s\n", mb, bl, us, mb*1e3/us);
+        }
+    }
+    CK(cudaGetLastError());
+    return 0;
+}
