@@ -113,11 +113,11 @@ static double time_graph(const std::function<void(cudaStream_t)> & one, int reps
 
 // ---- steps inside a kernel ----
 template <int WHAT>
-static __global__ void k_block_step(probe_out * o, const int * chase) {
+static __global__ void k_block_step(probe_out * o, const int * chase, const int start) {
     __shared__ int s[1024];
     s[threadIdx.x] = (threadIdx.x + 1) % blockDim.x;
     __syncthreads();
-    int v = threadIdx.x;
+    int v = start + threadIdx.x; // (start: another part of the ring on every repetition, so no run finds it in L2)
     float f = threadIdx.x;
     const uint64_t t0 = gtimer();
     const long long c0 = clock64();
@@ -259,7 +259,7 @@ static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster
     }
     double best = 1e30, ghz = 0;
     for (int rep = 0; rep < 5; ++rep) {
-        const cudaError_t e = kern(cfg);
+        const cudaError_t e = kern(cfg, rep);
         if (e != cudaSuccess) {
             printf("%-58s  not launched: %s\n", name, cudaGetErrorString(e));
             cudaGetLastError();
@@ -323,16 +323,18 @@ int main() {
     }
 
     printf("\n-- steps inside a kernel (a dependent chain; cycles an iteration)\n");
-    report("__syncthreads, 512 threads", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring); }, dim3(1), dim3(512), 1, d_o, st);
-    report("__syncthreads, 1024 threads", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring); }, dim3(1), dim3(1024), 1, d_o, st);
-    report("warp sum, 5 shuffles", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<1>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
-    report("shared load", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<2>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
-    report("block sum, 512 threads (2 warp sums, 2 barriers)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<3>, d_o, (const int *) d_ring); }, dim3(1), dim3(512), 1, d_o, st);
+    int ring_rot = 0; // ints between the repetitions' starts: 0 but in the DRAM ring (128 MB there)
+    report("__syncthreads, 512 threads", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(512), 1, d_o, st);
+    report("__syncthreads, 1024 threads", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<0>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(1024), 1, d_o, st);
+    report("warp sum, 5 shuffles", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<1>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
+    report("shared load", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<2>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
+    report("block sum, 512 threads (2 warp sums, 2 barriers)", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<3>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(512), 1, d_o, st);
     make_ring(16384);
-    report("global load, 64 KB ring (L2)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
-    report("global atomicAdd (returning, L2)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<5>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    report("global load, 64 KB ring (L2)", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
+    report("global atomicAdd (returning, L2)", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<5>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
     make_ring(n_big);
-    report("global load, 1 GiB ring (DRAM)", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring); }, dim3(1), dim3(32), 1, d_o, st);
+    ring_rot = 1 << 25;
+    report("global load, 1 GiB ring (DRAM)", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
 
     CK(cudaFuncSetAttribute(k_cluster_step<0>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     CK(cudaFuncSetAttribute(k_cluster_step<1>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -340,17 +342,17 @@ int main() {
         for (int th : {256, 512}) {
             char name[96];
             snprintf(name, sizeof(name), "cluster barrier, %d blocks x %d", nb, th);
-            report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<0>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<0>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
             snprintf(name, sizeof(name), "cluster barrier + a word from each block, %d x %d", nb, th);
-            report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<1>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<1>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
         }
     }
-    report("remote shared load (DSMEM), cluster of 8", [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_cluster_step<2>, d_o); }, dim3(64), dim3(32), 8, d_o, st);
+    report("remote shared load (DSMEM), cluster of 8", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<2>, d_o); }, dim3(64), dim3(32), 8, d_o, st);
     for (int nb : {8, 16}) {
         char name[96];
         snprintf(name, sizeof(name), "global-counter barrier, 8 heads x %d blocks of 256", nb);
         CK(cudaMemset(d_cnt, 0, 32*16*sizeof(int)));
-        report(name, [&](cudaLaunchConfig_t c) { return cudaLaunchKernelEx(&c, k_head_barrier, d_o, d_cnt); }, dim3(nb, 8), dim3(256), 1, d_o, st);
+        report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_head_barrier, d_o, d_cnt); }, dim3(nb, 8), dim3(256), 1, d_o, st);
     }
 
     printf("\n-- streaming reads (us a launch, graph of 50, best of 7; data rotated over 1 GiB so it comes from DRAM)\n");
