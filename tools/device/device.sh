@@ -546,7 +546,9 @@ remote() {
             done
             ;;
         stock|stock-bg)
-            # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it
+            # stock-bg: the same build in the background (CPU steps may run meanwhile); stock-wait joins it.
+            # Beside the fork's build (niced) it ends ~650 s after it starts (H200, 16 cores, 2026-12-02): ~300 s
+            # after the fork's, so queue GPU steps (ops, test_sparq_cuda benches) before stock-wait
             if [ "$step" = stock-bg ]; then
                 # niced: the fork build, then convert and calibrate, are the critical path; stock is needed at the rounds
                 build_stock > "$out/stock-bg.log" 2>&1 & stock_pid=$!
