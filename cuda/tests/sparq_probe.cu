@@ -8,6 +8,7 @@
 // (bench/results/cuda_h200_2026-11-29e.md) a chain of q -> i1 -> products -> statistics -> selection -> attention ->
 // merge can go, step by step.
 #include <cooperative_groups.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -242,6 +243,174 @@ static __global__ void k_read(const uint4 * p, size_t n, int * sink) {
     }
 }
 
+
+// ---- the fused op's structure with little work in each step (Llama-3-8B shapes: 8 KV heads, G 4, D 128, r 32) ----
+// A cluster of 8 blocks of 512 threads per KV head, block b owning positions [b P, (b+1) P): q, i1 by ranks, the r
+// rows of k_t over its positions (16-byte loads), scores and block statistics, then nsync cluster barriers each with
+// a read of one word from every block (the statistics exchange, radix passes, ties), 16 rows of K and V a block
+// (exact attention over 128 chosen positions), and the partial outputs merged by block 0 after one more barrier.
+// Its time against the real op's says how much of the op is its structure and how much the work in the steps.
+#define SK_H 8
+#define SK_G 4
+#define SK_D 128
+#define SK_R 32
+#define SK_NB 8
+#define SK_T 512
+static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, const half * kt, const half * kc,
+        const half * vc, float * out, const int S, const int nsync) {
+    extern __shared__ float sk_part[]; // [rg][G][P]
+    __shared__ float s_q[SK_G][SK_D];
+    __shared__ float s_abs[SK_D];
+    __shared__ int   s_i1[SK_R];
+    __shared__ float s_cf[SK_R][SK_G];
+    __shared__ float s_red[SK_T/32];
+    __shared__ float s_w[SK_T/32][SK_G][SK_D];
+    __shared__ float s_out[SK_G][SK_D];
+    __shared__ int   s_x[32];
+    cg::cluster_group cl = cg::this_cluster();
+    const int b    = cl.block_rank();
+    const int h    = blockIdx.x / SK_NB;
+    const int tid  = threadIdx.x;
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int P    = S / SK_NB;
+    // q and i1
+    s_q[tid / SK_D][tid % SK_D] = q[(size_t) h*SK_G*SK_D + tid];
+    if (tid < 32) {
+        s_x[tid] = tid*b;
+    }
+    __syncthreads();
+    if (tid < SK_D) {
+        s_abs[tid] = fabsf(s_q[0][tid]) + fabsf(s_q[1][tid]) + fabsf(s_q[2][tid]) + fabsf(s_q[3][tid]);
+    }
+    __syncthreads();
+    if (tid < SK_D) {
+        const float a = s_abs[tid];
+        int rk = 0;
+        for (int e = 0; e < SK_D; e += 4) {
+            const float4 w = *(const float4 *) (s_abs + e);
+            rk += (w.x > a || (w.x == a && e + 0 < tid)) + (w.y > a || (w.y == a && e + 1 < tid)) +
+                  (w.z > a || (w.z == a && e + 2 < tid)) + (w.w > a || (w.w == a && e + 3 < tid));
+        }
+        if (rk < SK_R) {
+            s_i1[rk] = tid;
+#pragma unroll
+            for (int g = 0; g < SK_G; ++g) {
+                s_cf[rk][g] = s_q[g][tid]*0.0884f;
+            }
+        }
+    }
+    __syncthreads();
+    // the r rows of k_t over the block's positions
+    const int pg = P / 8;
+    const int rg = max(1, min(8, SK_T / max(pg, 1)));
+    const int j  = tid % max(pg, 1);
+    const int ri = tid / max(pg, 1);
+    if (ri < rg && j < pg) {
+        float acc[SK_G][8] = {};
+        const half * base = kt + (size_t) h*SK_D*S + (size_t) b*P + 8*j;
+        for (int c0 = ri; c0 < SK_R; c0 += 8*rg) {
+            uint4 raw[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int c = c0 + u*rg;
+                raw[u] = c < SK_R ? __ldcs((const uint4 *) (base + (size_t) s_i1[c]*S)) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int c = c0 + u*rg;
+                if (c < SK_R) {
+                    const half2 * hv = (const half2 *) &raw[u];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float2 f = __half22float2(hv[e]);
+#pragma unroll
+                        for (int g = 0; g < SK_G; ++g) {
+                            acc[g][2*e]     += s_cf[c][g]*f.x;
+                            acc[g][2*e + 1] += s_cf[c][g]*f.y;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < SK_G; ++g) {
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                sk_part[((size_t) ri*SK_G + g)*P + 8*j + u] = acc[g][u];
+            }
+        }
+    }
+    __syncthreads();
+    // scores and the block's maximum (one statistic stands for the block statistics)
+    float m = -INFINITY;
+    for (int e = tid; e < SK_G*P; e += SK_T) {
+        float v = 0.0f;
+        for (int i = 0; i < rg; ++i) {
+            v += sk_part[(size_t) i*SK_G*P + e];
+        }
+        sk_part[e] = v;
+        m = fmaxf(m, v);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFF, m, off));
+    }
+    if (lane == 0) {
+        s_red[warp] = m;
+    }
+    __syncthreads();
+    // the exchanges: a cluster barrier and one word from every block, nsync times
+    int x = 0;
+    for (int i = 0; i < nsync; ++i) {
+        cl.sync();
+        if (tid < SK_NB) {
+            x += *cl.map_shared_rank(&s_x[(x + i) & 31], tid);
+        }
+        __syncthreads();
+    }
+    // exact attention over 16 chosen rows a block: a warp a row, 8 bytes of K and V a lane
+    {
+        const int pos = b*P + (int) ((unsigned) (warp*2654435761u + h*97 + x) % (unsigned) P);
+        const uint2 kr = __ldcs((const uint2 *) (kc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
+        const uint2 vr = __ldcs((const uint2 *) (vc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
+        const half2 * kh = (const half2 *) &kr;
+        const half2 * vh = (const half2 *) &vr;
+        const float2 k0 = __half22float2(kh[0]), k1 = __half22float2(kh[1]);
+        const float2 v0 = __half22float2(vh[0]), v1 = __half22float2(vh[1]);
+#pragma unroll
+        for (int g = 0; g < SK_G; ++g) {
+            float d = s_q[g][4*lane]*k0.x + s_q[g][4*lane + 1]*k0.y + s_q[g][4*lane + 2]*k1.x + s_q[g][4*lane + 3]*k1.y;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                d += __shfl_xor_sync(0xFFFFFFFF, d, off);
+            }
+            const float p = __expf(d*0.0884f - s_red[0]*1e-3f);
+            s_w[warp][g][4*lane]     = p*v0.x;
+            s_w[warp][g][4*lane + 1] = p*v0.y;
+            s_w[warp][g][4*lane + 2] = p*v1.x;
+            s_w[warp][g][4*lane + 3] = p*v1.y;
+        }
+    }
+    __syncthreads();
+    {
+        float v = 0.0f;
+        for (int w = 0; w < SK_T/32; ++w) {
+            v += s_w[w][tid / SK_D][tid % SK_D];
+        }
+        s_out[tid / SK_D][tid % SK_D] = v;
+    }
+    cl.sync();
+    if (b == 0) {
+        float v = 0.0f;
+        for (int o = 0; o < SK_NB; ++o) {
+            v += cl.map_shared_rank(&s_out[0][0], o)[tid];
+        }
+        out[(size_t) h*SK_G*SK_D + tid] = v;
+    }
+    cl.sync();
+}
+
 template <typename K>
 static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster, probe_out * d_o, cudaStream_t st) {
     cudaLaunchConfig_t cfg = {};
@@ -355,6 +524,55 @@ int main() {
             CK(cudaMemsetAsync(d_cnt, 0, 32*16*sizeof(int), c.stream));
             return cudaLaunchKernelEx(&c, k_head_barrier, d_o, d_cnt);
         }, dim3(nb, 8), dim3(256), 1, d_o, st);
+    }
+
+
+    printf("\n-- the fused op's structure, little work a step (8 clusters of 8 x 512; us a call, graph of 50, best of 7;\n"
+           "   k_t, K and V rotated over ~1 GiB). The op itself: 22.4 / 19.7 / 22.9 / 29.6 us at 256 / 4k / 16k / 32k (H200)\n");
+    {
+        CK(cudaMemset(d_ring, 0, n_big*sizeof(int)));
+        float * d_q;
+        float * d_out;
+        CK(cudaMalloc(&d_q, SK_H*SK_G*SK_D*sizeof(float)));
+        CK(cudaMalloc(&d_out, SK_H*SK_G*SK_D*sizeof(float)));
+        std::vector<float> hq(SK_H*SK_G*SK_D);
+        for (size_t i = 0; i < hq.size(); ++i) {
+            hq[i] = (float) ((i*2654435761u) % 1000) / 500.0f - 1.0f;
+        }
+        CK(cudaMemcpy(d_q, hq.data(), hq.size()*sizeof(float), cudaMemcpyHostToDevice));
+        CK(cudaFuncSetAttribute(k_skeleton, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
+        for (int S : {256, 4096, 16384, 32768}) {
+            const size_t kt_n   = (size_t) SK_H*SK_D*S;          // halves
+            const size_t kv_n   = (size_t) S*SK_H*SK_D;
+            const size_t copy_n = kt_n + 2*kv_n;
+            const int    ncopy  = (int) std::max<size_t>(1, std::min<size_t>(50, n_big*2/copy_n));
+            const int    P      = S/SK_NB;
+            const int    pg     = P/8;
+            const int    rg     = std::max(1, std::min(8, SK_T/std::max(pg, 1)));
+            const size_t smem   = (size_t) rg*SK_G*P*sizeof(float);
+            for (int nsync : {1, 3, 5}) {
+                int rot = 0;
+                const double us = time_graph([&](cudaStream_t s) {
+                    const half * c = (const half *) d_ring + (size_t) (rot++ % ncopy)*copy_n;
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim          = dim3(SK_H*SK_NB);
+                    cfg.blockDim         = dim3(SK_T);
+                    cfg.dynamicSmemBytes = smem;
+                    cfg.stream           = s;
+                    cudaLaunchAttribute at[1];
+                    at[0].id               = cudaLaunchAttributeClusterDimension;
+                    at[0].val.clusterDim.x = SK_NB;
+                    at[0].val.clusterDim.y = 1;
+                    at[0].val.clusterDim.z = 1;
+                    cfg.attrs    = at;
+                    cfg.numAttrs = 1;
+                    CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
+                }, 50, st);
+                printf("S %6d, %d exchanges + the merge's barrier            %7.2f us\n", S, nsync, us);
+            }
+        }
+        CK(cudaFree(d_q));
+        CK(cudaFree(d_out));
     }
 
     printf("\n-- streaming reads (us a launch, graph of 50, best of 7; data rotated over 1 GiB so it comes from DRAM)\n");
