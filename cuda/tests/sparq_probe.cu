@@ -244,77 +244,73 @@ static __global__ void k_read(const uint4 * p, size_t n, int * sink) {
 }
 
 
-// ---- the fused op's structure with little work in each step (Llama-3-8B shapes: 8 KV heads, G 4, D 128, r 32) ----
-// A cluster of 8 blocks of 512 threads per KV head, block b owning positions [b P, (b+1) P): q, i1 by ranks, the r
-// rows of k_t over its positions (16-byte loads), scores and block statistics, then nsync cluster barriers each with
-// a read of one word from every block (the statistics exchange, radix passes, ties), 16 rows of K and V a block
-// (exact attention over 128 chosen positions), and the partial outputs merged by block 0 after one more barrier.
-// Its time against the real op's says how much of the op is its structure and how much the work in the steps.
+// ---- the op's structure with little work in each step (Llama-3-8B shapes: 8 KV heads, G 4, D 128, r 32) ----
+// fused: a cluster of 8 blocks of 512 threads per KV head, block b owning positions [b P, (b+1) P): q, i1 by ranks,
+// the r rows of k_t over its positions (16-byte loads), scores and the block's maximum, then nsync cluster barriers
+// each with a read of one word from every block (the statistics exchange, radix passes, ties), 16 rows of K and V a
+// block (exact attention over 128 chosen positions), the partial outputs merged by block 0 after one more barrier.
+// split: the same q, i1 and k_t rows in a first kernel of 16 blocks per KV head on all SMs (scores to global), then
+// the clusters (programmatic launch) read their scores back and go on as fused. Their times against the real op's
+// say how much of the op is its structure and how much the work in the steps.
 #define SK_H 8
 #define SK_G 4
 #define SK_D 128
 #define SK_R 32
 #define SK_NB 8
 #define SK_T 512
-static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, const half * kt, const half * kc,
-        const half * vc, float * out, const int S, const int nsync) {
-    extern __shared__ float sk_part[]; // [rg][G][P]
-    __shared__ float s_q[SK_G][SK_D];
-    __shared__ float s_abs[SK_D];
-    __shared__ int   s_i1[SK_R];
-    __shared__ float s_cf[SK_R][SK_G];
-    __shared__ float s_red[SK_T/32];
-    __shared__ float s_w[SK_T/32][SK_G][SK_D];
-    __shared__ float s_out[SK_G][SK_D];
-    __shared__ int   s_x[32];
-    cg::cluster_group cl = cg::this_cluster();
-    const int b    = cl.block_rank();
-    const int h    = blockIdx.x / SK_NB;
-    const int tid  = threadIdx.x;
-    const int lane = tid % 32;
-    const int warp = tid / 32;
-    const int P    = S / SK_NB;
-    // q and i1
-    s_q[tid / SK_D][tid % SK_D] = q[(size_t) h*SK_G*SK_D + tid];
-    if (tid < 32) {
-        s_x[tid] = tid*b;
+#define SK_NC 16 // first-kernel blocks per KV head (split)
+
+struct sk_smem {
+    float q[SK_G][SK_D];
+    float abs[SK_D];
+    int   i1[SK_R];
+    float cf[SK_R][SK_G];
+    float red[SK_T/32];
+    float w[SK_T/32][SK_G][SK_D];
+    float out[SK_G][SK_D];
+    int   x[32];
+};
+
+// q, i1 and the scores of positions [p0, p0 + P) of head h into part[0 .. G*P) (part: rg*G*P floats)
+static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, const half * kt, const int S, const int h,
+                                 const int p0, const int P) {
+    const int tid = threadIdx.x;
+    sm.q[tid / SK_D][tid % SK_D] = q[(size_t) h*SK_G*SK_D + tid];
+    __syncthreads();
+    if (tid < SK_D) {
+        sm.abs[tid] = fabsf(sm.q[0][tid]) + fabsf(sm.q[1][tid]) + fabsf(sm.q[2][tid]) + fabsf(sm.q[3][tid]);
     }
     __syncthreads();
     if (tid < SK_D) {
-        s_abs[tid] = fabsf(s_q[0][tid]) + fabsf(s_q[1][tid]) + fabsf(s_q[2][tid]) + fabsf(s_q[3][tid]);
-    }
-    __syncthreads();
-    if (tid < SK_D) {
-        const float a = s_abs[tid];
+        const float a = sm.abs[tid];
         int rk = 0;
         for (int e = 0; e < SK_D; e += 4) {
-            const float4 w = *(const float4 *) (s_abs + e);
+            const float4 w = *(const float4 *) (sm.abs + e);
             rk += (w.x > a || (w.x == a && e + 0 < tid)) + (w.y > a || (w.y == a && e + 1 < tid)) +
                   (w.z > a || (w.z == a && e + 2 < tid)) + (w.w > a || (w.w == a && e + 3 < tid));
         }
         if (rk < SK_R) {
-            s_i1[rk] = tid;
+            sm.i1[rk] = tid;
 #pragma unroll
             for (int g = 0; g < SK_G; ++g) {
-                s_cf[rk][g] = s_q[g][tid]*0.0884f;
+                sm.cf[rk][g] = sm.q[g][tid]*0.0884f;
             }
         }
     }
     __syncthreads();
-    // the r rows of k_t over the block's positions
     const int pg = P / 8;
     const int rg = max(1, min(8, SK_T / max(pg, 1)));
     const int j  = tid % max(pg, 1);
     const int ri = tid / max(pg, 1);
     if (ri < rg && j < pg) {
         float acc[SK_G][8] = {};
-        const half * base = kt + (size_t) h*SK_D*S + (size_t) b*P + 8*j;
+        const half * base = kt + (size_t) h*SK_D*S + p0 + 8*j;
         for (int c0 = ri; c0 < SK_R; c0 += 8*rg) {
             uint4 raw[8];
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
                 const int c = c0 + u*rg;
-                raw[u] = c < SK_R ? __ldcs((const uint4 *) (base + (size_t) s_i1[c]*S)) : make_uint4(0, 0, 0, 0);
+                raw[u] = c < SK_R ? __ldcs((const uint4 *) (base + (size_t) sm.i1[c]*S)) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
@@ -326,8 +322,8 @@ static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, co
                         const float2 f = __half22float2(hv[e]);
 #pragma unroll
                         for (int g = 0; g < SK_G; ++g) {
-                            acc[g][2*e]     += s_cf[c][g]*f.x;
-                            acc[g][2*e + 1] += s_cf[c][g]*f.y;
+                            acc[g][2*e]     += sm.cf[c][g]*f.x;
+                            acc[g][2*e + 1] += sm.cf[c][g]*f.y;
                         }
                     }
                 }
@@ -337,41 +333,64 @@ static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, co
         for (int g = 0; g < SK_G; ++g) {
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
-                sk_part[((size_t) ri*SK_G + g)*P + 8*j + u] = acc[g][u];
+                part[((size_t) ri*SK_G + g)*P + 8*j + u] = acc[g][u];
             }
         }
     }
     __syncthreads();
-    // scores and the block's maximum (one statistic stands for the block statistics)
-    float m = -INFINITY;
     for (int e = tid; e < SK_G*P; e += SK_T) {
         float v = 0.0f;
         for (int i = 0; i < rg; ++i) {
-            v += sk_part[(size_t) i*SK_G*P + e];
+            v += part[(size_t) i*SK_G*P + e];
         }
-        sk_part[e] = v;
-        m = fmaxf(m, v);
+        part[e] = v;
     }
+    __syncthreads();
+}
+
+// the block's maximum of v over its threads into sm.red[0] (one statistic stands for the block statistics)
+static __device__ void sk_block_max(sk_smem & sm, float m) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFF, m, off));
     }
-    if (lane == 0) {
-        s_red[warp] = m;
+    if (threadIdx.x % 32 == 0) {
+        sm.red[threadIdx.x / 32] = m;
     }
     __syncthreads();
-    // the exchanges: a cluster barrier and one word from every block, nsync times
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < SK_T/32 ? sm.red[threadIdx.x] : -INFINITY;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFF, m, off));
+        }
+        if (threadIdx.x == 0) {
+            sm.red[0] = m;
+        }
+    }
+    __syncthreads();
+}
+
+// nsync exchanges, exact attention over 16 rows of K and V a block, the merge in block 0 (out: G*D floats of head h)
+static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, const half * kc, const half * vc,
+                                          float * out, const int h, const int p0, const int P, const int nsync) {
+    const int tid  = threadIdx.x;
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    const int b    = cl.block_rank();
+    if (tid < 32) {
+        sm.x[tid] = tid*b;
+    }
     int x = 0;
     for (int i = 0; i < nsync; ++i) {
         cl.sync();
         if (tid < SK_NB) {
-            x += *cl.map_shared_rank(&s_x[(x + i) & 31], tid);
+            x += *cl.map_shared_rank(&sm.x[(x + i) & 31], tid);
         }
         __syncthreads();
     }
-    // exact attention over 16 chosen rows a block: a warp a row, 8 bytes of K and V a lane
     {
-        const int pos = b*P + (int) ((unsigned) (warp*2654435761u + h*97 + x) % (unsigned) P);
+        const int pos = p0 + (int) ((unsigned) (warp*2654435761u + h*97 + x) % (unsigned) P);
         const uint2 kr = __ldcs((const uint2 *) (kc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
         const uint2 vr = __ldcs((const uint2 *) (vc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
         const half2 * kh = (const half2 *) &kr;
@@ -380,35 +399,101 @@ static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, co
         const float2 v0 = __half22float2(vh[0]), v1 = __half22float2(vh[1]);
 #pragma unroll
         for (int g = 0; g < SK_G; ++g) {
-            float d = s_q[g][4*lane]*k0.x + s_q[g][4*lane + 1]*k0.y + s_q[g][4*lane + 2]*k1.x + s_q[g][4*lane + 3]*k1.y;
+            float d = sm.q[g][4*lane]*k0.x + sm.q[g][4*lane + 1]*k0.y + sm.q[g][4*lane + 2]*k1.x + sm.q[g][4*lane + 3]*k1.y;
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
                 d += __shfl_xor_sync(0xFFFFFFFF, d, off);
             }
-            const float p = __expf(d*0.0884f - s_red[0]*1e-3f);
-            s_w[warp][g][4*lane]     = p*v0.x;
-            s_w[warp][g][4*lane + 1] = p*v0.y;
-            s_w[warp][g][4*lane + 2] = p*v1.x;
-            s_w[warp][g][4*lane + 3] = p*v1.y;
+            const float p = __expf(d*0.0884f - sm.red[0]*1e-3f);
+            sm.w[warp][g][4*lane]     = p*v0.x;
+            sm.w[warp][g][4*lane + 1] = p*v0.y;
+            sm.w[warp][g][4*lane + 2] = p*v1.x;
+            sm.w[warp][g][4*lane + 3] = p*v1.y;
         }
     }
     __syncthreads();
     {
         float v = 0.0f;
         for (int w = 0; w < SK_T/32; ++w) {
-            v += s_w[w][tid / SK_D][tid % SK_D];
+            v += sm.w[w][tid / SK_D][tid % SK_D];
         }
-        s_out[tid / SK_D][tid % SK_D] = v;
+        sm.out[tid / SK_D][tid % SK_D] = v;
     }
     cl.sync();
     if (b == 0) {
         float v = 0.0f;
         for (int o = 0; o < SK_NB; ++o) {
-            v += cl.map_shared_rank(&s_out[0][0], o)[tid];
+            v += cl.map_shared_rank(&sm.out[0][0], o)[tid];
         }
         out[(size_t) h*SK_G*SK_D + tid] = v;
     }
     cl.sync();
+}
+
+static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, const half * kt, const half * kc,
+        const half * vc, float * out, const int S, const int nsync) {
+    extern __shared__ float sk_part[]; // [rg][G][P]
+    __shared__ sk_smem sm;
+    cg::cluster_group cl = cg::this_cluster();
+    const int h = blockIdx.x / SK_NB;
+    const int P = S / SK_NB;
+    const int p0 = cl.block_rank()*P;
+    sk_scores(sm, sk_part, q, kt, S, h, p0, P);
+    float m = -INFINITY;
+    for (int e = threadIdx.x; e < SK_G*P; e += SK_T) {
+        m = fmaxf(m, sk_part[e]);
+    }
+    sk_block_max(sm, m);
+    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync);
+}
+
+// split, first kernel: grid (SK_NC, H); scores to sc [H][G][S], the block's maximum to st [H][SK_NC]
+static __global__ void __launch_bounds__(SK_T, 1) k_split_scores(const float * q, const half * kt, float * sc, float * st,
+                                                                const int S) {
+    extern __shared__ float sk_part[];
+    __shared__ sk_smem sm;
+    const int h  = blockIdx.y;
+    const int P  = S / SK_NC;
+    const int p0 = blockIdx.x*P;
+    asm volatile("griddepcontrol.launch_dependents;");
+    sk_scores(sm, sk_part, q, kt, S, h, p0, P);
+    float m = -INFINITY;
+    for (int e = threadIdx.x; e < SK_G*P; e += SK_T) {
+        const float v = sk_part[e];
+        sc[((size_t) h*SK_G + e / P)*S + p0 + e % P] = v;
+        m = fmaxf(m, v);
+    }
+    sk_block_max(sm, m);
+    if (threadIdx.x == 0) {
+        st[h*SK_NC + blockIdx.x] = sm.red[0];
+    }
+}
+
+// split, second kernel: the clusters; keys of the block's positions from the scores and the chunks' maxima
+static __global__ void __launch_bounds__(SK_T, 1) k_split_select(const float * q, const float * sc, const float * st,
+        const half * kc, const half * vc, float * out, const int S, const int nsync) {
+    __shared__ sk_smem sm;
+    cg::cluster_group cl = cg::this_cluster();
+    const int h  = blockIdx.x / SK_NB;
+    const int P  = S / SK_NB;
+    const int p0 = cl.block_rank()*P;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    sm.q[threadIdx.x / SK_D][threadIdx.x % SK_D] = q[(size_t) h*SK_G*SK_D + threadIdx.x];
+    float M = -INFINITY;
+    for (int c = 0; c < SK_NC; ++c) {
+        M = fmaxf(M, st[h*SK_NC + c]);
+    }
+    float m = -INFINITY;
+    for (int e = threadIdx.x; e < P; e += SK_T) {
+        float key = 0.0f;
+#pragma unroll
+        for (int g = 0; g < SK_G; ++g) {
+            key += __expf(sc[((size_t) h*SK_G + g)*S + p0 + e] - M);
+        }
+        m = fmaxf(m, key);
+    }
+    sk_block_max(sm, m);
+    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync);
 }
 
 template <typename K>
@@ -527,52 +612,78 @@ int main() {
     }
 
 
-    printf("\n-- the fused op's structure, little work a step (8 clusters of 8 x 512; us a call, graph of 50, best of 7;\n"
-           "   k_t, K and V rotated over ~1 GiB). The op itself: 22.4 / 19.7 / 22.9 / 29.6 us at 256 / 4k / 16k / 32k (H200)\n");
+    printf("\n-- the op's structure, little work a step (us a call, graph of 50, best of 7; k_t, K and V rotated over\n"
+           "   ~1 GiB). fused: 8 clusters of 8 x 512; split: 16 x 8 blocks for the scores, then the clusters (PDL).\n"
+           "   The op itself (fused): 22.4 / 19.7 / 22.9 / 29.6 us at 256 / 4k / 16k / 32k (H200, 2026-12-02)\n");
     {
         CK(cudaMemset(d_ring, 0, n_big*sizeof(int)));
         float * d_q;
         float * d_out;
+        float * d_sc;
+        float * d_st;
         CK(cudaMalloc(&d_q, SK_H*SK_G*SK_D*sizeof(float)));
         CK(cudaMalloc(&d_out, SK_H*SK_G*SK_D*sizeof(float)));
+        CK(cudaMalloc(&d_sc, (size_t) SK_H*SK_G*32768*sizeof(float)));
+        CK(cudaMalloc(&d_st, SK_H*SK_NC*sizeof(float)));
         std::vector<float> hq(SK_H*SK_G*SK_D);
         for (size_t i = 0; i < hq.size(); ++i) {
             hq[i] = (float) ((i*2654435761u) % 1000) / 500.0f - 1.0f;
         }
         CK(cudaMemcpy(d_q, hq.data(), hq.size()*sizeof(float), cudaMemcpyHostToDevice));
         CK(cudaFuncSetAttribute(k_skeleton, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
+        CK(cudaFuncSetAttribute(k_split_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
+        auto part_bytes = [](int P) {
+            const int pg = P/8;
+            const int rg = std::max(1, std::min(8, SK_T/std::max(pg, 1)));
+            return (size_t) rg*SK_G*P*sizeof(float);
+        };
+        auto cluster_cfg = [](cudaLaunchConfig_t & cfg, cudaLaunchAttribute (&at)[2], bool pdl) {
+            at[0].id               = cudaLaunchAttributeClusterDimension;
+            at[0].val.clusterDim.x = SK_NB;
+            at[0].val.clusterDim.y = 1;
+            at[0].val.clusterDim.z = 1;
+            at[1].id                                         = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[1].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs    = at;
+            cfg.numAttrs = pdl ? 2 : 1;
+        };
         for (int S : {256, 4096, 16384, 32768}) {
             const size_t kt_n   = (size_t) SK_H*SK_D*S;          // halves
             const size_t kv_n   = (size_t) S*SK_H*SK_D;
             const size_t copy_n = kt_n + 2*kv_n;
             const int    ncopy  = (int) std::max<size_t>(1, std::min<size_t>(50, n_big*2/copy_n));
-            const int    P      = S/SK_NB;
-            const int    pg     = P/8;
-            const int    rg     = std::max(1, std::min(8, SK_T/std::max(pg, 1)));
-            const size_t smem   = (size_t) rg*SK_G*P*sizeof(float);
-            for (int nsync : {1, 3, 5}) {
-                int rot = 0;
-                const double us = time_graph([&](cudaStream_t s) {
-                    const half * c = (const half *) d_ring + (size_t) (rot++ % ncopy)*copy_n;
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim          = dim3(SK_H*SK_NB);
-                    cfg.blockDim         = dim3(SK_T);
-                    cfg.dynamicSmemBytes = smem;
-                    cfg.stream           = s;
-                    cudaLaunchAttribute at[1];
-                    at[0].id               = cudaLaunchAttributeClusterDimension;
-                    at[0].val.clusterDim.x = SK_NB;
-                    at[0].val.clusterDim.y = 1;
-                    at[0].val.clusterDim.z = 1;
-                    cfg.attrs    = at;
-                    cfg.numAttrs = 1;
-                    CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
-                }, 50, st);
-                printf("S %6d, %d exchanges + the merge's barrier            %7.2f us\n", S, nsync, us);
+            for (int split : {0, 1}) {
+                for (int nsync : {1, 3, 5}) {
+                    int rot = 0;
+                    const double us = time_graph([&](cudaStream_t s) {
+                        const half * c = (const half *) d_ring + (size_t) (rot++ % ncopy)*copy_n;
+                        cudaLaunchConfig_t cfg = {};
+                        cudaLaunchAttribute at[2];
+                        cfg.blockDim = dim3(SK_T);
+                        cfg.stream   = s;
+                        if (!split) {
+                            cfg.gridDim          = dim3(SK_H*SK_NB);
+                            cfg.dynamicSmemBytes = part_bytes(S/SK_NB);
+                            cluster_cfg(cfg, at, false);
+                            CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n,
+                                                  d_out, S, nsync));
+                        } else {
+                            k_split_scores<<<dim3(SK_NC, SK_H), SK_T, part_bytes(S/SK_NC), s>>>(d_q, c, d_sc, d_st, S);
+                            cfg.gridDim = dim3(SK_H*SK_NB);
+                            cluster_cfg(cfg, at, true);
+                            CK(cudaLaunchKernelEx(&cfg, k_split_select, (const float *) d_q, (const float *) d_sc,
+                                                  (const float *) d_st, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
+                        }
+                    }, 50, st);
+                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us\n", split ? "split" : "fused", S,
+                           nsync, us);
+                }
             }
         }
         CK(cudaFree(d_q));
         CK(cudaFree(d_out));
+        CK(cudaFree(d_sc));
+        CK(cudaFree(d_st));
     }
 
     printf("\n-- streaming reads (us a launch, graph of 50, best of 7; data rotated over 1 GiB so it comes from DRAM)\n");
