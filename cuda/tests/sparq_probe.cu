@@ -28,6 +28,9 @@ namespace cg = cooperative_groups;
         }                                                                                           \
     } while (0)
 
+#define CUDA_CHECK CK
+#include "graph-time.h"
+
 #define ITERS 256
 
 static __device__ __forceinline__ uint64_t gtimer() {
@@ -56,12 +59,8 @@ static __global__ void k_empty_pdl(int * p) {
     asm volatile("griddepcontrol.launch_dependents;");
 }
 
-static void launch(void (*k)(int *), dim3 grid, dim3 block, int cluster, bool pdl, cudaStream_t st, int * p) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim  = grid;
-    cfg.blockDim = block;
-    cfg.stream   = st;
-    cudaLaunchAttribute at[2];
+// cfg's attributes: a cluster of `cluster` blocks along x (none for 1), programmatic serialization with pdl
+static void set_attrs(cudaLaunchConfig_t & cfg, cudaLaunchAttribute (&at)[2], int cluster, bool pdl) {
     int n = 0;
     if (cluster > 1) {
         at[n].id               = cudaLaunchAttributeClusterDimension;
@@ -77,39 +76,21 @@ static void launch(void (*k)(int *), dim3 grid, dim3 block, int cluster, bool pd
     }
     cfg.attrs    = at;
     cfg.numAttrs = n;
+}
+
+static void launch(void (*k)(int *), dim3 grid, dim3 block, int cluster, bool pdl, cudaStream_t st, int * p) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim  = grid;
+    cfg.blockDim = block;
+    cfg.stream   = st;
+    cudaLaunchAttribute at[2];
+    set_attrs(cfg, at, cluster, pdl);
     CK(cudaLaunchKernelEx(&cfg, k, p));
 }
 
+// us a launch of one(stream): reps launches in a CUDA graph, the best of 7 runs (graph-time.h)
 static double time_graph(const std::function<void(cudaStream_t)> & one, int reps, cudaStream_t st) {
-    one(st);
-    CK(cudaStreamSynchronize(st));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < reps; ++i) {
-        one(st);
-    }
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaGraphLaunch(ge, st));
-    double best = 1e30;
-    for (int k = 0; k < 7; ++k) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = std::min(best, 1000.0*ms/reps);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return best;
+    return time_graph_us([&](cudaStream_t s, int) { one(s); }, reps, st, true);
 }
 
 // ---- steps inside a kernel ----
@@ -502,15 +483,8 @@ static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster
     cfg.gridDim  = grid;
     cfg.blockDim = block;
     cfg.stream   = st;
-    cudaLaunchAttribute at[1];
-    if (cluster > 1) {
-        at[0].id               = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = cluster;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
-        cfg.attrs              = at;
-        cfg.numAttrs           = 1;
-    }
+    cudaLaunchAttribute at[2];
+    set_attrs(cfg, at, cluster, false);
     double best = 1e30, ghz = 0;
     for (int rep = 0; rep < 5; ++rep) {
         const cudaError_t e = kern(cfg, rep);
@@ -637,16 +611,6 @@ int main() {
             const int rg = std::max(1, std::min(8, SK_T/std::max(pg, 1)));
             return (size_t) rg*SK_G*P*sizeof(float);
         };
-        auto cluster_cfg = [](cudaLaunchConfig_t & cfg, cudaLaunchAttribute (&at)[2], bool pdl) {
-            at[0].id               = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = SK_NB;
-            at[0].val.clusterDim.y = 1;
-            at[0].val.clusterDim.z = 1;
-            at[1].id                                         = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[1].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs    = at;
-            cfg.numAttrs = pdl ? 2 : 1;
-        };
         for (int S : {256, 4096, 16384, 32768}) {
             const size_t kt_n   = (size_t) SK_H*SK_D*S;          // halves
             const size_t kv_n   = (size_t) S*SK_H*SK_D;
@@ -664,13 +628,13 @@ int main() {
                         if (!split) {
                             cfg.gridDim          = dim3(SK_H*SK_NB);
                             cfg.dynamicSmemBytes = part_bytes(S/SK_NB);
-                            cluster_cfg(cfg, at, false);
+                            set_attrs(cfg, at, SK_NB, false);
                             CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n,
                                                   d_out, S, nsync));
                         } else {
                             k_split_scores<<<dim3(SK_NC, SK_H), SK_T, part_bytes(S/SK_NC), s>>>(d_q, c, d_sc, d_st, S);
                             cfg.gridDim = dim3(SK_H*SK_NB);
-                            cluster_cfg(cfg, at, true);
+                            set_attrs(cfg, at, SK_NB, true);
                             CK(cudaLaunchKernelEx(&cfg, k_split_select, (const float *) d_q, (const float *) d_sc,
                                                   (const float *) d_st, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
                         }
