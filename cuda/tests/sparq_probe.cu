@@ -59,8 +59,15 @@ static __global__ void k_empty_pdl(int * p) {
     asm volatile("griddepcontrol.launch_dependents;");
 }
 
-// cfg's attributes: a cluster of `cluster` blocks along x (none for 1), programmatic serialization with pdl
-static void set_attrs(cudaLaunchConfig_t & cfg, cudaLaunchAttribute (&at)[2], int cluster, bool pdl) {
+// a launch on grid x block (smem bytes of dynamic shared memory) in st: clusters of `cluster` blocks along x (none
+// for 1), programmatic serialization with pdl; at holds the attributes
+static cudaLaunchConfig_t make_cfg(dim3 grid, dim3 block, size_t smem, cudaStream_t st, cudaLaunchAttribute (&at)[2],
+                                   int cluster, bool pdl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim          = grid;
+    cfg.blockDim         = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream           = st;
     int n = 0;
     if (cluster > 1) {
         at[n].id               = cudaLaunchAttributeClusterDimension;
@@ -76,15 +83,12 @@ static void set_attrs(cudaLaunchConfig_t & cfg, cudaLaunchAttribute (&at)[2], in
     }
     cfg.attrs    = at;
     cfg.numAttrs = n;
+    return cfg;
 }
 
 static void launch(void (*k)(int *), dim3 grid, dim3 block, int cluster, bool pdl, cudaStream_t st, int * p) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim  = grid;
-    cfg.blockDim = block;
-    cfg.stream   = st;
     cudaLaunchAttribute at[2];
-    set_attrs(cfg, at, cluster, pdl);
+    cudaLaunchConfig_t  cfg = make_cfg(grid, block, 0, st, at, cluster, pdl);
     CK(cudaLaunchKernelEx(&cfg, k, p));
 }
 
@@ -479,12 +483,8 @@ static __global__ void __launch_bounds__(SK_T, 1) k_split_select(const float * q
 
 template <typename K>
 static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster, probe_out * d_o, cudaStream_t st) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim  = grid;
-    cfg.blockDim = block;
-    cfg.stream   = st;
     cudaLaunchAttribute at[2];
-    set_attrs(cfg, at, cluster, false);
+    cudaLaunchConfig_t  cfg = make_cfg(grid, block, 0, st, at, cluster, false);
     double best = 1e30, ghz = 0;
     for (int rep = 0; rep < 5; ++rep) {
         const cudaError_t e = kern(cfg, rep);
@@ -621,20 +621,15 @@ int main() {
                     int rot = 0;
                     const double us = time_graph([&](cudaStream_t s) {
                         const half * c = (const half *) d_ring + (size_t) (rot++ % ncopy)*copy_n;
-                        cudaLaunchConfig_t cfg = {};
                         cudaLaunchAttribute at[2];
-                        cfg.blockDim = dim3(SK_T);
-                        cfg.stream   = s;
                         if (!split) {
-                            cfg.gridDim          = dim3(SK_H*SK_NB);
-                            cfg.dynamicSmemBytes = part_bytes(S/SK_NB);
-                            set_attrs(cfg, at, SK_NB, false);
+                            cudaLaunchConfig_t cfg = make_cfg(dim3(SK_H*SK_NB), dim3(SK_T), part_bytes(S/SK_NB), s, at,
+                                                              SK_NB, false);
                             CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n,
                                                   d_out, S, nsync));
                         } else {
                             k_split_scores<<<dim3(SK_NC, SK_H), SK_T, part_bytes(S/SK_NC), s>>>(d_q, c, d_sc, d_st, S);
-                            cfg.gridDim = dim3(SK_H*SK_NB);
-                            set_attrs(cfg, at, SK_NB, true);
+                            cudaLaunchConfig_t cfg = make_cfg(dim3(SK_H*SK_NB), dim3(SK_T), 0, s, at, SK_NB, true);
                             CK(cudaLaunchKernelEx(&cfg, k_split_select, (const float *) d_q, (const float *) d_sc,
                                                   (const float *) d_st, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
                         }
