@@ -245,6 +245,15 @@ static __global__ void k_read(const uint4 * p, size_t n, int * sink) {
 #define SK_T 512
 #define SK_NC 16 // first-kernel blocks per KV head (split)
 
+// phase stamps (SM cycles) of block 0 of the last launch: [0] the fused skeleton or the split's first kernel, [1] the
+// split's second kernel
+__device__ long long sk_clk[2][10];
+static __device__ __forceinline__ void sk_mark(const int kid, const int i) {
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        sk_clk[kid][i] = clock64();
+    }
+}
+
 struct sk_smem {
     float q[SK_G][SK_D];
     float abs[SK_D];
@@ -260,8 +269,10 @@ struct sk_smem {
 static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, const half * kt, const int S, const int h,
                                  const int p0, const int P) {
     const int tid = threadIdx.x;
+    sk_mark(0, 0);
     sm.q[tid / SK_D][tid % SK_D] = q[(size_t) h*SK_G*SK_D + tid];
     __syncthreads();
+    sk_mark(0, 1);
     if (tid < SK_D) {
         sm.abs[tid] = fabsf(sm.q[0][tid]) + fabsf(sm.q[1][tid]) + fabsf(sm.q[2][tid]) + fabsf(sm.q[3][tid]);
     }
@@ -283,6 +294,7 @@ static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, co
         }
     }
     __syncthreads();
+    sk_mark(0, 2);
     const int pg = P / 8;
     const int rg = max(1, min(8, SK_T / max(pg, 1)));
     const int j  = tid % max(pg, 1);
@@ -323,6 +335,7 @@ static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, co
         }
     }
     __syncthreads();
+    sk_mark(0, 3);
     for (int e = tid; e < SK_G*P; e += SK_T) {
         float v = 0.0f;
         for (int i = 0; i < rg; ++i) {
@@ -331,6 +344,7 @@ static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, co
         part[e] = v;
     }
     __syncthreads();
+    sk_mark(0, 4);
 }
 
 // the block's maximum of v over its threads into sm.red[0] (one statistic stands for the block statistics)
@@ -358,7 +372,9 @@ static __device__ void sk_block_max(sk_smem & sm, float m) {
 
 // nsync exchanges, exact attention over 16 rows of K and V a block, the merge in block 0 (out: G*D floats of head h)
 static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, const half * kc, const half * vc,
-                                          float * out, const int h, const int p0, const int P, const int nsync) {
+                                          float * out, const int h, const int p0, const int P, const int nsync,
+                                          const int kid) {
+    sk_mark(kid, 5);
     const int tid  = threadIdx.x;
     const int lane = tid % 32;
     const int warp = tid / 32;
@@ -374,6 +390,7 @@ static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, 
         }
         __syncthreads();
     }
+    sk_mark(kid, 6);
     {
         const int pos = p0 + (int) ((unsigned) (warp*2654435761u + h*97 + x) % (unsigned) P);
         const uint2 kr = __ldcs((const uint2 *) (kc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
@@ -404,7 +421,9 @@ static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, 
         }
         sm.out[tid / SK_D][tid % SK_D] = v;
     }
+    sk_mark(kid, 7);
     cl.sync();
+    sk_mark(kid, 8);
     if (b == 0) {
         float v = 0.0f;
         for (int o = 0; o < SK_NB; ++o) {
@@ -413,6 +432,7 @@ static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, 
         out[(size_t) h*SK_G*SK_D + tid] = v;
     }
     cl.sync();
+    sk_mark(kid, 9);
 }
 
 static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, const half * kt, const half * kc,
@@ -429,7 +449,7 @@ static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, co
         m = fmaxf(m, sk_part[e]);
     }
     sk_block_max(sm, m);
-    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync);
+    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync, 0);
 }
 
 // split, first kernel: grid (SK_NC, H); scores to sc [H][G][S], the block's maximum to st [H][SK_NC]
@@ -463,6 +483,7 @@ static __global__ void __launch_bounds__(SK_T, 1) k_split_select(const float * q
     const int P  = S / SK_NB;
     const int p0 = cl.block_rank()*P;
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    sk_mark(1, 0);
     sm.q[threadIdx.x / SK_D][threadIdx.x % SK_D] = q[(size_t) h*SK_G*SK_D + threadIdx.x];
     float M = -INFINITY;
     for (int c = 0; c < SK_NC; ++c) {
@@ -478,7 +499,7 @@ static __global__ void __launch_bounds__(SK_T, 1) k_split_select(const float * q
         m = fmaxf(m, key);
     }
     sk_block_max(sm, m);
-    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync);
+    sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync, 1);
 }
 
 template <typename K>
@@ -634,8 +655,21 @@ int main() {
                                                   (const float *) d_st, c + kt_n, c + kt_n + kv_n, d_out, S, nsync));
                         }
                     }, 50, st);
-                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us\n", split ? "split" : "fused", S,
+                    long long clk[2][10];
+                    CK(cudaMemcpyFromSymbol(clk, sk_clk, sizeof(clk)));
+                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us", split ? "split" : "fused", S,
                            nsync, us);
+                    // cycles: q, i1, k_t rows, their sum, the block maximum | exchanges, attention, merge barrier, output
+                    printf("   cycles q %lld i1 %lld rows %lld sum %lld", clk[0][1] - clk[0][0], clk[0][2] - clk[0][1],
+                           clk[0][3] - clk[0][2], clk[0][4] - clk[0][3]);
+                    const int k2 = split ? 1 : 0;
+                    if (split) {
+                        printf(" | (2nd kernel) keys %lld", clk[1][5] - clk[1][0]);
+                    } else {
+                        printf(" max %lld", clk[0][5] - clk[0][4]);
+                    }
+                    printf(" xchg %lld attend %lld merge %lld out %lld\n", clk[k2][6] - clk[k2][5], clk[k2][7] - clk[k2][6],
+                           clk[k2][8] - clk[k2][7], clk[k2][9] - clk[k2][8]);
                 }
             }
         }
