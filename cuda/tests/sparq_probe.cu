@@ -503,9 +503,10 @@ static __global__ void __launch_bounds__(SK_T, 1) k_split_select(const float * q
 }
 
 template <typename K>
-static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster, probe_out * d_o, cudaStream_t st) {
+static void report(const char * name, K kern, dim3 grid, dim3 block, int cluster, probe_out * d_o, cudaStream_t st,
+                   size_t smem = 0) {
     cudaLaunchAttribute at[2];
-    cudaLaunchConfig_t  cfg = make_cfg(grid, block, 0, st, at, cluster, false);
+    cudaLaunchConfig_t  cfg = make_cfg(grid, block, smem, st, at, cluster, false);
     double best = 1e30, ghz = 0;
     for (int rep = 0; rep < 5; ++rep) {
         const cudaError_t e = kern(cfg, rep);
@@ -585,18 +586,23 @@ int main() {
     ring_rot = 1 << 25;
     report("global load, 1 GiB ring (DRAM)", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_block_step<4>, d_o, (const int *) d_ring, rep*ring_rot); }, dim3(1), dim3(32), 1, d_o, st);
 
+    // 120 KB of (unused) dynamic shared memory a block: one block an SM, as the op's
+    const size_t one_an_sm = 120*1024;
     CK(cudaFuncSetAttribute(k_cluster_step<0>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     CK(cudaFuncSetAttribute(k_cluster_step<1>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (const void * f : {(const void *) k_cluster_step<0>, (const void *) k_cluster_step<1>, (const void *) k_cluster_step<2>}) {
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) one_an_sm));
+    }
     for (int nb : {2, 8, 16}) {
         for (int th : {256, 512}) {
             char name[96];
             snprintf(name, sizeof(name), "cluster barrier, %d blocks x %d", nb, th);
-            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<0>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<0>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st, one_an_sm);
             snprintf(name, sizeof(name), "cluster barrier + a word from each block, %d x %d", nb, th);
-            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<1>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st);
+            report(name, [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<1>, d_o); }, dim3(nb*8), dim3(th), nb, d_o, st, one_an_sm);
         }
     }
-    report("remote shared load (DSMEM), cluster of 8", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<2>, d_o); }, dim3(64), dim3(32), 8, d_o, st);
+    report("remote shared load (DSMEM), cluster of 8", [&](cudaLaunchConfig_t c, int rep) { return cudaLaunchKernelEx(&c, k_cluster_step<2>, d_o); }, dim3(64), dim3(32), 8, d_o, st, one_an_sm);
     for (int nb : {8, 16}) {
         char name[96];
         snprintf(name, sizeof(name), "global-counter barrier, 8 heads x %d blocks of 256", nb);
