@@ -265,8 +265,9 @@ struct sk_smem {
     int   x[32];
 };
 
-// q, i1 and the scores of positions [p0, p0 + P) of head h into part[0 .. G*P) (part: rg*G*P floats)
-static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, const half * kt, const int S, const int h,
+// q, i1 and the scores of positions [p0, p0 + P) of head h into part[0 .. G*P) (part: rg*G*P floats); returns the
+// largest of the thread's scores
+static __device__ float sk_scores(sk_smem & sm, float * part, const float * q, const half * kt, const int S, const int h,
                                  const int p0, const int P) {
     const int tid = threadIdx.x;
     sk_mark(0, 0);
@@ -336,15 +337,18 @@ static __device__ void sk_scores(sk_smem & sm, float * part, const float * q, co
     }
     __syncthreads();
     sk_mark(0, 3);
+    float m = -INFINITY;
     for (int e = tid; e < SK_G*P; e += SK_T) {
         float v = 0.0f;
         for (int i = 0; i < rg; ++i) {
             v += part[(size_t) i*SK_G*P + e];
         }
         part[e] = v;
+        m = fmaxf(m, v);
     }
     __syncthreads();
     sk_mark(0, 4);
+    return m;
 }
 
 // the block's maximum of v over its threads into sm.red[0] (one statistic stands for the block statistics)
@@ -443,12 +447,7 @@ static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, co
     const int h = blockIdx.x / SK_NB;
     const int P = S / SK_NB;
     const int p0 = cl.block_rank()*P;
-    sk_scores(sm, sk_part, q, kt, S, h, p0, P);
-    float m = -INFINITY;
-    for (int e = threadIdx.x; e < SK_G*P; e += SK_T) {
-        m = fmaxf(m, sk_part[e]);
-    }
-    sk_block_max(sm, m);
+    sk_block_max(sm, sk_scores(sm, sk_part, q, kt, S, h, p0, P));
     sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync, 0);
 }
 
@@ -461,12 +460,9 @@ static __global__ void __launch_bounds__(SK_T, 1) k_split_scores(const float * q
     const int P  = S / SK_NC;
     const int p0 = blockIdx.x*P;
     asm volatile("griddepcontrol.launch_dependents;");
-    sk_scores(sm, sk_part, q, kt, S, h, p0, P);
-    float m = -INFINITY;
+    const float m = sk_scores(sm, sk_part, q, kt, S, h, p0, P);
     for (int e = threadIdx.x; e < SK_G*P; e += SK_T) {
-        const float v = sk_part[e];
-        sc[((size_t) h*SK_G + e / P)*S + p0 + e % P] = v;
-        m = fmaxf(m, v);
+        sc[((size_t) h*SK_G + e / P)*S + p0 + e % P] = sk_part[e];
     }
     sk_block_max(sm, m);
     if (threadIdx.x == 0) {

@@ -609,9 +609,9 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
     if (flush) {
         printf("2x L2 of other data read before every call (--flush)\n");
     }
-    float * evict_out = nullptr;
+    float * pre_out = nullptr;
     if (evict || flush) {
-        CUDA_CHECK(cudaMalloc(&evict_out, sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&pre_out, sizeof(float)));
     }
     uint4 *      flush_buf = nullptr;
     const size_t flush_n   = 2*(size_t) l2/sizeof(uint4);
@@ -619,19 +619,20 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
         CUDA_CHECK(cudaMalloc(&flush_buf, flush_n*sizeof(uint4)));
         CUDA_CHECK(cudaMemset(flush_buf, 1, flush_n*sizeof(uint4)));
     }
-    // us a call of launch (each after the evict kernel with --evict): iters calls in a CUDA graph, the best of 7 runs
+    // us a call of launch (each after the flush / evict kernels with --flush / --evict): iters calls in a CUDA graph,
+    // the best of 7 runs
     auto time_graph = [&](const std::function<void(int)> & launch) {
         return time_graph_us([&](cudaStream_t st, const int it) {
             if (flush) {
-                sparq_bench_flush<<<4*prop.multiProcessorCount, 512, 0, st>>>(flush_buf, flush_n, evict_out);
+                sparq_bench_flush<<<4*prop.multiProcessorCount, 512, 0, st>>>(flush_buf, flush_n, pre_out);
             }
             if (evict) {
-                sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, st>>>(evict_out);
+                sparq_bench_evict<<<2*prop.multiProcessorCount, WARP_SIZE, 0, st>>>(pre_out);
             }
             launch(it);
         }, iters, stream, true);
     };
-    const double evict_us = evict || flush ? time_graph([](int) {}) : 0.0; // the kernels run before each call
+    const double pre_us = evict || flush ? time_graph([](int) {}) : 0.0; // the kernels run before each call
     printf("%8s %8s %12s %14s %16s %12s\n", "S", "step2", "us/op", "bytes/op (MB)", "dense K+V (MB)", "GB/s");
     for (int64_t S : seq_lens) {
         const sparq_case c = { 128, 128, 4*hkv, hkv, S, 1, 1, 1, GGML_TYPE_F16, GGML_TYPE_F16, 32, 128, 0, false, false, 256, kt_q8 };
@@ -678,7 +679,7 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
             outs[step2].resize(n_out);
             CUDA_CHECK(cudaMemcpyAsync(outs[step2].data(), x.d_dst, n_out*sizeof(float), cudaMemcpyDeviceToHost, stream));
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            const double us = time_graph([&](int it) { sparq_attn_launch(as[it % n_copy], scratch, stream); }) - evict_us;
+            const double us = time_graph([&](int it) { sparq_attn_launch(as[it % n_copy], scratch, stream); }) - pre_us;
             us_of[step2] = (float) us;
             printf("%8lld %8s %12.2f %14.2f %16.1f %12.0f\n", (long long) S, variant_name(step2), us, bytes/1e6,
                    2.0*hkv*S*128*2/1e6, bytes/us/1e3);
@@ -737,8 +738,8 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
         }
     }
     if (evict || flush) {
-        printf("%s alone: %.2f us a call\n", evict && flush ? "flush + evict kernels" : evict ? "evict kernel" : "flush kernel", evict_us);
-        CUDA_CHECK(cudaFree(evict_out));
+        printf("%s alone: %.2f us a call\n", evict && flush ? "flush + evict kernels" : evict ? "evict kernel" : "flush kernel", pre_us);
+        CUDA_CHECK(cudaFree(pre_out));
         CUDA_CHECK(cudaFree(flush_buf)); // (nullptr without --flush)
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
@@ -800,6 +801,6 @@ int main(int argc, char ** argv) {
         return cmd_bench(seq_lens, warm, iters, variants, kt_q8, evict, flush);
     }
     fprintf(stderr, "usage: %s test [--variant single|split|fused|both|all] | bench [--S 4096,16384,32768] [--warm] "
-            "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0] [--evict]\n", argv[0]);
+            "[--iters N] [--variant single|split|fused|both|step1|all] [--kt f16|q8_0] [--evict] [--flush]\n", argv[0]);
     return 2;
 }
