@@ -229,6 +229,90 @@ static __global__ void k_read(const uint4 * p, size_t n, int * sink) {
 }
 
 
+// block b reads its share [b per, (b+1) per) of 16-byte words, U loads in flight a thread (all requested, then used)
+template <int U>
+static __global__ void __launch_bounds__(512) k_read_deep(const uint4 * p, size_t per, int * sink) {
+    const uint4 * q = p + blockIdx.x*per;
+    uint32_t acc = 0;
+    for (size_t i0 = threadIdx.x; i0 < per; i0 += (size_t) U*blockDim.x) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const size_t i = i0 + (size_t) u*blockDim.x;
+            w[u] = i < per ? __ldcs(q + i) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+        }
+    }
+    if (acc == 0x12345678u) {
+        *sink = acc;
+    }
+}
+
+// ---- bulk copies (TMA, 1D): global -> shared, completion counted in bytes on an mbarrier ----
+static __device__ __forceinline__ uint32_t smem_addr(const void * p) {
+    return (uint32_t) __cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void mbar_init(uint64_t * b, const uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(b)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// one arrival that also expects `bytes`, then the copy of `bytes` from src to dst completing on b
+static __device__ __forceinline__ void bulk_load(void * dst, const void * src, const uint32_t bytes, uint64_t * b) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }"
+                 :: "r"(smem_addr(b)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t * b, const uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_addr(b)), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// block b reads its share of per bytes in pieces of `piece` bytes through ns stages of shared memory (thread 0
+// requests; every thread reads each piece from shared memory once it lands, then the stage is requested again)
+static __global__ void __launch_bounds__(512) k_read_bulk(const char * p, size_t per, int piece, int ns, int * sink) {
+    extern __shared__ __align__(128) char bk_buf[];
+    __shared__ __align__(8) uint64_t bar[32];
+    const char * src = p + blockIdx.x*per;
+    const int npc = (int) (per/piece);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ns; ++s) {
+            mbar_init(&bar[s], 1);
+        }
+        mbar_fence_init();
+        for (int s = 0; s < min(ns, npc); ++s) {
+            bulk_load(bk_buf + (size_t) s*piece, src + (size_t) s*piece, piece, &bar[s]);
+        }
+    }
+    __syncthreads();
+    uint32_t acc = 0;
+    for (int i = 0; i < npc; ++i) {
+        const int s = i % ns;
+        mbar_wait(&bar[s], (uint32_t) (i/ns) & 1);
+        const uint4 * b4 = (const uint4 *) (bk_buf + (size_t) s*piece);
+        for (int e = threadIdx.x; e < piece/16; e += blockDim.x) {
+            const uint4 w = b4[e];
+            acc ^= w.x ^ w.y ^ w.z ^ w.w;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && i + ns < npc) {
+            bulk_load(bk_buf + (size_t) s*piece, src + (size_t) (i + ns)*piece, piece, &bar[s]);
+        }
+    }
+    if (acc == 0x12345678u) {
+        *sink = acc;
+    }
+}
+
 // ---- the op's structure with little work in each step (Llama-3-8B shapes: 8 KV heads, G 4, D 128, r 32) ----
 // fused: a cluster of 8 blocks of 512 threads per KV head, block b owning positions [b P, (b+1) P): q, i1 by ranks,
 // the r rows of k_t over its positions (16-byte loads), scores and the block's maximum, then nsync cluster barriers
@@ -697,6 +781,41 @@ int main() {
                 k_read<<<bl, 512, 0, s>>>(base + (size_t) (rot++ % 60)*n, n, sink);
             }, 50, st);
             printf("read %.1f MB, %4d blocks of 512          %7.2f us  %6.0f GB/s\n", mb, bl, us, mb*1e3/us);
+        }
+    }
+
+    // the k_t pass of a cluster kernel: one block an SM, each streaming its own share; how many bytes a block must
+    // keep in flight (loads in registers, or bulk copies into shared memory) for 64 or 128 SMs to reach DRAM speed
+    printf("\n-- a share a block, one block (512 threads) an SM: loads in flight (us a launch, as above)\n");
+    for (const void * f : {(const void *) k_read_deep<1>, (const void *) k_read_deep<4>, (const void *) k_read_deep<8>,
+                           (const void *) k_read_deep<16>, (const void *) k_read_bulk}) {
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200*1024));
+    }
+    for (double mb : {8.4, 16.8}) {
+        for (int bl : {64, 128}) {
+            const size_t per = (size_t) (mb*1e6/bl/8192)*8192; // bytes a block (whole pieces)
+            const double gb  = (double) per*bl/1e9;
+            auto row = [&](const char * what, const std::function<void(cudaStream_t, const char *)> & k) {
+                int rot = 0;
+                const double us = time_graph([&](cudaStream_t s) { k(s, (const char *) base + (size_t) (rot++ % 60)*per*bl); }, 50, st);
+                printf("%5.1f MB, %3d blocks, %-36s %7.2f us  %6.0f GB/s\n", gb*1e3, bl, what, us, gb*1e6/us);
+            };
+            const size_t pw = per/16;
+            row("loads, 1 x 16 B a thread", [&](cudaStream_t s, const char * p) { k_read_deep<1><<<bl, 512, 0, s>>>((const uint4 *) p, pw, sink); });
+            row("loads, 4 x 16 B a thread (32 KB)", [&](cudaStream_t s, const char * p) { k_read_deep<4><<<bl, 512, 0, s>>>((const uint4 *) p, pw, sink); });
+            row("loads, 8 x 16 B a thread (64 KB)", [&](cudaStream_t s, const char * p) { k_read_deep<8><<<bl, 512, 0, s>>>((const uint4 *) p, pw, sink); });
+            row("loads, 16 x 16 B a thread (128 KB)", [&](cudaStream_t s, const char * p) { k_read_deep<16><<<bl, 512, 0, s>>>((const uint4 *) p, pw, sink); });
+            for (int piece : {4096, 8192}) {
+                for (int kb : {32, 64, 128, 192}) {
+                    const int ns = kb*1024/piece;
+                    if (ns > 32) {
+                        continue;
+                    }
+                    char what[64];
+                    snprintf(what, sizeof(what), "bulk, %d x %d KB stages (%d KB)", ns, piece/1024, kb);
+                    row(what, [&](cudaStream_t s, const char * p) { k_read_bulk<<<bl, 512, (size_t) ns*piece, s>>>(p, per, piece, ns, sink); });
+                }
+            }
         }
     }
     CK(cudaGetLastError());
