@@ -6,7 +6,10 @@
 // steps inside a kernel are cycles an iteration of a dependent chain (clock64 of thread 0 of block 0), with the SM
 // clock from %globaltimer to turn cycles into us. What it answers: how far below the fused op's ~20 us fixed cost
 // (bench/results/cuda_h200_2026-11-29e.md) a chain of q -> i1 -> products -> statistics -> selection -> attention ->
-// merge can go, step by step.
+// merge can go, step by step. Then skeletons of the whole op (the same chain, little work a step) in four
+// structures: clusters of 8 (as the op), a scores kernel on all SMs before the clusters, clusters with the
+// translations of what they read warmed first, and 8 or 16 blocks a head with no clusters (global barriers); and how
+// fast one block an SM streams its share with loads or bulk copies. Results: bench/results/cuda_h200_2026-12-02b.md.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -458,28 +461,19 @@ static __device__ void sk_block_max(sk_smem & sm, float m) {
     __syncthreads();
 }
 
-// nsync exchanges, exact attention over 16 rows of K and V a block, the merge in block 0 (out: G*D floats of head h)
-static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, const half * kc, const half * vc,
-                                          float * out, const int h, const int p0, const int P, const int nsync,
-                                          const int kid) {
-    sk_mark(kid, 5);
+// exact attention over one K/V row a warp (warps below nw; the others add nothing), the block's partial output into
+// sm.out (x: a value from the exchanges, so the rows depend on them)
+static __device__ void sk_attend(sk_smem & sm, const half * kc, const half * vc, const int h, const int p0, const int P,
+                                 const int x, const int nw) {
     const int tid  = threadIdx.x;
     const int lane = tid % 32;
     const int warp = tid / 32;
-    const int b    = cl.block_rank();
-    if (tid < 32) {
-        sm.x[tid] = tid*b;
-    }
-    int x = 0;
-    for (int i = 0; i < nsync; ++i) {
-        cl.sync();
-        if (tid < SK_NB) {
-            x += *cl.map_shared_rank(&sm.x[(x + i) & 31], tid);
+    if (warp >= nw) {
+#pragma unroll
+        for (int g = 0; g < SK_G; ++g) {
+            *(float4 *) &sm.w[warp][g][4*lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-        __syncthreads();
-    }
-    sk_mark(kid, 6);
-    {
+    } else {
         const int pos = p0 + (int) ((unsigned) (warp*2654435761u + h*97 + x) % (unsigned) P);
         const uint2 kr = __ldcs((const uint2 *) (kc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
         const uint2 vr = __ldcs((const uint2 *) (vc + ((size_t) pos*SK_H + h)*SK_D + 4*lane));
@@ -509,6 +503,28 @@ static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, 
         }
         sm.out[tid / SK_D][tid % SK_D] = v;
     }
+}
+
+// nsync exchanges, exact attention over 16 rows of K and V a block, the merge in block 0 (out: G*D floats of head h)
+static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, const half * kc, const half * vc,
+                                          float * out, const int h, const int p0, const int P, const int nsync,
+                                          const int kid) {
+    sk_mark(kid, 5);
+    const int tid  = threadIdx.x;
+    const int b    = cl.block_rank();
+    if (tid < 32) {
+        sm.x[tid] = tid*b;
+    }
+    int x = 0;
+    for (int i = 0; i < nsync; ++i) {
+        cl.sync();
+        if (tid < SK_NB) {
+            x += *cl.map_shared_rank(&sm.x[(x + i) & 31], tid);
+        }
+        __syncthreads();
+    }
+    sk_mark(kid, 6);
+    sk_attend(sm, kc, vc, h, p0, P, x, SK_T/32);
     sk_mark(kid, 7);
     cl.sync();
     sk_mark(kid, 8);
@@ -523,16 +539,102 @@ static __device__ void sk_exchange_attend(sk_smem & sm, cg::cluster_group & cl, 
     sk_mark(kid, 9);
 }
 
+// touch: first one 4-byte load every 64 KB of what the block reads later (its positions of all D rows of the head's
+// k_t, as i1 is not known yet, and of K and V), used only at the end: address translations (TLB) warmed while q
+// and i1 are computed
 static __global__ void __launch_bounds__(SK_T, 1) k_skeleton(const float * q, const half * kt, const half * kc,
-        const half * vc, float * out, const int S, const int nsync) {
+        const half * vc, float * out, const int S, const int nsync, const int touch) {
     extern __shared__ float sk_part[]; // [rg][G][P]
     __shared__ sk_smem sm;
     cg::cluster_group cl = cg::this_cluster();
     const int h = blockIdx.x / SK_NB;
     const int P = S / SK_NB;
     const int p0 = cl.block_rank()*P;
+    uint32_t tw = 0;
+    if (touch) {
+        const int rstep = max(1, 32768/S);      // k_t rows a 64 KB window (S halves a row)
+        const int nkt   = SK_D/rstep;
+        const int nkv   = (P + 31)/32;          // K (V) rows of 2 KB: 32 a window
+        for (int i = threadIdx.x; i < nkt + 2*nkv; i += SK_T) {
+            const half * a = i < nkt ? kt + ((size_t) h*SK_D + (size_t) i*rstep)*S + p0 :
+                             i < nkt + nkv ? kc + ((size_t) (p0 + 32*(i - nkt))*SK_H + h)*SK_D :
+                                             vc + ((size_t) (p0 + 32*(i - nkt - nkv))*SK_H + h)*SK_D;
+            tw ^= __ldcg((const unsigned *) a);
+        }
+    }
     sk_block_max(sm, sk_scores(sm, sk_part, q, kt, S, h, p0, P));
     sk_exchange_attend(sm, cl, kc, vc, out, h, p0, P, nsync, 0);
+    if (tw == 0x9e3779b9u) {
+        out[0] += 1.0f;
+    }
+}
+
+// a barrier of the nb blocks of a head through global memory: one release-add to a counter that only grows (the
+// ticket t says which barrier: the count reaches (t/nb + 1) nb when every block has arrived; nb a power of 2, so
+// the targets wrap with the counter), then acquire-loads until it does. No reset between barriers or launches.
+static __device__ void sk_gbar(unsigned * cnt, const unsigned nb) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned t;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(t) : "l"(cnt) : "memory");
+        const unsigned target = (t/nb + 1)*nb;
+        unsigned seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(cnt) : "memory");
+        } while ((int) (seen - target) < 0);
+    }
+    __syncthreads();
+}
+
+// the fused skeleton without clusters: grid (nb, H), one block an SM, all resident at once (nb 16: 128 of the SMs
+// stream k_t, where clusters of 16 do not all fit); exchanges and the merge through global memory and sk_gbar.
+// gx: [H][nb][8] words; gp: [H][nb][G*D] partial outputs; bar: a counter every 64 ints (one a head)
+static __global__ void __launch_bounds__(SK_T, 1) k_gskel(const float * q, const half * kt, const half * kc,
+        const half * vc, float * out, float * gx, float * gp, int * bar, const int S, const int nsync) {
+    extern __shared__ float sk_part[];
+    __shared__ sk_smem sm;
+    const int h   = blockIdx.y;
+    const int b   = blockIdx.x;
+    const int nb  = gridDim.x;
+    const int P   = S / nb;
+    const int p0  = b*P;
+    const int tid = threadIdx.x;
+    unsigned * cnt = (unsigned *) bar + 64*h;
+    sk_block_max(sm, sk_scores(sm, sk_part, q, kt, S, h, p0, P));
+    sk_mark(0, 5);
+    int x = 0;
+    for (int i = 0; i < nsync; ++i) {
+        if (tid == 0) {
+            __stcg(gx + ((size_t) h*nb + b)*8 + (i & 7), sm.red[0] + (float) x);
+        }
+        sk_gbar(cnt, nb);
+        if (tid < 32) {
+            float v = tid < nb ? __ldcg(gx + ((size_t) h*nb + tid)*8 + (i & 7)) : 0.0f;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                v += __shfl_xor_sync(0xFFFFFFFF, v, off);
+            }
+            if (tid == 0) {
+                sm.x[0] = (int) v & 0xFF;
+            }
+        }
+        __syncthreads();
+        x += sm.x[0];
+    }
+    sk_mark(0, 6);
+    sk_attend(sm, kc, vc, h, p0, P, x, 128/nb); // 128 rows over the head's blocks
+    __stcg(gp + ((size_t) h*nb + b)*SK_G*SK_D + tid, sm.out[tid / SK_D][tid % SK_D]);
+    sk_mark(0, 7);
+    sk_gbar(cnt, nb);
+    sk_mark(0, 8);
+    if (b == 0) {
+        float v = 0.0f;
+        for (int o = 0; o < nb; ++o) {
+            v += __ldcg(gp + ((size_t) h*nb + o)*SK_G*SK_D + tid);
+        }
+        out[(size_t) h*SK_G*SK_D + tid] = v;
+    }
+    sk_mark(0, 9);
 }
 
 // split, first kernel: grid (SK_NC, H); scores to sc [H][G][S], the block's maximum to st [H][SK_NC]
@@ -699,7 +801,9 @@ int main() {
 
 
     printf("\n-- the op's structure, little work a step (us a call, graph of 50, best of 7; k_t, K and V rotated over\n"
-           "   ~1 GiB). fused: 8 clusters of 8 x 512; split: 16 x 8 blocks for the scores, then the clusters (PDL).\n"
+           "   ~1 GiB). fused: 8 clusters of 8 x 512; split: 16 x 8 blocks for the scores, then the clusters (PDL);\n"
+           "   touch: fused, one load every 64 KB of the block's k_t / K / V first (TLB warmed during q and i1);\n"
+           "   glob8 / glob16: no clusters, 8 / 16 blocks a head, exchanges and merge through global memory.\n"
            "   The op itself (fused): 22.4 / 19.7 / 22.9 / 29.6 us at 256 / 4k / 16k / 32k (H200, 2026-12-02)\n");
     {
         CK(cudaMemset(d_ring, 0, n_big*sizeof(int)));
@@ -718,6 +822,15 @@ int main() {
         CK(cudaMemcpy(d_q, hq.data(), hq.size()*sizeof(float), cudaMemcpyHostToDevice));
         CK(cudaFuncSetAttribute(k_skeleton, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
         CK(cudaFuncSetAttribute(k_split_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
+        // (96 KB with the static arrays: one block an SM)
+        CK(cudaFuncSetAttribute(k_gskel, cudaFuncAttributeMaxDynamicSharedMemorySize, 96*1024));
+        float * d_gx;
+        float * d_gp;
+        int   * d_bar;
+        CK(cudaMalloc(&d_gx, SK_H*16*8*sizeof(float)));
+        CK(cudaMalloc(&d_gp, SK_H*16*SK_G*SK_D*sizeof(float)));
+        CK(cudaMalloc(&d_bar, SK_H*64*sizeof(int)));
+        CK(cudaMemset(d_bar, 0, SK_H*64*sizeof(int)));
         auto part_bytes = [](int P) {
             const int pg = P/8;
             const int rg = std::max(1, std::min(8, SK_T/std::max(pg, 1)));
@@ -728,17 +841,25 @@ int main() {
             const size_t kv_n   = (size_t) S*SK_H*SK_D;
             const size_t copy_n = kt_n + 2*kv_n;
             const int    ncopy  = (int) std::max<size_t>(1, std::min<size_t>(50, n_big*2/copy_n));
-            for (int split : {0, 1}) {
+            // split 2: fused with touch; 3 / 4: no clusters, 8 / 16 blocks a head (k_gskel)
+            for (int split : {0, 1, 2, 3, 4}) {
                 for (int nsync : {1, 3, 5}) {
+                    if ((split == 2 && nsync != 3) || (split >= 3 && nsync == 5)) {
+                        continue;
+                    }
                     int rot = 0;
                     const double us = time_graph([&](cudaStream_t s) {
                         const half * c = (const half *) d_ring + (size_t) (rot++ % ncopy)*copy_n;
                         cudaLaunchAttribute at[2];
-                        if (!split) {
+                        if (split >= 3) {
+                            const int nb = split == 3 ? 8 : 16;
+                            k_gskel<<<dim3(nb, SK_H), SK_T, 96*1024, s>>>(d_q, c, c + kt_n, c + kt_n + kv_n, d_out,
+                                                                         d_gx, d_gp, d_bar, S, nsync);
+                        } else if (split != 1) {
                             cudaLaunchConfig_t cfg = make_cfg(dim3(SK_H*SK_NB), dim3(SK_T), part_bytes(S/SK_NB), s, at,
                                                               SK_NB, false);
                             CK(cudaLaunchKernelEx(&cfg, k_skeleton, (const float *) d_q, c, c + kt_n, c + kt_n + kv_n,
-                                                  d_out, S, nsync));
+                                                  d_out, S, nsync, split == 2 ? 1 : 0));
                         } else {
                             k_split_scores<<<dim3(SK_NC, SK_H), SK_T, part_bytes(S/SK_NC), s>>>(d_q, c, d_sc, d_st, S);
                             cudaLaunchConfig_t cfg = make_cfg(dim3(SK_H*SK_NB), dim3(SK_T), 0, s, at, SK_NB, true);
@@ -748,13 +869,13 @@ int main() {
                     }, 50, st);
                     long long clk[2][10];
                     CK(cudaMemcpyFromSymbol(clk, sk_clk, sizeof(clk)));
-                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us", split ? "split" : "fused", S,
+                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us", split == 1 ? "split" : split == 2 ? "touch" : split == 3 ? "glob8" : split == 4 ? "glob16" : "fused", S,
                            nsync, us);
                     // cycles: q, i1, k_t rows, their sum, the block maximum | exchanges, attention, merge barrier, output
                     printf("   cycles q %lld i1 %lld rows %lld sum %lld", clk[0][1] - clk[0][0], clk[0][2] - clk[0][1],
                            clk[0][3] - clk[0][2], clk[0][4] - clk[0][3]);
-                    const int k2 = split ? 1 : 0;
-                    if (split) {
+                    const int k2 = split == 1 ? 1 : 0;
+                    if (split == 1) {
                         printf(" | (2nd kernel) keys %lld", clk[1][5] - clk[1][0]);
                     } else {
                         printf(" max %lld", clk[0][5] - clk[0][4]);
@@ -768,6 +889,9 @@ int main() {
         CK(cudaFree(d_out));
         CK(cudaFree(d_sc));
         CK(cudaFree(d_st));
+        CK(cudaFree(d_gx));
+        CK(cudaFree(d_gp));
+        CK(cudaFree(d_bar));
     }
 
     printf("\n-- streaming reads (us a launch, graph of 50, best of 7; data rotated over 1 GiB so it comes from DRAM)\n");

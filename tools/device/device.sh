@@ -69,7 +69,8 @@
 #   sparq-ncu-e2e  ncu device time of the attention kernels inside llama-bench decode at 16k (after sparq-graphs)
 #   sparq-flush the fused op's bench plain, --flush, --evict and both, three rounds (after build-base)
 #   sparq-probe  cuda/tests/sparq_probe.cu: latencies of the steps a SparQ op is built from (launch floors, barriers,
-#              DSMEM, L2 / DRAM, global-counter barriers, streaming reads by grid size)
+#              DSMEM, L2 / DRAM, global-counter barriers), skeletons of the op in four structures, streaming reads by
+#              grid size and by bytes in flight a block
 #   sparq-knobs  test_sparq_cuda bench under the step-1 grid and cluster-size knobs, against the default
 #   sparq-phases  test_sparq_cuda bench (single variant) built with -DSPARQ_PHASE_TIMING: time per phase of both kernels
 #   sparq-fused-phases  the same for the fused variant (block 0 and its cluster's last block)
