@@ -1754,6 +1754,44 @@ static __global__ void __launch_bounds__(SPARQ_COMB_THREADS) sparq_split_combine
     }
 }
 
+// the warp sums of GM values a lane (d[h]: this lane's part of head h's dot product), every lane getting all GM:
+// reduce-scatter over lane bits 16, 8(, 4) (each step halves the values a lane holds: GM/2 + GM/4 (+ 1) shuffles),
+// the plain butterfly on the lower bits, then one broadcast a head. GM 4: 10 shuffles, 7 deep, against 20 for
+// four warp_reduce_sum (GM 8: 17 against 40)
+template <int GM>
+static __device__ __forceinline__ void sparq_warp_sum_heads(float (&d)[GM]) {
+    static_assert(GM == 4 || GM == 8, "heads a group: 4 or 8");
+    constexpr int LG = GM == 4 ? 2 : 3;
+    const int lane = threadIdx.x % WARP_SIZE;
+    float v[GM];
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        v[h] = d[h];
+    }
+    // after the step on bit 16 >> i, v[j] holds head j + (lane & bit ? n : 0) of what was left, n halving each step;
+    // so v[0] ends as head sum_i ((lane >> (4 - i)) & 1) * GM >> (i + 1), i.e. lane / (32 / GM)
+#pragma unroll
+    for (int i = 0; i < LG; ++i) {
+        const int  bit = 16 >> i;
+        const int  n   = GM >> (i + 1);
+        const bool hi  = (lane & bit) != 0;
+#pragma unroll
+        for (int j = 0; j < n; ++j) {
+            const float send = hi ? v[j] : v[j + n];
+            const float keep = hi ? v[j + n] : v[j];
+            v[j] = keep + __shfl_xor_sync(0xFFFFFFFF, send, bit);
+        }
+    }
+#pragma unroll
+    for (int bit = 16 >> LG; bit > 0; bit >>= 1) {
+        v[0] += __shfl_xor_sync(0xFFFFFFFF, v[0], bit);
+    }
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+        d[h] = __shfl_sync(0xFFFFFFFF, v[0], h*(WARP_SIZE/GM));
+    }
+}
+
 // ---- fused: the whole op in one thread block cluster per (KV head, unit) (sm_90; f16 K/V; D = Dv = 64 or 128) ----
 // The single and split variants pay for their step-1 kernel, a round trip of the scores through L2 and a step 2
 // that selects and attends in one block per KV head: ~24 us even at 256 positions (H100). Here the nb blocks of a
@@ -1838,6 +1876,9 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
     for (int cb = warp; cb < NC; cb += SPARQ_FU_WARPS) {
         const int c0 = s_lh[64*cb + lane];
         const int c1 = s_lh[64*cb + WARP_SIZE + lane];
+        if (__ballot_sync(0xFFFFFFFF, (c0 | c1) != 0) == 0) {
+            continue; // empty (most coarse bins of the first pass): no clears, no reduction
+        }
         s_lh[64*cb + lane]             = 0;
         s_lh[64*cb + WARP_SIZE + lane] = 0;
         if (c0 != 0) {
@@ -1950,6 +1991,14 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
 
     const MT * mrow = (const MT *) (a.mask + t*a.m_nb1 + (int64_t) (s % a.m_ne3)*a.m_nb3);
     sparq_load_q(a, kh, t, s, G, s_q);
+    // block 0: the mean of V of this thread's output element, for the blend, requested now: a load still in flight
+    // at a cluster barrier holds the barrier's release until it lands (before, issued ahead of the last barrier, it
+    // added its whole latency there)
+    const int tv = a.vm_ne2 == 1 ? 0 : t;
+    const int sv = a.vm_ne3 == 1 ? 0 : s;
+    const char * vmb = (a.flags & 1) != 0 ? a.vm + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3 : nullptr;
+    const float vm0 = vmb != nullptr && rank == 0 && tid < G*a.Dv ?
+        *(const float *) (vmb + (int64_t) (tid % a.Dv)*sizeof(float)) : 0.0f;
     __syncthreads();
     SPARQ_MARK_FU(11);
     sparq_i1_coef<SPARQ_FU_THREADS, GM>(a, G, s_q, s_abs, (int *) sparq_smem, s_i1, s_coef); // ranks: in s_a (free until step 1)
@@ -2383,18 +2432,22 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
                     kf[e] = __half2float(kh2[e]);
                     vf[e] = __half2float(vh2[e]);
                 }
+                float dot[GM];
+#pragma unroll
+                for (int h = 0; h < GM; ++h) {
+                    dot[h] = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < DE; ++e) {
+                        dot[h] += qv[h][e]*kf[e]; // (qv is 0 for h >= G)
+                    }
+                }
+                sparq_warp_sum_heads<GM>(dot);
 #pragma unroll
                 for (int h = 0; h < GM; ++h) {
                     if (h >= G) {
                         break;
                     }
-                    float dot = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < DE; ++e) {
-                        dot += qv[h][e]*kf[e];
-                    }
-                    dot = warp_reduce_sum<WARP_SIZE>(dot);
-                    const float sc   = a.scale*dot + mr[u];
+                    const float sc   = a.scale*dot[h] + mr[u];
                     const float mn   = fmaxf(m[h], sc);
                     const float corr = expf(m[h] - mn); // m = -inf first: 0
                     const float p    = expf(sc - mn);
@@ -2457,11 +2510,6 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
             red0[(rank*G + h)*a.Dv + e % a.Dv] = y;
         }
     }
-    // block 0: the mean of V of this thread's first element, requested before the barrier (a global load's latency)
-    const int tv = a.vm_ne2 == 1 ? 0 : t;
-    const int sv = a.vm_ne3 == 1 ? 0 : s;
-    const char * vmb = a.vm + kh*a.vm_nb1 + tv*a.vm_nb2 + sv*a.vm_nb3;
-    const float vm0 = blend && rank == 0 && tid < G*a.Dv ? *(const float *) (vmb + (int64_t) (tid % a.Dv)*sizeof(float)) : 0.0f;
     cluster.sync();
     SPARQ_MARK_FU(10);
     if (rank != 0) {
