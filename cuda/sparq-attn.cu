@@ -104,6 +104,16 @@ __device__ long long          sparq_phase_clk[2][SPARQ_PHASES]; // clock64 at th
             sparq_phase_clk[blockIdx.x == 0 ? 0 : 1][i] = clock64();                                             \
         }                                                                                                        \
     } while (0)
+// block 0 of the first cluster only (inside the fused kernel's helpers, which do not see the layout)
+#define SPARQ_MARK_B0(i)                                                                                        \
+    do {                                                                                                         \
+        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {                                            \
+            unsigned long long t_;                                                                               \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
+            sparq_phase_ns[0][i] = t_;                                                                           \
+            sparq_phase_clk[0][i] = clock64();                                                                   \
+        }                                                                                                        \
+    } while (0)
 void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES], long long clk[2][SPARQ_PHASES]) {
     CUDA_CHECK(cudaMemcpyFromSymbol(out, sparq_phase_ns, sizeof(sparq_phase_ns)));
     CUDA_CHECK(cudaMemcpyFromSymbol(clk, sparq_phase_clk, sizeof(sparq_phase_clk)));
@@ -115,6 +125,7 @@ void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES], long long clk[2][
 #else
 #define SPARQ_MARK(kern, i) do {} while (0)
 #define SPARQ_MARK_FU(i) do {} while (0)
+#define SPARQ_MARK_B0(i) do {} while (0)
 #endif // SPARQ_PHASE_TIMING
 
 template <typename T> static __device__ __forceinline__ float sparq_f(const T v);
@@ -1854,9 +1865,11 @@ static sparq_fu_layout sparq_fu_plan_layout(const int n_kv, const int G, const i
 // where the want-th key lies (two remote reads of at most 64 counts: each block reading all 4096 bins of block 0,
 // even coalesced, held the pass at ~4 us on the H100). Returns the bin; want becomes the rank inside it, cnt its
 // count. Every block computes the same from the same histogram.
+// (stamp: the first of three phase stamps: histogram, push, barrier done)
 template <int NBINS>
 static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const int P, const int shift, const uint32_t pmask,
-        const uint32_t prefix, int * s_lh, int * h0, int & want, int & cnt, int * s_res) {
+        const uint32_t prefix, int * s_lh, int * h0, int & want, int & cnt, int * s_res, const int stamp) {
+    GGML_UNUSED(stamp);
     constexpr int NC = NBINS/64;
     static_assert(NC >= 1 && NC <= 64, "coarse bins: two a lane");
     const int tid  = threadIdx.x;
@@ -1871,6 +1884,7 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
         }
     }
     __syncthreads();
+    SPARQ_MARK_B0(stamp);
     // warp w pushes coarse bins w, w + WARPS, ...: its 64 bins (two a lane, cleared for the next pass) and their sum
 #pragma unroll 1
     for (int cb = warp; cb < NC; cb += SPARQ_FU_WARPS) {
@@ -1892,7 +1906,9 @@ static __device__ __noinline__ int sparq_fu_pass(const uint32_t * s_key, const i
             atomicAdd(h0 + NBINS + cb, sum);
         }
     }
+    SPARQ_MARK_B0(stamp + 1);
     cooperative_groups::this_cluster().sync();
+    SPARQ_MARK_B0(stamp + 2);
     if (warp == 0) {
         // level 0: lane holds coarse bins NC-1 - 2 lane and the one below (descending); level 1: the 64 bins of the
         // coarse bin found, likewise. top: the level's top bin (the coarse bins sit past the NBINS fine ones in h0)
@@ -2239,14 +2255,17 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
     if (!dense) {
         int * h0 = cluster.map_shared_rank(s_hist, 0);
         int cnt;
-        const int d1 = sparq_fu_pass<SPARQ_FU_BINS>(s_key, P, 20, 0u, 0u, s_lh, h0, want, cnt, s_res);
+        // (phase stamps 12-14, 21 / 15-17, 22 / 18-20: the passes' histogram, push, barrier, find)
+        const int d1 = sparq_fu_pass<SPARQ_FU_BINS>(s_key, P, 20, 0u, 0u, s_lh, h0, want, cnt, s_res, 12);
+        SPARQ_MARK_FU(21);
         const uint32_t p1 = (uint32_t) d1 << 20;
         const int d2 = sparq_fu_pass<SPARQ_FU_BINS>(s_key, P, 8, 0xFFF00000u, p1, s_lh, h0 + SPARQ_FU_HIST, want, cnt,
-                                                    s_res);
+                                                    s_res, 15);
+        SPARQ_MARK_FU(22);
         thr = p1 | (uint32_t) d2 << 8;
         if (cnt != want) { // the bin holds keys past the k-th: their low 8 bits decide
             const int d3 = sparq_fu_pass<256>(s_key, P, 0, 0xFFFFFF00u, thr, s_lh, h0 + 2*SPARQ_FU_HIST, want, cnt,
-                                              s_res);
+                                              s_res, 18);
             thr |= (uint32_t) d3;
             ties = cnt != want; // equal keys: the first want of them by position
         }
@@ -2497,6 +2516,7 @@ static __global__ void __launch_bounds__(SPARQ_FU_THREADS, 1) sparq_fused(const 
         }
     }
     __syncthreads();
+    SPARQ_MARK_FU(23);
     {
         float * red0 = cluster.map_shared_rank(s_red, 0);
 #pragma unroll 1

@@ -10,7 +10,7 @@
 #define SPARQ_SPLIT_NSEG    16    // split step 2: most position segments per KV head
 #define SPARQ_SPLIT_SEG_MIN 512   // split step 2: fewest positions per segment
 #define SPARQ_SPLIT_SEG_MAX 2816  // split step 2: most positions per segment (NSEG*SEG_MAX >= MAX_NKV)
-#define SPARQ_PHASES        12    // phase stamps per kernel (-DSPARQ_PHASE_TIMING diagnostics)
+#define SPARQ_PHASES        24    // phase stamps per kernel (-DSPARQ_PHASE_TIMING diagnostics)
 
 // launch arguments: the op fills them from its tensors, the standalone test (cuda/tests) directly.
 // Byte strides; shapes and semantics as in ggml-sparse.h. Every dimension must be within the limits above.

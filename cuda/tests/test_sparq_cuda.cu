@@ -720,6 +720,13 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                     printf(" %lld", ck[0][seq[i]] - ck[0][seq[i - 1]]);
                 }
                 printf("\n");
+                // inside the radix select (each pass: local histogram, push into block 0, cluster barrier, find) and
+                // the partials (merges over the warps, then the stores into block 0 and the barrier); 0: not run
+                auto c = [&](int i, int j) { return ck[0][i] != 0 && ck[0][j] != 0 ? ck[0][i] - ck[0][j] : 0LL; };
+                printf("%8lld   fused block 0   : cycles, radix pass 1 [%lld %lld %lld %lld] pass 2 [%lld %lld %lld %lld]"
+                       " pass 3 [%lld %lld %lld %lld]; partials [%lld %lld]\n", (long long) S,
+                       c(12, 4), c(13, 12), c(14, 13), c(21, 14), c(15, 21), c(16, 15), c(17, 16), c(22, 17),
+                       c(18, 22), c(19, 18), c(20, 19), c(5, 20), c(23, 7), c(10, 23));
             }
 #endif
         }
