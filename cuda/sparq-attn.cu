@@ -1780,7 +1780,7 @@ static __device__ __forceinline__ void sparq_warp_sum_heads(float (&d)[GM]) {
         v[h] = d[h];
     }
     // after the step on bit 16 >> i, v[j] holds head j + (lane & bit ? n : 0) of what was left, n halving each step;
-    // so v[0] ends as head sum_i ((lane >> (4 - i)) & 1) * GM >> (i + 1), i.e. lane / (32 / GM)
+    // so v[0] ends as the head numbered by lane bits 4, 3 (, 2) read in that order: lane / (32 / GM)
 #pragma unroll
     for (int i = 0; i < LG; ++i) {
         const int  bit = 16 >> i;
