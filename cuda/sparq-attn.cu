@@ -1830,7 +1830,10 @@ static __device__ __forceinline__ void sparq_warp_sum_heads(float (&d)[GM]) {
 #define SPARQ_FU_BINS    (1 << SPARQ_FU_BITS)
 #define SPARQ_FU_HIST    (SPARQ_FU_BINS + SPARQ_FU_BINS/64)   // a pass's bins and coarse bins in block 0
 #define SPARQ_FU_HIST_ALL (2*SPARQ_FU_HIST + 256 + 4)         // passes 1, 2 and 3
-#define SPARQ_FU_BATCH   8                         // k_t rows a thread holds in the score pass (two halves in turn)
+#ifndef SPARQ_FU_BATCH
+#define SPARQ_FU_BATCH   8                         // k_t rows a thread holds in the score pass (two halves in turn;
+                                                   // 12 and 16 ran slower on the H200: 128 registers and spills)
+#endif
 
 // dynamic shared memory of the fused kernel, in 4-byte words: [A: RG x G x P scores, later the warps' partial
 // outputs] [keys P] [chosen positions P] [local histogram BINS] [block 0: the passes' histograms] [block 0: the
