@@ -85,35 +85,22 @@ static_assert(SPARQ_CUDA_MAX_G*SPARQ_AT_THREADS*sizeof(float) <= // (NRS/2)*G*Dv
 #ifdef SPARQ_PHASE_TIMING
 __device__ unsigned long long sparq_phase_ns[2][SPARQ_PHASES];
 __device__ long long          sparq_phase_clk[2][SPARQ_PHASES]; // clock64 at the same stamps (the SM clock: cycles/ns)
-#define SPARQ_MARK(kern, i)                                                                                    \
+// where cond holds: %globaltimer and clock64 into row `row`, stamp i
+#define SPARQ_STAMP(cond, row, i)                                                                               \
     do {                                                                                                         \
-        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {                         \
+        if (cond) {                                                                                              \
             unsigned long long t_;                                                                               \
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
-            sparq_phase_ns[kern][i] = t_;                                                                        \
-            sparq_phase_clk[kern][i] = clock64();                                                                \
+            sparq_phase_ns[row][i] = t_;                                                                         \
+            sparq_phase_clk[row][i] = clock64();                                                                 \
         }                                                                                                        \
     } while (0)
+#define SPARQ_MARK(kern, i) SPARQ_STAMP(blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0, kern, i)
 // the fused kernel: block 0 of KV head 0 into [0], the last block of its cluster into [1]
-#define SPARQ_MARK_FU(i)                                                                                        \
-    do {                                                                                                         \
-        if (blockIdx.y == 0 && threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == L.nb - 1)) {                \
-            unsigned long long t_;                                                                               \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
-            sparq_phase_ns[blockIdx.x == 0 ? 0 : 1][i] = t_;                                                     \
-            sparq_phase_clk[blockIdx.x == 0 ? 0 : 1][i] = clock64();                                             \
-        }                                                                                                        \
-    } while (0)
+#define SPARQ_MARK_FU(i) \
+    SPARQ_STAMP(blockIdx.y == 0 && threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == L.nb - 1), blockIdx.x == 0 ? 0 : 1, i)
 // block 0 of the first cluster only (inside the fused kernel's helpers, which do not see the layout)
-#define SPARQ_MARK_B0(i)                                                                                        \
-    do {                                                                                                         \
-        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {                                            \
-            unsigned long long t_;                                                                               \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                               \
-            sparq_phase_ns[0][i] = t_;                                                                           \
-            sparq_phase_clk[0][i] = clock64();                                                                   \
-        }                                                                                                        \
-    } while (0)
+#define SPARQ_MARK_B0(i) SPARQ_STAMP(blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0, 0, i)
 void sparq_phase_read(unsigned long long out[2][SPARQ_PHASES], long long clk[2][SPARQ_PHASES]) {
     CUDA_CHECK(cudaMemcpyFromSymbol(out, sparq_phase_ns, sizeof(sparq_phase_ns)));
     CUDA_CHECK(cudaMemcpyFromSymbol(clk, sparq_phase_clk, sizeof(sparq_phase_clk)));

@@ -804,7 +804,7 @@ int main() {
            "   ~1 GiB). fused: 8 clusters of 8 x 512; split: 16 x 8 blocks for the scores, then the clusters (PDL);\n"
            "   touch: fused, one load every 64 KB of the block's k_t / K / V first (TLB warmed during q and i1);\n"
            "   glob8 / glob16: no clusters, 8 / 16 blocks a head, exchanges and merge through global memory.\n"
-           "   The op itself (fused): 22.4 / 19.7 / 22.9 / 29.6 us at 256 / 4k / 16k / 32k (H200, 2026-12-02)\n");
+           "   The op's own times: test_sparq_cuda bench --variant fused (bench/results/cuda_h200_2026-12-02b.md).\n");
     {
         CK(cudaMemset(d_ring, 0, n_big*sizeof(int)));
         float * d_q;
@@ -841,7 +841,8 @@ int main() {
             const size_t kv_n   = (size_t) S*SK_H*SK_D;
             const size_t copy_n = kt_n + 2*kv_n;
             const int    ncopy  = (int) std::max<size_t>(1, std::min<size_t>(50, n_big*2/copy_n));
-            // split 2: fused with touch; 3 / 4: no clusters, 8 / 16 blocks a head (k_gskel)
+            // the structures: fused; split; fused with touch; no clusters, 8 / 16 blocks a head (k_gskel)
+            static const char * const names[] = { "fused", "split", "touch", "glob8", "glob16" };
             for (int split : {0, 1, 2, 3, 4}) {
                 for (int nsync : {1, 3, 5}) {
                     if ((split == 2 && nsync != 3) || (split >= 3 && nsync == 5)) {
@@ -869,8 +870,7 @@ int main() {
                     }, 50, st);
                     long long clk[2][10];
                     CK(cudaMemcpyFromSymbol(clk, sk_clk, sizeof(clk)));
-                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us", split == 1 ? "split" : split == 2 ? "touch" : split == 3 ? "glob8" : split == 4 ? "glob16" : "fused", S,
-                           nsync, us);
+                    printf("%-6s S %6d, %d exchanges + the merge's barrier     %7.2f us", names[split], S, nsync, us);
                     // cycles: q, i1, k_t rows, their sum, the block maximum | exchanges, attention, merge barrier, output
                     printf("   cycles q %lld i1 %lld rows %lld sum %lld", clk[0][1] - clk[0][0], clk[0][2] - clk[0][1],
                            clk[0][3] - clk[0][2], clk[0][4] - clk[0][3]);

@@ -722,11 +722,11 @@ static int cmd_bench(const std::vector<int64_t> & seq_lens, bool warm, int iters
                 printf("\n");
                 // inside the radix select (each pass: local histogram, push into block 0, cluster barrier, find) and
                 // the partials (merges over the warps, then the stores into block 0 and the barrier); 0: not run
-                auto c = [&](int i, int j) { return ck[0][i] != 0 && ck[0][j] != 0 ? ck[0][i] - ck[0][j] : 0LL; };
+                auto dc = [&](int i, int j) { return ck[0][i] != 0 && ck[0][j] != 0 ? ck[0][i] - ck[0][j] : 0LL; };
                 printf("%8lld   fused block 0   : cycles, radix pass 1 [%lld %lld %lld %lld] pass 2 [%lld %lld %lld %lld]"
                        " pass 3 [%lld %lld %lld %lld]; partials [%lld %lld]\n", (long long) S,
-                       c(12, 4), c(13, 12), c(14, 13), c(21, 14), c(15, 21), c(16, 15), c(17, 16), c(22, 17),
-                       c(18, 22), c(19, 18), c(20, 19), c(5, 20), c(23, 7), c(10, 23));
+                       dc(12, 4), dc(13, 12), dc(14, 13), dc(21, 14), dc(15, 21), dc(16, 15), dc(17, 16), dc(22, 17),
+                       dc(18, 22), dc(19, 18), dc(20, 19), dc(5, 20), dc(23, 7), dc(10, 23));
             }
 #endif
         }
