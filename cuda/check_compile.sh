@@ -76,5 +76,6 @@ compile test_sparq_cuda -DGGML_SPARSE_CUDA_STANDALONE -I "$root/tests/c" "$here/
 compile attn-decode-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/attn-decode.cu"
 compile test_attn_cuda -DGGML_SPARSE_CUDA_STANDALONE "$here/tests/test_attn_cuda.cu"
 compile sparq_probe "$here/tests/sparq_probe.cu"
+compile gemv_probe "$here/tests/gemv_probe.cu"
 
 exit $status
