@@ -123,6 +123,9 @@ struct zz_lane_q4_K {
     uint32_t m6;   // s < 4: 63, else 0x0F (low bits of the scale/min)
     uint32_t m2;   // s < 4: 0, else 0x30 (high bits, from the top of scales[s - 4] / scales[s])
     int      msh;  // shift of the min's low bits: sh, or sh + 4
+    uint32_t psel; // pair form: PRMT selector putting byte s & 3 of two words at bytes 0 and 2
+    uint32_t pm6;  // pair form: m6 in both halves (its complement picks m2's bits)
+    int      pmsh; // pair form: 4 for s > 3 (the min's low bits are the high nibble), else 0
 };
 struct zz_data_q4_K {
     uint4 h;
@@ -148,6 +151,9 @@ static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_K & l, const int 
     l.m6   = s < 4 ? 63 : 0x0F;
     l.m2   = s < 4 ? 0 : 0x30;
     l.msh  = s < 4 ? l.sh : l.sh + 4;
+    l.psel = (s & 3)*0x11 + (4 + (s & 3))*0x1100;
+    l.pm6  = l.m6*0x10001u;
+    l.pmsh = s < 4 ? 0 : 4;
 }
 static __device__ __forceinline__ void zz_load(zz_data_q4_K & d, const char * blk, const zz_lane_q4_K & l) {
     d.h = *(const uint4 *) blk;
@@ -476,6 +482,30 @@ static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], co
                  x01, x23);
 }
 
+// Pair form of the scales (version 3; GGML_SPARSE_CUDA_Q4K_PAIR_SC, default on): sub-block s = g of two columns
+// a, b at once. PRMT puts the scale bytes of both headers into one word, so the 6-bit extraction runs once per pair
+// and its result is an f16 pair (the 0x6400 trick); d sc and dmin m are then f16 products. ~24 instructions a pair
+// against ~50 for two columns in fp32; d sc is rounded to f16 once more than there.
+#ifndef GGML_SPARSE_CUDA_Q4K_PAIR_SC
+#define GGML_SPARSE_CUDA_Q4K_PAIR_SC 1
+#endif
+static __device__ __forceinline__ void zz_q4_K_pair_scales(const uint4 ha, const uint4 hb, const zz_lane_q4_K & L,
+        half2 & dsc, half2 & dmn) {
+    // s < 4: sc = scales[s] (h.y), mn = scales[s + 4] (h.z); s > 3: low bits in scales[s + 4] (h.w), high bits
+    // in the top of scales[s - 4] (h.y) and scales[s] (h.z)
+    const uint32_t a  = __byte_perm(L.hi ? ha.w : ha.y, L.hi ? hb.w : hb.y, L.psel);
+    const uint32_t am = __byte_perm(L.hi ? ha.w : ha.z, L.hi ? hb.w : hb.z, L.psel) >> L.pmsh;
+    const uint32_t b  = __byte_perm(ha.y, hb.y, L.psel) >> 2;
+    const uint32_t bm = __byte_perm(ha.z, hb.z, L.psel) >> 2;
+    // (a & m6) | (b & m2) | 0x6400 in each half = 1024 + sc in f16: m2 = ~m6 & 0x30 (0 where m6 = 63), and ~m6 keeps
+    // the exponent bits; two LOP3 a value
+    const uint32_t sc = (a  & L.pm6) | (((b  & 0x00300030u) | 0x64006400u) & ~L.pm6);
+    const uint32_t mn = (am & L.pm6) | (((bm & 0x00300030u) | 0x64006400u) & ~L.pm6);
+    const half2    k1024 = zz_bits_h2(0x64006400u);
+    dsc = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x5410)), __hsub2(zz_bits_h2(sc), k1024));
+    dmn = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x7632)), __hsub2(zz_bits_h2(mn), k1024));
+}
+
 // versions 2 and 3: the A fragments of the 16 tiles from the lane's quant words q, tile (p, hh, ep) handed to
 // mma(p, hh, ep, a0, a1, a2, a3)
 template <typename F>
@@ -558,11 +588,24 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
 static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[4][4], float (&cmin)[4]) {
     const int g = lane/4;
+#if GGML_SPARSE_CUDA_Q4K_PAIR_SC
+    half2 dsc01, dmn01, dsc23, dmn23;
+    zz_q4_K_pair_scales(h[0], h[1], L, dsc01, dmn01);
+    zz_q4_K_pair_scales(h[2], h[3], L, dsc23, dmn23);
+    const half2 x01 = __floats2half2_rn(xb[0], xb[1]);
+    const half2 x23 = __floats2half2_rn(xb[2], xb[3]);
+    zz_mma_16816(cmin, zz_h2_bits(dmn01), 0u, zz_h2_bits(dmn23), 0u, zz_h2_bits(x01), zz_h2_bits(x23));
+    // x k (d sc): d sc >= d stays a normal f16 where d is one
+    const half2    k2  = __float2half2_rn(k);
+    const uint32_t my0 = zz_h2_bits(__hmul2(__hmul2(x01, k2), dsc01));
+    const uint32_t my1 = zz_h2_bits(__hmul2(__hmul2(x23, k2), dsc23));
+#else
     float    dsc[4];
     uint32_t x01, x23;
     zz_q4_K_v2_scales(h, xb, L, k, dsc, x01, x23, cmin);
     const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
     const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
+#endif
     zz_q4_K_v2_tiles(q, [&](const int p, const int hh, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
             const uint32_t a3) {
         const bool own = g == 2*p + hh;
