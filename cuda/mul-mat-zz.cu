@@ -1567,17 +1567,17 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
     return ZZ_DIRECT_QUEUE*(int) sizeof(int) + ZZ_DIRECT_QUEUE*T*(int) sizeof(float);
 }
 
-// opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
-// 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
-// rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
-// 8192x28672 54.7 / 54.9 against 59.0; bench/results/cuda_h100_2026-11-24.md); on short rows and T > 1 the
-// shuffle cost 2-10 %, so the launcher asks for it only at T = 1 with >= 256 columns a warp
 // DENSE launches of the direct kernel (without the opaque column): whole rounds addressed from one base
 // (GGML_SPARSE_CUDA_ZZ_DENSE_IMM, default on)
 #ifndef GGML_SPARSE_CUDA_ZZ_DENSE_IMM
 #define GGML_SPARSE_CUDA_ZZ_DENSE_IMM 1
 #endif
 
+// opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
+// 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
+// rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
+// 8192x28672 54.7 / 54.9 against 59.0; bench/results/cuda_h100_2026-11-24.md); on short rows and T > 1 the
+// shuffle cost 2-10 %, so the launcher asks for it only at T = 1 with >= 256 columns a warp
 template <int mode, bool opaque = false>
 static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const int p, const int p_end, const int tq,
         int (&col)[4]) {
