@@ -24,14 +24,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#include "probe-check.h"
 
 #define BQ    144 // bytes of a Q4_K block
 #define WARPS 4
@@ -70,6 +63,13 @@ static __device__ __forceinline__ void load_blk(const char * w_row, const int co
     } else {
         h = make_uint4(0, 0, 0, 0);
         q = make_uint4(0, 0, 0, 0);
+    }
+}
+
+static __device__ __forceinline__ void work_init(float (&f)[8]) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        f[c] = 0.5f;
     }
 }
 
@@ -121,10 +121,7 @@ static __global__ void __launch_bounds__(WARPS*32) k_direct(const prm p) {
     col_range(p, c0, c1);
     const char * w_row = p.w + (int64_t) blockIdx.y*p.n*BQ;
     float f[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-        f[c] = 0.5f;
-    }
+    work_init(f);
     if constexpr (!PIPE) {
         for (int p0 = c0; p0 < c1; p0 += 16*S) {
             uint4 h[S][4], q[S][4];
@@ -185,10 +182,7 @@ static __global__ void __launch_bounds__(WARPS*32, MINB) k_ring(const prm p) {
     col_range(p, c0, c1);
     const char * w_row = p.w + (int64_t) blockIdx.y*p.n*BQ;
     float f[8];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-        f[c] = 0.5f;
-    }
+    work_init(f);
     const int nsteps = (c1 - c0 + 15)/16;
 #pragma unroll
     for (int s = 0; s < STG - 1; ++s) {

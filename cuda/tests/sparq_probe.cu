@@ -22,14 +22,7 @@
 
 namespace cg = cooperative_groups;
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#include "probe-check.h"
 
 #define CUDA_CHECK CK
 #include "graph-time.h"
