@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# llama-sparse: compile every cuda/*.cu (and the CUDA test) for sm_90 into a temp dir; exit non-zero on error.
+# llama-sparse: compile every cuda/*.cu (and the CUDA test) for sm_90 into a temp dir, and run the host-only test of
+# cuda/q4k-pair.cuh; exit non-zero on error.
 #
 # Needs nvcc and the llama.cpp sources the fork builds against:
 #   LLAMA_SPARSE_UPSTREAM  llama.cpp tree (default ~/.cache/llama-sparse/upstream)
@@ -77,5 +78,15 @@ compile attn-decode-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/attn-decode.
 compile test_attn_cuda -DGGML_SPARSE_CUDA_STANDALONE "$here/tests/test_attn_cuda.cu"
 compile sparq_probe "$here/tests/sparq_probe.cu"
 compile gemv_probe "$here/tests/gemv_probe.cu"
+
+# host-only: the pair-form Q4_K scale extraction against the format, run here (no GPU needed)
+if "$nvcc" -std=c++17 -O2 -I "$here" "$here/tests/test_q4k_pair.cu" -o "$tmp/test_q4k_pair" > "$tmp/test_q4k_pair.log" 2>&1 &&
+        "$tmp/test_q4k_pair" >> "$tmp/test_q4k_pair.log" 2>&1; then
+    echo "ok    test_q4k_pair (ran): $(tail -n 1 "$tmp/test_q4k_pair.log")"
+else
+    echo "FAIL  test_q4k_pair"
+    sed 's/^/      /' "$tmp/test_q4k_pair.log" | head -n 20
+    status=1
+fi
 
 exit $status

@@ -18,6 +18,7 @@
 #include "sparse-idx.cuh"
 #include "graph-hook.cuh"
 #include "launch.cuh"
+#include "q4k-pair.cuh"
 #include "ggml-sparse.h"
 
 #include <cooperative_groups.h>
@@ -123,9 +124,7 @@ struct zz_lane_q4_K {
     uint32_t m6;   // s < 4: 63, else 0x0F (low bits of the scale/min)
     uint32_t m2;   // s < 4: 0, else 0x30 (high bits, from the top of scales[s - 4] / scales[s])
     int      msh;  // shift of the min's low bits: sh, or sh + 4
-    uint32_t psel; // pair form: PRMT selector putting byte s & 3 of two words at bytes 0 and 2
-    uint32_t pm6;  // pair form: m6 in both halves (its complement picks m2's bits)
-    int      pmsh; // pair form: 4 for s > 3 (the min's low bits are the high nibble), else 0
+    zz_pair_consts pc; // pair form (q4k-pair.cuh)
 };
 struct zz_data_q4_K {
     uint4 h;
@@ -151,9 +150,7 @@ static __device__ __forceinline__ void zz_lane_init(zz_lane_q4_K & l, const int 
     l.m6   = s < 4 ? 63 : 0x0F;
     l.m2   = s < 4 ? 0 : 0x30;
     l.msh  = s < 4 ? l.sh : l.sh + 4;
-    l.psel = (s & 3)*0x11 + (4 + (s & 3))*0x1100;
-    l.pm6  = l.m6*0x10001u;
-    l.pmsh = s < 4 ? 0 : 4;
+    l.pc   = zz_pair_consts_make(s);
 }
 static __device__ __forceinline__ void zz_load(zz_data_q4_K & d, const char * blk, const zz_lane_q4_K & l) {
     d.h = *(const uint4 *) blk;
@@ -491,17 +488,9 @@ static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], co
 #endif
 static __device__ __forceinline__ void zz_q4_K_pair_scales(const uint4 ha, const uint4 hb, const zz_lane_q4_K & L,
         half2 & dsc, half2 & dmn) {
-    // s < 4: sc = scales[s] (h.y), mn = scales[s + 4] (h.z); s > 3: low bits in scales[s + 4] (h.w), high bits
-    // in the top of scales[s - 4] (h.y) and scales[s] (h.z)
-    const uint32_t a  = __byte_perm(L.hi ? ha.w : ha.y, L.hi ? hb.w : hb.y, L.psel);
-    const uint32_t am = __byte_perm(L.hi ? ha.w : ha.z, L.hi ? hb.w : hb.z, L.psel) >> L.pmsh;
-    const uint32_t b  = __byte_perm(ha.y, hb.y, L.psel) >> 2;
-    const uint32_t bm = __byte_perm(ha.z, hb.z, L.psel) >> 2;
-    // (a & m6) | (b & m2) | 0x6400 in each half = 1024 + sc in f16: m2 = ~m6 & 0x30 (0 where m6 = 63), and ~m6 keeps
-    // the exponent bits; two LOP3 a value
-    const uint32_t sc = (a  & L.pm6) | (((b  & 0x00300030u) | 0x64006400u) & ~L.pm6);
-    const uint32_t mn = (am & L.pm6) | (((bm & 0x00300030u) | 0x64006400u) & ~L.pm6);
-    const half2    k1024 = zz_bits_h2(0x64006400u);
+    uint32_t sc, mn;
+    zz_q4_K_pair_bits(ha.y, ha.z, ha.w, hb.y, hb.z, hb.w, L.hi, L.pc, sc, mn);
+    const half2 k1024 = zz_bits_h2(0x64006400u);
     dsc = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x5410)), __hsub2(zz_bits_h2(sc), k1024));
     dmn = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x7632)), __hsub2(zz_bits_h2(mn), k1024));
 }
