@@ -1580,19 +1580,24 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
     }
 }
 
+// the loads of zz_direct_load and of DENSE's whole rounds: a block's header (blk) and the lane's quant bytes (bq)
+template <int V>
+static __device__ __forceinline__ void zz_direct_load_at(const char * blk, const char * bq, uint4 & h, uint4 & q) {
+    h = __ldg((const uint4 *) blk);
+    if constexpr (V == 1) {
+        q = __ldg((const uint4 *) bq);
+    } else {
+        const uint32_t * qw = (const uint32_t *) bq;
+        q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
+    }
+}
 // header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing);
 // V 1: bytes 16g..16g+15, V 2: the words at bytes 32p + 4g, p = 0..3
 template <int V>
 static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
         const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
-        h = __ldg((const uint4 *) blk);
-        if constexpr (V == 1) {
-            q = __ldg((const uint4 *) (blk + 16 + 16*g));
-        } else {
-            const uint32_t * qw = (const uint32_t *) (blk + 16) + g;
-            q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
-        }
+        zz_direct_load_at<V>(blk, V == 1 ? blk + 16 + 16*g : (const char *) ((const uint32_t *) (blk + 16) + g), h, q);
     } else {
         h = make_uint4(0, 0, 0, 0);
         q = make_uint4(0, 0, 0, 0);
@@ -1911,13 +1916,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const int off = 16*st + (i & 1) + 8*(i >> 1);
-                        h[st][i] = __ldg((const uint4 *) (wh + off*(int) sizeof(block_q4_K)));
-                        if constexpr (V == 1) {
-                            q[st][i] = __ldg((const uint4 *) (wq + off*(int) sizeof(block_q4_K)));
-                        } else {
-                            const uint32_t * qw = (const uint32_t *) (wq + off*(int) sizeof(block_q4_K));
-                            q[st][i] = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
-                        }
+                        zz_direct_load_at<V>(wh + off*(int) sizeof(block_q4_K), wq + off*(int) sizeof(block_q4_K),
+                                             h[st][i], q[st][i]);
                         xb[st][i] = tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, pb + off, xs) : 0.0f;
                     }
                 }
