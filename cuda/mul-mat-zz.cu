@@ -1562,6 +1562,13 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 #define GGML_SPARSE_CUDA_ZZ_DENSE_IMM 1
 #endif
 
+// FUSED, version 3: every queue flush is full (the last one padded), so its loads need no per-column bounds checks
+// (GGML_SPARSE_CUDA_ZZ_FUSED_FULL, default on; at version 2 it made ptxas spill at batch 6-8)
+#ifndef GGML_SPARSE_CUDA_ZZ_FUSED_FULL
+#define GGML_SPARSE_CUDA_ZZ_FUSED_FULL 1
+#endif
+#define ZZ_FUSED_FULL GGML_SPARSE_CUDA_ZZ_FUSED_FULL
+
 // opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
 // 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
 // rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
@@ -1809,6 +1816,12 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         float * q_x   = (float *) (q_col + ZZ_DIRECT_QUEUE);
         const int c_begin = (int) (((int64_t) n*wid)/nw);
         const int c_end   = (int) (((int64_t) n*(wid + 1))/nw);
+        // full flushes address a column's block and the lane's quant bytes from these (opaque: left to itself,
+        // ptxas keeps the row's uniform part apart and adds it to every address)
+        const char * w_blk  = w_row;
+        const char * w_lane = w_row + (V == 1 ? 16 + 16*g : 16 + 4*g);
+        asm("" : "+l"(w_blk));
+        asm("" : "+l"(w_lane));
 
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
@@ -1844,17 +1857,44 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
             const bool last = base + WARP_SIZE >= c_end;
             while (queued >= 16*S || (last && queued > 0)) {
+                if (ZZ_FUSED_FULL && V == 3 && queued < 16*S) {
+                    // the last flush is filled up with the queue's first column at x = 0 (its block is in L1 by
+                    // then), so every flush takes the path without bounds checks
+                    const int c0 = q_col[0];
+                    __syncwarp();
+                    if (lane >= queued) {
+                        q_col[lane] = c0;
+                        q_x[lane]   = 0.0f;
+                    }
+                    __syncwarp();
+                    queued = 16*S;
+                }
                 const int nb = min(queued, 16*S);
                 uint4 h[S][4], q[S][4];
                 float xb[S][4];
+                if (ZZ_FUSED_FULL && V == 3) {
+                    // a full flush: every entry is a column, so no bounds checks and no zero defaults
 #pragma unroll
-                for (int st = 0; st < S; ++st) {
+                    for (int st = 0; st < S; ++st) {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
-                        const int col = e < nb ? q_col[e] : -1;
-                        zz_direct_load<V>(w_row, col, g, h[st][i], q[st][i]);
-                        xb[st][i] = col >= 0 && tg < T ? q_x[e*T + tg] : 0.0f;
+                        for (int i = 0; i < 4; ++i) {
+                            const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
+                            const int col = q_col[e];
+                            zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K),
+                                                 w_lane + (int64_t) col*sizeof(block_q4_K), h[st][i], q[st][i]);
+                            xb[st][i] = tg < T ? q_x[e*T + tg] : 0.0f;
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int st = 0; st < S; ++st) {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
+                            const int col = e < nb ? q_col[e] : -1;
+                            zz_direct_load<V>(w_row, col, g, h[st][i], q[st][i]);
+                            xb[st][i] = col >= 0 && tg < T ? q_x[e*T + tg] : 0.0f;
+                        }
                     }
                 }
                 // the rest (< 32 entries) moves to the front of the queue
