@@ -1587,7 +1587,13 @@ static __device__ __forceinline__ void zz_direct_cols(const int32_t * idx, const
     }
 }
 
-// the loads of zz_direct_load and of DENSE's whole rounds: a block's header (blk) and the lane's quant bytes (bq)
+// byte offset of lane group g's quant bytes in a block: V 1 bytes 16g..16g+15, V 2 and 3 the words at 32p + 4g
+template <int V>
+static __device__ __forceinline__ int zz_direct_qoff(const int g) {
+    return V == 1 ? 16 + 16*g : 16 + 4*g;
+}
+// the loads of zz_direct_load, of DENSE's whole rounds and of FUSED's full flushes: a block's header (blk) and the
+// lane's quant bytes (bq)
 template <int V>
 static __device__ __forceinline__ void zz_direct_load_at(const char * blk, const char * bq, uint4 & h, uint4 & q) {
     h = __ldg((const uint4 *) blk);
@@ -1604,6 +1610,7 @@ template <int V>
 static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
     if (col >= 0) {
         const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
+        // (the same bytes as blk + zz_direct_qoff<V>(g); that form changed the SASS of 63 untimed kernels)
         zz_direct_load_at<V>(blk, V == 1 ? blk + 16 + 16*g : (const char *) ((const uint32_t *) (blk + 16) + g), h, q);
     } else {
         h = make_uint4(0, 0, 0, 0);
@@ -1819,7 +1826,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         // full flushes address a column's block and the lane's quant bytes from these (opaque: left to itself,
         // ptxas keeps the row's uniform part apart and adds it to every address)
         const char * w_blk  = w_row;
-        const char * w_lane = w_row + (V == 1 ? 16 + 16*g : 16 + 4*g);
+        const char * w_lane = w_row + zz_direct_qoff<V>(g);
         asm("" : "+l"(w_blk));
         asm("" : "+l"(w_lane));
 
@@ -1948,7 +1955,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             for (; p_rest + 16*S <= p_end; p_rest += 16*S) {
                 const int pb = p_rest + 2*tq;
                 const char * wh = w_row + (int64_t) pb*sizeof(block_q4_K);
-                const char * wq = wh + (V == 1 ? 16 + 16*g : 16 + 4*g);
+                const char * wq = wh + zz_direct_qoff<V>(g);
                 uint4 h[S][4], q[S][4];
                 float xb[S][4];
 #pragma unroll
