@@ -801,7 +801,7 @@ static __device__ int zz_fused_segment(const float * x, const int64_t x_stride, 
             bool act = false;
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                act = act || fabsf(v[u][t]) >= thr;
+                act = act || sparse_active(v[u][t], thr);
             }
             const uint32_t b = __ballot_sync(ZZ_FULL_MASK, act && j < n);
             if (lane == 0 && w < nwords) {
@@ -1569,6 +1569,13 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 #endif
 #define ZZ_FUSED_FULL GGML_SPARSE_CUDA_ZZ_FUSED_FULL
 
+// FUSED, version 3, with full flushes: a last flush of at most 16 columns takes one step, not two, after the scan's
+// loop (inside it, the branch slowed every flush; GGML_SPARSE_CUDA_ZZ_FUSED_HALF, default on)
+#ifndef GGML_SPARSE_CUDA_ZZ_FUSED_HALF
+#define GGML_SPARSE_CUDA_ZZ_FUSED_HALF 1
+#endif
+#define ZZ_FUSED_HALF GGML_SPARSE_CUDA_ZZ_FUSED_HALF
+
 // opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
 // 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
 // rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
@@ -1829,6 +1836,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         const char * w_lane = w_row + zz_direct_qoff<V>(g);
         asm("" : "+l"(w_blk));
         asm("" : "+l"(w_lane));
+        constexpr bool half = ZZ_FUSED_HALF && ZZ_FUSED_FULL && V == 3; // the last <= 16 columns after the loop
 
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
@@ -1843,7 +1851,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 #pragma unroll
             for (int t = 0; t < T; ++t) {
                 xv[t] = xn[t];
-                act   = act || fabsf(xv[t]) >= thr;
+                act   = act || sparse_active(xv[t], thr);
             }
             act = act && c < c_end;
 #pragma unroll
@@ -1863,7 +1871,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             __syncwarp();
 
             const bool last = base + WARP_SIZE >= c_end;
-            while (queued >= 16*S || (last && queued > 0)) {
+            while (queued >= 16*S || (last && queued > (half ? 16 : 0))) {
                 if (ZZ_FUSED_FULL && V == 3 && queued < 16*S) {
                     // the last flush is filled up with the queue's first column at x = 0 (its block is in L1 by
                     // then), so every flush takes the path without bounds checks
@@ -1940,6 +1948,30 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                     zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                 }
             }
+        }
+        if (half && queued > 0) {
+            // 1-16 columns left: one step, padded as above
+            const int c0 = q_col[0];
+            __syncwarp();
+            if (lane >= queued) {
+                q_col[lane] = c0;
+                q_x[lane]   = 0.0f;
+            }
+            __syncwarp();
+            uint4 h[4], q[4];
+            float xb[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int e   = 2*tq + (i & 1) + 8*(i >> 1);
+                const int col = q_col[e];
+                zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K),
+                                     w_lane + (int64_t) col*sizeof(block_q4_K), h[i], q[i]);
+                xb[i] = q_x[e];
+            }
+            if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && threadIdx.x == 0) {
+                zz_flag_hint = zz_flag_read(tickets + row);
+            }
+            zz_direct_step<T, V>(h, q, xb, lane, L, k16, cm, cmin);
         }
     } else {
         const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
@@ -2446,16 +2478,25 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         cfg.n1 *= (cfg.n2 + ZZ_DIRECT_MAX_WARPS - 1)/ZZ_DIRECT_MAX_WARPS;
         cfg.n2  = ZZ_DIRECT_MAX_WARPS; // (zz_red_mode drops a cluster when n1 > 8)
     }
-    float * ws;
-    int   * tickets;
-    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
-    const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const int v         = zz_direct_version_at(T);
     static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
     // the opaque column (zz_direct_cols) on long DENSE rows at batch 1; it was measured there, the B1 variant was not
     const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && segs.norm_w == nullptr &&
                           v >= 2 &&
                           n >= 256*(int64_t) cfg.n1*cfg.n2;
+    if constexpr (mode == ZZ_GEMV_DENSE) {
+        // those rows run faster as FUSED with every column kept (thr 0; NaN too), whose loop has no per-column
+        // checks at version 3 (LLAMA_SPARSE_CUDA_DENSE_FUSED=0: the DENSE kernel, an A/B)
+        static const bool dense_fused = zz_env_int("LLAMA_SPARSE_CUDA_DENSE_FUSED") != 0;
+        if (opq && v == 3 && dense_fused && ZZ_FUSED_FULL) {
+            zz_gemv_launch_direct<T, ZZ_GEMV_FUSED>(segs, n, x, x_stride, nullptr, cfg, caps, 0.0f, stream);
+            return;
+        }
+    }
+    float * ws;
+    int   * tickets;
+    const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
+    const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
     const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     size_t smem         = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);

@@ -35,7 +35,7 @@ static __device__ __forceinline__ uint32_t sparse_idx_flags(const float * x, con
 #pragma unroll
             for (int t = 0; t < SPARSE_IDX_MAX_TOKENS; ++t) {
                 if (t < n_tokens) {
-                    act = act || fabsf(x[t*x_stride + j]) >= threshold;
+                    act = act || sparse_active(x[t*x_stride + j], threshold);
                 }
             }
         }
@@ -169,7 +169,7 @@ static __global__ void sparse_idx_mask(const float * x, const int64_t n, const i
     }
     for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
         const float v = x[r*x_stride + j];
-        dst[r*dst_stride + j] = fabsf(v) < threshold ? 0.0f : v;
+        dst[r*dst_stride + j] = sparse_active(v, threshold) ? v : 0.0f;
     }
 }
 

@@ -5,6 +5,12 @@
 
 #define SPARSE_IDX_MAX_TOKENS 8 // == GGML_SPARSE_MAX_BATCH
 
+// the keep test of every CUDA kernel, as on the CPU and Metal: !(|v| < thr), so a NaN stays active as in the dense
+// product, and thr 0 keeps every column
+static __device__ __forceinline__ bool sparse_active(const float v, const float thr) {
+    return !(fabsf(v) < thr);
+}
+
 // exclusive scan of one int per thread over the block; every thread of the block calls it. s_tmp: one int
 // per warp of shared memory (free to reuse after the call returns); *total = the block's sum
 static __device__ __forceinline__ int sparse_block_excl_scan(const int v, int * s_tmp, int * total) {

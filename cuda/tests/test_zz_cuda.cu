@@ -411,6 +411,79 @@ static int test_idx(test_rng & rng, const int cases) {
     return failures;
 }
 
+// a NaN in x stays active, as on the CPU: LIST lists it, and every GEMV mode's output is NaN. Q4_K at batch 1, with
+// small configs too (DENSE with one block of one warp a row runs as FUSED at thr 0)
+static int test_nan(test_rng & rng) {
+    int failures = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    const int device = 0;
+    for (int c = 0; c < 8; ++c) {
+        const int64_t n   = rng.randint(1, 40)*32 + rng.randint(0, 31);
+        const int64_t m   = QK_K*rng.randint(1, 3);
+        const float   thr = 0.5f;
+        std::vector<float>   x;
+        std::vector<int32_t> active;
+        make_x(x, active, n, 1, n, 0.5, thr, false, rng);
+        const int64_t j_nan = rng.randint(0, (int) n - 1);
+        x[j_nan] = NAN;
+
+        zz_weights w;
+        make_weights(w, GGML_TYPE_Q4_K, n, m, rng);
+        zz_gemv_config cfg = zz_gemv_get_config(device, GGML_TYPE_Q4_K, n, m, 1);
+        if (c % 2 == 1) {
+            cfg.n1 = 1;
+            cfg.n2 = 1;
+            cfg.cluster = 0;
+        }
+        dev_buf<uint8_t> w_d(w.q.size());
+        dev_buf<float>   x_d(x.size());
+        dev_buf<int32_t> idx_d(n + 1);
+        dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, 1)));
+        dev_buf<float>   y_d(m);
+        w_d.upload(w.q.data(), w.q.size());
+        x_d.upload(x.data(), x.size());
+
+        idx_d.poison();
+        sparse_idx_list_launch(x_d.ptr, n, 1, n, thr, idx_d.ptr, scratch_d.ptr, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<int32_t> idx(n + 1);
+        idx_d.download(idx.data(), n + 1);
+        if (idx[n] < 0 || idx[n] > n || std::find(idx.begin(), idx.begin() + idx[n], (int32_t) j_nan) == idx.begin() + idx[n]) {
+            printf("  FAIL nan n=%lld: column %lld (NaN) not in the list\n", (long long) n, (long long) j_nan);
+            failures++;
+            continue;
+        }
+        std::vector<float> y(m);
+        for (const int mode : { (int) ZZ_GEMV_DENSE, (int) ZZ_GEMV_IDX, (int) ZZ_GEMV_FUSED }) {
+            CUDA_CHECK(cudaMemset(y_d.ptr, 0, m*sizeof(float))); // (not NaN: a dropped NaN must show)
+            CUDA_CHECK(cudaDeviceSynchronize());
+            if (mode == ZZ_GEMV_FUSED) {
+                if (!zz_gemv_launch_fused(GGML_TYPE_Q4_K, w_d.ptr, n, m, x_d.ptr, n, 1, thr, y_d.ptr, m, cfg, true, stream)) {
+                    continue;
+                }
+            } else {
+                zz_gemv_launch_ex(GGML_TYPE_Q4_K, w_d.ptr, n, m, x_d.ptr, n, 1, idx_d.ptr, (zz_gemv_mode) mode, y_d.ptr, m,
+                        cfg, stream);
+            }
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            y_d.download(y.data(), m);
+            int64_t finite = 0;
+            for (int64_t i = 0; i < m; ++i) {
+                finite += !std::isnan(y[i]);
+            }
+            if (finite != 0) {
+                printf("  FAIL nan n=%lld m=%lld n1=%d n2=%d mode %d: %lld of %lld outputs not NaN\n", (long long) n,
+                        (long long) m, cfg.n1, cfg.n2, mode, (long long) finite, (long long) m);
+                failures++;
+            }
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("nan: 8 cases, %d failures\n", failures);
+    return failures;
+}
+
 // the cross-block reductions of zz_gemv_set_ticket, by its argument
 static const char * red_name(const int red) {
     return red == 1 ? "ticket" : red == 2 ? "first" : red == 3 ? "early" : "atomic";
@@ -2166,6 +2239,7 @@ int main(int argc, char ** argv) {
         int failures = 0;
         failures += test_idx(rng, cases);
         failures += test_gemv(rng, cases);
+        failures += test_nan(rng);
         failures += test_group(rng, cases);
         failures += test_norm(rng, std::max(10, cases/2));
         failures += test_graph(rng);
