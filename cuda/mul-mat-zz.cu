@@ -1576,6 +1576,17 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 #endif
 #define ZZ_FUSED_HALF GGML_SPARSE_CUDA_ZZ_FUSED_HALF
 
+// a FUSED queue (batch 1) of queued < 32 entries filled up to 32 with its first column at x = 0
+static __device__ __forceinline__ void zz_queue_pad(int * q_col, float * q_x, const int queued, const int lane) {
+    const int c0 = q_col[0];
+    __syncwarp();
+    if (lane >= queued) {
+        q_col[lane] = c0;
+        q_x[lane]   = 0.0f;
+    }
+    __syncwarp();
+}
+
 // opaque (DENSE): the column passes through a shuffle, so ptxas cannot recompute it late. Without it ptxas issues
 // 8 of a T = 1 round's 48 weight loads after the first MMA of the previous step, one DRAM latency late; on long
 // rows (~20 rounds a warp) that is 7-8 % (H100, two rounds: 28672x8192 59.0 / 59.2 against 64.3 / 64.5 us,
@@ -1875,13 +1886,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 if (ZZ_FUSED_FULL && V == 3 && queued < 16*S) {
                     // the last flush is filled up with the queue's first column at x = 0 (its block is in L1 by
                     // then), so every flush takes the path without bounds checks
-                    const int c0 = q_col[0];
-                    __syncwarp();
-                    if (lane >= queued) {
-                        q_col[lane] = c0;
-                        q_x[lane]   = 0.0f;
-                    }
-                    __syncwarp();
+                    zz_queue_pad(q_col, q_x, queued, lane);
                     queued = 16*S;
                 }
                 const int nb = min(queued, 16*S);
@@ -1951,13 +1956,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
         if (half && queued > 0) {
             // 1-16 columns left: one step, padded as above
-            const int c0 = q_col[0];
-            __syncwarp();
-            if (lane >= queued) {
-                q_col[lane] = c0;
-                q_x[lane]   = 0.0f;
-            }
-            __syncwarp();
+            zz_queue_pad(q_col, q_x, queued, lane);
             uint4 h[4], q[4];
             float xb[4];
 #pragma unroll
