@@ -1,6 +1,7 @@
 // llama-sparse: what caps the direct Q4_K GEMV's DRAM rate (issue 6), on the GPU at hand (sm_90).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 cuda/tests/gemv_probe.cu -o gemv_probe && ./gemv_probe [m n]
+//   ./gemv_probe floor     the sparse-read floor on the benchmark's shapes (below)
 //
 // Measurement only, no ggml. Reads a zigzag Q4_K weight (m/256 block-rows of n 144-byte blocks, default 28672 x 8192,
 // 132 MB, rotated over 3 copies so that L2 holds none of it) on the direct kernel's grid: n1 blocks of 4 warps a
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "probe-check.h"
@@ -268,8 +270,157 @@ static __global__ void k_read_all(const uint4 * src, const int64_t np, unsigned 
     }
 }
 
+// the floor of any sparse GEMV on this layout: only the active columns' blocks of each block-row are read, as
+// 16-byte pieces, U loads in flight a lane, the row's list split evenly over its warps, no arithmetic
+struct sprm {
+    const char * w;
+    const int  * list;  // ascending active columns, the same for every block-row (they follow from x)
+    int          count;
+    int          n;
+    int          nw;    // warps a block-row
+    unsigned   * sink;
+};
+
+template <int U>
+static __global__ void __launch_bounds__(WARPS*32) k_sparse_read(const sprm p) {
+    const int lane = threadIdx.x % 32;
+    const int wid  = blockIdx.x*WARPS + threadIdx.x/32;
+    const int a0   = (int) (((int64_t) p.count*wid)/p.nw);
+    const int a1   = (int) (((int64_t) p.count*(wid + 1))/p.nw);
+    const char * w_row = p.w + (int64_t) blockIdx.y*p.n*BQ;
+    const int np = (a1 - a0)*(BQ/16);
+    uint32_t acc = 0;
+    for (int k0 = 0; k0 < np; k0 += 32*U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = k0 + 32*u + lane;
+            if (k < np) {
+                const int col = __ldg(p.list + a0 + k/(BQ/16));
+                v[u] = __ldg((const uint4 *) (w_row + (int64_t) col*BQ + 16*(k % (BQ/16))));
+            } else {
+                v[u] = make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        }
+    }
+    if (acc == 0x9e3779b9u) {
+        *p.sink = acc;
+    }
+}
+
 #define NCOPY 3
 #define REPS  24
+
+// per launch inside a CUDA graph of REPS launches (copies rotated), best of 5 graph runs: as test_zz_cuda's bench
+template <typename L>
+static double time_graph_us(L launch) {
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    for (int r = 0; r < REPS; ++r) {
+        launch(r % NCOPY, st);
+    }
+    CK(cudaStreamEndCapture(st, &graph));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    double best = 1e30;
+    for (int k = 0; k < 5; ++k) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(exec, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        best = std::min(best, 1000.0*ms/REPS);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(st));
+    return best;
+}
+
+// `floor`: k_sparse_read on the benchmark's 11 shapes at its sparsities (random columns, seed fixed); the best of
+// U 4 / 8 and 8 / 16 blocks an SM. Prints us and GB/s of the bytes read, against the read-only kernel
+static int run_floor() {
+    static const int64_t shapes[][2] = {
+        { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 }, { 4096, 14336 }, { 5120, 5120 },
+        { 13824, 5120 }, { 5120, 13824 }, { 8192, 8192 }, { 28672, 8192 }, { 8192, 28672 },
+    };
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    unsigned * sink;
+    CK(cudaMalloc(&sink, sizeof(unsigned)));
+    printf("%s, %d SMs: sparse-read floor (only the active blocks, no arithmetic), us a launch in a CUDA graph\n",
+           prop.name, prop.multiProcessorCount);
+    printf("%6s %6s | %6s | %8s %8s %8s %8s %8s %8s | read-all GB/s\n", "m", "n", "", "0 %", "25 %", "40 %", "50 %",
+           "65 %", "80 %");
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (const auto & sh : shapes) {
+        const int64_t m = sh[0], n = sh[1], rows = m/256, bytes = rows*n*BQ;
+        std::vector<char *> w(NCOPY);
+        for (int c = 0; c < NCOPY; ++c) {
+            CK(cudaMalloc(&w[c], bytes));
+            CK(cudaMemset(w[c], 0x11*(c + 1), bytes));
+        }
+        int * list_d;
+        CK(cudaMalloc(&list_d, n*sizeof(int)));
+        const double all_us = time_graph_us([&](int c, cudaStream_t st) {
+            k_read_all<<<prop.multiProcessorCount*8, 256, 0, st>>>((const uint4 *) w[c], bytes/16, sink);
+        });
+        double us[6], gbs[6];
+        const double sps[6] = { 0.0, 0.25, 0.40, 0.50, 0.65, 0.80 };
+        for (int k = 0; k < 6; ++k) {
+            std::vector<int> list;
+            for (int64_t j = 0; j < n; ++j) {
+                seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+                if ((double) (seed >> 11)*(1.0/9007199254740992.0) >= sps[k]) {
+                    list.push_back((int) j);
+                }
+            }
+            CK(cudaMemcpy(list_d, list.data(), list.size()*sizeof(int), cudaMemcpyHostToDevice));
+            us[k] = 1e30;
+            for (const int nb : { 8, 16 }) {
+                const int  n1 = std::max<int>(1, (prop.multiProcessorCount*nb)/(int) rows);
+                const dim3 grid(n1, (unsigned) rows);
+                for (const int u : { 4, 8 }) {
+                    const double t = time_graph_us([&](int c, cudaStream_t st) {
+                        const sprm p = { w[c], list_d, (int) list.size(), (int) n, n1*WARPS, sink };
+                        if (u == 4) {
+                            k_sparse_read<4><<<grid, WARPS*32, 0, st>>>(p);
+                        } else {
+                            k_sparse_read<8><<<grid, WARPS*32, 0, st>>>(p);
+                        }
+                    });
+                    us[k] = std::min(us[k], t);
+                }
+            }
+            gbs[k] = (double) rows*list.size()*BQ/(us[k]*1e3);
+        }
+        printf("%6lld %6lld | us     | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %.0f\n", (long long) m, (long long) n,
+               us[0], us[1], us[2], us[3], us[4], us[5], bytes/(all_us*1e3));
+        printf("%6s %6s | GB/s   | %8.0f %8.0f %8.0f %8.0f %8.0f %8.0f |\n", "", "", gbs[0], gbs[1], gbs[2], gbs[3], gbs[4],
+               gbs[5]);
+        CK(cudaFree(list_d));
+        for (char * p : w) {
+            CK(cudaFree(p));
+        }
+    }
+    CK(cudaFree(sink));
+    return 0;
+}
 
 struct bench {
     std::vector<char *> w;
@@ -327,6 +478,9 @@ static void run(const bench & b, const char * name, K kernel, const int smem, co
 }
 
 int main(int argc, char ** argv) {
+    if (argc > 1 && std::string(argv[1]) == "floor") {
+        return run_floor();
+    }
     bench b;
     b.m = argc > 2 ? atoll(argv[1]) : 28672;
     b.n = argc > 2 ? atoll(argv[2]) : 8192;
