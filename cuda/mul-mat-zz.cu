@@ -1562,8 +1562,8 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 #define GGML_SPARSE_CUDA_ZZ_DENSE_IMM 1
 #endif
 
-// FUSED, version 3: every queue flush is full (the last one padded), so its loads need no per-column bounds checks
-// (GGML_SPARSE_CUDA_ZZ_FUSED_FULL, default on; at version 2 it made ptxas spill at batch 6-8)
+// FUSED: every queue flush is full (the last one padded), so its loads need no per-column bounds checks; version 3,
+// and version 2 up to the batch below (GGML_SPARSE_CUDA_ZZ_FUSED_FULL, default on)
 #ifndef GGML_SPARSE_CUDA_ZZ_FUSED_FULL
 #define GGML_SPARSE_CUDA_ZZ_FUSED_FULL 1
 #endif
@@ -1576,13 +1576,23 @@ static constexpr __host__ __device__ int zz_direct_queue_bytes() {
 #endif
 #define ZZ_FUSED_HALF GGML_SPARSE_CUDA_ZZ_FUSED_HALF
 
-// a FUSED queue (batch 1) of queued < 32 entries filled up to 32 with its first column at x = 0
+// FUSED, version 2 (batch 2-8): full flushes up to batch GGML_SPARSE_CUDA_ZZ_FUSED_FULL_V2 (default 6: at 7-8 ptxas
+// spills more with them; 0: none)
+#ifndef GGML_SPARSE_CUDA_ZZ_FUSED_FULL_V2
+#define GGML_SPARSE_CUDA_ZZ_FUSED_FULL_V2 6
+#endif
+
+// a FUSED queue of queued < 32 entries filled up to 32 with its first column at x = 0 (every token)
+template <int T>
 static __device__ __forceinline__ void zz_queue_pad(int * q_col, float * q_x, const int queued, const int lane) {
     const int c0 = q_col[0];
     __syncwarp();
     if (lane >= queued) {
         q_col[lane] = c0;
-        q_x[lane]   = 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            q_x[lane*T + t] = 0.0f;
+        }
     }
     __syncwarp();
 }
@@ -1847,7 +1857,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         const char * w_lane = w_row + zz_direct_qoff<V>(g);
         asm("" : "+l"(w_blk));
         asm("" : "+l"(w_lane));
-        constexpr bool half = ZZ_FUSED_HALF && ZZ_FUSED_FULL && V == 3; // the last <= 16 columns after the loop
+        constexpr bool full = ZZ_FUSED_FULL && (V == 3 || (V == 2 && T <= GGML_SPARSE_CUDA_ZZ_FUSED_FULL_V2));
+        constexpr bool half = ZZ_FUSED_HALF && full && V == 3; // the last <= 16 columns after the loop
 
         float xn[T]; // x of the next 32 columns, loaded a round ahead
 #pragma unroll
@@ -1883,16 +1894,16 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 
             const bool last = base + WARP_SIZE >= c_end;
             while (queued >= 16*S || (last && queued > (half ? 16 : 0))) {
-                if (ZZ_FUSED_FULL && V == 3 && queued < 16*S) {
+                if (full && queued < 16*S) {
                     // the last flush is filled up with the queue's first column at x = 0 (its block is in L1 by
                     // then), so every flush takes the path without bounds checks
-                    zz_queue_pad(q_col, q_x, queued, lane);
+                    zz_queue_pad<T>(q_col, q_x, queued, lane);
                     queued = 16*S;
                 }
                 const int nb = min(queued, 16*S);
                 uint4 h[S][4], q[S][4];
                 float xb[S][4];
-                if (ZZ_FUSED_FULL && V == 3) {
+                if (full) {
                     // a full flush: every entry is a column, so no bounds checks and no zero defaults
 #pragma unroll
                     for (int st = 0; st < S; ++st) {
@@ -1956,7 +1967,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         }
         if (half && queued > 0) {
             // 1-16 columns left: one step, padded as above
-            zz_queue_pad(q_col, q_x, queued, lane);
+            zz_queue_pad<T>(q_col, q_x, queued, lane);
             uint4 h[4], q[4];
             float xb[4];
 #pragma unroll
