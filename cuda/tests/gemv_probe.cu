@@ -28,6 +28,9 @@
 
 #include "probe-check.h"
 
+#define CUDA_CHECK(x) CK(x)
+#include "graph-time.h"
+
 #define BQ    144 // bytes of a Q4_K block
 #define WARPS 4
 
@@ -224,6 +227,22 @@ static __global__ void __launch_bounds__(WARPS*32, MINB) k_ring(const prm p) {
     sink_out(p, f);
 }
 
+// the read kernels' use of their loads: fold them into one word, stored only if it hits a constant (never)
+template <int U>
+static __device__ __forceinline__ uint32_t xor_fold(uint32_t acc, const uint4 (&v)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    return acc;
+}
+
+static __device__ __forceinline__ void sink_word(const uint32_t acc, unsigned * sink) {
+    if (acc == 0x9e3779b9u) {
+        *sink = acc;
+    }
+}
+
 // the warp's bytes as 16-byte pieces, U loads in flight a lane
 template <int U>
 static __global__ void __launch_bounds__(WARPS*32) k_flat(const prm p) {
@@ -240,14 +259,9 @@ static __global__ void __launch_bounds__(WARPS*32) k_flat(const prm p) {
             const int k = k0 + 32*u + lane;
             v[u] = k < np ? __ldg(src + k) : make_uint4(0, 0, 0, 0);
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-        }
+        acc = xor_fold<U>(acc, v);
     }
-    if (acc == 0x9e3779b9u) {
-        *p.sink = acc;
-    }
+    sink_word(acc, p.sink);
 }
 
 // every SM, grid-stride, 4 x 16 bytes in flight a thread: the read ceiling
@@ -260,14 +274,9 @@ static __global__ void k_read_all(const uint4 * src, const int64_t np, unsigned 
         for (int u = 0; u < 4; ++u) {
             v[u] = k + u*stride < np ? __ldg(src + k + u*stride) : make_uint4(0, 0, 0, 0);
         }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-        }
+        acc = xor_fold<4>(acc, v);
     }
-    if (acc == 0x9e3779b9u) {
-        *sink = acc;
-    }
+    sink_word(acc, sink);
 }
 
 // the floor of any sparse GEMV on this layout: only the active columns' blocks of each block-row are read, as
@@ -302,55 +311,13 @@ static __global__ void __launch_bounds__(WARPS*32) k_sparse_read(const sprm p) {
                 v[u] = make_uint4(0, 0, 0, 0);
             }
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-        }
+        acc = xor_fold<U>(acc, v);
     }
-    if (acc == 0x9e3779b9u) {
-        *p.sink = acc;
-    }
+    sink_word(acc, p.sink);
 }
 
 #define NCOPY 3
 #define REPS  24
-
-// per launch inside a CUDA graph of REPS launches (copies rotated), best of 5 graph runs: as test_zz_cuda's bench
-template <typename L>
-static double time_graph_us(L launch) {
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-    for (int r = 0; r < REPS; ++r) {
-        launch(r % NCOPY, st);
-    }
-    CK(cudaStreamEndCapture(st, &graph));
-    cudaGraphExec_t exec;
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaStreamSynchronize(st));
-    double best = 1e30;
-    for (int k = 0; k < 5; ++k) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(exec, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = std::min(best, 1000.0*ms/REPS);
-    }
-    CK(cudaGetLastError());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    CK(cudaStreamDestroy(st));
-    return best;
-}
 
 // `floor`: k_sparse_read on the benchmark's 11 shapes at its sparsities (random columns, seed fixed); the best of
 // U 4 / 8 and 8 / 16 blocks an SM. Prints us and GB/s of the bytes read, against the read-only kernel
@@ -363,6 +330,13 @@ static int run_floor() {
     CK(cudaGetDeviceProperties(&prop, 0));
     unsigned * sink;
     CK(cudaMalloc(&sink, sizeof(unsigned)));
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // per launch in a CUDA graph of REPS launches, copies rotated, the least of 7 runs (call 6 of
+    // cuda_h200_2026-12-02e.md ran a first form: the least of 5)
+    auto graph_us = [&](const std::function<void(int, cudaStream_t)> & launch) {
+        return time_graph_us([&](cudaStream_t st, int i) { launch(i % NCOPY, st); }, REPS, stream, true);
+    };
     printf("%s, %d SMs: sparse-read floor (only the active blocks, no arithmetic), us a launch in a CUDA graph\n",
            prop.name, prop.multiProcessorCount);
     printf("%6s %6s | %6s | %8s %8s %8s %8s %8s %8s | read-all GB/s\n", "m", "n", "", "0 %", "25 %", "40 %", "50 %",
@@ -377,7 +351,7 @@ static int run_floor() {
         }
         int * list_d;
         CK(cudaMalloc(&list_d, n*sizeof(int)));
-        const double all_us = time_graph_us([&](int c, cudaStream_t st) {
+        const double all_us = graph_us([&](int c, cudaStream_t st) {
             k_read_all<<<prop.multiProcessorCount*8, 256, 0, st>>>((const uint4 *) w[c], bytes/16, sink);
         });
         double us[6], gbs[6];
@@ -396,7 +370,7 @@ static int run_floor() {
                 const int  n1 = std::max<int>(1, (prop.multiProcessorCount*nb)/(int) rows);
                 const dim3 grid(n1, (unsigned) rows);
                 for (const int u : { 4, 8 }) {
-                    const double t = time_graph_us([&](int c, cudaStream_t st) {
+                    const double t = graph_us([&](int c, cudaStream_t st) {
                         const sprm p = { w[c], list_d, (int) list.size(), (int) n, n1*WARPS, sink };
                         if (u == 4) {
                             k_sparse_read<4><<<grid, WARPS*32, 0, st>>>(p);
@@ -418,6 +392,7 @@ static int run_floor() {
             CK(cudaFree(p));
         }
     }
+    CK(cudaStreamDestroy(stream));
     CK(cudaFree(sink));
     return 0;
 }
