@@ -1646,6 +1646,22 @@ static __device__ __forceinline__ void zz_direct_load(const char * w_row, const 
     }
 }
 
+// a full flush's step st (columns 16 st .. 16 st + 15 of the queue): the lane's blocks and x, no bounds checks; w_blk /
+// w_lane: the row's base and the lane's quant bytes in its first block
+template <int V, int T>
+static __device__ __forceinline__ void zz_queue_load_step(const int * q_col, const float * q_x, const int st,
+        const int tq, const int tg, const char * w_blk, const char * w_lane, uint4 (&h)[4], uint4 (&q)[4],
+        float (&xb)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
+        const int col = q_col[e];
+        zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K), w_lane + (int64_t) col*sizeof(block_q4_K),
+                             h[i], q[i]);
+        xb[i] = tg < T ? q_x[e*T + tg] : 0.0f;
+    }
+}
+
 // y[t][off + i] = bias[t][off + i] (or 0) for the flat indices e = t*m + i from e0 below m*T, step de
 static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_stride, const float * bias,
         const int64_t bias_stride, const int64_t off, const int64_t m, const int T, const int64_t e0, const int64_t de) {
@@ -1907,14 +1923,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                     // a full flush: every entry is a column, so no bounds checks and no zero defaults
 #pragma unroll
                     for (int st = 0; st < S; ++st) {
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
-                            const int col = q_col[e];
-                            zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K),
-                                                 w_lane + (int64_t) col*sizeof(block_q4_K), h[st][i], q[st][i]);
-                            xb[st][i] = tg < T ? q_x[e*T + tg] : 0.0f;
-                        }
+                        zz_queue_load_step<V, T>(q_col, q_x, st, tq, tg, w_blk, w_lane, h[st], q[st], xb[st]);
                     }
                 } else {
 #pragma unroll
@@ -1970,14 +1979,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             zz_queue_pad<T>(q_col, q_x, queued, lane);
             uint4 h[4], q[4];
             float xb[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int e   = 2*tq + (i & 1) + 8*(i >> 1);
-                const int col = q_col[e];
-                zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K),
-                                     w_lane + (int64_t) col*sizeof(block_q4_K), h[i], q[i]);
-                xb[i] = q_x[e];
-            }
+            zz_queue_load_step<V, T>(q_col, q_x, 0, tq, tg, w_blk, w_lane, h, q, xb);
             if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && threadIdx.x == 0) {
                 zz_flag_hint = zz_flag_read(tickets + row);
             }
