@@ -2481,17 +2481,19 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
 
 static int zz_direct_blocks_per_sm(int n_tokens);
 
-// FUSED at batch 1: the grid's last wave filled. The launch configs give DENSE whole rounds of 32 columns a warp, which
-// leaves part of a wave empty on many shapes (e.g. 14336 x 4096: 8 blocks a row, 448 of 528 slots); FUSED splits the
-// columns without rounds, so it takes the most blocks a row that fit in the same number of waves, keeping >= 32
-// columns a warp (H200 sweeps: bench/results/cuda_h200_2026-12-02f.md). LLAMA_SPARSE_CUDA_FUSED_FILL=0: off; an
-// explicit LLAMA_SPARSE_CUDA_N1 is kept as it is
-static int zz_fused_fill_n1(const int device, const int64_t rows, const int64_t n, const int n1, const int n2) {
-    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_FUSED_FILL") != 0 && zz_env_int("LLAMA_SPARSE_CUDA_N1") <= 0;
-    if (!on) {
+// FUSED: the grid's last wave filled. The launch configs give DENSE whole rounds of 32 columns a warp, which leaves
+// part of a wave empty on many shapes (e.g. 14336 x 4096: 8 blocks a row, 448 of 528 slots); FUSED splits the columns
+// without rounds, so it takes the most blocks a row that fit in the same number of waves, keeping >= 32 columns a warp
+// (H200 sweeps: bench/results/cuda_h200_2026-12-02f.md). LLAMA_SPARSE_CUDA_FUSED_FILL=b: launches of up to b tokens
+// (default: every batch; 0: off); an explicit LLAMA_SPARSE_CUDA_N1 is kept as it is
+static int zz_fused_fill_n1(const int device, const int n_tokens, const int64_t rows, const int64_t n, const int n1,
+        const int n2) {
+    static const int env   = zz_env_int("LLAMA_SPARSE_CUDA_FUSED_FILL");
+    static const int max_t = zz_env_int("LLAMA_SPARSE_CUDA_N1") > 0 ? 0 : env >= 0 ? env : ZZ_GEMV_MAX_BATCH;
+    if (n_tokens > max_t) {
         return n1;
     }
-    const int64_t slots = (int64_t) zz_get_device_props(device).nsm*zz_direct_blocks_per_sm(1);
+    const int64_t slots = (int64_t) zz_get_device_props(device).nsm*zz_direct_blocks_per_sm(n_tokens);
     const int64_t waves = (rows*n1 + slots - 1)/slots;
     const int64_t fill  = std::min<int64_t>(waves*slots/rows, n/(32*n2));
     return (int) std::max<int64_t>(n1, std::min<int64_t>(fill, 64));
@@ -2510,9 +2512,9 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         cfg.n1 *= (cfg.n2 + ZZ_DIRECT_MAX_WARPS - 1)/ZZ_DIRECT_MAX_WARPS;
         cfg.n2  = ZZ_DIRECT_MAX_WARPS; // (zz_red_mode drops a cluster when n1 > 8)
     }
-    if constexpr (T == 1 && mode == ZZ_GEMV_FUSED) {
+    if constexpr (mode == ZZ_GEMV_FUSED) {
         if (fill) {
-            cfg.n1 = zz_fused_fill_n1(caps.device, rows, n, cfg.n1, cfg.n2);
+            cfg.n1 = zz_fused_fill_n1(caps.device, T, rows, n, cfg.n1, cfg.n2);
         }
     }
     const int v         = zz_direct_version_at(T);
