@@ -2288,9 +2288,25 @@ static auto zz_direct_kernel(const int v, const bool b1 = false) {
     return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, OPQ, IN>;
 }
 
+// blocks of the direct Q4_K kernel an SM holds, for the launch's one wave: version 3 at batch 1 fits 4 in 128
+// registers, the others 3 (LLAMA_SPARSE_CUDA_DIRECT_WAVE=b overrides: A/B)
+static int zz_direct_blocks_per_sm(const int n_tokens) {
+    static const int env = zz_env_int("LLAMA_SPARSE_CUDA_DIRECT_WAVE");
+    if (env > 0) {
+        return env;
+    }
+    return zz_direct_version_at(n_tokens) == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
+}
+
+// blocks of the direct kernel resident at once on nsm SMs: one wave
+static int64_t zz_direct_wave_blocks(const int nsm, const int n_tokens) {
+    return (int64_t) nsm*zz_direct_blocks_per_sm(n_tokens);
+}
+
 // what the current device allows, looked up once per launch
 struct zz_caps {
     int  device;
+    int  nsm;     // SMs
     bool cluster; // thread block clusters (sm_90)
     bool direct;  // the direct Q4_K kernel (sm_80, not disabled)
     int  red;     // reduction across the n1 blocks: 0 memset + atomics, 1 ticket, 2 first, 3 early, 4 auto
@@ -2299,8 +2315,8 @@ struct zz_caps {
 static zz_caps zz_get_caps() {
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    const int cc_major = zz_get_device_props(device).cc_major;
-    return { device, cc_major >= 9, zz_direct_enabled(cc_major), zz_ticket_choice() };
+    const zz_device_props & props = zz_get_device_props(device);
+    return { device, props.nsm, props.cc_major >= 9, zz_direct_enabled(props.cc_major), zz_ticket_choice() };
 }
 
 static int zz_red_mode(const zz_gemv_config & cfg, const zz_caps caps, const bool direct) {
@@ -2479,21 +2495,19 @@ static int zz_red_prepare(const zz_gemv_config & cfg, const zz_caps caps, const 
     return red_mode;
 }
 
-static int zz_direct_blocks_per_sm(int n_tokens);
-
 // FUSED: the grid's last wave filled. The launch configs give DENSE whole rounds of 32 columns a warp, which leaves
 // part of a wave empty on many shapes (e.g. 14336 x 4096: 8 blocks a row, 448 of 528 slots); FUSED splits the columns
 // without rounds, so it takes the most blocks a row that fit in the same number of waves, keeping >= 32 columns a warp
 // (H200 sweeps: bench/results/cuda_h200_2026-12-02f.md). LLAMA_SPARSE_CUDA_FUSED_FILL=b: launches of up to b tokens
 // (default: every batch; 0: off); an explicit LLAMA_SPARSE_CUDA_N1 is kept as it is
-static int zz_fused_fill_n1(const int device, const int n_tokens, const int64_t rows, const int64_t n, const int n1,
+static int zz_fused_fill_n1(const int nsm, const int n_tokens, const int64_t rows, const int64_t n, const int n1,
         const int n2) {
     static const int env   = zz_env_int("LLAMA_SPARSE_CUDA_FUSED_FILL");
     static const int max_t = zz_env_int("LLAMA_SPARSE_CUDA_N1") > 0 ? 0 : env >= 0 ? env : ZZ_GEMV_MAX_BATCH;
     if (n_tokens > max_t) {
         return n1;
     }
-    const int64_t slots = (int64_t) zz_get_device_props(device).nsm*zz_direct_blocks_per_sm(n_tokens);
+    const int64_t slots = zz_direct_wave_blocks(nsm, n_tokens);
     const int64_t waves = (rows*n1 + slots - 1)/slots;
     const int64_t fill  = std::min<int64_t>(waves*slots/rows, n/(32*n2));
     return (int) std::max<int64_t>(n1, std::min<int64_t>(fill, 64));
@@ -2514,7 +2528,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     }
     if constexpr (mode == ZZ_GEMV_FUSED) {
         if (fill) {
-            cfg.n1 = zz_fused_fill_n1(caps.device, T, rows, n, cfg.n1, cfg.n2);
+            cfg.n1 = zz_fused_fill_n1(caps.nsm, T, rows, n, cfg.n1, cfg.n2);
         }
     }
     const int v         = zz_direct_version_at(T);
@@ -2899,16 +2913,6 @@ static std::vector<zz_tune_entry> zz_tune_read(const std::string & path) {
     return entries;
 }
 
-// blocks of the direct Q4_K kernel an SM holds, for the launch's one wave: version 3 at batch 1 fits 4 in 128
-// registers, the others 3 (LLAMA_SPARSE_CUDA_DIRECT_WAVE=b overrides: A/B)
-static int zz_direct_blocks_per_sm(const int n_tokens) {
-    static const int env = zz_env_int("LLAMA_SPARSE_CUDA_DIRECT_WAVE");
-    if (env > 0) {
-        return env;
-    }
-    return zz_direct_version_at(n_tokens) == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS;
-}
-
 static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, const ggml_type type, const int64_t n,
         const int64_t m, const int n_tokens) {
     const int64_t rows = m/ggml_blck_size(type);
@@ -2924,7 +2928,7 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
         // 11008x4096 16.3 against 18.9 us: n1 = 8, one wave instead of 1.7; bench/results/cuda_h100_2026-11-23f.md).
         // Atomics: clusters of 8 measured ~1.8x slower
         cfg.n2 = 4;
-        const int64_t wave = std::max<int64_t>(1, (int64_t) props.nsm*zz_direct_blocks_per_sm(n_tokens)/rows)*cfg.n2; // warps a block-row
+        const int64_t wave = std::max<int64_t>(1, zz_direct_wave_blocks(props.nsm, n_tokens)/rows)*cfg.n2; // warps a block-row
         const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
         cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
         return cfg;
