@@ -113,7 +113,7 @@ def main() -> int:
     if not ctx:
         sys.exit("cannot make a context")
     try:
-        if _native.llama_sparse_set_sparq(ctx, a.r, a.k, False) != 0:
+        if _native.llama_sparse_set_sparq_min_kv(ctx, 0) != 0 or _native.llama_sparse_set_sparq(ctx, a.r, a.k, False) != 0:
             sys.exit(f"SparQ: {_native.sparq_last_error()}")
         for i0 in range(0, a.n, 512):   # prefill (dense)
             chunk = toks[i0:min(a.n, i0 + 512)]

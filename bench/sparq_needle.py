@@ -81,7 +81,7 @@ def settings_for(S: int, comps: list[float], splits: list[float], mean_vs: list[
     out = [("dense", None, None)]
     for name, c, f, mv, kt in setting_names(comps, splits, mean_vs, kts):
         r, k = split_rk(S, c, f, head_dim, kt=kt)
-        out.append((name, f, SparQ(r=r, k=k, mean_v=mv, kt=kt)))
+        out.append((name, f, SparQ(r=r, k=k, mean_v=mv, kt=kt, min_kv=0)))  # min_kv 0: the op on every device
     return out
 
 

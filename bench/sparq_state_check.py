@@ -6,7 +6,7 @@ decodes --gen tokens. Context B loads that state (the copy is marked stale and r
 before B's first decode) and decodes the same tokens. The logits must be equal; the times of both first decodes
 are printed.
 
-usage: python bench/sparq_state_check.py MODEL.gguf [--ngl 99] [--depth 4096] [--gen 4] [--sparq r=32,k=128]
+usage: python bench/sparq_state_check.py MODEL.gguf [--ngl 99] [--depth 4096] [--gen 4] [--sparq r=32,k=128,min_kv=0]
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main() -> int:
     ap.add_argument("--ngl", type=int, default=99)
     ap.add_argument("--depth", type=int, default=4096)
     ap.add_argument("--gen", type=int, default=4)
-    ap.add_argument("--sparq", default="r=32,k=128")
+    ap.add_argument("--sparq", default="r=32,k=128,min_kv=0")  # min_kv 0: the op at any depth, on any device
     a = ap.parse_args()
 
     # llama_sparse first (it points llama_cpp at the fork's library), numpy after the native libraries: on the H100

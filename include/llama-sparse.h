@@ -67,7 +67,7 @@ LLAMA_API int32_t llama_sparse_tokenize(const struct llama_vocab * vocab, const 
 // does a step with k >= the cached positions. Needs an f16/f32 KV cache that is not sliding-window or
 // recurrent. The first enable allocates a transposed copy of K and per-sequence V sums beside the cache
 // (kept current from then on, and rebuilt after a pause); never enabling costs nothing.
-// The fork's tools honour LLAMA_SPARQ="r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" at context creation.
+// The fork's tools honour LLAMA_SPARQ="r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]" at context creation.
 //
 
 // r, k >= 1 turn SparQ on (r > head size keeps every component); r = k = 0 turns it off; mean_v blends the
@@ -75,14 +75,17 @@ LLAMA_API int32_t llama_sparse_tokenize(const struct llama_vocab * vocab, const 
 // Takes effect at the next decode. Returns 0, or -1 (see llama_sparse_sparq_last_error).
 LLAMA_API int32_t llama_sparse_set_sparq(struct llama_context * ctx, int32_t r, int32_t k, bool mean_v);
 
-// the same from a string: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]", or "off" / "0" / "". The string sets
-// every knob: kt left out is the K cache's type, min_kv left out 0.
+// the same from a string: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]", or "off" / "0" / "". The string sets
+// every knob: kt left out is the K cache's type, min_kv left out auto.
 LLAMA_API int32_t llama_sparse_set_sparq_str(struct llama_context * ctx, const char * spec);
 
 // decode steps whose KV cache view (the used cells, rounded up to 256) holds fewer than min_kv positions run
-// dense attention, exactly as with SparQ off: SparQ only where the context is long enough for it to pay (on an
-// H200 with a Llama-3-8B-shaped model, from about 16k positions). 0 (the default): from the first position.
-// Kept while SparQ is off. Returns 0, or -1 (see llama_sparse_sparq_last_error).
+// dense attention, exactly as with SparQ off: SparQ only where the context is long enough for it to pay. 0: from
+// the first position. LLAMA_SPARSE_SPARQ_MIN_KV_AUTO (the default): where the op pays on the device that holds
+// the layer's KV cache: from the first position on the CPU; on a GPU from the view whose K and V take 80 MiB a
+// layer (Llama-3-8B shapes, f16: 20480 positions; H200 figures). Kept while SparQ is off. Returns 0, or -1 (see
+// llama_sparse_sparq_last_error).
+#define LLAMA_SPARSE_SPARQ_MIN_KV_AUTO (-1)
 LLAMA_API int32_t llama_sparse_set_sparq_min_kv(struct llama_context * ctx, int32_t min_kv);
 LLAMA_API int32_t llama_sparse_get_sparq_min_kv(const struct llama_context * ctx);
 

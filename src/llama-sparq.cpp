@@ -40,7 +40,9 @@ struct llama_sparq_kv {
     int32_t k      = 0;
     bool    mean_v = false;
     ggml_type kt   = GGML_TYPE_COUNT; // storage of k_t asked for: COUNT = the K cache's type, or Q8_0
-    int32_t min_kv = 0;               // decode attends densely while the cache view holds fewer positions
+    int32_t min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO; // decode attends densely while the cache view holds fewer
+                                      // positions; AUTO: where the op pays on the device that holds the cache
+    int32_t min_kv_logged = -1;       // the auto threshold last logged
 
     bool allocated = false;
     bool stale_k   = true;
@@ -418,10 +420,10 @@ void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector
     st.stale_v = false;
 }
 
-// parse "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" (also "off"); returns "" or an error
+// parse "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]" (also "off"); returns "" or an error
 std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt,
                         int32_t & min_kv) {
-    r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT; min_kv = 0;
+    r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT; min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
     if (spec.empty() || spec == "0" || spec == "off") {
         return "";
     }
@@ -445,6 +447,11 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
             pos = end + 1;
             continue;
         }
+        if (key == "min_kv" && val == "auto") {
+            min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
+            pos = end + 1;
+            continue;
+        }
         char * stop = nullptr;
         const long x = strtol(val.c_str(), &stop, 10);
         if (val.empty() || *stop != '\0') {
@@ -461,7 +468,7 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
             mean_v = x != 0;
         } else if (key == "min_kv") {
             if (x < 0 || x > INT32_MAX) {
-                return "min_kv is a count of positions >= 0";
+                return "min_kv is a count of positions >= 0, or auto";
             }
             min_kv = (int32_t) x;
         } else {
@@ -747,8 +754,9 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
         throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
     }
     acc::state(kv)->min_kv = min_kv;
-    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s, min_kv = %d (LLAMA_SPARQ)\n", __func__,
-                   r, k, (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k", min_kv);
+    LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s, min_kv = %s (LLAMA_SPARQ)\n", __func__,
+                   r, k, (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k",
+                   min_kv == LLAMA_SPARSE_SPARQ_MIN_KV_AUTO ? "auto" : std::to_string(min_kv).c_str());
 }
 
 void llama_sparq_kv_on_seq_rm(llama_kv_cache & kv, llama_seq_id seq_id, llama_pos p0, llama_pos p1) {
@@ -911,6 +919,20 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     inp->vsum_cur[il] = vs_res;
 }
 
+// min_kv AUTO: the cache view from which the op pays. On a GPU the op costs ~30-40 us a layer inside decode whatever
+// the context (H200, Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: f16 at
+// 16k positions (64 MiB) SparQ was even with it end to end, at 32k 1.11x (bench/results/sparq_min_kv_h200_2026-12-02.md).
+// On the CPU it was even at the smallest view (256) and 1.6x at 512 (SmolLM2, 2 cores): from the start there
+static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
+    ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
+    ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
+    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU || bytes_per_pos == 0) {
+        return 0;
+    }
+    const int64_t gpu_bytes = 80ll << 20;
+    return (gpu_bytes + (int64_t) bytes_per_pos - 1)/(int64_t) bytes_per_pos;
+}
+
 ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv_cache_context * mctx,
                                      ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * kq_b,
                                      ggml_tensor * kq_mask, ggml_tensor * sinks, ggml_tensor * v_mla,
@@ -930,16 +952,28 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
     if (st.k >= n_kv) {
         return nullptr; // every position would be read: dense attention is exact and faster
     }
-    if (n_kv < st.min_kv) {
-        return nullptr; // a context too short for SparQ to pay, as the user set it
+    const int64_t D = k->ne[0], Hkv = k->ne[1], ns = k->ne[3];
+    const bool v_trans = acc::v_trans(*kv);
+    const int64_t Dv = v_trans ? v->ne[2] : v->ne[0];
+    int64_t min_kv = st.min_kv;
+    if (min_kv == LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
+        const int32_t ikv = acc::ikv(*kv, il);
+        min_kv = sparq_auto_min_kv(ikv >= 0 ? acc::layer_k(*kv, ikv) : nullptr,
+                                   ggml_row_size(k->type, D*Hkv) + ggml_row_size(v->type, Dv*Hkv));
+        auto & sp = acc::state(*kv);
+        if (sp->min_kv_logged != (int32_t) min_kv) {
+            sp->min_kv_logged = (int32_t) min_kv;
+            LLAMA_LOG_INFO("%s: SparQ (min_kv auto) runs from a cache view of %lld positions on; dense attention below\n",
+                           __func__, (long long) min_kv);
+        }
+    }
+    if (n_kv < min_kv) {
+        return nullptr; // a context too short for SparQ to pay
     }
     ggml_context * ctx0 = g.ctx0;
-    const int64_t D = k->ne[0], Hkv = k->ne[1], ns = k->ne[3];
     const int64_t n_tokens = q->ne[2], H = q->ne[1];
     const int64_t kv_size = kv->get_size();
     const int64_t n_embd_k = inp->n_embd_k;
-    const bool v_trans = acc::v_trans(*kv);
-    const int64_t Dv = v_trans ? v->ne[2] : v->ne[0];
     const size_t kt_row = ggml_row_size(inp->kt_cur[il]->type, kv_size); // bytes of one component's cells
     const int64_t s0 = (int64_t) (k->view_offs/ggml_row_size(k->type, k->ne[0]*Hkv*kv_size)); // first stream
 
@@ -1010,8 +1044,9 @@ int32_t llama_sparse_set_sparq_min_kv(llama_context * ctx, int32_t min_kv) {
     if (kv == nullptr) {
         return sparq_no_kv_error(ctx, "llama_sparse_set_sparq_min_kv");
     }
-    if (min_kv < 0) {
-        return sparq_error("SparQ: min_kv is a count of positions >= 0, got " + std::to_string(min_kv));
+    if (min_kv < 0 && min_kv != LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
+        return sparq_error("SparQ: min_kv is a count of positions >= 0 or LLAMA_SPARSE_SPARQ_MIN_KV_AUTO (-1), got " +
+                           std::to_string(min_kv));
     }
     auto & sp = acc::state(*kv);
     if (!sp) {
@@ -1025,7 +1060,7 @@ int32_t llama_sparse_set_sparq_min_kv(llama_context * ctx, int32_t min_kv) {
 int32_t llama_sparse_get_sparq_min_kv(const llama_context * ctx) {
     llama_kv_cache * kv = context_kv(const_cast<llama_context *>(ctx));
     const auto * st = kv ? acc::state(*kv).get() : nullptr;
-    return st ? st->min_kv : 0;
+    return st ? st->min_kv : LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
 }
 
 bool llama_sparse_get_sparq(const llama_context * ctx, int32_t * r, int32_t * k, bool * mean_v) {
@@ -1049,7 +1084,7 @@ int32_t llama_sparse_set_sparq_str(llama_context * ctx, const char * spec) {
     if (r == 0) {
         return llama_sparse_set_sparq(ctx, 0, 0, false);
     }
-    // the string names every knob: kt left out is the K cache's type, min_kv left out 0
+    // the string names every knob: kt left out is the K cache's type, min_kv left out auto
     int32_t rc = llama_sparse_set_sparq_kt(ctx, kt);
     rc = rc != 0 ? rc : llama_sparse_set_sparq_min_kv(ctx, min_kv);
     return rc != 0 ? rc : llama_sparse_set_sparq(ctx, r, k, mean_v);

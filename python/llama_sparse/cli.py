@@ -48,7 +48,7 @@ def default_model(install: bool = True) -> Path:
 
 
 def _sparq_arg(text: str):
-    """argparse type for --sparq: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" -> SparQ, or "off" (kept as "off",
+    """argparse type for --sparq: "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]" -> SparQ, or "off" (kept as "off",
     so that it turns off what LLAMA_SPARQ set up, where a missing flag leaves it)."""
     from .llama import SparQ
     try:
@@ -67,7 +67,7 @@ def _sparq_name(sparq) -> str:
     if not sparq:
         return "sparq off"
     return (f"sparq r={sparq.r},k={sparq.k}{',mean_v' if sparq.mean_v else ''}{',kt=' + sparq.kt if sparq.kt != 'k' else ''}"
-            f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv else ''}")
+            f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv is not None else ''}")
 
 
 def _load(args: argparse.Namespace, **extra):
@@ -79,9 +79,10 @@ def _load(args: argparse.Namespace, **extra):
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="GGUF model (zigzag for sparsity)")
     p.add_argument("--sparsity", default=None, help="level: 0.5, greedy-0.5, dense (default: dense)")
-    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N]",
-                   help="SparQ attention at decode (default off), e.g. r=32,k=128; add min_kv=16384 to keep "
-                        "shorter contexts dense")
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
+                   help="SparQ attention at decode (default off), e.g. r=32,k=128. Shorter contexts stay dense "
+                        "where SparQ would not pay (min_kv=auto: from the start on the CPU, from 80 MiB of K and V "
+                        "a layer on a GPU); min_kv=N sets where it starts, min_kv=0 from the start")
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
@@ -409,7 +410,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (llama-cpp-python's) with sparsity")
     p.add_argument("model", type=Path)
     p.add_argument("--sparsity", default=None, help="level for every request (default dense)")
-    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N]",
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="SparQ attention at decode for every request (default off)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -428,7 +429,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("-n", "--n-gen", type=int, default=64)
     p.add_argument("-r", "--repetitions", type=int, default=3)
     p.add_argument("-d", "--depth", type=int, default=0, help="decode after this many context tokens (llama-bench -d)")
-    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N]",
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each row with SparQ attention")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
@@ -443,7 +444,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("-ub", "--ubatch", type=int, default=512,
                    help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation)")
-    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N]",
+    p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each level with SparQ attention (needs -ub 1)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.set_defaults(func=cmd_perplexity)

@@ -29,18 +29,22 @@ class SparQ:
     kt: storage of the transposed K that the r components are read from, "k" (the K cache's type) or "q8_0"
     (8 bits, 34/64 of f16's bytes; needs the default f16 K cache);
     min_kv: decode runs dense attention while the KV cache view (the used cells, rounded up to 256) holds fewer
-    positions, so SparQ starts where the context is long enough for it to pay (0: from the start).
+    positions, so SparQ starts where the context is long enough for it to pay. None ("auto", the default): where
+    the op pays on the device holding the cache (the CPU: from the start; a GPU: from 80 MiB of K and V a layer,
+    20480 positions at Llama-3-8B shapes); 0: from the start on every device.
     A decode step with k >= the cached positions is exact dense attention.
     """
     r: int = 32
     k: int = 128
     mean_v: bool = False
     kt: str = "k"
-    min_kv: int = 0
+    min_kv: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name, least in (("r", 1), ("k", 1), ("min_kv", 0)):
             v = getattr(self, name)
+            if name == "min_kv" and v is None:
+                continue
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"SparQ.{name} must be an int, got {v!r}")
             if not least <= v < 2**31:
@@ -54,11 +58,11 @@ class SparQ:
     def spec(self) -> str:
         """The LLAMA_SPARQ / --sparq form, e.g. "r=32,k=128,mean_v=0" (",kt=q8_0", ",min_kv=N" when set)."""
         return (f"r={self.r},k={self.k},mean_v={int(self.mean_v)}" + (f",kt={self.kt}" if self.kt != "k" else "") +
-                (f",min_kv={self.min_kv}" if self.min_kv else ""))
+                (f",min_kv={self.min_kv}" if self.min_kv is not None else ""))
 
     @classmethod
     def parse(cls, spec: str) -> Optional["SparQ"]:
-        """"r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N]" -> SparQ; "off", "0", "none" or "" -> None."""
+        """"r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]" -> SparQ; "off", "0", "none" or "" -> None."""
         if not isinstance(spec, str):
             raise TypeError(f"a SparQ setting is a string like 'r=32,k=128', not {type(spec).__name__}")
         text = spec.strip()
@@ -69,7 +73,11 @@ class SparQ:
             key, sep, val = item.partition("=")
             key = key.strip()
             if not sep or key not in ("r", "k", "mean_v", "kt", "min_kv"):
-                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0][,min_kv=INT]")
+                raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0]"
+                                 f"[,min_kv=INT|auto]")
+            if key == "min_kv" and val.strip() == "auto":
+                fields[key] = None
+                continue
             if key == "kt":
                 if val.strip() not in KT_TYPES:
                     raise ValueError(f"bad SparQ setting {spec!r}: kt is one of {', '.join(KT_TYPES)}")
@@ -88,6 +96,11 @@ class SparQ:
         if "r" not in fields or "k" not in fields:
             raise ValueError(f"bad SparQ setting {spec!r}: both r and k are needed, e.g. r=32,k=128")
         return cls(**fields)
+
+
+def _min_kv_of(n: int) -> Optional[int]:
+    """The C API's min_kv (LLAMA_SPARSE_SPARQ_MIN_KV_AUTO = -1: auto) as SparQ.min_kv (None: auto)."""
+    return None if n < 0 else n
 
 
 def level_name(level: SparsityLevel) -> Optional[str]:
@@ -192,7 +205,7 @@ class Llama(llama_cpp.Llama):
             return None
         kt = "q8_0" if _native.llama_sparse_get_sparq_kt(self._ctx.ctx) == _GGML_TYPE_Q8_0 else "k"
         return SparQ(r=r.value, k=k.value, mean_v=bool(mean_v.value), kt=kt,
-                     min_kv=_native.llama_sparse_get_sparq_min_kv(self._ctx.ctx))
+                     min_kv=_min_kv_of(_native.llama_sparse_get_sparq_min_kv(self._ctx.ctx)))
 
     def set_sparq(self, sparq: Union[None, SparQ, str]) -> None:
         """Turn SparQ attention on (a SparQ or "r=32,k=128[,mean_v=1]") or off (None); applies from the next token."""

@@ -67,6 +67,10 @@ def test_sparq_settings_validate():
     assert SparQ.parse("r=4,k=9,min_kv=16384") == SparQ(r=4, k=9, min_kv=16384)
     assert SparQ(r=4, k=9, min_kv=512).spec == "r=4,k=9,mean_v=0,min_kv=512"
     assert SparQ.parse(SparQ(r=4, k=9, kt="q8_0", min_kv=7).spec) == SparQ(r=4, k=9, kt="q8_0", min_kv=7)
+    # min_kv: auto (None) by default and where left out; 0 is kept in the string (from the start on every device)
+    assert SparQ(r=4, k=9).min_kv is None and SparQ.parse("r=4,k=9,min_kv=auto") == SparQ(r=4, k=9)
+    assert SparQ(r=4, k=9, min_kv=0).spec == "r=4,k=9,mean_v=0,min_kv=0"
+    assert SparQ.parse(SparQ(r=4, k=9, min_kv=0).spec) == SparQ(r=4, k=9, min_kv=0)
     with pytest.raises(ValueError, match="kt"):
         SparQ.parse("r=4,k=9,kt=q4_0")
     with pytest.raises(ValueError, match="kt"):
@@ -104,13 +108,19 @@ def test_knobs_and_errors(smollm2_gguf: Path):
     # the C API refuses half settings with a message
     assert _native.llama_sparse_set_sparq(llm._ctx.ctx, 4, 0, False) == -1
     assert "both" in _native.sparq_last_error()
-    # min_kv: kept while off, set by the string (0 where left out), refused below 0 and by the string parser
+    # min_kv: kept while off, set by the string (auto, -1, where left out), refused below -1 and by the string parser
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == -1
     assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, 4096) == 0
     assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 4096
     llm.set_sparq("r=8,k=64,min_kv=1000")
     assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 1000
+    assert llm.sparq.min_kv == 1000
     llm.set_sparq("r=8,k=64")
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == -1
+    llm.set_sparq("r=8,k=64,min_kv=0")
     assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 0
+    assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, -1) == 0
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == -1
     assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, -5) == -1
     assert "min_kv" in _native.sparq_last_error()
     assert _native.llama_sparse_set_sparq_str(llm._ctx.ctx, b"r=8,k=64,min_kv=-5") == -1
@@ -157,10 +167,14 @@ def test_min_kv_keeps_short_contexts_dense(smollm2_gguf: Path, tokens: list[int]
     _decode(llm, long_prompt, gen2[:16], fresh=False)
     llm.set_sparq("r=8,k=16")
     assert np.array_equal(_decode(llm, long_prompt, gen2[16:], fresh=False), got[16:])
-    # at min_kv 256 (the smallest view) SparQ runs from the first step, as with min_kv 0
+    # at min_kv 256 (the smallest view) SparQ runs from the first step, as with min_kv 0, and as auto does with the
+    # cache on the CPU
     llm.set_sparq("r=8,k=16,min_kv=256")
     on256 = _decode(llm, prompt, gen)
+    llm.set_sparq("r=8,k=16,min_kv=0")
+    assert np.array_equal(_decode(llm, prompt, gen), on256)
     llm.set_sparq("r=8,k=16")
+    assert llm.sparq.min_kv is None
     assert np.array_equal(_decode(llm, prompt, gen), on256)
     assert not np.array_equal(on256, dense)
 

@@ -265,7 +265,7 @@ remote() {
         local tag=$1 d i c lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
         shift
         for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
-            for i in 1 2; do
+            for i in $(seq 1 "${SPARQ_ROUNDS_N:-2}"); do
                 for c in "$@"; do
                     local name=${c%%:*} envs=() bin=/tmp/b-fork/bin/llama-bench m=$r8b
                     [ "$c" = "$name" ] || read -r -a envs <<< "${c#*:}"
@@ -373,20 +373,20 @@ remote() {
                 for i in 1 2 3; do
                     /tmp/b-stock/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-stock-$d.log" | grep -E "tg32" | sed "s/^/stock /"
                     /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 | tee -a "$out/sparq8b-dense-$d.log" | grep -E "tg32" | sed "s/^/dense /"
-                    LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                    LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/sparq8b-sparq-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single /"
                     [ "${SPARQ_E2E_NOREUSE:-1}" = 1 ] || continue
-                    LLAMA_GRAPH_REUSE_DISABLE=1 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
+                    LLAMA_GRAPH_REUSE_DISABLE=1 LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r8b" "${lb8[@]}" -d $d 2>&1 |
                         tee -a "$out/sparq8b-sparq-noreuse-$d.log" | grep -E "tg32|error" | sed "s/^/sparq single, graph reuse off /"
                 done
             done
             echo "-- with llama-bench's saved-state repetitions (-r 3): SparQ rebuilds its K copy after each state load"
-            LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 32 -r 3 -o md -d 16384 2>&1 | grep -E "tg32"
             ;;
         sparq-fused-e2e)
             # stock, fork dense, fork SparQ r 32 k 128 with the default (fused) kernel and with the single one
-            sparq8b_rounds sparq-fused-e2e stock dense "fused:LLAMA_SPARQ=r=32,k=128" \
-                "single:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0"
+            sparq8b_rounds sparq-fused-e2e stock dense "fused:LLAMA_SPARQ=r=32,k=128,min_kv=0" \
+                "single:LLAMA_SPARQ=r=32,k=128,min_kv=0 LLAMA_SPARSE_CUDA_SPARQ_FUSED=0"
             ;;
         sparq-rounds)
             # sparq8b_rounds over $SPARQ_ROUNDS: configurations NAME or NAME:VAR=V+VAR2=V2 ('+' for spaces inside one)
@@ -422,8 +422,22 @@ remote() {
         combo8b)
             # both techniques at long context: stock, fork dense, SparQ alone, TEAL 0.50 alone (zigzag), both;
             # COMBO8B_EXTRA: one more configuration, e.g. "zz50min:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128,min_kv=20000"
-            sparq8b_rounds combo8b stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "zz50:LLAMA_SPARSE=0.50" \
-                "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128" ${COMBO8B_EXTRA:+"$COMBO8B_EXTRA"}
+            sparq8b_rounds combo8b stock dense "sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0" "zz50:LLAMA_SPARSE=0.50" \
+                "zz50sparq:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128,min_kv=0" ${COMBO8B_EXTRA:+"$COMBO8B_EXTRA"}
+            ;;
+        sparq-auto|sparq-auto-zz)
+            # min_kv auto (the default: dense attention below 80 MiB of K and V a layer on a GPU) against the op forced
+            # on (min_kv=0); sparq-auto: alone, after the threshold auto logs at depth 0; sparq-auto-zz: with TEAL 0.50
+            # (needs combo8b-prep)
+            if [ $step = sparq-auto ]; then
+                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -v 2>&1 |
+                    grep -E "SparQ" | head -4
+                SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step dense \
+                    "sparq0:LLAMA_SPARQ=r=32,k=128,min_kv=0" "sparqauto:LLAMA_SPARQ=r=32,k=128"
+            else
+                SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step "zz50:LLAMA_SPARSE=0.50" \
+                    "zz50sparq0:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128,min_kv=0" "zz50sparqauto:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128"
+            fi
             ;;
         sparq-rope)
             # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
@@ -431,9 +445,9 @@ remote() {
             # beside them; min_kv=40000: the dense path with k_t still kept (every depth here is below it).
             # SPARQ_ROPE_CONFIGS: other configurations (NAME:ENV ENV, ';' between them)
             local rcfg=()
-            IFS=';' read -r -a rcfg <<< "${SPARQ_ROPE_CONFIGS:-stock;dense;sparq:LLAMA_SPARQ=r=32,k=128;sparqnf:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0;minkv:LLAMA_SPARQ=r=32,k=128,min_kv=40000}"
+            IFS=';' read -r -a rcfg <<< "${SPARQ_ROPE_CONFIGS:-stock;dense;sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0;sparqnf:LLAMA_SPARQ=r=32,k=128,min_kv=0 LLAMA_SPARSE_CUDA_ROPE_FUSE=0;minkv:LLAMA_SPARQ=r=32,k=128,min_kv=40000}"
             # which fusions llama-bench's SparQ decode takes (its log, -v; tg4 at depth 1024)
-            LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d 1024 -v \
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d 1024 -v \
                 > "$out/sparq-rope-verbose.log" 2>&1 || true
             echo "fusions with SparQ on: $(grep -h -o -E "llama-sparse: CUDA (runs the RoPE|writes SparQ)[^(]*" "$out/sparq-rope-verbose.log" |
                 sort -u | tr '\n' ';')"
@@ -444,9 +458,9 @@ remote() {
             # by the RoPE kernel against the graph's own kernels (LLAMA_SPARSE_CUDA_ROPE_FUSE=0); equal k_t gives equal logits
             [ -f "$r8b" ] || { echo "no 8B model"; exit 1; }
             local la=(--prompt 512 --flash-attn --verbose)
-            LLAMA_SPARQ=r=32,k=128 python3 "$repo/bench/decode_logits.py" save "$r8b" "$work/logits-sq-on.npy" "${la[@]}" \
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 python3 "$repo/bench/decode_logits.py" save "$r8b" "$work/logits-sq-on.npy" "${la[@]}" \
                 > "$out/sparq-logits-on.log" 2>&1 &&
-            LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_ROPE_FUSE=0 python3 "$repo/bench/decode_logits.py" save "$r8b" \
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 LLAMA_SPARSE_CUDA_ROPE_FUSE=0 python3 "$repo/bench/decode_logits.py" save "$r8b" \
                 "$work/logits-sq-off.npy" "${la[@]}" > "$out/sparq-logits-off.log" 2>&1 ||
                 { tail -5 "$out"/sparq-logits-*.log; exit 1; }
             echo "SparQ, k_t in the RoPE kernel against not: $(python3 "$repo/bench/decode_logits.py" compare "$work/logits-sq-off.npy" "$work/logits-sq-on.npy" || true)"
@@ -456,8 +470,8 @@ remote() {
             # where SparQ's end-to-end time goes: fork dense; SparQ with k above the context (the transposed-K upkeep
             # runs, attention falls back to flash attention); SparQ r 32 k 128. upkeep = (k big) - dense, op vs FA =
             # (k 128) - (k big). SPARQ_DECOMP_ENV adds a fourth row: SparQ r 32 k 128 under that variable
-            sparq8b_rounds sparq-decomp dense "big:LLAMA_SPARQ=r=32,k=1000000" "k128:LLAMA_SPARQ=r=32,k=128" \
-                ${SPARQ_DECOMP_ENV:+"env:LLAMA_SPARQ=r=32,k=128 $SPARQ_DECOMP_ENV"}
+            sparq8b_rounds sparq-decomp dense "big:LLAMA_SPARQ=r=32,k=1000000" "k128:LLAMA_SPARQ=r=32,k=128,min_kv=0" \
+                ${SPARQ_DECOMP_ENV:+"env:LLAMA_SPARQ=r=32,k=128,min_kv=0 $SPARQ_DECOMP_ENV"}
             ;;
         sparq-graphs)
             # whether decode runs as CUDA graphs with SparQ on: tg32 at depth 16k, dense and SparQ, each with CUDA
@@ -470,7 +484,7 @@ remote() {
             fi
             for g in 0 1; do
                 for cfg in dense sparq; do
-                    local envs=(GGML_CUDA_DISABLE_GRAPHS=$g); [ $g = 0 ] && envs=(); [ $cfg = sparq ] && envs+=(LLAMA_SPARQ=r=32,k=128)
+                    local envs=(GGML_CUDA_DISABLE_GRAPHS=$g); [ $g = 0 ] && envs=(); [ $cfg = sparq ] && envs+=(LLAMA_SPARQ=r=32,k=128,min_kv=0)
                     env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$mg" -ngl 99 -fa 1 -p 0 -n 32 -r 1 -o md -d 16384 -v \
                         > "$out/graphs-$g-$cfg.log" 2>&1
                     grep -E "tg32" "$out/graphs-$g-$cfg.log" | sed "s/^/graphs-off=$g $cfg /"
@@ -487,8 +501,8 @@ remote() {
             local d=${SPARQ_NCU_DEPTH:-32768} i lb4=(-ngl 99 -fa 1 -p 0 -r 1 -o md)
             make_m4 || exit 1
             for i in 1 2 3; do
-                for c in "dense:" "nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=FLASH_ATTN_EXT" "sparq:LLAMA_SPARQ=r=32,k=128" \
-                         "noop:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN"; do
+                for c in "dense:" "nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=FLASH_ATTN_EXT" "sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0" \
+                         "noop:LLAMA_SPARQ=r=32,k=128,min_kv=0 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN"; do
                     local envs=(); read -r -a envs <<< "${c#*:}"
                     echo "$d ${c%%:*}: $(env "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$m4" "${lb4[@]}" -n 64 -d $d 2>&1 |
                         tee -a "$out/ingraph-${c%%:*}.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
@@ -497,7 +511,7 @@ remote() {
             # (prefill's attention kernels are other ones: flash_attn_ext_f16; the first decode token is at depth 0)
             for c in dense sparq; do
                 local envs=() rx="flash_attn_ext_vec|flash_attn_combine"
-                [ $c = sparq ] && { envs=(LLAMA_SPARQ=r=32,k=128); rx="sparq"; }
+                [ $c = sparq ] && { envs=(LLAMA_SPARQ=r=32,k=128,min_kv=0); rx="sparq"; }
                 env "${envs[@]}" timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:"$rx" \
                     --launch-count 80 --metrics gpu__time_duration.sum \
                     /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -d $d > "$out/ncu-ingraph-$c.log" 2>&1 || true
@@ -516,7 +530,7 @@ remote() {
             local met=gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size,launch__block_size,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_membar_per_warp_active.pct
             make_m4 || exit 1
             sparq_bin || exit 1
-            LLAMA_SPARQ=r=32,k=128 timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused \
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused \
                 --launch-count 12 --metrics $met /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 2 -r 1 -d $d \
                 > "$out/ncu-met-ingraph.log" 2>&1 || true
             timeout 300 ncu --clock-control none --cache-control none --kernel-name regex:sparq_fused --launch-skip 2 --launch-count 4 \
@@ -539,7 +553,7 @@ remote() {
             # depth 0 -- not checked yet: the 2026-11-23 run matched prefill kernels with a broader pattern)
             timeout 200 ncu --kernel-name regex:"flash_attn_ext_vec|flash_attn_combine" --launch-skip 8 --launch-count 16 --metrics gpu__time_duration.sum \
                 /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 -d 16384 > "$out/ncu-e2e-dense.log" 2>&1 || true
-            LLAMA_SPARQ=r=32,k=128 timeout 200 ncu --kernel-name regex:sparq --launch-skip 8 --launch-count 16 \
+            LLAMA_SPARQ=r=32,k=128,min_kv=0 timeout 200 ncu --kernel-name regex:sparq --launch-skip 8 --launch-count 16 \
                 --metrics gpu__time_duration.sum /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 -d 16384 \
                 > "$out/ncu-e2e-sparq.log" 2>&1 || true
             for f in dense sparq; do
@@ -680,27 +694,27 @@ remote() {
             # the 8-bit copy on the GPU: appended in the prefill graph (context A) against rebuilt after a state load
             # (context B), bit for bit, on the 8B-shaped model at depth 16k (needs model8b, build)
             local rc=0
-            python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 --sparq r=32,k=128,kt=q8_0 \
+            python3 "$repo/bench/sparq_state_check.py" "$r8b" --ngl 99 --depth 16384 --sparq r=32,k=128,min_kv=0,kt=q8_0 \
                 > "$out/sparq-q8-state.log" 2>&1 || rc=$?
             echo "kt=q8_0 state check: rc $rc"; grep -E "^depth|^decode|Error|error" "$out/sparq-q8-state.log" | tail -6
             ;;
         sparq-q8-e2e)
             # decode at 16k / 32k on the 8B-shaped model: stock, fork dense, SparQ r 32 k 128 with the f16 and the
             # 8-bit transposed K (needs model8b, build)
-            sparq8b_rounds sparq-q8-e2e stock dense "sparq:LLAMA_SPARQ=r=32,k=128" "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0"
+            sparq8b_rounds sparq-q8-e2e stock dense "sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0" "sparq8:LLAMA_SPARQ=r=32,k=128,min_kv=0,kt=q8_0"
             ;;
         sparq-q8-diag)
             # where the 8-bit copy's end-to-end time goes: tg64 at depth 32k (SPARQ_E2E_DEPTHS), f16 copy, q8 copy with
             # its append as one kernel (default), q8 copy with the four append nodes (LLAMA_SPARSE_CUDA_KT_FUSE=0), each
             # also without CUDA graphs; then ncu device time per kernel of 8 decode tokens on a 4-layer 8B-shaped
             # model (needs model8b, build)
-            SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-32768} sparq8b_rounds sparq-q8-diag dense "sparq:LLAMA_SPARQ=r=32,k=128" \
-                "sparq8:LLAMA_SPARQ=r=32,k=128,kt=q8_0" "sparq8-nofuse:LLAMA_SPARQ=r=32,k=128,kt=q8_0 LLAMA_SPARSE_CUDA_KT_FUSE=0" \
-                "sparq-nograph:LLAMA_SPARQ=r=32,k=128 GGML_CUDA_DISABLE_GRAPHS=1" \
-                "sparq8-nograph:LLAMA_SPARQ=r=32,k=128,kt=q8_0 GGML_CUDA_DISABLE_GRAPHS=1"
+            SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-32768} sparq8b_rounds sparq-q8-diag dense "sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0" \
+                "sparq8:LLAMA_SPARQ=r=32,k=128,min_kv=0,kt=q8_0" "sparq8-nofuse:LLAMA_SPARQ=r=32,k=128,min_kv=0,kt=q8_0 LLAMA_SPARSE_CUDA_KT_FUSE=0" \
+                "sparq-nograph:LLAMA_SPARQ=r=32,k=128,min_kv=0 GGML_CUDA_DISABLE_GRAPHS=1" \
+                "sparq8-nograph:LLAMA_SPARQ=r=32,k=128,min_kv=0,kt=q8_0 GGML_CUDA_DISABLE_GRAPHS=1"
             local c
             make_m4 || exit 1
-            for c in "f16:r=32,k=128" "q8:r=32,k=128,kt=q8_0" "q8-nofuse:r=32,k=128,kt=q8_0"; do
+            for c in "f16:r=32,k=128,min_kv=0" "q8:r=32,k=128,min_kv=0,kt=q8_0" "q8-nofuse:r=32,k=128,min_kv=0,kt=q8_0"; do
                 local envs=(LLAMA_SPARQ=${c#*:}); [ "${c%%:*}" = q8-nofuse ] && envs+=(LLAMA_SPARSE_CUDA_KT_FUSE=0)
                 env "${envs[@]}" timeout 200 ncu --csv --print-units base --metrics gpu__time_duration.sum \
                     --log-file "$out/prof-kt-${c%%:*}.csv" /tmp/b-fork/bin/llama-bench -m "$m4" -ngl 99 -fa 1 -p 0 -n 8 -r 1 \
@@ -1132,7 +1146,7 @@ remote() {
             done
             ;;
         sparq-diag)
-            ( LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 8 -d 4096 -r 1 -o md ) \
+            ( LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 8 -d 4096 -r 1 -o md ) \
                 > "$out/sparq-diag.log" 2>&1; echo "llama-bench with LLAMA_SPARQ at depth 4096: rc $?"
             grep -v "^ggml_backend_cuda_graph" "$out/sparq-diag.log" | tail -8
             ;;
@@ -1140,7 +1154,7 @@ remote() {
             # decode at depth 16k / 32k, flash attention on, dense vs SparQ r 32 k 128 (the 7B-shaped model: MHA)
             for d in 16384 32768; do
                 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 | tee "$out/sparq-e2e-dense-$d.log" | grep -E "tg32"
-                LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 |
+                LLAMA_SPARQ=r=32,k=128,min_kv=0 /tmp/b-fork/bin/llama-bench -m "$r7b" -ngl 99 -fa 1 -p 0 -n 32 -d $d -r 2 -o md 2>&1 |
                     tee "$out/sparq-e2e-sparq-$d.log" | grep -E "tg32|error"
             done
             ;;
@@ -1254,8 +1268,8 @@ remote() {
             fi
             if [ -f "$r8b" ]; then
                 SPARQ_E2E_DEPTHS=${WHATIF_DEPTHS:-32768} sparq8b_rounds whatif8b stock dense \
-                    "dense-nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=$sk_fa" "sparq:LLAMA_SPARQ=r=32,k=128" \
-                    "sparq-noop:LLAMA_SPARQ=r=32,k=128 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN" \
+                    "dense-nofa:LLAMA_SPARSE_CUDA_WHATIF_SKIP=$sk_fa" "sparq:LLAMA_SPARQ=r=32,k=128,min_kv=0" \
+                    "sparq-noop:LLAMA_SPARQ=r=32,k=128,min_kv=0 LLAMA_SPARSE_CUDA_WHATIF_SKIP=SPARQ_ATTN" \
                     "upkeep:LLAMA_SPARQ=r=32,k=1000000"
                 grep -h -m1 "WHATIF" "$out"/whatif8b-*.log | head -2 || true
             fi
