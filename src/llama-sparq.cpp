@@ -919,10 +919,10 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     inp->vsum_cur[il] = vs_res;
 }
 
-// min_kv AUTO: the cache view from which the op pays. On a GPU the op costs ~30-40 us a layer inside decode whatever
-// the context (H200, Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: f16 at
-// 16k positions (64 MiB) SparQ was even with it end to end, at 32k 1.11x (bench/results/sparq_min_kv_h200_2026-12-02.md).
-// On the CPU it was even at the smallest view (256) and 1.6x at 512 (SmolLM2, 2 cores): from the start there
+// min_kv AUTO: the cache view from which the op pays. On a GPU the op takes 20-45 us a layer at any context (H200,
+// Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: SparQ was even with it
+// end to end at 16k positions (f16, 64 MiB) and 1.09-1.11x at 24k (bench/results/sparq_min_kv_h200_2026-12-02.md).
+// On the CPU it was even at the smallest view (256) and 1.56x at 512 (SmolLM2, 2 cores): from the start there
 static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
     ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
     ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
