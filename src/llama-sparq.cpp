@@ -963,8 +963,12 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
         auto & sp = acc::state(*kv);
         if (sp->min_kv_logged != (int32_t) min_kv) {
             sp->min_kv_logged = (int32_t) min_kv;
-            LLAMA_LOG_INFO("%s: SparQ (min_kv auto) runs from a cache view of %lld positions on; dense attention below\n",
-                           __func__, (long long) min_kv);
+            if (min_kv > 0) {
+                LLAMA_LOG_INFO("%s: SparQ (min_kv auto) runs from a cache view of %lld positions on; dense attention below\n",
+                               __func__, (long long) min_kv);
+            } else {
+                LLAMA_LOG_INFO("%s: SparQ (min_kv auto) runs from the first decode step (the KV cache is not on a GPU)\n", __func__);
+            }
         }
     }
     if (n_kv < min_kv) {
