@@ -926,7 +926,7 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
 static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
     ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
     ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
-    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU || bytes_per_pos == 0) {
+    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
         return 0;
     }
     const int64_t gpu_bytes = 80ll << 20;

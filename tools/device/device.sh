@@ -429,15 +429,15 @@ remote() {
             # min_kv auto (the default: dense attention below 80 MiB of K and V a layer on a GPU) against the op forced
             # on (min_kv=0); sparq-auto: alone, after the threshold auto logs at depth 0; sparq-auto-zz: with TEAL 0.50
             # (needs combo8b-prep)
+            local base=dense pre= lv=
             if [ $step = sparq-auto ]; then
                 LLAMA_SPARQ=r=32,k=128 /tmp/b-fork/bin/llama-bench -m "$r8b" -ngl 99 -fa 1 -p 0 -n 4 -r 1 -v 2>&1 |
                     grep -E "SparQ" | head -4
-                SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step dense \
-                    "sparq0:LLAMA_SPARQ=r=32,k=128,min_kv=0" "sparqauto:LLAMA_SPARQ=r=32,k=128"
             else
-                SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step "zz50:LLAMA_SPARSE=0.50" \
-                    "zz50sparq0:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128,min_kv=0" "zz50sparqauto:LLAMA_SPARSE=0.50 LLAMA_SPARQ=r=32,k=128"
+                base="zz50:LLAMA_SPARSE=0.50" pre=zz50 lv="LLAMA_SPARSE=0.50 "
             fi
+            SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step "$base" \
+                "${pre}sparq0:${lv}LLAMA_SPARQ=r=32,k=128,min_kv=0" "${pre}sparqauto:${lv}LLAMA_SPARQ=r=32,k=128"
             ;;
         sparq-rope)
             # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
