@@ -439,6 +439,19 @@ remote() {
             SPARQ_E2E_DEPTHS=${SPARQ_E2E_DEPTHS:-0 24576 16384 32768} sparq8b_rounds $step "$base" \
                 "${pre}sparq0:${lv}LLAMA_SPARQ=r=32,k=128,min_kv=0" "${pre}sparqauto:${lv}LLAMA_SPARQ=r=32,k=128"
             ;;
+        sparq-first)
+            # the op's one-time cost in a process: per-token decode times around the step where SparQ comes on
+            # (bench/sparq_first_step.py), on the 8B-shaped model, under SPARQ_FIRST_ENVS (',' for spaces inside one;
+            # '-': none): lazy module loading and CUDA graphs are the suspects
+            local e
+            for e in ${SPARQ_FIRST_ENVS:-- CUDA_MODULE_LOADING=EAGER GGML_CUDA_DISABLE_GRAPHS=1}; do
+                [ "$e" = - ] && e=
+                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --sparq off --label "off $e" 2>&1 | tail -1
+                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --label "min_kv=4096 $e" 2>&1 | tail -1
+                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --sparq r=32,k=128,min_kv=0 --label "min_kv=0 $e" 2>&1 | tail -1
+            done
+            python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 20200 --n 80 --sparq r=32,k=128,min_kv=20480 --label "min_kv=20480 (auto's)" 2>&1 | tail -1
+            ;;
         sparq-rope)
             # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
             # (LLAMA_SPARSE_CUDA_ROPE_FUSE=0: rope q, rope k + K write, V write, k_t write), with stock and dense
