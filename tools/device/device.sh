@@ -442,15 +442,21 @@ remote() {
         sparq-first)
             # the op's one-time cost in a process: per-token decode times around the step where SparQ comes on
             # (bench/sparq_first_step.py), on the 8B-shaped model, under SPARQ_FIRST_ENVS (',' for spaces inside one;
-            # '-': none): lazy module loading and CUDA graphs are the suspects
+            # '-': none), then at auto's threshold (20480 here) with the warm-up on and off
             local e
-            for e in ${SPARQ_FIRST_ENVS:-- CUDA_MODULE_LOADING=EAGER GGML_CUDA_DISABLE_GRAPHS=1}; do
-                [ "$e" = - ] && e=
-                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --sparq off --label "off $e" 2>&1 | tail -1
-                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --label "min_kv=4096 $e" 2>&1 | tail -1
-                env ${e//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 3800 --n 160 --sparq r=32,k=128,min_kv=0 --label "min_kv=0 $e" 2>&1 | tail -1
+            sq_first() { # ENV ARGS...
+                local ev=${1/#-/}
+                shift
+                env ${ev//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" "$@" --label "$* $ev" 2>&1 | grep -E "prefill|rror"
+            }
+            sq_first - --depth 3800 --n 160 --sparq off
+            for e in ${SPARQ_FIRST_ENVS:-- LLAMA_SPARSE_SPARQ_WARMUP=0 LLAMA_SPARSE_SPARQ_WARMUP=0,CUDA_MODULE_LOADING=EAGER LLAMA_SPARSE_SPARQ_WARMUP=0,GGML_CUDA_DISABLE_GRAPHS=1}; do
+                sq_first "$e" --depth 3800 --n 160 --sparq r=32,k=128,min_kv=4096
             done
-            python3 "$repo/bench/sparq_first_step.py" "$r8b" --depth 20200 --n 80 --sparq r=32,k=128,min_kv=20480 --label "min_kv=20480 (auto's)" 2>&1 | tail -1
+            for e in - LLAMA_SPARSE_SPARQ_WARMUP=0; do
+                sq_first "$e" --depth 3800 --n 160 --sparq r=32,k=128,min_kv=0
+                sq_first "$e" --depth 20200 --n 80 --sparq r=32,k=128,min_kv=20480
+            done
             ;;
         sparq-rope)
             # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
