@@ -43,7 +43,6 @@ struct llama_sparq_kv {
     int32_t min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO; // decode attends densely while the cache view holds fewer
                                       // positions; AUTO: where the op pays on the device that holds the cache
     int32_t min_kv_logged = -1;       // the auto threshold last logged
-    bool    warmed = false;           // the op ran once in a decode graph below min_kv (GPU cache: see sparq_warmup)
 
     bool allocated = false;
     bool stale_k   = true;
@@ -606,9 +605,6 @@ public:
         if (kv == nullptr) {
             return true;
         }
-        if (warm && acc::state(*kv)->warmed) {
-            return false; // the warm-up ran: drop its node
-        }
         const auto * mctx = dynamic_cast<const llama_kv_cache_context *>(params.mctx);
         return mctx != nullptr && acc::kv(mctx) == kv && n_tok_built == (int64_t) params.ubatch.n_tokens &&
                decode == sparq_ubatch_is_decode(params.ubatch, acc::n_seq_max(*kv));
@@ -630,7 +626,6 @@ public:
     int64_t       n_tok_built = 0;            // tokens of the ubatch the graph was built for
     int64_t       n_slots   = 0;              // Q8_0 k_t: 32-cell blocks requantized per graph; else n_tokens
     bool          decode    = false;          // one token per sequence: the op may run
-    bool          warm      = false;          // the graph runs the op once for its one-time setup, output unused
 
     std::map<int, ggml_tensor *> kt_cur;      // model layer -> k_t after this ubatch's append
     std::map<int, ggml_tensor *> vsum_cur;    // model layer -> v_sum after this ubatch's update
@@ -641,7 +636,6 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         return; // marker
     }
     auto & st = *acc::state(*kv);
-    st.warmed = st.warmed || warm;
     const int64_t kv_size = kv->get_size();
     const int64_t n_tokens = ubatch->n_tokens;
     const int64_t n_seq = acc::n_seq_max(*kv);
@@ -929,14 +923,10 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
 // Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: SparQ was even with it
 // end to end at 16k positions (f16, 64 MiB) and 1.09-1.11x at 24k (bench/results/sparq_min_kv_h200_2026-12-02.md).
 // On the CPU it was even at the smallest view (256) and 1.56x at 512 (SmolLM2, 2 cores): from the start there
-static bool sparq_cache_on_gpu(const ggml_tensor * k_cache) {
+static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
     ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
     ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
-    return dev != nullptr && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
-}
-
-static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
-    if (!sparq_cache_on_gpu(k_cache)) {
+    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
         return 0;
     }
     const int64_t gpu_bytes = 80ll << 20;
@@ -981,19 +971,8 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
             }
         }
     }
-    // a context too short for SparQ to pay: dense attention. With the cache on a GPU the first decode graph
-    // below min_kv also runs the op on one layer, output unused, so that its one-time setup (kernel loading,
-    // launch attributes, device buffers) happens there and not at the step where it comes on
-    // (LLAMA_SPARSE_SPARQ_WARMUP=0: not)
-    bool warm = false;
     if (n_kv < min_kv) {
-        static const bool warmup = [] { const char * e = getenv("LLAMA_SPARSE_SPARQ_WARMUP"); return e == nullptr || atoi(e) != 0; }();
-        const int32_t ikv = acc::ikv(*kv, il);
-        if (!warmup || st.warmed || inp->warm ||
-            !sparq_cache_on_gpu(ikv >= 0 ? acc::layer_k(*kv, ikv) : nullptr)) {
-            return nullptr;
-        }
-        warm = true;
+        return nullptr; // a context too short for SparQ to pay
     }
     ggml_context * ctx0 = g.ctx0;
     const int64_t n_tokens = q->ne[2], H = q->ne[1];
@@ -1020,11 +999,6 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
     }
     ggml_tensor * cur = ggml_sparq_attn(ctx0, q4, k4, kt4, v4, kq_mask, v_mean, kq_scale, st.r, st.k,
                                         st.mean_v ? GGML_SPARQ_MEAN_V : 0);
-    if (warm) {
-        ggml_build_forward_expand(g.gf, cur);
-        inp->warm = true;
-        return nullptr;
-    }
     g.cb(cur, "sparq_attn", il);
     return ggml_reshape_2d(ctx0, cur, Dv*H, n_tokens);
 }
