@@ -51,10 +51,7 @@ def main() -> int:
         ms.append(1e3*(time.perf_counter() - t))
 
     # step i decodes with depth + i + 1 used cells
-    min_kv = None
-    for part in a.sparq.split(","):
-        if part.startswith("min_kv=") and part[7:] != "auto":
-            min_kv = int(part[7:])
+    min_kv = llm.sparq.min_kv if llm.sparq else None  # (None also for auto)
     on = next((i for i in range(a.n) if view(a.depth + i + 1) >= min_kv), None) if min_kv else None
     # steps whose view grows by 256 (graph shapes change there) besides the op's
     grows = [i for i in range(1, a.n) if view(a.depth + i + 1) != view(a.depth + i) and i != on]
