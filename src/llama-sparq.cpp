@@ -31,6 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -169,6 +171,86 @@ void sparq_allocate(llama_kv_cache & kv, llama_sparq_kv & st) {
     }
     st.allocated = true;
     st.stale_k = st.stale_v = true;
+}
+
+// GPU backends load the op's code at its first launch: CUDA's lazy module loading put ~20 ms on the decode step where
+// the view reached min_kv (H200, bench/results/sparq_first_step_h200_2026-12-03.md). So when the copy is allocated,
+// run the op once on a small input on each device that holds a layer's cache, with the types, head counts and
+// layout decode will give it (the kernel variant depends on those, not on S, r or k). Once per process and variant.
+// LLAMA_SPARSE_SPARQ_PRELOAD=0: off; 2: CPU devices too (tests).
+static void sparq_preload(llama_kv_cache & kv, const llama_sparq_kv & st) {
+    static const int mode = [] { const char * e = getenv("LLAMA_SPARSE_SPARQ_PRELOAD"); return e ? atoi(e) : 1; }();
+    if (mode == 0) {
+        return;
+    }
+    static std::mutex mutex;
+    static std::set<std::string> done;
+    std::lock_guard<std::mutex> lock(mutex);
+
+    const auto & hp = acc::hparams(kv);
+    const bool v_trans = acc::v_trans(kv);
+    for (size_t i = 0; i < acc::n_layers(kv); ++i) {
+        const ggml_tensor * kc = acc::layer_k(kv, i);
+        const ggml_tensor * vc = acc::layer_v(kv, i);
+        ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(kc->buffer);
+        ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+        if (dev == nullptr && mode >= 2 && ggml_backend_buft_is_host(buft)) {
+            dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU); // the CPU buffer type names no device
+        }
+        if (dev == nullptr || (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU && mode < 2)) {
+            continue;
+        }
+        const uint32_t il = acc::layer_il(kv, i);
+        const int64_t D = hp.n_embd_head_k(il), Dv = hp.n_embd_head_v(il), H = hp.n_head(il), Hkv = hp.n_head_kv(il);
+        const ggml_type kt = st.k_t[i]->type;
+        char key[256];
+        snprintf(key, sizeof(key), "%s %lld %lld %lld %lld %d %d %d %d", ggml_backend_dev_name(dev), (long long) D,
+                 (long long) Dv, (long long) H, (long long) Hkv, (int) kc->type, (int) vc->type, (int) kt, (int) v_trans);
+        if (D <= 0 || Dv <= 0 || Hkv <= 0 || H % Hkv != 0 || !done.insert(key).second) {
+            continue;
+        }
+        const int64_t t0 = ggml_time_us();
+        // 512 positions, k 64: the op's own path (not its k >= S shortcut); flash attention (V not transposed) casts
+        // the mask to F16, the other path keeps F32
+        const int64_t n_kv = 512;
+        ggml_init_params params = { 16*ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+        ggml_context_ptr ctx(ggml_init(params));
+        ggml_context * c = ctx.get();
+        ggml_tensor * q   = ggml_new_tensor_4d(c, GGML_TYPE_F32, D, 1, H, 1);
+        ggml_tensor * k   = ggml_new_tensor_4d(c, kc->type, D, n_kv, Hkv, 1);
+        ggml_tensor * k_t = ggml_new_tensor_4d(c, kt, n_kv, D, Hkv, 1);
+        ggml_tensor * v   = v_trans ? ggml_transpose(c, ggml_new_tensor_4d(c, vc->type, n_kv, Dv, Hkv, 1))
+                                    : ggml_new_tensor_4d(c, vc->type, Dv, n_kv, Hkv, 1);
+        ggml_tensor * m   = ggml_new_tensor_4d(c, v_trans ? GGML_TYPE_F32 : GGML_TYPE_F16, n_kv, 1, 1, 1);
+        ggml_tensor * out = ggml_sparq_attn(c, q, k, k_t, v, m, nullptr, 1.0f/sqrtf((float) D),
+                                            std::min<int32_t>(st.r, (int32_t) D), 64, 0);
+        ggml_cgraph * gf = ggml_new_graph(c);
+        ggml_build_forward_expand(gf, out);
+
+        ggml_backend_ptr backend(ggml_backend_dev_init(dev, nullptr));
+        if (!backend || !ggml_backend_supports_op(backend.get(), out)) {
+            LLAMA_LOG_DEBUG("%s: %s does not run the SparQ op here; not preloaded\n", __func__, ggml_backend_dev_name(dev));
+            continue;
+        }
+        ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(c, backend.get()));
+        if (!buf) {
+            LLAMA_LOG_WARN("%s: no memory for the SparQ op's preload on %s; its first decode step loads it\n", __func__,
+                           ggml_backend_dev_name(dev));
+            continue;
+        }
+        ggml_backend_buffer_clear(buf.get(), 0);
+        const std::vector<float> ones(ggml_nelements(q), 1.0f);
+        ggml_backend_tensor_set(q, ones.data(), 0, ggml_nbytes(q));
+        const ggml_status status = ggml_backend_graph_compute(backend.get(), gf);
+        ggml_backend_synchronize(backend.get());
+        if (status != GGML_STATUS_SUCCESS) {
+            LLAMA_LOG_WARN("%s: the SparQ op's preload on %s failed (status %d)\n", __func__, ggml_backend_dev_name(dev), (int) status);
+            continue;
+        }
+        LLAMA_LOG_INFO("%s: SparQ op loaded on %s (D %lld, %lld/%lld heads, k_t %s) in %.1f ms\n", __func__,
+                       ggml_backend_dev_name(dev), (long long) D, (long long) H, (long long) Hkv, ggml_type_name(kt),
+                       (ggml_time_us() - t0)/1000.0);
+    }
 }
 
 // the first backend of the scheduler that takes buffer type buft (GPU before CPU), or nullptr
@@ -532,6 +614,7 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v, ggml_t
         return sparq_error("SparQ cannot run on this context: " + why);
     }
     sparq_state_kt(sp, kt);
+    bool fresh = false;
     if (!sp->allocated) {
         try {
             sparq_allocate(kv, *sp);
@@ -539,12 +622,16 @@ int32_t sparq_set(llama_kv_cache & kv, int32_t r, int32_t k, bool mean_v, ggml_t
             sp.reset();
             return sparq_error(e.what());
         }
+        fresh = true;
     }
     sp->r      = r;
     sp->k      = k;
     sp->mean_v = mean_v;
     if (!mean_v) {
         sp->stale_v = true; // graphs stop keeping the V sums up to date
+    }
+    if (fresh) {
+        sparq_preload(kv, *sp);
     }
     return 0;
 }

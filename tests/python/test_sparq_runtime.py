@@ -376,6 +376,30 @@ def test_env_var_for_tools(smollm2_gguf: Path):
     assert r.returncode != 0 and "LLAMA_SPARQ" in r.stderr and "integer" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.parametrize("fa,kt", [("on", "k"), ("off", "k"), ("on", "q8_0")])
+def test_preload_runs_the_op_when_the_copy_is_made(smollm2_gguf: Path, fa: str, kt: str):
+    """Enabling SparQ runs the op once on a small input per device and variant, so a GPU loads its kernels at
+    context creation, not at the decode step where the view reaches min_kv. Only GPU devices by default;
+    LLAMA_SPARSE_SPARQ_PRELOAD=2 takes the CPU too, which checks the preload's graph for each cache layout."""
+    from llama_sparse.tools import tool_path
+    import os
+    exe = tool_path("completion")
+    cmd = [str(exe), "-m", str(smollm2_gguf), "-p", "Once upon a time", "-n", "4", "-no-cnv", "-c", "256", "-t", "2",
+           "--temp", "0", "-v", "-fa", fa]
+    out = {}
+    for mode in ("2", "1", "0"):
+        env = dict(os.environ, LLAMA_SPARQ=f"r=8,k=16,kt={kt}", LLAMA_SPARSE_SPARQ_PRELOAD=mode)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[mode] = r
+    want = f"SparQ op loaded on CPU (D 64, 9/3 heads, k_t {'q8_0' if kt == 'q8_0' else 'f16'}) in"
+    assert out["2"].stderr.count("SparQ op loaded on") == 1, out["2"].stderr[-3000:]  # one variant: once, not per layer
+    assert want in out["2"].stderr, out["2"].stderr[-3000:]
+    assert "SparQ op loaded" not in out["1"].stderr and "SparQ op loaded" not in out["0"].stderr
+    # the preload leaves decode as it was
+    assert out["2"].stdout == out["0"].stdout
+
+
 def test_env_var_for_python(smollm2_gguf: Path, tokens: list[int], monkeypatch):
     """Llama() without sparq= keeps what LLAMA_SPARQ set up (the context reads it when made); sparq="off" ends it.
     The env-enabled context decodes as one given the same setting in Python."""

@@ -442,7 +442,8 @@ remote() {
         sparq-first)
             # the op's one-time cost in a process: per-token decode times around the step where SparQ comes on
             # (bench/sparq_first_step.py), on the 8B-shaped model, under SPARQ_FIRST_ENVS (',' for spaces inside one;
-            # '-': none), then at auto's threshold (20480 here). bench/results/sparq_first_step_h200_2026-12-03.md
+            # '-': none), then at auto's threshold (20480 here), with and without the preload (sparq_preload).
+            # bench/results/sparq_first_step_h200_2026-12-03.md
             local e
             sq_first() { # ENV ARGS...
                 local ev=${1/#-/}
@@ -450,11 +451,13 @@ remote() {
                 env ${ev//,/ } python3 "$repo/bench/sparq_first_step.py" "$r8b" "$@" --label "$* $ev" 2>&1 | grep -E "prefill|rror"
             }
             sq_first - --depth 3800 --n 160 --sparq off
-            for e in ${SPARQ_FIRST_ENVS:-- CUDA_MODULE_LOADING=EAGER GGML_CUDA_DISABLE_GRAPHS=1}; do
+            for e in ${SPARQ_FIRST_ENVS:-- LLAMA_SPARSE_SPARQ_PRELOAD=0 CUDA_MODULE_LOADING=EAGER}; do
                 sq_first "$e" --depth 3800 --n 160 --sparq r=32,k=128,min_kv=4096
             done
             sq_first - --depth 3800 --n 160 --sparq r=32,k=128,min_kv=0
-            sq_first - --depth 20200 --n 80 --sparq r=32,k=128,min_kv=20480
+            for e in - LLAMA_SPARSE_SPARQ_PRELOAD=0; do
+                sq_first "$e" --depth 20200 --n 80 --sparq r=32,k=128,min_kv=20480
+            done
             ;;
         sparq-rope)
             # SparQ's f16 k_t written by the RoPE / cache-write kernel (default) against the graph's own kernels
