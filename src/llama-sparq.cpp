@@ -5,7 +5,8 @@
 //   k_t[il]   [kv_size, n_embd_k_gqa, n_stream], K's type or Q8_0 (kt=q8_0): cell-contiguous per K component
 //   v_sum[il] [n_embd_v_gqa, n_seq_max] F32: sum of V over the cells of each sequence
 // Every ubatch appends to both in the graph (set_rows into k_t; v_sum += V^T onehot(seq), only with mean-V
-// on: the sums are not kept otherwise and count as stale). Whatever else
+// on: the sums are not kept otherwise and count as stale). Below min_kv k_t is not kept either: the first graph
+// whose view reaches it rebuilds the copy. Whatever else
 // changes cells or K (removal, copies, overwrites, K-shift, stream copies, state load) marks them stale, and
 // the next graph's input step rebuilds them from the K/V cache before the graph runs: k_t by a transposing
 // copy on the cache's backend (host round trip as the fallback), the V sums on the host and only with mean-V on.
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -320,7 +322,7 @@ static bool sparq_rebuild_k_backend(llama_kv_cache & kv, llama_sparq_kv & st, gg
         if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
             return false;
         }
-        LLAMA_LOG_DEBUG("%s: SparQ K copy rebuilt on %s (%d layers)\n", __func__, ggml_backend_name(backend), ggml_graph_n_nodes(gf)/2);
+        LLAMA_LOG_DEBUG("%s: transposing copies on %s (%d layers)\n", __func__, ggml_backend_name(backend), ggml_graph_n_nodes(gf)/2);
     }
     return true;
 }
@@ -454,9 +456,11 @@ static void sparq_rebuild_k_host(llama_kv_cache & kv, llama_sparq_kv & st) {
 void sparq_rebuild_k(llama_kv_cache & kv, llama_sparq_kv & st, ggml_backend_sched_t sched) {
     static const bool host_only = getenv("LLAMA_SPARSE_SPARQ_HOST_REBUILD") != nullptr;
     const bool q8 = !st.k_t.empty() && st.k_t[0]->type == GGML_TYPE_Q8_0;
-    if (host_only || !(q8 ? sparq_rebuild_k_q8(kv, st, sched) : sparq_rebuild_k_backend(kv, st, sched))) {
+    const bool host = host_only || !(q8 ? sparq_rebuild_k_q8(kv, st, sched) : sparq_rebuild_k_backend(kv, st, sched));
+    if (host) {
         sparq_rebuild_k_host(kv, st);
     }
+    LLAMA_LOG_DEBUG("%s: SparQ K copy rebuilt (%s, %s)\n", __func__, ggml_type_name(st.k_t[0]->type), host ? "host" : "backend");
     st.stale_k = false;
 }
 
@@ -713,6 +717,7 @@ public:
     int64_t       n_tok_built = 0;            // tokens of the ubatch the graph was built for
     int64_t       n_slots   = 0;              // Q8_0 k_t: 32-cell blocks requantized per graph; else n_tokens
     bool          decode    = false;          // one token per sequence: the op may run
+    bool          kt_keep   = true;           // the graph appends to k_t (false below min_kv: the copy goes stale)
 
     std::map<int, ggml_tensor *> kt_cur;      // model layer -> k_t after this ubatch's append
     std::map<int, ggml_tensor *> vsum_cur;    // model layer -> v_sum after this ubatch's update
@@ -730,9 +735,9 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
     const int64_t * rows = (const int64_t *) k_idxs->data;
 
     // the V sums are only read with mean-V on: until then they stay stale (graph appends to them are moot)
-    if (st.stale_k || (st.stale_v && st.mean_v)) {
+    if ((st.stale_k && kt_keep) || (st.stale_v && st.mean_v)) {
         ggml_backend_sched_synchronize(sched); // earlier graphs may still be writing the cache
-        if (st.stale_k) {
+        if (st.stale_k && kt_keep) {
             sparq_rebuild_k(*kv, st, sched);
         }
         if (st.stale_v && st.mean_v) {
@@ -744,7 +749,9 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         }
     }
 
-    if (st.k_t[0]->type == GGML_TYPE_Q8_0) {
+    if (!kt_keep) {
+        st.stale_k = true; // this ubatch's K is not appended
+    } else if (st.k_t[0]->type == GGML_TYPE_Q8_0) {
         // one slot per distinct (stream, 32-cell block) of the ubatch, the spare slots repeating slot 0: every
         // slot requantizes its whole block from the K cache, so repeats write the same bytes. More blocks than
         // slots (a prefill over scattered cells): the copy is rebuilt before the next graph
@@ -904,6 +911,37 @@ void llama_sparq_kv_on_apply(llama_kv_cache & kv, const llama_kv_cache::slot_inf
 // graph hooks
 //
 
+// min_kv AUTO: the cache view from which the op pays. On a GPU the op takes 20-45 us a layer at any context (H200,
+// Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: SparQ was even with it
+// end to end at 16k positions (f16, 64 MiB) and 1.09-1.11x at 24k (bench/results/sparq_min_kv_h200_2026-12-02.md).
+// On the CPU it was even at the smallest view (256) and 1.56x at 512 (SmolLM2, 2 cores): from the start there
+static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
+    ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
+    ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
+    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+        return 0;
+    }
+    const int64_t gpu_bytes = 80ll << 20;
+    return (gpu_bytes + (int64_t) bytes_per_pos - 1)/(int64_t) bytes_per_pos;
+}
+
+// the smallest view at which some layer's decode runs the op (min_kv, or AUTO's threshold per layer's cache)
+static int64_t sparq_min_kv_any(const llama_kv_cache & kv, const llama_sparq_kv & st) {
+    if (st.min_kv != LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
+        return st.min_kv;
+    }
+    const auto & hp = acc::hparams(kv);
+    int64_t mk = INT64_MAX;
+    for (size_t i = 0; i < acc::n_layers(kv); ++i) {
+        const ggml_tensor * kc = acc::layer_k(kv, i);
+        const ggml_tensor * vc = acc::layer_v(kv, i);
+        const uint32_t il = acc::layer_il(kv, i);
+        mk = std::min(mk, sparq_auto_min_kv(kc, ggml_row_size(kc->type, hp.n_embd_k_gqa(il)) +
+                                                ggml_row_size(vc->type, hp.n_embd_v_gqa(il))));
+    }
+    return mk;
+}
+
 void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_context * mctx,
                              ggml_tensor * k_cur, ggml_tensor * v_cur, ggml_tensor * k_idxs, int il) {
     llama_kv_cache * kv = acc::kv(mctx);
@@ -931,6 +969,12 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
         inp->decode    = sparq_ubatch_is_decode(g.ubatch, acc::n_seq_max(*kv));
         inp->n_embd_k  = sp->k_t[ikv]->ne[1];
         inp->n_tok_built = n_tokens;
+        // Below min_kv no layer runs the op, so the copy is not kept (no append nodes: its upkeep cost 2-4 % of a
+        // decode step at short contexts, bench/results/sparq_preload_h200_2026-12-03.md). It goes stale, and the first
+        // graph at min_kv rebuilds it from the K cache (one transposing copy a layer on the cache's backend).
+        // LLAMA_SPARSE_SPARQ_KEEP_COPY=1: append always.
+        static const bool keep_env = [] { const char * e = getenv("LLAMA_SPARSE_SPARQ_KEEP_COPY"); return e && atoi(e) != 0; }();
+        inp->kt_keep   = keep_env || (int64_t) mctx->get_n_kv() >= sparq_min_kv_any(*kv, *sp);
         // Q8_0 k_t: a decode token per slot; a prefill's contiguous cells span at most n/32 + 2 blocks. Else a
         // slot is a token (one element per component)
         const bool kt_q8 = sp->k_t[ikv]->type == GGML_TYPE_Q8_0;
@@ -951,7 +995,9 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     llm_graph_input_sparq * inp = g.inp_sparq;
 
     ggml_tensor * k_t = sp->k_t[ikv];
-    if (k_t->type == GGML_TYPE_Q8_0) {
+    if (!inp->kt_keep) {
+        // not kept below min_kv (set_input marks the copy stale)
+    } else if (k_t->type == GGML_TYPE_Q8_0) {
         // whole 32-cell blocks read back from the K cache, which holds this ubatch by now (graph order, as for
         // upstream's own attention reads), empty cells zeroed, transposed and requantized: one Q8_0 block row per
         // (slot, component). k_t = Q8_0 of K over the used cells, as a rebuild makes it.
@@ -1004,20 +1050,6 @@ void llama_sparq_build_store(const llm_graph_context & g, const llama_kv_cache_c
     ggml_tensor * vs_res = ggml_cpy(ctx0, ggml_add(ctx0, v_sum, delta), v_sum);
     ggml_build_forward_expand(g.gf, vs_res);
     inp->vsum_cur[il] = vs_res;
-}
-
-// min_kv AUTO: the cache view from which the op pays. On a GPU the op takes 20-45 us a layer at any context (H200,
-// Llama-3-8B shapes), and flash attention reaches that reading ~80 MiB of K and V a layer: SparQ was even with it
-// end to end at 16k positions (f16, 64 MiB) and 1.09-1.11x at 24k (bench/results/sparq_min_kv_h200_2026-12-02.md).
-// On the CPU it was even at the smallest view (256) and 1.56x at 512 (SmolLM2, 2 cores): from the start there
-static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes_per_pos) {
-    ggml_backend_buffer_t buf = k_cache ? k_cache->buffer : nullptr;
-    ggml_backend_dev_t dev = buf ? ggml_backend_buft_get_device(ggml_backend_buffer_get_type(buf)) : nullptr;
-    if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
-        return 0;
-    }
-    const int64_t gpu_bytes = 80ll << 20;
-    return (gpu_bytes + (int64_t) bytes_per_pos - 1)/(int64_t) bytes_per_pos;
 }
 
 ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv_cache_context * mctx,

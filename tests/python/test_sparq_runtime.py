@@ -159,8 +159,8 @@ def test_min_kv_keeps_short_contexts_dense(smollm2_gguf: Path, tokens: list[int]
     assert np.array_equal(got[:16], dense2[:16])
     assert not np.array_equal(got[16:], dense2[16:])
     assert _kl(dense2[16:], got[16:])[0] > _kl(dense2[16:], dense2[16:])[0]
-    # the copy was kept current through the dense steps: SparQ turned on at step 16 instead (its copy rebuilt from
-    # the cache on the host) gives the same steps bit for bit
+    # below min_kv the copy is not kept; the first step at min_kv rebuilds it from the cache. SparQ turned on at
+    # step 16 instead (its copy rebuilt when it comes on) gives the same steps bit for bit
     llm.set_sparq(None)
     llm.reset()
     llm.eval(long_prompt)
@@ -398,6 +398,33 @@ def test_preload_runs_the_op_when_the_copy_is_made(smollm2_gguf: Path, fa: str, 
     assert "SparQ op loaded" not in out["1"].stderr and "SparQ op loaded" not in out["0"].stderr
     # the preload leaves decode as it was
     assert out["2"].stdout == out["0"].stdout
+
+
+@pytest.mark.parametrize("kt", ["k", "q8_0"])
+def test_copy_not_kept_below_min_kv(smollm2_gguf: Path, kt: str):
+    """Below min_kv no graph appends to the transposed K copy; the first graph at min_kv rebuilds it once from the
+    cache. LLAMA_SPARSE_SPARQ_KEEP_COPY=1 appends always (rebuilt at the first graph, from the empty cache).
+    Greedy text is the same either way."""
+    from llama_sparse.tools import tool_path
+    import os
+    exe = tool_path("completion")
+
+    def run(n: int, min_kv: int, keep: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, LLAMA_SPARQ=f"r=8,k=16,kt={kt},min_kv={min_kv}", LLAMA_SPARSE_SPARQ_KEEP_COPY=keep)
+        r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Once upon a time", "-n", str(n), "-no-cnv",
+                            "-c", "1024", "-t", "2", "--temp", "0", "-v", "--ignore-eos"],
+                           capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r
+
+    rebuilt = "SparQ K copy rebuilt"
+    # never reaching min_kv: never kept, never rebuilt
+    assert run(8, 1024, "0").stderr.count(rebuilt) == 0
+    assert run(8, 1024, "1").stderr.count(rebuilt) >= 1  # (Q8_0: again after the warm-up's removal)
+    # crossing it (the view grows from 256 to 512 cells at the 257th): one rebuild there
+    cross, keep = run(300, 512, "0"), run(300, 512, "1")
+    assert cross.stderr.count(rebuilt) == 1 and keep.stderr.count(rebuilt) >= 1
+    assert cross.stdout == keep.stdout
 
 
 def test_env_var_for_python(smollm2_gguf: Path, tokens: list[int], monkeypatch):
