@@ -83,7 +83,8 @@ LLAMA_API int32_t llama_sparse_set_sparq_str(struct llama_context * ctx, const c
 // dense attention, exactly as with SparQ off: SparQ only where the context is long enough for it to pay. 0: from
 // the first position. LLAMA_SPARSE_SPARQ_MIN_KV_AUTO (the default): where the op pays on the device that holds
 // the layer's KV cache: from the first position on the CPU; on a GPU from the view whose K and V take 80 MiB a
-// layer (Llama-3-8B shapes, f16: 20480 positions; H200 figures). Kept while SparQ is off. Returns 0, or -1 (see
+// layer (Llama-3-8B shapes, f16: 20480 positions; H200 figures). Below min_kv the transposed K copy is not
+// kept; the first step at min_kv rebuilds it from the K cache. Kept while SparQ is off. Returns 0, or -1 (see
 // llama_sparse_sparq_last_error).
 #define LLAMA_SPARSE_SPARQ_MIN_KV_AUTO (-1)
 LLAMA_API int32_t llama_sparse_set_sparq_min_kv(struct llama_context * ctx, int32_t min_kv);
@@ -91,8 +92,8 @@ LLAMA_API int32_t llama_sparse_get_sparq_min_kv(const struct llama_context * ctx
 
 // storage of the transposed K that step 1 reads: GGML_TYPE_COUNT (the default) = the K cache's type, or
 // GGML_TYPE_Q8_0 = 8 bits a component in blocks of 32 positions, 34/64 of f16's bytes, so that more of a
-// budget goes to r. Q8_0 needs an f16 K cache whose size is a multiple of 32 (CPU, CUDA, Metal); it is kept at
-// decode and rebuilt from the K cache at the first decode after a prefill. Kept for llama_sparse_set_sparq
+// budget goes to r. Q8_0 needs an f16 K cache whose size is a multiple of 32 (CPU, CUDA, Metal); every graph at
+// or past min_kv requantizes the blocks it writes into, and a stale copy is rebuilt from the K cache. Kept for llama_sparse_set_sparq
 // when SparQ is off; changing it reallocates the copy. Returns 0, or -1 (see llama_sparse_sparq_last_error).
 LLAMA_API int32_t        llama_sparse_set_sparq_kt(struct llama_context * ctx, enum ggml_type kt);
 LLAMA_API enum ggml_type llama_sparse_get_sparq_kt(const struct llama_context * ctx);
