@@ -925,19 +925,26 @@ static int64_t sparq_auto_min_kv(const ggml_tensor * k_cache, const size_t bytes
     return (gpu_bytes + (int64_t) bytes_per_pos - 1)/(int64_t) bytes_per_pos;
 }
 
-// the smallest view at which some layer's decode runs the op (min_kv, or AUTO's threshold per layer's cache)
-static int64_t sparq_min_kv_any(const llama_kv_cache & kv, const llama_sparq_kv & st) {
+// the view from which layer ikv's decode runs the op: min_kv, or AUTO's threshold for the device of its cache
+static int64_t sparq_layer_min_kv(const llama_kv_cache & kv, const llama_sparq_kv & st, int32_t ikv) {
     if (st.min_kv != LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
         return st.min_kv;
     }
+    if (ikv < 0) {
+        return 0;
+    }
+    const ggml_tensor * kc = acc::layer_k(kv, ikv);
+    const ggml_tensor * vc = acc::layer_v(kv, ikv);
+    const uint32_t il = acc::layer_il(kv, ikv);
     const auto & hp = acc::hparams(kv);
+    return sparq_auto_min_kv(kc, ggml_row_size(kc->type, hp.n_embd_k_gqa(il)) + ggml_row_size(vc->type, hp.n_embd_v_gqa(il)));
+}
+
+// the smallest view at which some layer's decode runs the op
+static int64_t sparq_min_kv_any(const llama_kv_cache & kv, const llama_sparq_kv & st) {
     int64_t mk = INT64_MAX;
     for (size_t i = 0; i < acc::n_layers(kv); ++i) {
-        const ggml_tensor * kc = acc::layer_k(kv, i);
-        const ggml_tensor * vc = acc::layer_v(kv, i);
-        const uint32_t il = acc::layer_il(kv, i);
-        mk = std::min(mk, sparq_auto_min_kv(kc, ggml_row_size(kc->type, hp.n_embd_k_gqa(il)) +
-                                                ggml_row_size(vc->type, hp.n_embd_v_gqa(il))));
+        mk = std::min(mk, sparq_layer_min_kv(kv, st, (int32_t) i));
     }
     return mk;
 }
@@ -1074,11 +1081,8 @@ ggml_tensor * llama_sparq_build_attn(const llm_graph_context & g, const llama_kv
     const int64_t D = k->ne[0], Hkv = k->ne[1], ns = k->ne[3];
     const bool v_trans = acc::v_trans(*kv);
     const int64_t Dv = v_trans ? v->ne[2] : v->ne[0];
-    int64_t min_kv = st.min_kv;
-    if (min_kv == LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
-        const int32_t ikv = acc::ikv(*kv, il);
-        min_kv = sparq_auto_min_kv(ikv >= 0 ? acc::layer_k(*kv, ikv) : nullptr,
-                                   ggml_row_size(k->type, D*Hkv) + ggml_row_size(v->type, Dv*Hkv));
+    const int64_t min_kv = sparq_layer_min_kv(*kv, st, acc::ikv(*kv, il));
+    if (st.min_kv == LLAMA_SPARSE_SPARQ_MIN_KV_AUTO) {
         auto & sp = acc::state(*kv);
         if (sp->min_kv_logged != (int32_t) min_kv) {
             sp->min_kv_logged = (int32_t) min_kv;
