@@ -10,7 +10,9 @@ from typing import Any, Optional, Union
 
 import llama_cpp
 
-from . import _native
+from . import _log, _native
+
+_log.install()
 
 SparsityLevel = Union[None, float, str]
 
@@ -145,7 +147,15 @@ class Llama(llama_cpp.Llama):
         if sparq is not None and not isinstance(sparq, SparQ):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
-        super().__init__(model_path=str(path), **kwargs)
+        start = _log.mark()
+        try:
+            super().__init__(model_path=str(path), **kwargs)
+        except ValueError as e:
+            # llama-cpp-python's message is bare; the native log (sent to /dev/null unless verbose) said why
+            why = _log.reason_since(start)
+            if why is None:
+                raise
+            raise ValueError(f"{e}: {why}") from e
         self.set_sparsity(name)
         if sparq_given:
             self.set_sparq(sparq)

@@ -1,6 +1,7 @@
 """Lying or damaged zigzag metadata is refused with a clear error, never a crash or garbage."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,17 +22,21 @@ def zz(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _load_error(path: Path) -> str:
-    """Load in a subprocess (a native crash must fail the test, not the run) and return the log."""
+def _load_error(path: Path, env: dict | None = None, verbose: bool = False) -> str:
+    """Load in a subprocess (a native crash must fail the test, not the run) and return what the user sees: the
+    ValueError's message (without verbose the native log goes to /dev/null, so the reason must be in it), and with
+    verbose the log too."""
     code = ("import sys, llama_sparse\n"
             "try:\n"
-            f"    llama_sparse.Llama({str(path)!r}, n_ctx=64, verbose=True)\n"
+            f"    llama_sparse.Llama({str(path)!r}, n_ctx=64, verbose={verbose})\n"
             "except ValueError as e:\n"
             "    print('REFUSED', e); sys.exit(0)\n"
             "print('LOADED'); sys.exit(1)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **(env or {})})
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
-    return r.stderr
+    assert r.stdout.startswith("REFUSED ")
+    return r.stdout + (r.stderr if verbose else "")
 
 
 def _names(path: Path) -> list[str]:
@@ -104,3 +109,29 @@ def test_levels_round_trip_and_unknown_level(zz: Path, tmp_path: Path):
     assert llm.sparsity == "greedy-0.50"  # a failed switch keeps the level
     llm.set_sparsity(None)
     assert llm.sparsity == "dense"
+
+
+def test_truncated_file_says_so(zz: Path, tmp_path: Path):
+    bad = tmp_path / "trunc.gguf"
+    bad.write_bytes(zz.read_bytes()[: zz.stat().st_size // 3])
+    msg = _load_error(bad)
+    assert "Failed to load model from file" in msg
+    assert "not within the file bounds" in msg and "corrupted or incomplete" in msg
+
+
+def test_not_a_gguf_says_so(tmp_path: Path):
+    bad = tmp_path / "text.gguf"
+    bad.write_text("hello, this is not a model\n")
+    assert "invalid magic characters" in _load_error(bad)
+
+
+def test_bad_sparq_env_says_why(zz: Path):
+    msg = _load_error(zz, env={"LLAMA_SPARQ": "r=abc"})
+    assert "Failed to create llama_context" in msg and "'r' needs an integer, got 'abc'" in msg
+
+
+def test_verbose_still_logs(zz: Path, tmp_path: Path):
+    bad = rewrite_gguf(zz, tmp_path / "v2v.gguf", {"llama_sparse.format_version": (2, V.UINT32, None)})
+    out = _load_error(bad, verbose=True)
+    assert out.count("format version 2 is not supported") >= 2  # the message, and the log line it came from
+    assert "llama_model_loader: loaded meta data" in out
