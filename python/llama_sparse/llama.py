@@ -152,7 +152,7 @@ class Llama(llama_cpp.Llama):
             super().__init__(model_path=str(path), **kwargs)
         except ValueError as e:
             # llama-cpp-python's message is bare; the native log (sent to /dev/null unless verbose) said why
-            why = _log.reason_since(start)
+            why = _log.reason_since(start) if str(e).startswith("Failed to") else None
             if why is None:
                 raise
             raise ValueError(f"{e}: {why}") from e
