@@ -11,7 +11,6 @@
 #include "ggml-sparse-cpu.h"
 #include "gguf.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -127,6 +126,9 @@ bool parse_level(const std::string & s, std::string & mode, float & target) {
     std::string num = s;
     mode.clear();
     const size_t dash = s.find('-');
+    if (dash == 0) {
+        return false; // "-0.5" is a negative number, not a level with an empty mode
+    }
     if (dash != std::string::npos) {
         mode = s.substr(0, dash);
         num  = s.substr(dash + 1);
@@ -136,12 +138,18 @@ bool parse_level(const std::string & s, std::string & mode, float & target) {
     }
     char * end = nullptr;
     target = strtof(num.c_str(), &end);
-    return !num.empty() && end && *end == '\0' && std::isfinite(target);
+    return !num.empty() && end && *end == '\0' && std::isfinite(target) && target > 0.0f && target < 1.0f;
 }
 
+// "", "dense", "off", "none", or a number equal to 0 ("0", "0.0")
 bool is_dense_spec(const char * level) {
-    return level == nullptr || level[0] == '\0' || strcmp(level, "0") == 0 || strcmp(level, "off") == 0 ||
-           strcmp(level, "dense") == 0 || strcmp(level, "none") == 0;
+    if (level == nullptr || level[0] == '\0' || strcmp(level, "off") == 0 || strcmp(level, "dense") == 0 ||
+            strcmp(level, "none") == 0) {
+        return true;
+    }
+    char * end = nullptr;
+    const float v = strtof(level, &end);
+    return end != level && *end == '\0' && v == 0.0f;
 }
 
 } // namespace
@@ -232,8 +240,12 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
         info.n_zigzag++;
     }
 
-    const auto level_names   = get_str_arr(meta, "llama_sparse.levels");
-    const auto level_targets = get_num_arr<float>(meta, "llama_sparse.level_targets", GGUF_TYPE_FLOAT32);
+    // calibrate rewrites every level: an old, broken calibration must not stop it (LLAMA_SPARSE_IGNORE_LEVELS=1)
+    const char * env_ignore    = getenv("LLAMA_SPARSE_IGNORE_LEVELS");
+    const bool   ignore_levels = env_ignore && atoi(env_ignore) != 0;
+    const auto level_names   = ignore_levels ? std::vector<std::string>() : get_str_arr(meta, "llama_sparse.levels");
+    const auto level_targets = ignore_levels ? std::vector<float>() :
+                               get_num_arr<float>(meta, "llama_sparse.level_targets", GGUF_TYPE_FLOAT32);
     if (level_targets.size() != level_names.size()) {
         throw std::runtime_error(format("llama-sparse: %zu level names but %zu level targets", level_names.size(), level_targets.size()));
     }
@@ -526,18 +538,13 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
         return set_error(format("sparsity level '%s' asked for, but the model is not a zigzag GGUF (convert it with `llama-sparse convert`)", spec));
     }
     if (info->levels.empty()) {
-        static std::atomic<bool> warned { false };
-        if (!warned.exchange(true)) {
-            LLAMA_LOG_WARN("llama-sparse: the model has no calibrated thresholds; decoding dense (run `llama-sparse calibrate`)\n");
-        }
-        sctx->level = -1;
-        sctx->thresholds.clear();
-        sctx->version++;
-        return 0;
+        return set_error(format("sparsity level '%s' asked for, but the model has no calibrated thresholds "
+                                "(run `llama-sparse calibrate` on it, or decode dense)", spec));
     }
     const int32_t i = find_level(*info, spec);
     if (i < 0) {
-        return set_error(format("sparsity level '%s' is not in the model; it has: %s", spec, level_list(*info).c_str()));
+        return set_error(format("sparsity level '%s' is not in the model; it has: %s (or dense)", spec,
+                                level_list(*info).c_str()));
     }
     sctx->level      = i;
     sctx->thresholds = info->levels[i].thresholds;

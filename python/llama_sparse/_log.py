@@ -8,6 +8,7 @@ every line still goes there, and error lines are also kept for `reason_since`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import itertools
 import re
@@ -24,6 +25,7 @@ _seq = itertools.count(1)
 _kept: collections.deque = collections.deque(maxlen=64)  # (seq, message) of error-level lines
 _last_error = False
 _installed = False
+_quiet = 0  # > 0: nothing is printed (the error lines are still kept)
 
 
 @llama_cpp.llama_log_callback
@@ -40,7 +42,21 @@ def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             if level != _CONT:
                 _last_error = level == _ERROR
     finally:
-        _logger.llama_log_callback(level, text, user_data)
+        if not _quiet:
+            _logger.llama_log_callback(level, text, user_data)
+
+
+@contextlib.contextmanager
+def quiet(on: bool = True):
+    """Print none of the native log inside (llama.cpp's load log is thousands of lines); `reason_since` still
+    sees the error lines, so a failure can say why."""
+    global _quiet
+    install()
+    _quiet += bool(on)
+    try:
+        yield
+    finally:
+        _quiet -= bool(on)
 
 
 def install() -> None:

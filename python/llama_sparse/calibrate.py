@@ -165,6 +165,8 @@ def _check_levels(levels: Sequence[float], modes: Sequence[str]) -> tuple[list[f
             raise CalibrationError(f"sparsity level {lv!r} is not a number; pass levels like 0.25,0.5") from None
         if isinstance(lv, bool) or not 0.0 < t < 1.0:
             raise CalibrationError(f"sparsity level {lv!r} is outside (0, 1); pass levels like 0.25,0.5")
+        if not 0.0 < round(t, 2) < 1.0:  # levels are named and matched at 2 decimals
+            raise CalibrationError(f"sparsity level {lv!r} would be stored as {t:.2f}; pass levels from 0.01 to 0.99")
         if f"{t:.2f}" in {f"{o:.2f}" for o in out}:
             raise CalibrationError(f"sparsity level {t:.2f} is given twice")
         out.append(t)
@@ -220,6 +222,9 @@ def _open_model(path: Path):
 def _check_output(out: Path, src: Path, in_place: bool) -> None:
     if out.exists() and out.is_dir():
         raise CalibrationError(f"output {out} is a directory; pass a file name such as {out / 'model.calib.gguf'}")
+    if (out.exists() or out.is_symlink()) and not out.is_file():
+        # the result is renamed over the output: never over a device, a FIFO or a socket
+        raise CalibrationError(f"output {out} exists and is not a regular file; pass another -o path")
     if out.exists() and out.resolve() == src.resolve() and not in_place:
         raise CalibrationError(f"output {out} is the input file; pass --in-place (in_place=True) to overwrite it")
     parent = out.parent
@@ -241,6 +246,18 @@ def _check_output(out: Path, src: Path, in_place: bool) -> None:
 # calibration text
 
 
+def _read_utf8(p: Path) -> str:
+    """A text file's contents (stray bad bytes replaced); UnicodeDecodeError for a binary file, such as a model
+    passed as text: NUL bytes, or more than 1 % of it not UTF-8."""
+    data = p.read_bytes()
+    nul = data.find(b"\0", 0, 1 << 16)
+    text = data.decode("utf-8", errors="replace")
+    if nul >= 0 or text.count("\ufffd") > len(text) // 100:
+        at = nul if nul >= 0 else 0
+        raise UnicodeDecodeError("utf-8", data[:at + 1], at, at + 1, "a binary file")
+    return text
+
+
 def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[str], str]:
     """Path-likes are files to read, plain str are text."""
     if isinstance(texts, (str, os.PathLike)):
@@ -250,12 +267,17 @@ def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[st
     for t in texts:
         if isinstance(t, os.PathLike):
             p = Path(t).expanduser()
-            if not p.is_file():
+            if not p.exists():
                 raise CalibrationError(f"calibration text file {p} does not exist; pass existing --text files")
+            if not p.is_file():
+                raise CalibrationError(f"calibration text {p} is not a file; pass text files to --text")
             try:
-                out.append(p.read_text(encoding="utf-8", errors="replace"))
+                out.append(_read_utf8(p))
             except OSError as exc:
                 raise CalibrationError(f"cannot read calibration text {p}: {exc.strerror}") from exc
+            except UnicodeDecodeError as exc:
+                raise CalibrationError(f"calibration text {p} is not UTF-8 text (byte {exc.start}); "
+                                       "pass plain text files") from exc
             kinds.add("files")
         elif isinstance(t, str):
             out.append(t)
@@ -283,7 +305,7 @@ def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_
     prompts = DEFAULT_PROMPTS if prompts is None else prompts
     max_tokens = DEFAULT_GEN_TOKENS if max_tokens is None else max_tokens
 
-    with _dense_env():
+    with _dense_env(ignore_levels=True):
         llm = Llama(model, n_ctx=max_tokens + 256, n_threads=threads, n_threads_batch=threads or _default_threads(),
                     n_gpu_layers=n_gpu_layers, verbose=False, seed=1234)
     bar = _Progress(len(prompts) * max_tokens, "generating calibration text", progress, log)
@@ -306,12 +328,18 @@ def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_
 
 
 @contextmanager
-def _dense_env() -> Iterator[None]:
-    """Contexts read LLAMA_SPARSE / LLAMA_SPARSE_EMULATE when created; calibration must run dense."""
-    saved = {k: os.environ.pop(k) for k in ("LLAMA_SPARSE", "LLAMA_SPARSE_EMULATE") if k in os.environ}
+def _dense_env(ignore_levels: bool = False) -> Iterator[None]:
+    """Contexts read LLAMA_SPARSE / LLAMA_SPARSE_EMULATE when created; calibration must run dense. With
+    ignore_levels, models loaded inside skip the file's calibration (LLAMA_SPARSE_IGNORE_LEVELS): calibrate
+    replaces it, so a broken one must not stop it."""
+    keys = ("LLAMA_SPARSE", "LLAMA_SPARSE_EMULATE", "LLAMA_SPARSE_IGNORE_LEVELS")
+    saved = {k: os.environ.pop(k) for k in keys if k in os.environ}
+    if ignore_levels:
+        os.environ["LLAMA_SPARSE_IGNORE_LEVELS"] = "1"
     try:
         yield
     finally:
+        os.environ.pop("LLAMA_SPARSE_IGNORE_LEVELS", None)
         os.environ.update(saved)
 
 
@@ -356,19 +384,23 @@ def _chunks(token_lists: list[list[int]], ctx: int, bos: Optional[int]) -> list[
 class _Capture:
     """Model + dense context whose eval callback feeds a llama_sparse_calib object."""
 
-    def __init__(self, path: Path, ctx: int, threads: int, n_gpu_layers: int) -> None:
+    def __init__(self, path: Path, ctx: int, threads: int, n_gpu_layers: int, ignore_levels: bool = False) -> None:
         import llama_cpp
 
         from . import _calib_native as cn
-        from . import _native
+        from . import _log, _native
 
         self.cn = cn
         self.model = self.ctx = self.calib = None
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
-        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        start = _log.mark()
+        with _log.quiet(), _dense_env(ignore_levels):
+            self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            raise CalibrationError(f"llama.cpp could not load {path}; run `llama-sparse generate {path} -p hi -v` to see why")
+            why = _log.reason_since(start)
+            raise CalibrationError(f"llama.cpp could not load {path}: {why}" if why else
+                                   f"llama.cpp could not load {path}; run `llama-sparse generate {path} -p hi -v` to see why")
         try:
             if _native.llama_sparse_model_n_zigzag(self.model) <= 0:
                 raise CalibrationError(f"{path} loaded without zigzag weights; convert the original model again")
@@ -384,10 +416,13 @@ class _Capture:
             cparams.n_threads_batch = threads
             cparams.cb_eval = cn.eval_cb
             cparams.cb_eval_user_data = self.calib
-            with _dense_env():
+            start = _log.mark()
+            with _dense_env(), _log.quiet():
                 self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
             if not self.ctx:
-                raise CalibrationError(f"could not create a llama.cpp context for {path} (n_ctx {ctx})")
+                why = _log.reason_since(start)
+                raise CalibrationError(f"could not create a llama.cpp context for {path} (n_ctx {ctx})"
+                                       + (f": {why}" if why else ""))
             if _native.llama_sparse_set_level(self.ctx, None) != 0:
                 raise CalibrationError(f"could not switch the calibration context to dense: {_native.last_error()}")
             self.vocab = llama_cpp.llama_model_get_vocab(self.model)
@@ -891,7 +926,7 @@ def calibrate(
     from . import _calib_native as cn
 
     capture_start = time.perf_counter()
-    cap = _Capture(src, ctx, threads, n_gpu_layers)
+    cap = _Capture(src, ctx, threads, n_gpu_layers, ignore_levels=True)  # the levels are being replaced
     try:
         slots = 0
         if "greedy" in modes and not greedy_proxy:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -70,8 +72,21 @@ def _sparq_name(sparq) -> str:
             f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv is not None else ''}")
 
 
+def _check_run_args(args: argparse.Namespace) -> None:
+    """generate/chat: numbers llama-cpp-python would take silently and then misbehave on."""
+    if args.ctx_size < 0:
+        raise ValueError(f"-c {args.ctx_size}: the context size is a token count (0: the model's own)")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"-t {args.threads}: use at least 1 thread")
+    if args.n_predict == 0 or args.n_predict < -1:
+        raise ValueError(f"-n {args.n_predict}: use a positive number of tokens, or -1 to run until the context is full")
+    if args.temp < 0:
+        raise ValueError(f"--temp {args.temp}: the temperature is >= 0 (0: greedy)")
+
+
 def _load(args: argparse.Namespace, **extra):
     from .llama import Llama
+    _check_run_args(args)
     return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
@@ -106,12 +121,30 @@ def _stream_chat(llm, messages: list[dict], args: argparse.Namespace, out=sys.st
     return "".join(text), perf["gen_tps"], perf["gen_tokens"]
 
 
+def _context_hint(e: Exception, n_ctx: int) -> str:
+    """llama-cpp-python's messages when the context is full (or numpy's, from inside it) made readable."""
+    text = str(e)
+    if "exceed context window" in text or "could not broadcast" in text:
+        return f"the text no longer fits the context (-c {n_ctx} tokens)"
+    return text
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty; pass some text with -p")
     llm = _load(args)
+    n_ctx = llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size)  # llama-cpp-python's arrays: -c
+    n_prompt = len(llm.tokenize(args.prompt.encode("utf-8")))
+    if n_prompt >= n_ctx:
+        raise ValueError(f"the prompt is {n_prompt} tokens, which does not leave room in the context "
+                         f"(-c {n_ctx}); raise -c")
     llm.reset_stats()
-    for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp, stream=True):
-        sys.stdout.write(chunk["choices"][0]["text"])
-        sys.stdout.flush()
+    try:
+        for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp, stream=True):
+            sys.stdout.write(chunk["choices"][0]["text"])
+            sys.stdout.flush()
+    except ValueError as e:
+        raise ValueError(_context_hint(e, n_ctx)) from e
     perf = llm.perf()
     print(f"\n[{perf['gen_tokens']} tokens, {perf['gen_tps']:.1f} tok/s, sparsity {llm.sparsity}, "
           f"{_sparq_name(llm.sparq)}]", file=sys.stderr)
@@ -165,7 +198,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 print(f"[error: {e}]")
             continue
         messages.append({"role": "user", "content": line})
-        reply, tps, n = _stream_chat(llm, messages, args)
+        try:
+            reply, tps, n = _stream_chat(llm, messages, args)
+        except (ValueError, RuntimeError) as e:
+            messages.pop()  # the turn did not happen; the conversation so far is kept
+            hint = _context_hint(e, llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size))
+            print(f"\n[error: {hint}" + ("; /reset clears the history, or restart with a larger -c]" if hint != str(e)
+                                          else "]"), flush=True)
+            continue
         messages.append({"role": "assistant", "content": reply})
         print(f"\n[{n} tokens, {tps:.1f} tok/s, sparsity {llm.sparsity}]", flush=True)
     return 0
@@ -242,8 +282,46 @@ def _bench_row(exe: Path, model: Path, args: argparse.Namespace, level: Optional
     return out
 
 
+def _check_levels(model: Path, wanted: Optional[str]) -> None:
+    """Levels asked of bench/perplexity that the model does not have, refused before any run."""
+    from .llama import level_name
+    have = _levels_of(model)
+    for w in (wanted.split(",") if wanted else []):
+        name = level_name(w)
+        if name is None:
+            continue
+        if not any(h == name or h == w or _same_level(h, name) for h in have):
+            raise ValueError(f"sparsity level '{w}' is not in {model.name}; it has: "
+                             f"{', '.join(have) or 'none (calibrate it first)'} (or dense)")
+
+
+def _same_level(have: str, name: str) -> bool:
+    def split(s):
+        mode, _, num = s.rpartition("-")
+        return ("" if mode in ("", "unified") else mode), float(num)
+    try:
+        (m1, t1), (m2, t2) = split(have), split(name)
+    except ValueError:
+        return False
+    return m1 == m2 and abs(t1 - t2) < 5e-4
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .tools import tool_path
+    if args.repetitions < 1:
+        raise ValueError(f"-r {args.repetitions}: use at least 1 repetition")
+    if args.n_prompt < 0 or args.n_gen < 0 or args.n_prompt + args.n_gen == 0:
+        raise ValueError("-p and -n are token counts >= 0, and at least one of them must be positive")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot needs matplotlib: pip install matplotlib") from None
+        if not args.plot.parent.is_dir():
+            raise ValueError(f"--plot {args.plot}: directory {args.plot.parent} does not exist")
+    if not args.model.is_file():
+        raise FileNotFoundError(f"model file not found: {args.model}")
+    _check_levels(args.model, args.levels)
     fork = tool_path("bench")
     table = []
     stock = _stock_bin(args.stock_bin)
@@ -287,6 +365,18 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"text file not found: {args.text}")
     if _sparq_on(args.sparq) is not None and args.ubatch != 1:
         raise ValueError("SparQ attention acts at decode only (one token per step): run perplexity with -ub 1")
+    if not (args.ubatch == 1 or args.ubatch > 8):
+        # 2-8 tokens a batch decode sparse on the union of their columns: neither batch-1 decode nor exact masking
+        raise ValueError(f"-ub {args.ubatch}: use 1 (batch-1 sparse decode) or more than 8 (per-token masking)")
+    if args.chunks < 1 or args.ctx_size < 8:
+        raise ValueError("--chunks must be >= 1 and -c >= 8")
+    if not args.model.is_file():
+        raise FileNotFoundError(f"model file not found: {args.model}")
+    with open(args.text, "rb") as f:
+        head = f.read(1 << 16)
+    if b"\0" in head:
+        raise ValueError(f"{args.text} is a binary file, not text; pass a plain text file with -f")
+    _check_levels(args.model, args.levels)
     print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
     for level, sparq in _rows(args.model, args.levels, args.sparq):
@@ -294,8 +384,12 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
                             "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
                             "-b", str(max(args.ubatch, args.ctx_size))], level, emulate=args.ubatch > 8, sparq=sparq)
         m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
+        if m is None:
+            tail = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-3:]
+            raise RuntimeError(f"llama-perplexity gave no estimate (is {args.text.name} long enough for "
+                               f"{args.chunks} chunk(s) of -c {args.ctx_size} tokens?): " + " | ".join(tail))
         name = (level or "dense") + (f" + {_sparq_name(sparq)}" if sparq else "")
-        print(f"{name:36s} {float(m.group(1)) if m else float('nan'):11.4f}", flush=True)
+        print(f"{name:36s} {float(m.group(1)):11.4f}", flush=True)
     return 0
 
 
@@ -378,6 +472,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so the same cleanup as for Ctrl-C runs."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="llama-sparse", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -457,13 +559,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.set_defaults(func=cmd_demo)
 
     args = ap.parse_args(argv)
+    prev_term = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)  # so that convert / calibrate clean up their temp files
     try:
         return args.func(args)
+    except _Terminated:
+        print("error: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         return 130
     except (FileNotFoundError, ValueError, TypeError, NotImplementedError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, prev_term)
 
 
 if __name__ == "__main__":

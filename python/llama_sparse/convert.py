@@ -288,6 +288,9 @@ def _add_zigzag_keys(writer: GGUFWriter, plans: list[_TensorPlan]) -> None:
 def _check_output(out: Path, src: Path) -> None:
     if out.exists() and out.is_dir():
         raise ConvertError(f"output {out} is a directory; pass a file name such as {out / 'model-zigzag.gguf'}")
+    if (out.exists() or out.is_symlink()) and not out.is_file():
+        # the result is renamed over the output: never over a device, a FIFO or a socket
+        raise ConvertError(f"output {out} exists and is not a regular file; pass another -o path")
     if out.exists() and out.resolve() == src.resolve():
         raise ConvertError(f"output {out} is the input file; pass a different -o path")
     parent = out.parent
@@ -583,6 +586,9 @@ def convert(
         raise ConvertError(f"--outtype-hf {outtype_hf}: use one of {', '.join(HF_OUTTYPES)}")
     if not src_path.exists():
         raise ConvertError(f"input {src_path} does not exist; pass a .gguf file or a Hugging Face model directory")
+    if not src_path.is_dir() and not src_path.is_file():
+        raise ConvertError(f"input {src_path} is not a regular file (a device or a FIFO?); pass a .gguf file or a "
+                           "Hugging Face model directory")
     _check_output(out_path, src_path)
     threads = threads or _ggml.default_threads()
     try:

@@ -119,7 +119,11 @@ def level_name(level: SparsityLevel) -> Optional[str]:
         s = level.strip()
         if s.lower() in ("", "0", "off", "dense", "none"):
             return None
-        return s
+        try:
+            v = float(s)
+        except ValueError:
+            return s  # a level name such as "greedy-0.5"; the library checks it against the model
+        return level_name(v)  # numbers as numbers: "0.0" is dense, "-0.5" and "1.0" are refused
     raise TypeError(f"sparsity must be None, a float or a level name, not {type(level).__name__}")
 
 

@@ -133,7 +133,9 @@ def test_uncalibrated_zigzag_level_requests(zigzag_gguf: Path):
     llm = llama_sparse.Llama(zigzag_gguf, n_ctx=64, verbose=False)
     assert llm.sparsity_levels == []
     assert llm.sparsity == "dense"
-    # no thresholds in the file: runs dense (with one warning), never crashes
-    llm.set_sparsity(0.5)
+    # no thresholds in the file: a clear error, the context stays dense and usable
+    with pytest.raises(ValueError, match="no calibrated thresholds"):
+        llm.set_sparsity(0.5)
     assert llm.sparsity == "dense"
+    llm.set_sparsity("0.0")
     llm("Hello", max_tokens=2)

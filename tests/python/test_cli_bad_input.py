@@ -1,0 +1,166 @@
+"""Bad input at the CLI: a clear error and a nonzero exit, no traceback, and nothing of the user's destroyed."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gguf import GGUFValueType
+
+from ggufedit import rewrite_gguf, zigzag_with_levels
+
+CLI = [sys.executable, "-m", "llama_sparse"]
+AUSTEN = Path(__file__).resolve().parents[3] / "shared" / "data" / "austen"
+
+
+@pytest.fixture(scope="module")
+def leveled(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return zigzag_with_levels(smollm2_gguf, tmp_path_factory.mktemp("clibad"), "q8_0",
+                              {"0.25": (0.25, 0.02), "0.50": (0.5, 0.05)})
+
+
+def run(*args: str, stdin: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def refused(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode != 0, r.stdout[-1000:] + r.stderr[-1000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    for n in needles:
+        assert n in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("level", ["-0.5", "1.0", "1.5"])
+def test_out_of_range_levels_refused(leveled: Path, level: str):
+    # "-0.5" once ran as 0.50 (the dash read as an empty mode)
+    refused(run("generate", str(leveled), "-p", "Hi", "-n", "2", f"--sparsity={level}"), "sparsity")
+
+
+def test_zero_as_a_number_is_dense(leveled: Path):
+    r = run("generate", str(leveled), "-p", "Hi", "-n", "2", "--sparsity", "0.0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "sparsity dense" in r.stderr
+
+
+def test_negative_level_in_c_api(leveled: Path):
+    import llama_sparse
+    from llama_sparse import _native
+    llm = llama_sparse.Llama(leveled, n_ctx=64, verbose=False)
+    try:
+        assert _native.llama_sparse_set_level(llm._ctx.ctx, b"-0.50") != 0
+        assert llm.sparsity == "dense"
+        assert _native.llama_sparse_set_level(llm._ctx.ctx, b"0.00") == 0  # a zero is dense
+        assert llm.sparsity == "dense"
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-n", "0"], "-n 0"), (["-n", "-2"], "-n -2"), (["-c", "-5"], "-c -5"), (["-t", "0"], "-t 0"),
+    (["--temp", "-1"], "--temp"), (["-p", "  "], "prompt is empty"),
+])
+def test_generate_bad_numbers(leveled: Path, args: list[str], needle: str):
+    base = ["generate", str(leveled), "-n", "2"]
+    if "-p" not in args:
+        base += ["-p", "Hi"]
+    refused(run(*base, *args), needle)
+
+
+def test_prompt_longer_than_context(leveled: Path):
+    refused(run("generate", str(leveled), "-p", "Hello there my friend, how are you today?", "-n", "4", "-c", "4"),
+            "does not leave room in the context (-c 4)")
+
+
+def test_chat_survives_a_full_context(leveled: Path):
+    script = "hi\nhello again, tell me a long story about a cat\ntell me more\nand more\n/reset\nhi\n/quit\n"
+    r = run("chat", str(leveled), "-n", "40", "-c", "64", stdin=script)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "no longer fits the context (-c 64" in r.stdout
+    assert "[history cleared]" in r.stdout
+    assert r.stdout.rstrip().endswith("]")  # the last turn, after /reset, answered
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_output_that_is_not_a_regular_file_is_kept(smollm2_gguf: Path, leveled: Path, tmp_path: Path, kind: str):
+    out = tmp_path / "special.gguf"
+    if kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("mknod of a character device needs root")
+        os.mknod(out, 0o666 | 0o020000, os.makedev(1, 3))  # like /dev/null
+    else:
+        os.mkfifo(out)
+    refused(run("convert", str(smollm2_gguf), "-o", str(out), "--type", "q8_0"), "not a regular file")
+    refused(run("calibrate", str(leveled), "-o", str(out), "--random-tokens", "1", "-n", "64", "-c", "32"),
+            "not a regular file")
+    assert not out.is_file() and out.exists()
+
+
+def test_fifo_input_refused(tmp_path: Path):
+    fifo = tmp_path / "in.gguf"
+    os.mkfifo(fifo)
+    refused(run("convert", str(fifo), "-o", str(tmp_path / "o.gguf"), timeout=60), "not a regular file")
+
+
+def test_binary_text_refused(smollm2_gguf: Path, leveled: Path, tmp_path: Path):
+    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "c.gguf"), "--text", str(smollm2_gguf)),
+            "is not UTF-8 text")
+    refused(run("perplexity", str(leveled), "-f", str(smollm2_gguf), "--chunks", "1", "-c", "128", "--levels", "dense"),
+            "binary file")
+
+
+def test_recalibrate_over_broken_thresholds(leveled: Path, tmp_path: Path):
+    n_layer = 30  # SmolLM2-135M
+    bad = rewrite_gguf(leveled, tmp_path / "nan.gguf", {
+        "llama_sparse.thresholds.0.50": ([float("nan")] * (4 * n_layer), GGUFValueType.ARRAY, GGUFValueType.FLOAT32)})
+    out = tmp_path / "fixed.gguf"
+    r = run("calibrate", str(bad), "-o", str(out), "--random-tokens", "1", "--levels", "0.5", "--mode", "unified",
+            "-n", "256", "-c", "64", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(r.stdout.splitlines()) + len(r.stderr.splitlines()) < 20  # no native load log
+    import llama_sparse
+    llm = llama_sparse.Llama(out, sparsity=0.5, n_ctx=64, verbose=False)
+    try:
+        assert llm.sparsity == "0.50"
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-ub", "4"], "-ub 4"), (["-ub", "0"], "-ub 0"), (["--chunks", "0"], "--chunks"),
+])
+def test_perplexity_bad_args(leveled: Path, args: list[str], needle: str):
+    text = sorted(AUSTEN.glob("*.txt"))[0]
+    refused(run("perplexity", str(leveled), "-f", str(text), "-c", "128", "--levels", "dense", *args), needle)
+
+
+def test_perplexity_text_too_short(leveled: Path, tmp_path: Path):
+    short = tmp_path / "short.txt"
+    short.write_text("A few words only.\n")
+    refused(run("perplexity", str(leveled), "-f", str(short), "--chunks", "1", "-c", "128", "--levels", "dense"),
+            "gave no estimate")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-r", "0"], "-r 0"), (["-p", "0", "-n", "0"], "at least one of them"), (["--levels", "0.55"], "'0.55' is not in"),
+    (["--levels", "-0.5"], "sparsity"),
+])
+def test_bench_bad_args(leveled: Path, args: list[str], needle: str):
+    refused(run("bench", str(leveled), "-p", "8", "-n", "4", "-r", "1", *args), needle)
+
+
+def test_sigterm_leaves_no_temp_file(smollm2_gguf: Path, tmp_path: Path):
+    out = tmp_path / "keep.gguf"
+    p = subprocess.Popen(CLI + ["convert", str(smollm2_gguf), "-o", str(out), "--type", "q4_k"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(f.name.endswith(".tmp") for f in tmp_path.iterdir()):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
