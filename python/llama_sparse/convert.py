@@ -336,6 +336,13 @@ def _os_error(exc: OSError, path: Path) -> ConvertError:
         return ConvertError(f"disk full while writing {path}; free space in {path.parent} or pass an -o path on another disk")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ConvertError(f"cannot write {path}: {exc.strerror}; pass a -o path in a writable directory")
+    try:
+        nearly_full = shutil.disk_usage(path.parent).free < (64 << 20)
+    except OSError:
+        nearly_full = False
+    if nearly_full:  # a short write (numpy's tofile) carries no errno
+        return ConvertError(f"disk full while writing {path} ({exc}); free space in {path.parent} or pass an -o "
+                            "path on another disk")
     return ConvertError(f"I/O error while writing {path}: {exc}")
 
 

@@ -164,3 +164,11 @@ def test_sigterm_leaves_no_temp_file(smollm2_gguf: Path, tmp_path: Path):
     assert p.returncode != 0, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_perplexity_and_bench_on_a_truncated_model(leveled: Path, tmp_path: Path):
+    bad = tmp_path / "trunc.gguf"
+    bad.write_bytes(leveled.read_bytes()[: leveled.stat().st_size // 3])
+    text = sorted(AUSTEN.glob("*.txt"))[0]
+    refused(run("perplexity", str(bad), "-f", str(text), "--chunks", "1", "-c", "128"), "may be truncated")
+    refused(run("bench", str(bad), "-p", "8", "-n", "4", "-r", "1", "--levels", "0.5"), "may be truncated")
