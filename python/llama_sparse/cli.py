@@ -398,7 +398,10 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     # the sparsity level applies to every context the server creates (read by the library at context creation)
+    if not args.model.is_file():
+        raise FileNotFoundError(f"model file not found: {args.model}")
     if args.sparsity:
+        _check_levels(args.model, args.sparsity)  # the server's plain llama_cpp.Llama would only say it failed
         os.environ["LLAMA_SPARSE"] = args.sparsity
     if args.sparq == "off":
         os.environ.pop("LLAMA_SPARQ", None)

@@ -152,6 +152,10 @@ class Llama(llama_cpp.Llama):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
         start = _log.mark()
+        # contexts read LLAMA_SPARSE / LLAMA_SPARQ when made; here sparsity= always decides (set below) and sparq=
+        # when given, so a bad value in the environment must not fail the context
+        drop = ("LLAMA_SPARSE",) + (("LLAMA_SPARQ",) if sparq_given else ())
+        saved = {k: os.environ.pop(k) for k in drop if k in os.environ}
         try:
             super().__init__(model_path=str(path), **kwargs)
         except ValueError as e:
@@ -160,6 +164,8 @@ class Llama(llama_cpp.Llama):
             if why is None:
                 raise
             raise ValueError(f"{e}: {why}") from e
+        finally:
+            os.environ.update(saved)
         self.set_sparsity(name)
         if sparq_given:
             self.set_sparq(sparq)
@@ -251,9 +257,12 @@ class Llama(llama_cpp.Llama):
     def perf(self) -> dict[str, float]:
         """Prompt and generation throughput since the last reset (llama.cpp's own timers)."""
         d = llama_cpp.llama_perf_context(self._ctx.ctx)
+        # llama.cpp reports max(1, n): with no time on a timer nothing ran there (a reset, a cached prompt)
+        n_p = d.n_p_eval if d.t_p_eval_ms > 0 else 0
+        n_g = d.n_eval if d.t_eval_ms > 0 else 0
         return {
-            "prompt_tokens": d.n_p_eval,
-            "prompt_tps": d.n_p_eval / (d.t_p_eval_ms / 1e3) if d.t_p_eval_ms > 0 else 0.0,
-            "gen_tokens": d.n_eval,
-            "gen_tps": d.n_eval / (d.t_eval_ms / 1e3) if d.t_eval_ms > 0 else 0.0,
+            "prompt_tokens": n_p,
+            "prompt_tps": n_p / (d.t_p_eval_ms / 1e3) if d.t_p_eval_ms > 0 else 0.0,
+            "gen_tokens": n_g,
+            "gen_tps": n_g / (d.t_eval_ms / 1e3) if d.t_eval_ms > 0 else 0.0,
         }

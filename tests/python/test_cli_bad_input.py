@@ -172,3 +172,31 @@ def test_perplexity_and_bench_on_a_truncated_model(leveled: Path, tmp_path: Path
     text = sorted(AUSTEN.glob("*.txt"))[0]
     refused(run("perplexity", str(bad), "-f", str(text), "--chunks", "1", "-c", "128"), "may be truncated")
     refused(run("bench", str(bad), "-p", "8", "-n", "4", "-r", "1", "--levels", "0.5"), "may be truncated")
+
+
+@pytest.mark.parametrize("level", ["0.33", "bogus", "-0.5"])
+def test_serve_bad_level_says_why(leveled: Path, level: str):
+    refused(run("serve", str(leveled), f"--sparsity={level}", "--port", "8799", timeout=120), "sparsity")
+
+
+def test_explicit_settings_beat_a_bad_environment(leveled: Path):
+    code = ("import llama_sparse\n"
+            f"l = llama_sparse.Llama({str(leveled)!r}, n_ctx=64, sparsity=0.5, sparq='off', verbose=False)\n"
+            "print(l.sparsity, l.sparq)\n")
+    env = {**os.environ, "LLAMA_SPARQ": "garbage", "LLAMA_SPARSE": "bogus"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0.50", "None"]
+
+
+def test_perf_after_reset_is_zero(leveled: Path):
+    import llama_sparse
+    llm = llama_sparse.Llama(leveled, n_ctx=64, verbose=False)
+    try:
+        llm("Hello", max_tokens=2)
+        assert llm.perf()["gen_tokens"] >= 1
+        llm.reset_stats()
+        p = llm.perf()
+        assert p["prompt_tokens"] == 0 and p["gen_tokens"] == 0, p
+    finally:
+        llm.close()
