@@ -121,6 +121,11 @@ def _stream_chat(llm, messages: list[dict], args: argparse.Namespace, out=sys.st
     return "".join(text), perf["gen_tps"], perf["gen_tokens"]
 
 
+def _n_ctx(llm, args: argparse.Namespace) -> int:
+    """The context the run has: llama-cpp-python sizes its token arrays by -c, the library may round it up."""
+    return llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size)
+
+
 def _context_hint(e: Exception, n_ctx: int) -> str:
     """llama-cpp-python's messages when the context is full (or numpy's, from inside it) made readable."""
     text = str(e)
@@ -133,7 +138,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty; pass some text with -p")
     llm = _load(args)
-    n_ctx = llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size)  # llama-cpp-python's arrays: -c
+    n_ctx = _n_ctx(llm, args)
     n_prompt = len(llm.tokenize(args.prompt.encode("utf-8")))
     if n_prompt >= n_ctx:
         raise ValueError(f"the prompt is {n_prompt} tokens, which does not leave room in the context "
@@ -202,9 +207,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             reply, tps, n = _stream_chat(llm, messages, args)
         except (ValueError, RuntimeError) as e:
             messages.pop()  # the turn did not happen; the conversation so far is kept
-            hint = _context_hint(e, llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size))
-            print(f"\n[error: {hint}" + ("; /reset clears the history, or restart with a larger -c]" if hint != str(e)
-                                          else "]"), flush=True)
+            hint = _context_hint(e, _n_ctx(llm, args))
+            more = "; /reset clears the history, or restart with a larger -c" if hint != str(e) else ""
+            print(f"\n[error: {hint}{more}]", flush=True)
             continue
         messages.append({"role": "assistant", "content": reply})
         print(f"\n[{n} tokens, {tps:.1f} tok/s, sparsity {llm.sparsity}]", flush=True)
@@ -286,7 +291,7 @@ def _bench_row(exe: Path, model: Path, args: argparse.Namespace, level: Optional
 
 
 def _check_levels(model: Path, wanted: Optional[str]) -> None:
-    """Levels asked of bench/perplexity that the model does not have, refused before any run."""
+    """Levels asked of bench/perplexity/serve that the model does not have, refused before any run."""
     from .llama import level_name
     have = _levels_of(model)
     for w in (wanted.split(",") if wanted else []):
