@@ -392,6 +392,9 @@ class _Capture:
 
         self.cn = cn
         self.model = self.ctx = self.calib = None
+        # no native log while it lives (the load log, ggml-cuda's graph lines per window); errors still reach messages
+        self._quiet = _log.quiet()
+        self._quiet.__enter__()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         start = _log.mark()
@@ -481,6 +484,9 @@ class _Capture:
         if self.model:
             llama_cpp.llama_model_free(self.model)
             self.model = None
+        if getattr(self, "_quiet", None) is not None:
+            self._quiet.__exit__(None, None, None)
+            self._quiet = None
 
 
 def _random_ids(vocab, n: int, seed: int) -> list[int]:
