@@ -7,6 +7,7 @@ every line still goes there, and error lines are also kept for `reason_since`.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import ctypes
@@ -64,6 +65,9 @@ def install() -> None:
     global _installed
     if not _installed:
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+        # models freed during interpreter teardown still log: by then this module may be gone, so hand the log
+        # back to llama-cpp-python's callback (as before install) at exit (a server segfaulted on SIGINT without it)
+        atexit.register(llama_cpp.llama_log_set, _logger.llama_log_callback, ctypes.c_void_p(0))
         _installed = True
 
 
