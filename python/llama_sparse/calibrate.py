@@ -398,7 +398,7 @@ class _Capture:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         start = _log.mark()
-        with _log.quiet(), _dense_env(ignore_levels):
+        with _dense_env(ignore_levels):
             self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             why = _log.reason_since(start)
@@ -420,7 +420,7 @@ class _Capture:
             cparams.cb_eval = cn.eval_cb
             cparams.cb_eval_user_data = self.calib
             start = _log.mark()
-            with _dense_env(), _log.quiet():
+            with _dense_env():
                 self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
             if not self.ctx:
                 why = _log.reason_since(start)

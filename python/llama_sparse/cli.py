@@ -298,7 +298,7 @@ def _check_levels(model: Path, wanted: Optional[str]) -> None:
         name = level_name(w)
         if name is None:
             continue
-        if not any(h == name or h == w or _same_level(h, name) for h in have):
+        if not any(h == w or _same_level(h, name) for h in have):
             raise ValueError(f"sparsity level '{w}' is not in {model.name}; it has: "
                              f"{', '.join(have) or 'none (calibrate it first)'} (or dense)")
 
@@ -380,10 +380,11 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
         raise ValueError("--chunks must be >= 1 and -c >= 8")
     if not args.model.is_file():
         raise FileNotFoundError(f"model file not found: {args.model}")
-    with open(args.text, "rb") as f:
-        head = f.read(1 << 16)
-    if b"\0" in head:
-        raise ValueError(f"{args.text} is a binary file, not text; pass a plain text file with -f")
+    from .calibrate import _read_utf8
+    try:
+        _read_utf8(args.text)
+    except UnicodeDecodeError:
+        raise ValueError(f"{args.text} is a binary file, not text; pass a plain text file with -f") from None
     _check_levels(args.model, args.levels)
     print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
