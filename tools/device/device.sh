@@ -19,6 +19,7 @@
 #              (the fold on, without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
+#   arch-test  tests/python/test_architectures.py (tiny Qwen2/3, Phi-3, Gemma/2, Granite, Mixtral) on the GPU, after build
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -146,6 +147,11 @@ pack() {
         echo "pack: no site-packages with gguf (set PY_SITE); the model steps will need them" >&2
     fi
     head -c 400000 /work/shared/data/austen/persuasion.txt > "$out/austen.txt" 2>/dev/null || true
+    # arch-test: the Austen files tests/python/test_architectures.py reads, and upstream's HF converter
+    mkdir -p "$out/austen"
+    head -c 300000 /work/shared/data/austen/emma.txt > "$out/austen/emma.txt" 2>/dev/null || true
+    head -c 20000 /work/shared/data/austen/persuasion.txt > "$out/austen/persuasion.txt" 2>/dev/null || true
+    tar -C "$(python3 "$repo/tools/upstream.py" pristine)" -cf - conversion convert_hf_to_gguf.py | xz -T2 -6 > "$out/hfconv.tar.xz"
     # levels calibrated here on the same seeded 7B (bench/r7b_thresholds.py --save-levels), for modelzz
     rm -f "$out/r7b-levels.json"
     [ -z "${LEVELS_JSON:-}" ] || cp "$LEVELS_JSON" "$out/r7b-levels.json"
@@ -323,6 +329,15 @@ remote() {
             ;;
         model-bg)
             make_r7b > "$out/model.log" 2>&1 & model_pid=$!
+            ;;
+        arch-test)
+            # tests/python/test_architectures.py with the decodes on the GPU (after build): python3 there has torch,
+            # transformers and pytest; upstream's HF converter comes in the pack
+            [ -d /tmp/ls-hfconv ] || { mkdir -p /tmp/ls-hfconv && tar -C /tmp/ls-hfconv -xJf "$dev/hfconv.tar.xz"; }
+            ( cd "$repo/tests/python" && LLAMA_SPARSE_TEST_NGL=99 LLAMA_SPARSE_AUSTEN="$dev/austen" \
+                LLAMA_SPARSE_UPSTREAM_DIR=/tmp/ls-hfconv timeout 900 python3 -m pytest -q -p no:cacheprovider -rA \
+                test_architectures.py ) > "$out/arch-test.log" 2>&1 || { tail -80 "$out/arch-test.log"; exit 1; }
+            tail -3 "$out/arch-test.log"
             ;;
         model-wait)
             wait "${model_pid:?no model-bg step before}" || { tail -20 "$out/model.log"; exit 1; }
