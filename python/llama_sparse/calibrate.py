@@ -16,6 +16,7 @@ import ctypes
 import errno
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -240,6 +241,13 @@ def _check_output(out: Path, src: Path, in_place: bool) -> None:
     os.unlink(probe)
     if out.exists() and not os.access(out, os.W_OK):
         raise CalibrationError(f"output file {out} exists and is not writable; remove it or pass another -o path")
+    # the output is the model plus a few KiB of thresholds, written whole beside any old file before the rename:
+    # say so now, not after minutes of calibration
+    needed = src.stat().st_size + (16 << 20)
+    free = shutil.disk_usage(parent).free
+    if free < needed:
+        raise CalibrationError(f"not enough disk space in {parent} for {out.name}: needs {needed / 2**30:.2f} GiB, "
+                               f"{free / 2**30:.2f} GiB free; free some space or pass a -o path on another disk")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -903,6 +911,8 @@ def calibrate(
         raise CalibrationError(f"greedy_windows must be an int >= 1, got {greedy_windows!r}")
     if not isinstance(greedy_queries, int) or isinstance(greedy_queries, bool) or greedy_queries < 1:
         raise CalibrationError(f"greedy_queries must be an int >= 1, got {greedy_queries!r}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise CalibrationError(f"threads must be an int >= 1 (or None: all cores), got {threads!r}")
     if not 0.0 < float(greedy_increment) <= 0.25:
         raise CalibrationError(f"greedy_increment must be in (0, 0.25], got {greedy_increment!r}")
     # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary

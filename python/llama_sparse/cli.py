@@ -72,12 +72,16 @@ def _sparq_name(sparq) -> str:
             f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv is not None else ''}")
 
 
+def _check_threads(threads: Optional[int]) -> None:
+    if threads is not None and threads < 1:  # ggml asserts on 0 threads; negative ones reach it too
+        raise ValueError(f"-t {threads}: use at least 1 thread")
+
+
 def _check_run_args(args: argparse.Namespace) -> None:
     """generate/chat: numbers llama-cpp-python would take silently and then misbehave on."""
     if args.ctx_size < 0:
         raise ValueError(f"-c {args.ctx_size}: the context size is a token count (0: the model's own)")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"-t {args.threads}: use at least 1 thread")
+    _check_threads(args.threads)
     if args.n_predict == 0 or args.n_predict < -1:
         raise ValueError(f"-n {args.n_predict}: use a positive number of tokens, or -1 to run until the context is full")
     if args.temp < 0:
@@ -318,6 +322,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .tools import tool_path
     if args.repetitions < 1:
         raise ValueError(f"-r {args.repetitions}: use at least 1 repetition")
+    _check_threads(args.threads)
+    if args.depth < 0:
+        raise ValueError(f"-d {args.depth}: the depth is a count of context tokens >= 0")
     if args.n_prompt < 0 or args.n_gen < 0 or args.n_prompt + args.n_gen == 0:
         raise ValueError("-p and -n are token counts >= 0, and at least one of them must be positive")
     if args.plot:
@@ -378,6 +385,7 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
         raise ValueError(f"-ub {args.ubatch}: use 1 (batch-1 sparse decode) or more than 8 (per-token masking)")
     if args.chunks < 1 or args.ctx_size < 8:
         raise ValueError("--chunks must be >= 1 and -c >= 8")
+    _check_threads(args.threads)
     if not args.model.is_file():
         raise FileNotFoundError(f"model file not found: {args.model}")
     from .calibrate import _read_utf8
@@ -406,6 +414,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the sparsity level applies to every context the server creates (read by the library at context creation)
     if not args.model.is_file():
         raise FileNotFoundError(f"model file not found: {args.model}")
+    _check_threads(args.threads)
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: use a TCP port in 0-65535")
+    if args.ctx_size < 0:
+        raise ValueError(f"-c {args.ctx_size}: the context size is a token count (0: the model's own)")
     if args.sparsity:
         _check_levels(args.model, args.sparsity)  # the server's plain llama_cpp.Llama would only say it failed
         os.environ["LLAMA_SPARSE"] = args.sparsity
@@ -438,6 +451,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .convert import convert
     from .llama import Llama
 
+    _check_threads(args.threads)
+    if args.n_predict < 1:  # llama-cpp-python reads max_tokens 0 as "until the context is full"
+        raise ValueError(f"-n {args.n_predict}: use a positive number of tokens")
     src = default_model()
     zz = cache_dir() / f"SmolLM2-135M-Instruct.zz-{args.type}.gguf"
     if not zz.exists():

@@ -596,6 +596,8 @@ def convert(
     if not src_path.is_dir() and not src_path.is_file():
         raise ConvertError(f"input {src_path} is not a regular file (a device or a FIFO?); pass a .gguf file or a "
                            "Hugging Face model directory")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConvertError(f"threads must be an int >= 1 (or None: all cores), got {threads!r}")
     _check_output(out_path, src_path)
     threads = threads or _ggml.default_threads()
     try:

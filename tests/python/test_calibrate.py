@@ -365,6 +365,28 @@ def test_errors(smollm2_gguf: Path, zz_q8: Path, tmp_path: Path) -> None:
     _no_leftovers(tmp_path, {"junk.gguf"})
 
 
+def test_no_disk_space_fails_before_calibrating(zz_q8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from llama_sparse import calibrate as calib_mod
+
+    real = shutil.disk_usage
+    free = zz_q8.stat().st_size  # the model fits, its copy with the thresholds and the margin do not
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=free))
+
+    def no_capture(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("calibration started before the disk space check")
+
+    monkeypatch.setattr(calib_mod, "_Capture", no_capture)
+    out = tmp_path / "out.gguf"
+    with pytest.raises(calib_mod.CalibrationError, match="not enough disk space .* GiB free"):
+        calib_mod.calibrate(zz_q8, output=out, texts=["some text " * 50], levels=[0.5], n_tokens=64, progress=False)
+    _no_leftovers(tmp_path, set())
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=free + (32 << 20)))
+    with pytest.raises(AssertionError, match="before the disk space check"):  # enough space: the check passes
+        calib_mod.calibrate(zz_q8, output=out, texts=["some text " * 50], levels=[0.5], n_tokens=64, progress=False)
+
+
 def test_failed_write_leaves_nothing(zz_q8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gguf import GGUFWriter
 

@@ -130,7 +130,7 @@ def test_recalibrate_over_broken_thresholds(leveled: Path, tmp_path: Path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["-ub", "4"], "-ub 4"), (["-ub", "0"], "-ub 0"), (["--chunks", "0"], "--chunks"),
+    (["-ub", "4"], "-ub 4"), (["-ub", "0"], "-ub 0"), (["--chunks", "0"], "--chunks"), (["-t", "0"], "-t 0"),
 ])
 def test_perplexity_bad_args(leveled: Path, args: list[str], needle: str):
     text = sorted(AUSTEN.glob("*.txt"))[0]
@@ -146,7 +146,7 @@ def test_perplexity_text_too_short(leveled: Path, tmp_path: Path):
 
 @pytest.mark.parametrize("args,needle", [
     (["-r", "0"], "-r 0"), (["-p", "0", "-n", "0"], "at least one of them"), (["--levels", "0.55"], "'0.55' is not in"),
-    (["--levels", "-0.5"], "sparsity"),
+    (["--levels", "-0.5"], "sparsity"), (["-t", "0"], "-t 0"), (["-d", "-5"], "-d -5"),
 ])
 def test_bench_bad_args(leveled: Path, args: list[str], needle: str):
     refused(run("bench", str(leveled), "-p", "8", "-n", "4", "-r", "1", *args), needle)
@@ -177,6 +177,25 @@ def test_perplexity_and_bench_on_a_truncated_model(leveled: Path, tmp_path: Path
 @pytest.mark.parametrize("level", ["0.33", "bogus", "-0.5"])
 def test_serve_bad_level_says_why(leveled: Path, level: str):
     refused(run("serve", str(leveled), f"--sparsity={level}", "--port", "8799", timeout=120), "sparsity")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-t", "0"], "-t 0"), (["--port", "-1"], "--port -1"), (["--port", "70000"], "--port 70000"), (["-c", "-1"], "-c -1"),
+])
+def test_serve_bad_numbers(leveled: Path, args: list[str], needle: str):
+    refused(run("serve", str(leveled), "--port", "8799", *args, timeout=120), needle)
+
+
+@pytest.mark.parametrize("args,needle", [(["-t", "0"], "-t 0"), (["-n", "0"], "-n 0")])
+def test_demo_bad_numbers(args: list[str], needle: str):
+    # -n 0 once ran to the end of the context (llama-cpp-python's max_tokens=0)
+    refused(run("demo", *args, timeout=120), needle)
+
+
+def test_convert_and_calibrate_refuse_zero_threads(smollm2_gguf: Path, leveled: Path, tmp_path: Path):
+    refused(run("convert", str(smollm2_gguf), "-o", str(tmp_path / "a.gguf"), "-t", "0"), "threads must be an int >= 1")
+    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "b.gguf"), "-t", "-2"), "threads must be an int >= 1")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_explicit_settings_beat_a_bad_environment(leveled: Path):
