@@ -1108,7 +1108,7 @@ template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
         const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off,
-        float * ws, int * tickets) {
+        float * ws, int * tickets, unsigned long long * stats) {
     typedef zz_type<type> zt;
     constexpr int B     = zt::B;
     constexpr int bs    = zt::bs;
@@ -1154,6 +1154,12 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         int      * s_seg   = s_offs + nwords;
         count = zz_fused_segment<T>(x, x_stride, n, thr, s_words, s_offs, s_seg, gridDim.x, blockIdx.x);
         idx   = s_seg; // the block's share; its warps split it
+        if (stats != nullptr && row == 0 && threadIdx.x == 0) {
+            atomicAdd(stats + 2, (unsigned long long) count);
+            if (blockIdx.x == 0) {
+                sparse_stats_add(stats, n, 0);
+            }
+        }
         nw    = n2;
         wid   = warp;
     } else {
@@ -1378,6 +1384,7 @@ struct zz_segs {
     float       * x_copy2;
     float       * clear;
     int64_t       clear_n;
+    unsigned long long * stats; // FUSED: the idx op's counters (sparse_stats_add), added to by block-row 0
 };
 
 // what a direct launch reads as its input: x, silu(x)*up, or the RMS-normed x
@@ -1906,6 +1913,14 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 }
             }
             queued += __popc(mask);
+            if constexpr (T == 1) {
+                if (segs.stats != nullptr && row == 0 && lane == 0 && mask != 0) {
+                    // block-row 0's warps split the n columns: their counts add up to the active set's size (a
+                    // count kept in a register to the end made ptxas spill; at batch 2-8 this cost 3-6 %: those
+                    // launches do not count, cuda/README.md)
+                    atomicAdd(segs.stats + 2, (unsigned long long) __popc(mask));
+                }
+            }
             __syncwarp();
 
             const bool last = base + WARP_SIZE >= c_end;
@@ -1984,6 +1999,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 zz_flag_hint = zz_flag_read(tickets + row);
             }
             zz_direct_step<T, V>(h, q, xb, lane, L, k16, cm, cmin);
+        }
+        if (T == 1 && segs.stats != nullptr && row == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+            sparse_stats_add(segs.stats, n, 0);
         }
     } else {
         const int count   = mode == ZZ_GEMV_IDX ? __ldg(idx + n) : n;
@@ -2643,7 +2661,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
     }
 
     zz_launch(kernel, grid, block, smem, red_mode, stream, w, x, idx, y, (int) n, x_stride, y_stride, tp, red_mode, thr,
-              (int) smem_base, ws, tickets);
+              (int) smem_base, ws, tickets, mode == ZZ_GEMV_FUSED ? segs.stats : nullptr);
 }
 
 template <ggml_type type, int T>
@@ -2690,7 +2708,8 @@ static void zz_gemv_launch_type(const int T, const zz_gemv_mode mode, const zz_s
 static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
         const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream,
-        const float * up = nullptr, const int64_t up_stride = 0, const zz_gemv_norm * norm = nullptr) {
+        const float * up = nullptr, const int64_t up_stride = 0, const zz_gemv_norm * norm = nullptr,
+        unsigned long long * stats = nullptr) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
@@ -2725,6 +2744,7 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         segs.clear         = norm->clear;
         segs.clear_n       = norm->clear_n;
     }
+    segs.stats     = mode == ZZ_GEMV_FUSED ? stats : nullptr;
     segs.up        = up;
     segs.up_stride = up_stride;
     segs.norm_w    = norm ? norm->w : nullptr;
@@ -2760,7 +2780,8 @@ void zz_gemv_launch_ex(const ggml_type type, const void * w, const int64_t n, co
 
 bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n, const int64_t m,
         const float * x, const int64_t x_stride, const int n_tokens, const float thr,
-        float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream) {
+        float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream,
+        unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
     if (!(type == GGML_TYPE_Q4_K && caps.direct)) {
         // the staged kernel's fused area next to its largest pipeline + reduction buffers (8 warps, batch 8)
@@ -2770,19 +2791,26 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
         }
     }
     const zz_gemv_seg seg = { w, m, y, y_stride };
-    zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, cfg, caps, thr, stream);
+    zz_gemv_launch_thr(type, &seg, 1, n, x, x_stride, n_tokens, nullptr, ZZ_GEMV_FUSED, cfg, caps, thr, stream,
+            nullptr, 0, nullptr, stats);
     return true;
+}
+
+bool zz_gemv_fused_counts(const ggml_type type, const int n_tokens) {
+    return n_tokens == 1 || type != GGML_TYPE_Q4_K || !zz_get_caps().direct;
 }
 
 bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
         const float * x, const int64_t x_stride, const int n_tokens, const int32_t * idx, const zz_gemv_mode mode,
-        const float thr, const zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm) {
+        const float thr, const zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm,
+        unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
     if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP ||
             (norm != nullptr && (mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
         return false;
     }
-    zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm);
+    zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm,
+            stats);
     return true;
 }
 
@@ -3586,8 +3614,11 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             memcpy(&thr, &src2->op_params[0], sizeof(float));
             const int64_t reread       = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
             const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
+            // (a launch that does not count leaves the counters to a later matmul of the list, or to none)
+            unsigned long long * stats =
+                zz_gemv_fused_counts(src0->type, (int) n_tokens) ? sparse_idx_stats_take(src2) : nullptr;
             if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
-                        allow_staged, stream)) {
+                        allow_staged, stream, stats)) {
                 return;
             }
             ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());
@@ -3595,7 +3626,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             if (nscratch > 0) {
                 scratch.alloc(nscratch);
             }
-            sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream);
+            sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream,
+                    stats ? stats : sparse_idx_stats_take(src2));
         }
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
                 ZZ_GEMV_IDX, y, y_stride, cfg, stream);
@@ -3914,9 +3946,14 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
             nrm.x_copy_stride = xt->ne[0];
         }
     }
+    unsigned long long * stats = mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, (int) n_tokens) ?
+                                 sparse_idx_stats_take(src2) : nullptr;
     const bool ran = zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream(),
-            norm ? &nrm : nullptr);
+            norm ? &nrm : nullptr, stats);
+    if (!ran) {
+        sparse_idx_stats_give_back(src2, stats);
+    }
     zz_acc_set(&ctx, cgraph, ran ? acc_add : nullptr);
     if (ran && res_p != nullptr) {
         zz_res_push({ &ctx, cgraph, res_add, res_p, 0 });
@@ -4060,6 +4097,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
         return 0;
     }
 
+    // (idx: the LIST op between the GLU and the matmul, which this launch runs in its place, so it counts for it)
     zz_gemv_seg seg = { w->data, m, (float *) out->data, (int64_t) (out->nb[1]/sizeof(float)) };
     // o's launch with the residual carried in P: the record q/k/v left for this ADD (zz_res_o_add checked the graph)
     zz_res_pre res = { &ctx, nullptr, nullptr, nullptr, -1 };
@@ -4090,7 +4128,9 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, w->type, n, m, (int) n_tokens);
     zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
-            up, up_stride, norm ? &nrm : nullptr);
+            up, up_stride, norm ? &nrm : nullptr,
+            mode != ZZ_GEMV_FUSED || !zz_gemv_fused_counts(w->type, (int) n_tokens) ? nullptr :
+            idx != nullptr ? sparse_idx_stats_dev(idx) : sparse_idx_stats_take(list));
     if (res.stage == 0) {
         res.stage = 1;
         zz_res_push(res);

@@ -61,7 +61,12 @@ void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
 // Returns false when nothing was launched; the caller then runs the LIST op and ZZ_GEMV_IDX.
 bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float thr,
-        float * y, int64_t y_stride, zz_gemv_config cfg, bool allow_staged, cudaStream_t stream);
+        float * y, int64_t y_stride, zz_gemv_config cfg, bool allow_staged, cudaStream_t stream,
+        unsigned long long * stats = nullptr); // stats: the idx op's device counters (sparse_stats_add)
+
+// whether a FUSED launch of this type and batch adds to its stats counters: not the direct Q4_K kernel at 2-8
+// tokens (cuda/README.md, Counters)
+bool zz_gemv_fused_counts(ggml_type type, int n_tokens);
 
 // one weight of a grouped launch: W [m outputs], y[t*y_stride + i]
 struct zz_gemv_seg {
@@ -96,7 +101,8 @@ struct zz_gemv_norm {
 // for all outputs under memset + atomics. Q4_K on the direct kernel only: false (nothing launched) otherwise.
 bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
-        zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr);
+        zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr,
+        unsigned long long * stats = nullptr); // stats: FUSED, as in zz_gemv_launch_fused
 
 // the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y
 void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,

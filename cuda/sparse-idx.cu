@@ -15,6 +15,10 @@
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-sparse.h"
+
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 #endif // GGML_SPARSE_CUDA_STANDALONE
 
 #define SPARSE_IDX_SINGLE_THREADS 1024
@@ -49,7 +53,7 @@ static __device__ __forceinline__ uint32_t sparse_idx_flags(const float * x, con
 //         segment writes dst[n]. One block (gridDim.x == 1) needs no seg_counts.
 static __global__ void sparse_idx_list(const float * x, const int n, const int n_tokens,
         const int64_t x_stride, const float threshold, const int rounds, int32_t * dst,
-        int32_t * seg_counts, const int pass) {
+        int32_t * seg_counts, const int pass, unsigned long long * stats) {
     __shared__ int s_cnt[WARP_SIZE*WARP_SIZE]; // (round, warp) counts, then their exclusive scan
     __shared__ int s_wsum[WARP_SIZE];
     __shared__ int s_base;
@@ -122,6 +126,9 @@ static __global__ void sparse_idx_list(const float * x, const int n, const int n
     }
     if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
         dst[n] = base + total;
+        if (stats != nullptr) {
+            sparse_stats_add(stats, n, base + total);
+        }
     }
 }
 
@@ -138,7 +145,7 @@ int64_t sparse_idx_list_scratch_size(const int64_t n, const int n_tokens) {
 }
 
 void sparse_idx_list_launch(const float * x, const int64_t n, const int n_tokens, const int64_t x_stride,
-        const float threshold, int32_t * dst, int32_t * scratch, cudaStream_t stream) {
+        const float threshold, int32_t * dst, int32_t * scratch, cudaStream_t stream, unsigned long long * stats) {
     GGML_ASSERT(n >= 0 && n < INT32_MAX);
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= SPARSE_IDX_MAX_TOKENS);
 
@@ -146,7 +153,7 @@ void sparse_idx_list_launch(const float * x, const int64_t n, const int n_tokens
         const int rounds = std::max(1, (int) ((n + SPARSE_IDX_SINGLE_THREADS - 1)/SPARSE_IDX_SINGLE_THREADS));
         const ggml_cuda_kernel_launch_params params(dim3(1, 1, 1), dim3(SPARSE_IDX_SINGLE_THREADS, 1, 1), 0, stream);
         ggml_cuda_kernel_launch(sparse_idx_list, params, x, (int) n, n_tokens, x_stride, threshold, rounds, dst,
-                (int32_t *) nullptr, 1);
+                (int32_t *) nullptr, 1, stats);
         return;
     }
 
@@ -154,9 +161,9 @@ void sparse_idx_list_launch(const float * x, const int64_t n, const int n_tokens
     const int nseg = (int) sparse_idx_list_scratch_size(n, n_tokens);
     const ggml_cuda_kernel_launch_params params(dim3(nseg, 1, 1), dim3(SPARSE_IDX_SEG_THREADS, 1, 1), 0, stream);
     ggml_cuda_kernel_launch(sparse_idx_list, params, x, (int) n, n_tokens, x_stride, threshold, SPARSE_IDX_SEG_ROUNDS,
-            dst, scratch, 0);
+            dst, scratch, 0, (unsigned long long *) nullptr);
     ggml_cuda_kernel_launch(sparse_idx_list, params, x, (int) n, n_tokens, x_stride, threshold, SPARSE_IDX_SEG_ROUNDS,
-            dst, scratch, 1);
+            dst, scratch, 1, stats);
 }
 
 static __global__ void sparse_idx_mask(const float * x, const int64_t n, const int64_t n_rows,
@@ -209,6 +216,138 @@ bool sparse_idx_cuda_lazy(const ggml_tensor * idx) {
            idx->op_params[GGML_SPARSE_IDX_PARAM_LAZY] != 0 && sparse_idx_cuda_fuse_enabled();
 }
 
+// ---------------------------------------------------------------------------------------------------
+// counters of llama_sparse_get_stats in device memory: a slot of 3 u64 per ggml_sparse_stats that counted here
+
+#define SPARSE_STATS_SLOTS 1024
+
+static __device__ unsigned long long sparse_stats_buf[SPARSE_STATS_SLOTS*3];
+
+struct sparse_stats_rec {
+    int                slot;
+    uint32_t           devices = 0;                         // bit d: a kernel on device d may have counted
+    unsigned long long seen[GGML_CUDA_MAX_DEVICES][3] = {}; // what was folded into the host struct so far
+};
+
+static std::mutex                                                      sparse_stats_mutex;
+static std::unordered_map<const ggml_sparse_stats *, sparse_stats_rec> sparse_stats_recs;
+static std::vector<int>                                                sparse_stats_free_slots;
+static int                                                             sparse_stats_next_slot = 0;
+static unsigned long long *                                            sparse_stats_base[GGML_CUDA_MAX_DEVICES];
+// lazy LIST ops that ran and whose counters no matmul has taken yet
+static std::unordered_map<const ggml_tensor *, unsigned long long *>   sparse_stats_armed;
+
+static void sparse_stats_collect_cuda(ggml_sparse_stats * stats, bool release) {
+    std::lock_guard<std::mutex> lock(sparse_stats_mutex);
+    auto it = sparse_stats_recs.find(stats);
+    if (it == sparse_stats_recs.end()) {
+        return;
+    }
+    sparse_stats_rec & rec = it->second;
+    const size_t off = (size_t) rec.slot*3*sizeof(unsigned long long);
+    int prev = -1;
+    (void) cudaGetDevice(&prev);
+    for (int d = 0; d < GGML_CUDA_MAX_DEVICES; ++d) {
+        if (!(rec.devices >> d & 1) || cudaSetDevice(d) != cudaSuccess) {
+            continue;
+        }
+        unsigned long long v[3];
+        if (cudaDeviceSynchronize() == cudaSuccess &&
+                cudaMemcpyFromSymbol(v, sparse_stats_buf, sizeof(v), off, cudaMemcpyDeviceToHost) == cudaSuccess) {
+            __atomic_fetch_add(&stats->n_lists,  (uint64_t) (v[0] - rec.seen[d][0]), __ATOMIC_RELAXED);
+            __atomic_fetch_add(&stats->n_cols,   (uint64_t) (v[1] - rec.seen[d][1]), __ATOMIC_RELAXED);
+            __atomic_fetch_add(&stats->n_active, (uint64_t) (v[2] - rec.seen[d][2]), __ATOMIC_RELAXED);
+            memcpy(rec.seen[d], v, sizeof(v));
+        }
+        if (release) {
+            const unsigned long long zero[3] = { 0, 0, 0 };
+            (void) cudaMemcpyToSymbol(sparse_stats_buf, zero, sizeof(zero), off, cudaMemcpyHostToDevice);
+            for (auto a = sparse_stats_armed.begin(); a != sparse_stats_armed.end();) {
+                a = a->second == sparse_stats_base[d] + rec.slot*3 ? sparse_stats_armed.erase(a) : std::next(a);
+            }
+        }
+    }
+    if (prev >= 0) {
+        (void) cudaSetDevice(prev);
+    }
+    (void) cudaGetLastError(); // (a failure here, e.g. at exit, must not surface in a later launch)
+    if (release) {
+        sparse_stats_free_slots.push_back(rec.slot);
+        sparse_stats_recs.erase(it);
+    }
+}
+
+unsigned long long * sparse_idx_stats_dev(const ggml_tensor * idx) {
+    const ggml_sparse_stats * stats = ggml_sparse_idx_get_stats(idx);
+    if (stats == nullptr) {
+        return nullptr;
+    }
+    const int device = ggml_cuda_get_device();
+    std::lock_guard<std::mutex> lock(sparse_stats_mutex);
+    auto it = sparse_stats_recs.find(stats);
+    if (it == sparse_stats_recs.end()) {
+        int slot = -1;
+        if (!sparse_stats_free_slots.empty()) {
+            slot = sparse_stats_free_slots.back();
+            sparse_stats_free_slots.pop_back();
+        } else if (sparse_stats_next_slot < SPARSE_STATS_SLOTS) {
+            slot = sparse_stats_next_slot++;
+        } else {
+            static bool warned = false;
+            if (!warned) {
+                warned = true;
+                GGML_LOG_WARN("llama-sparse: more than %d contexts count on this GPU: sparse stats of the newer "
+                              "ones are not counted there\n", SPARSE_STATS_SLOTS);
+            }
+            return nullptr;
+        }
+        static bool registered = false;
+        if (!registered) {
+            registered = true;
+            ggml_sparse_stats_add_collector(sparse_stats_collect_cuda);
+        }
+        it = sparse_stats_recs.emplace(stats, sparse_stats_rec{ slot }).first;
+    }
+    if (sparse_stats_base[device] == nullptr) {
+        void * p = nullptr;
+        CUDA_CHECK(cudaGetSymbolAddress(&p, sparse_stats_buf));
+        sparse_stats_base[device] = (unsigned long long *) p;
+    }
+    it->second.devices |= 1u << device;
+    return sparse_stats_base[device] + it->second.slot*3;
+}
+
+static void sparse_idx_stats_arm(const ggml_tensor * idx) {
+    unsigned long long * p = sparse_idx_stats_dev(idx);
+    std::lock_guard<std::mutex> lock(sparse_stats_mutex);
+    if (p != nullptr) {
+        sparse_stats_armed[idx] = p;
+    } else {
+        sparse_stats_armed.erase(idx);
+    }
+}
+
+unsigned long long * sparse_idx_stats_take(const ggml_tensor * idx) {
+    if (idx == nullptr) {
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(sparse_stats_mutex);
+    auto it = sparse_stats_armed.find(idx);
+    if (it == sparse_stats_armed.end()) {
+        return nullptr;
+    }
+    unsigned long long * p = it->second;
+    sparse_stats_armed.erase(it);
+    return p;
+}
+
+void sparse_idx_stats_give_back(const ggml_tensor * idx, unsigned long long * stats) {
+    if (idx != nullptr && stats != nullptr) {
+        std::lock_guard<std::mutex> lock(sparse_stats_mutex);
+        sparse_stats_armed[idx] = stats;
+    }
+}
+
 void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];
 
@@ -229,8 +368,10 @@ void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         GGML_ASSERT(dst->type == GGML_TYPE_I32 && dst->ne[0] == n + 1);
         GGML_ASSERT(n_tokens >= 1 && n_tokens <= GGML_SPARSE_MAX_BATCH);
         if (sparse_idx_cuda_lazy(dst)) {
+            sparse_idx_stats_arm(dst);
             return; // the consuming MUL_MAT_ZZ ops find the columns themselves (or rebuild the list)
         }
+        unsigned long long * stats = sparse_idx_stats_dev(dst);
         ggml_cuda_pool_alloc<int32_t> scratch(ctx.pool());
         const int64_t nscratch = sparse_idx_list_scratch_size(n, (int) n_tokens);
         if (nscratch > 0) {
@@ -244,7 +385,7 @@ void ggml_cuda_op_sparse_idx(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         }();
         for (int r = 0; r < repeat; ++r) {
             sparse_idx_list_launch((const float *) src0->data, n, (int) n_tokens, x_stride, threshold,
-                    (int32_t *) dst->data, scratch.get(), stream);
+                    (int32_t *) dst->data, scratch.get(), stream, r == 0 ? stats : nullptr);
         }
     } else {
         GGML_ASSERT(mode == GGML_SPARSE_IDX_MASK);

@@ -1,6 +1,7 @@
 // llama-sparse: op constructors and zigzag tagging (compiled into ggml-base).
 #include "ggml-sparse.h"
 #include "ggml-impl.h"
+#include "ggml-threading.h"
 
 #include <string.h>
 
@@ -79,6 +80,43 @@ struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * 
     struct ggml_sparse_stats * stats;
     memcpy(&stats, &idx->op_params[2], sizeof(stats));
     return stats;
+}
+
+#define GGML_SPARSE_MAX_COLLECTORS 8
+
+static ggml_sparse_stats_collector sparse_collectors[GGML_SPARSE_MAX_COLLECTORS];
+static int                         sparse_n_collectors = 0;
+
+void ggml_sparse_stats_add_collector(ggml_sparse_stats_collector fn) {
+    ggml_critical_section_start();
+    bool known = false;
+    for (int i = 0; i < sparse_n_collectors; ++i) {
+        known = known || sparse_collectors[i] == fn;
+    }
+    if (!known) {
+        GGML_ASSERT(sparse_n_collectors < GGML_SPARSE_MAX_COLLECTORS);
+        sparse_collectors[sparse_n_collectors++] = fn;
+    }
+    ggml_critical_section_end();
+}
+
+static void sparse_stats_collect(struct ggml_sparse_stats * stats, bool release) {
+    ggml_sparse_stats_collector fns[GGML_SPARSE_MAX_COLLECTORS];
+    ggml_critical_section_start();
+    const int n = sparse_n_collectors;
+    memcpy(fns, sparse_collectors, sizeof(fns));
+    ggml_critical_section_end();
+    for (int i = 0; i < n; ++i) {
+        fns[i](stats, release);
+    }
+}
+
+void ggml_sparse_stats_collect(struct ggml_sparse_stats * stats) {
+    sparse_stats_collect(stats, false);
+}
+
+void ggml_sparse_stats_release(struct ggml_sparse_stats * stats) {
+    sparse_stats_collect(stats, true);
 }
 
 bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b) {

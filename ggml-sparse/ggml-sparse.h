@@ -53,7 +53,7 @@ static inline void ggml_sparse_zz_set_layout(struct ggml_tensor * w, int32_t lay
 // true if type can be stored zigzag (Q4_0, Q8_0, Q4_K, Q6_K)
 GGML_API bool ggml_sparse_zz_type_ok(enum ggml_type type);
 
-// counters an index-list op adds to on the CPU (atomically), if attached
+// counters an index-list op adds to (atomically) where its active set is found, if attached
 struct ggml_sparse_stats {
     uint64_t n_lists;
     uint64_t n_cols;
@@ -68,6 +68,15 @@ struct ggml_sparse_stats {
 // attach counters to a LIST-mode idx op (op_params[2..3] hold the pointer)
 GGML_API void                       ggml_sparse_idx_set_stats(struct ggml_tensor * idx, struct ggml_sparse_stats * stats);
 GGML_API struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * idx);
+
+// counters a backend keeps in device memory (CUDA counts inside its kernels). A collector adds what its devices
+// counted for stats since its last call to *stats (release: then drops its device counters for stats).
+typedef void (*ggml_sparse_stats_collector)(struct ggml_sparse_stats * stats, bool release);
+GGML_API void ggml_sparse_stats_add_collector(ggml_sparse_stats_collector fn);
+// fold the device counters of stats into it (synchronizes the devices that counted)
+GGML_API void ggml_sparse_stats_collect(struct ggml_sparse_stats * stats);
+// the same, then no backend counts for stats any more: call before stats is freed
+GGML_API void ggml_sparse_stats_release(struct ggml_sparse_stats * stats);
 
 // active columns of x (F32 [n, n_tokens], n_tokens <= GGML_SPARSE_MAX_BATCH):
 // those where |x[t, j]| >= threshold for any token t (LIST), or x masked per token (MASK)

@@ -23,9 +23,11 @@ enum llama_sparse_group {
     LLAMA_SPARSE_GROUP_COUNT   = 4,
 };
 
+// what sparse decode skipped, counted where it ran: on the CPU, and on CUDA inside the kernels (not counted: Metal,
+// and CUDA batches of 2-8 tokens through Q4_K weights)
 struct llama_sparse_stats {
-    uint64_t n_lists;  // index lists computed on the CPU
-    uint64_t n_cols;   // columns examined by those lists
+    uint64_t n_lists;  // active-column sets found (one per matmul input at a decode step)
+    uint64_t n_cols;   // columns examined for them
     uint64_t n_active; // columns kept (the rest were skipped)
 };
 

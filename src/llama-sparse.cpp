@@ -586,6 +586,7 @@ void llama_sparse_context_detach(llama_context * lctx) {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_contexts.find(lctx);
     if (it != g_contexts.end()) {
+        ggml_sparse_stats_release(&it->second->stats); // device counters (CUDA) stop pointing at it
         delete it->second;
         g_contexts.erase(it);
     }
@@ -748,6 +749,7 @@ llama_sparse_stats llama_sparse_get_stats(const llama_context * ctx) {
     llama_sparse_stats out = {};
     llama_sparse_context * sctx = context_state(ctx);
     if (sctx) {
+        ggml_sparse_stats_collect(&sctx->stats); // what GPU kernels counted since the last call
         out.n_lists  = __atomic_load_n(&sctx->stats.n_lists,  __ATOMIC_RELAXED);
         out.n_cols   = __atomic_load_n(&sctx->stats.n_cols,   __ATOMIC_RELAXED);
         out.n_active = __atomic_load_n(&sctx->stats.n_active, __ATOMIC_RELAXED);
@@ -758,6 +760,7 @@ llama_sparse_stats llama_sparse_get_stats(const llama_context * ctx) {
 void llama_sparse_reset_stats(llama_context * ctx) {
     llama_sparse_context * sctx = context_state(ctx);
     if (sctx) {
+        ggml_sparse_stats_collect(&sctx->stats); // (drops what GPU kernels counted so far)
         __atomic_store_n(&sctx->stats.n_lists,  0, __ATOMIC_RELAXED);
         __atomic_store_n(&sctx->stats.n_cols,   0, __ATOMIC_RELAXED);
         __atomic_store_n(&sctx->stats.n_active, 0, __ATOMIC_RELAXED);

@@ -555,6 +555,7 @@ static int test_gemv(test_rng & rng, const int cases) {
             dev_buf<int32_t> idx_d(n + 1);
             dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
             dev_buf<float>   y_d(T*y_stride);
+            dev_buf<unsigned long long> stats_d(3);
             w_d.upload(w.q.data(), w.q.size());
             x_d.upload(x.data(), x.size());
             xz_d.upload(xz.data(), xz.size());
@@ -579,6 +580,22 @@ static int test_gemv(test_rng & rng, const int cases) {
                     worst[ticket] = std::max(worst[ticket], rel);
                 };
 
+                // the counters of llama_sparse_get_stats: one set of n columns, |active| kept, whoever counts (the
+                // direct Q4_K kernel only at batch 1: counted says whether this launch does)
+                auto check_stats = [&](const char * mode, const bool counted) {
+                    unsigned long long st[3];
+                    CUDA_CHECK(cudaStreamSynchronize(stream));
+                    stats_d.download(st, 3);
+                    runs++;
+                    const unsigned long long e[3] = { counted ? 1ull : 0ull, counted ? (unsigned long long) n : 0ull,
+                                                      counted ? (unsigned long long) active.size() : 0ull };
+                    if (st[0] != e[0] || st[1] != e[1] || st[2] != e[2]) {
+                        printf("  FAIL %s %s: stats %llu sets, %llu columns, %llu kept; expected %llu, %llu, %llu\n",
+                                what, mode, st[0], st[1], st[2], e[0], e[1], e[2]);
+                        failures++;
+                    }
+                };
+
                 // dense
                 y_d.poison();
                 zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, nullptr, ZZ_GEMV_DENSE, y_d.ptr, y_stride, cfg, stream);
@@ -586,7 +603,9 @@ static int test_gemv(test_rng & rng, const int cases) {
 
                 // sparse through the index list made on the device
                 idx_d.poison();
-                sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
+                CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
+                sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream, stats_d.ptr);
+                check_stats("list stats", true);
                 y_d.poison();
                 zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
                 check("idx", ref_sparse);
@@ -607,8 +626,11 @@ static int test_gemv(test_rng & rng, const int cases) {
 
                 // sparse with the index collection inside the GEMV (no list)
                 y_d.poison();
-                if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream)) {
+                CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
+                if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream,
+                            stats_d.ptr)) {
                     check("fused", ref_sparse);
+                    check_stats("fused stats", zz_gemv_fused_counts(type, T));
                 }
 
                 // ablation: every column visited, zeros skipped in place
@@ -733,6 +755,7 @@ static int test_group(test_rng & rng, const int cases) {
         dev_buf<float>   x_d(x.size());
         dev_buf<int32_t> idx_d(n + 1);
         dev_buf<int32_t> scratch_d(std::max<int64_t>(1, sparse_idx_list_scratch_size(n, T)));
+        dev_buf<unsigned long long> stats_d(3);
         x_d.upload(x.data(), x.size());
         sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream);
 
@@ -740,9 +763,24 @@ static int test_group(test_rng & rng, const int cases) {
             zz_gemv_set_ticket(ticket);
             for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_IDX, ZZ_GEMV_FUSED }) {
                 gb.poison();
+                CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr, x_stride, T,
-                        mode == ZZ_GEMV_IDX ? idx_d.ptr : nullptr, mode, thr, cfg, stream);
+                        mode == ZZ_GEMV_IDX ? idx_d.ptr : nullptr, mode, thr, cfg, stream, nullptr, stats_d.ptr);
                 CUDA_CHECK(cudaStreamSynchronize(stream));
+                {
+                    // FUSED counts its set once over all the weights' block-rows; the others leave the counters
+                    unsigned long long st[3];
+                    stats_d.download(st, 3);
+                    const bool fused = mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, T);
+                    runs++;
+                    if (st[0] != (fused ? 1u : 0u) || st[1] != (fused ? (unsigned long long) n : 0) ||
+                            st[2] != (fused ? (unsigned long long) active.size() : 0)) {
+                        printf("  FAIL group n=%lld T=%d nseg=%d mode %d: stats %llu %llu %llu, expected %d %lld %zu\n",
+                                (long long) n, T, nseg, (int) mode, st[0], st[1], st[2], fused ? 1 : 0,
+                                fused ? (long long) n : 0LL, fused ? active.size() : (size_t) 0);
+                        failures++;
+                    }
+                }
                 if (!ran) {
                     printf("  FAIL group: Q4_K launch declined (direct kernel off?)\n");
                     failures++;
@@ -849,6 +887,7 @@ static int test_norm(test_rng & rng, const int cases) {
         const zz_gemv_config & cfg = gb.cfg;
         dev_buf<float> x_d(x.size());
         dev_buf<float> g_d(n);
+        dev_buf<unsigned long long> stats_d(3);
         x_d.upload(x.data(), x.size());
         g_d.upload(g.data(), n);
         const zz_gemv_norm norm = { g_d.ptr, eps };
@@ -857,9 +896,21 @@ static int test_norm(test_rng & rng, const int cases) {
             zz_gemv_set_ticket(ticket);
             for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_FUSED }) {
                 gb.poison();
+                CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T,
-                        nullptr, mode, thr, cfg, stream, &norm);
+                        nullptr, mode, thr, cfg, stream, &norm, stats_d.ptr);
                 CUDA_CHECK(cudaStreamSynchronize(stream));
+                if (mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, T)) {
+                    // counted on the normed x, as the LIST op over the norm's output counts on the CPU
+                    unsigned long long st[3];
+                    stats_d.download(st, 3);
+                    runs++;
+                    if (st[0] != 1 || st[1] != (unsigned long long) n || st[2] != (unsigned long long) active.size()) {
+                        printf("  FAIL norm n=%lld T=%d nseg=%d: stats %llu %llu %llu, expected 1 %lld %zu\n",
+                                (long long) n, T, nseg, st[0], st[1], st[2], (long long) n, active.size());
+                        failures++;
+                    }
+                }
                 if (!ran) {
                     printf("  FAIL norm: launch declined (direct kernel off?)\n");
                     failures++;
@@ -1900,6 +1951,9 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
         nw.upload(ones.data(), d);
     }
     const zz_gemv_norm chain_norm = { nw.ptr, 1e-5f };
+    // LLAMA_SPARSE_TEST_CHAIN_STATS=1: FUSED launches count into a set of stats counters, as decode's always do
+    const bool chain_stats = getenv("LLAMA_SPARSE_TEST_CHAIN_STATS") && atoi(getenv("LLAMA_SPARSE_TEST_CHAIN_STATS"));
+    dev_buf<unsigned long long> stats_d(3);
     if (norm_mode == 1 || norm_mode == 2) {
         printf("RMS norm before q/k/v and gate/up: %s\n", norm_mode == 1 ? "its own kernel" : "folded into the GEMVs");
     }
@@ -1983,7 +2037,7 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
                             xin = xn.ptr;
                         }
                         GGML_ASSERT(zz_gemv_launch_group(type, seg, nseg, n, xin, n, T, nullptr, mode, thr, cfg, s,
-                                normed && norm_mode == 2 ? &nrm : nullptr));
+                                normed && norm_mode == 2 ? &nrm : nullptr, chain_stats ? stats_d.ptr : nullptr));
                     }
                 }
             };

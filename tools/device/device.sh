@@ -20,6 +20,7 @@
 #              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
 #   arch-test  tests/python/test_architectures.py (tiny Qwen2/3, Phi-3, Gemma/2, Granite, Mixtral) on the GPU, after build
+#              (ARCH_TEST_K: pytest -k; LS_DEVICE_DIR must be absolute here)
 #   perf       test-backend-ops perf for the zigzag (ticket | atomic reduction side by side) and stock Q4_K matmuls
 #   build-base configure + libggml-base only (then model-bg can run beside the rest of the build)
 #   model-bg, model-wait   the model step in the background / join it
@@ -336,7 +337,7 @@ remote() {
             [ -d /tmp/ls-hfconv ] || { mkdir -p /tmp/ls-hfconv && tar -C /tmp/ls-hfconv -xJf "$dev/hfconv.tar.xz"; }
             ( cd "$repo/tests/python" && LLAMA_SPARSE_TEST_NGL=99 LLAMA_SPARSE_AUSTEN="$dev/austen" \
                 LLAMA_SPARSE_UPSTREAM_DIR=/tmp/ls-hfconv timeout 900 python3 -m pytest -q -p no:cacheprovider -rA \
-                test_architectures.py ) > "$out/arch-test.log" 2>&1 || { tail -80 "$out/arch-test.log"; exit 1; }
+                ${ARCH_TEST_K:+-k "$ARCH_TEST_K"} test_architectures.py ) > "$out/arch-test.log" 2>&1 || { tail -80 "$out/arch-test.log"; exit 1; }
             tail -3 "$out/arch-test.log"
             ;;
         model-wait)
