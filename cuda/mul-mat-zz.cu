@@ -1155,9 +1155,10 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         count = zz_fused_segment<T>(x, x_stride, n, thr, s_words, s_offs, s_seg, gridDim.x, blockIdx.x);
         idx   = s_seg; // the block's share; its warps split it
         if (stats != nullptr && row == 0 && threadIdx.x == 0) {
-            atomicAdd(stats + 2, (unsigned long long) count);
             if (blockIdx.x == 0) {
-                sparse_stats_add(stats, n, 0);
+                sparse_stats_add(stats, n, count);
+            } else if (count != 0) {
+                atomicAdd(stats + 2, (unsigned long long) count);
             }
         }
         nw    = n2;
@@ -3614,7 +3615,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             memcpy(&thr, &src2->op_params[0], sizeof(float));
             const int64_t reread       = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
             const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
-            // (a launch that does not count leaves the counters to a later matmul of the list, or to none)
+            // (a launch that does not count, the direct kernel at 2-8 tokens, leaves the counters to a later matmul of the
+            // list; it never declines, so the list built below counts with what was taken here)
             unsigned long long * stats =
                 zz_gemv_fused_counts(src0->type, (int) n_tokens) ? sparse_idx_stats_take(src2) : nullptr;
             if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
@@ -3627,7 +3629,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
                 scratch.alloc(nscratch);
             }
             sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream,
-                    stats ? stats : sparse_idx_stats_take(src2));
+                    stats);
         }
         zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
                 ZZ_GEMV_IDX, y, y_stride, cfg, stream);

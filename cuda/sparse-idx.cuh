@@ -34,11 +34,14 @@ static __device__ __forceinline__ int sparse_block_excl_scan(const int v, int * 
 
 // llama_sparse_get_stats on the GPU: each idx op's counters are 3 u64 in device memory ([0] sets found, [1] columns
 // examined, [2] columns kept), added to by the one launch that finds its active columns: the LIST kernel, or the
-// first FUSED matmul of a lazy list. Thread 0 of the block that knows the count does it.
+// first FUSED matmul of a lazy list. Thread 0 of the block that knows the count does it (kernels that split the count
+// over their blocks add the rest to [2] themselves).
 static __device__ __forceinline__ void sparse_stats_add(unsigned long long * stats, const int n, const int active) {
     atomicAdd(stats + 0, 1ull);
     atomicAdd(stats + 1, (unsigned long long) n);
-    atomicAdd(stats + 2, (unsigned long long) active);
+    if (active != 0) {
+        atomicAdd(stats + 2, (unsigned long long) active);
+    }
 }
 
 // LIST: dst[0..count) = ascending columns j with |x[t*x_stride + j]| >= threshold for some t < n_tokens,
