@@ -278,7 +278,12 @@ static void sparse_stats_collect_cuda(ggml_sparse_stats * stats, bool release) {
 }
 
 unsigned long long * sparse_idx_stats_dev(const ggml_tensor * idx) {
-    const ggml_sparse_stats * stats = ggml_sparse_idx_get_stats(idx);
+    // LLAMA_SPARSE_CUDA_STATS=0: the kernels do not count (sparse_stats() then reads what the CPU counted)
+    static const bool off = [] {
+        const char * e = getenv("LLAMA_SPARSE_CUDA_STATS");
+        return e != nullptr && atoi(e) == 0;
+    }();
+    const ggml_sparse_stats * stats = off ? nullptr : ggml_sparse_idx_get_stats(idx);
     if (stats == nullptr) {
         return nullptr;
     }

@@ -166,3 +166,30 @@ def test_sparse_decode_computes_the_masked_model(arch, level):
     assert kl_effect > 5e-4, (key, level, kl_effect)  # the masks change the model enough to tell them apart
     # measured on this CPU: kl_dense / kl_masked 3.6-15 (random weights: argmax is fragile, so no top-1 check)
     assert kl_masked < kl_dense / 2.5, (key, level, kl_masked, kl_dense)
+
+
+def test_batched_decode_counts_one_set_per_batch(arch):
+    """Batches of 2-8 tokens decode sparse on the union of their columns: each batch counts one active set per
+    group and layer. On CUDA, Q4_K's direct kernel does not count at 2-8 tokens (counting there cost 2-10 %,
+    bench/results/stats_batch_h200_2026-12-04.md): of the Q4_K case only q/k/v's set counts, built by the LIST
+    kernel for k/v's Q8_0 fallback."""
+    key, llm, _, tokens, _, qtype = arch
+    sizes = [2, 3, 4, 5, 6, 7, 8, 5]
+    assert sum(sizes) == len(tokens)
+    llm.set_sparsity("0.50")
+    llm.reset()
+    llm.reset_stats()
+    start = 0
+    for size in sizes:
+        llm.eval(tokens[start:start + size])
+        start += size
+    stats = llm.sparse_stats()
+    logits = np.array([llm.scores[i] for i in range(len(tokens))])
+    llm.set_sparsity(None)
+    assert np.isfinite(logits).all()
+    groups = 2 if key == "mixtral" else 4
+    if NGL > 0 and qtype == "q4_k":
+        groups = 1
+    assert stats["lists"] == groups * COMMON["num_hidden_layers"] * len(sizes), stats
+    # a column is kept when any token of the batch keeps it: fewer are skipped than one token at a time skips
+    assert 0.0 < stats["skipped"] < 0.5, stats
