@@ -3575,6 +3575,13 @@ int llama_sparse_cuda_autotune(const int device, const int64_t * shapes_mn, cons
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-cuda/norm.cuh"
+
+// the counters a FUSED launch on a lazy list adds to: taken from the list only if this launch counts, so a launch
+// that does not leaves them to another matmul of the list
+static unsigned long long * zz_stats_take(const ggml_tensor * list, const ggml_type type, const int64_t n_tokens) {
+    return zz_gemv_fused_counts(type, (int) n_tokens) ? sparse_idx_stats_take(list) : nullptr;
+}
+
 void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0]; // zigzag W
     const ggml_tensor * src1 = dst->src[1]; // x
@@ -3615,10 +3622,9 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             memcpy(&thr, &src2->op_params[0], sizeof(float));
             const int64_t reread       = (m/B)*cfg.n1*n*n_tokens*(int64_t) sizeof(float);
             const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
-            // (a launch that does not count, the direct kernel at 2-8 tokens, leaves the counters to a later matmul of the
-            // list; it never declines, so the list built below counts with what was taken here)
-            unsigned long long * stats =
-                zz_gemv_fused_counts(src0->type, (int) n_tokens) ? sparse_idx_stats_take(src2) : nullptr;
+            // (the direct kernel at 2-8 tokens does not count but never declines, so the list built below counts
+            // with what was taken here)
+            unsigned long long * stats = zz_stats_take(src2, src0->type, n_tokens);
             if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
                         allow_staged, stream, stats)) {
                 return;
@@ -3948,8 +3954,7 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
             nrm.x_copy_stride = xt->ne[0];
         }
     }
-    unsigned long long * stats = mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, (int) n_tokens) ?
-                                 sparse_idx_stats_take(src2) : nullptr;
+    unsigned long long * stats = mode == ZZ_GEMV_FUSED ? zz_stats_take(src2, type, n_tokens) : nullptr;
     const bool ran = zz_gemv_launch_group(type, seg, count, n, x, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) src2->data : nullptr, mode, thr, cfg, ctx.stream(),
             norm ? &nrm : nullptr, stats);

@@ -489,6 +489,23 @@ static const char * red_name(const int red) {
     return red == 1 ? "ticket" : red == 2 ? "first" : red == 3 ? "early" : "atomic";
 }
 
+// the counters of llama_sparse_get_stats after one launch (stream synchronized): one set of n columns with `active`
+// kept if the launch counted, untouched (zero) if not; 1 on a mismatch
+static int check_stats(const dev_buf<unsigned long long> & stats_d, cudaStream_t stream, const bool counted,
+        const int64_t n, const size_t active, const char * what) {
+    unsigned long long st[3];
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    stats_d.download(st, 3);
+    const unsigned long long e[3] = { counted ? 1ull : 0ull, counted ? (unsigned long long) n : 0ull,
+                                      counted ? (unsigned long long) active : 0ull };
+    if (st[0] != e[0] || st[1] != e[1] || st[2] != e[2]) {
+        printf("  FAIL %s: stats %llu sets, %llu columns, %llu kept; expected %llu, %llu, %llu\n",
+                what, st[0], st[1], st[2], e[0], e[1], e[2]);
+        return 1;
+    }
+    return 0;
+}
+
 static int test_gemv(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
@@ -580,20 +597,11 @@ static int test_gemv(test_rng & rng, const int cases) {
                     worst[ticket] = std::max(worst[ticket], rel);
                 };
 
-                // the counters of llama_sparse_get_stats: one set of n columns, |active| kept, whoever counts (the
-                // direct Q4_K kernel only at batch 1: counted says whether this launch does)
-                auto check_stats = [&](const char * mode, const bool counted) {
-                    unsigned long long st[3];
-                    CUDA_CHECK(cudaStreamSynchronize(stream));
-                    stats_d.download(st, 3);
+                // the counters of llama_sparse_get_stats, whoever counts (the direct Q4_K kernel only at batch 1)
+                auto check_stats_of = [&](const char * mode, const bool counted) {
                     runs++;
-                    const unsigned long long e[3] = { counted ? 1ull : 0ull, counted ? (unsigned long long) n : 0ull,
-                                                      counted ? (unsigned long long) active.size() : 0ull };
-                    if (st[0] != e[0] || st[1] != e[1] || st[2] != e[2]) {
-                        printf("  FAIL %s %s: stats %llu sets, %llu columns, %llu kept; expected %llu, %llu, %llu\n",
-                                what, mode, st[0], st[1], st[2], e[0], e[1], e[2]);
-                        failures++;
-                    }
+                    const std::string label = std::string(what) + " " + mode;
+                    failures += check_stats(stats_d, stream, counted, n, active.size(), label.c_str());
                 };
 
                 // dense
@@ -605,7 +613,7 @@ static int test_gemv(test_rng & rng, const int cases) {
                 idx_d.poison();
                 CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
                 sparse_idx_list_launch(x_d.ptr, n, T, x_stride, thr, idx_d.ptr, scratch_d.ptr, stream, stats_d.ptr);
-                check_stats("list stats", true);
+                check_stats_of("list stats", true);
                 y_d.poison();
                 zz_gemv_launch_ex(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, idx_d.ptr, ZZ_GEMV_IDX, y_d.ptr, y_stride, cfg, stream);
                 check("idx", ref_sparse);
@@ -630,7 +638,7 @@ static int test_gemv(test_rng & rng, const int cases) {
                 if (zz_gemv_launch_fused(type, w_d.ptr, n, m, x_d.ptr, x_stride, T, thr, y_d.ptr, y_stride, cfg, true, stream,
                             stats_d.ptr)) {
                     check("fused", ref_sparse);
-                    check_stats("fused stats", zz_gemv_fused_counts(type, T));
+                    check_stats_of("fused stats", zz_gemv_fused_counts(type, T));
                 }
 
                 // ablation: every column visited, zeros skipped in place
@@ -766,20 +774,13 @@ static int test_group(test_rng & rng, const int cases) {
                 CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr, x_stride, T,
                         mode == ZZ_GEMV_IDX ? idx_d.ptr : nullptr, mode, thr, cfg, stream, nullptr, stats_d.ptr);
-                CUDA_CHECK(cudaStreamSynchronize(stream));
                 {
                     // FUSED counts its set once over all the weights' block-rows; the others leave the counters
-                    unsigned long long st[3];
-                    stats_d.download(st, 3);
-                    const bool fused = mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, T);
+                    char label[96];
+                    snprintf(label, sizeof(label), "group n=%lld T=%d nseg=%d mode %d", (long long) n, T, nseg, (int) mode);
                     runs++;
-                    if (st[0] != (fused ? 1u : 0u) || st[1] != (fused ? (unsigned long long) n : 0) ||
-                            st[2] != (fused ? (unsigned long long) active.size() : 0)) {
-                        printf("  FAIL group n=%lld T=%d nseg=%d mode %d: stats %llu %llu %llu, expected %d %lld %zu\n",
-                                (long long) n, T, nseg, (int) mode, st[0], st[1], st[2], fused ? 1 : 0,
-                                fused ? (long long) n : 0LL, fused ? active.size() : (size_t) 0);
-                        failures++;
-                    }
+                    failures += check_stats(stats_d, stream, mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, T), n,
+                            active.size(), label);
                 }
                 if (!ran) {
                     printf("  FAIL group: Q4_K launch declined (direct kernel off?)\n");
@@ -899,17 +900,14 @@ static int test_norm(test_rng & rng, const int cases) {
                 CUDA_CHECK(cudaMemset(stats_d.ptr, 0, 3*sizeof(unsigned long long)));
                 const bool ran = zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, T,
                         nullptr, mode, thr, cfg, stream, &norm, stats_d.ptr);
-                CUDA_CHECK(cudaStreamSynchronize(stream));
                 if (mode == ZZ_GEMV_FUSED && zz_gemv_fused_counts(type, T)) {
                     // counted on the normed x, as the LIST op over the norm's output counts on the CPU
-                    unsigned long long st[3];
-                    stats_d.download(st, 3);
+                    char label[96];
+                    snprintf(label, sizeof(label), "norm n=%lld T=%d nseg=%d", (long long) n, T, nseg);
                     runs++;
-                    if (st[0] != 1 || st[1] != (unsigned long long) n || st[2] != (unsigned long long) active.size()) {
-                        printf("  FAIL norm n=%lld T=%d nseg=%d: stats %llu %llu %llu, expected 1 %lld %zu\n",
-                                (long long) n, T, nseg, st[0], st[1], st[2], (long long) n, active.size());
-                        failures++;
-                    }
+                    failures += check_stats(stats_d, stream, true, n, active.size(), label);
+                } else {
+                    CUDA_CHECK(cudaStreamSynchronize(stream));
                 }
                 if (!ran) {
                     printf("  FAIL norm: launch declined (direct kernel off?)\n");

@@ -101,6 +101,11 @@ def _stepwise(llm, tokens: list[int]) -> np.ndarray:
     return _logprobs(np.array(out))
 
 
+def _input_groups(key: str) -> int:
+    """Active sets a layer and decode step: q/k/v, o, gate/up, down (mixtral: qkv and o; its experts run dense)."""
+    return 2 if key == "mixtral" else 4
+
+
 def test_every_projection_is_zigzag(arch):
     key, llm, summary, _, ref, _ = arch
     # Q4_K: only k and v (2 KV heads x 64 = 128 rows, under a 256-row block) fall back, to zigzag Q8_0
@@ -145,8 +150,7 @@ def test_sparse_decode_computes_the_masked_model(arch, level):
     llm.set_sparsity(None)
     # one active set per input group, layer and token, counted once wherever it is found (on CUDA: by the LIST
     # kernel, or by the first matmul that finds the columns itself)
-    groups = 2 if key == "mixtral" else 4  # mixtral: qkv and o; its experts run dense
-    assert stats["lists"] == groups * COMMON["num_hidden_layers"] * len(tokens), stats
+    assert stats["lists"] == _input_groups(key) * COMMON["num_hidden_layers"] * len(tokens), stats
     assert stats["columns"] > 0 and stats["active"] < stats["columns"], stats
     target = float(level)
     assert 0.5 * target < stats["skipped"] < min(1.0, 1.5 * target), stats
@@ -187,9 +191,7 @@ def test_batched_decode_counts_one_set_per_batch(arch):
     logits = np.array([llm.scores[i] for i in range(len(tokens))])
     llm.set_sparsity(None)
     assert np.isfinite(logits).all()
-    groups = 2 if key == "mixtral" else 4
-    if NGL > 0 and qtype == "q4_k":
-        groups = 1
+    groups = 1 if NGL > 0 and qtype == "q4_k" else _input_groups(key)
     assert stats["lists"] == groups * COMMON["num_hidden_layers"] * len(sizes), stats
     # a column is kept when any token of the batch keeps it: fewer are skipped than one token at a time skips
     assert 0.0 < stats["skipped"] < 0.5, stats
