@@ -23,8 +23,8 @@ enum llama_sparse_group {
     LLAMA_SPARSE_GROUP_COUNT   = 4,
 };
 
-// what sparse decode skipped, counted where it ran: on the CPU, and on CUDA inside the kernels (not counted: Metal,
-// and CUDA batches of 2-8 tokens through Q4_K weights)
+// what sparse decode skipped, counted where it ran: on the CPU, and on CUDA and Metal inside the kernels (not
+// counted: CUDA batches of 2-8 tokens through Q4_K weights). Reading or resetting synchronizes the context.
 struct llama_sparse_stats {
     uint64_t n_lists;  // active-column sets found (one per matmul input at a decode step)
     uint64_t n_cols;   // columns examined for them

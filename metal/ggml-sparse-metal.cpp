@@ -4,6 +4,7 @@
 //
 // Environment: LLAMA_SPARSE_METAL_IDX=atomic   LIST by atomic offset reservation (segments unordered)
 //              LLAMA_SPARSE_METAL_N1, _NSG     GEMV threadgroups per block-row, simdgroups per threadgroup
+//              LLAMA_SPARSE_METAL_STATS=0      LIST kernels do not count for llama_sparse_get_stats
 #include "ggml-sparse-metal.h"
 #include "ggml-sparse.h"
 
@@ -17,6 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <unistd.h>
 
 static ggml_metal_buffer_id zz_buffer_id(const ggml_tensor * t) {
     ggml_backend_buffer_t buffer = t->view_src ? t->view_src->buffer : t->buffer;
@@ -177,6 +183,145 @@ size_t ggml_metal_sparse_extra_size(const ggml_tensor * op) {
     return res ? GGML_PAD(ggml_nbytes(op), 256) - ggml_nbytes(op) + GGML_PAD(res, 256) : 0;
 }
 
+//
+// counters of llama_sparse_get_stats: a slot of GGML_SPARSE_METAL_STATS_WORDS u32 per ggml_sparse_stats, in page-
+// aligned host memory that each device maps as a shared buffer. The LIST kernels add to it; the collector reads it
+// once the context has synchronized (llama_sparse_get_stats synchronizes first) and folds the growth into the
+// host struct, as the CUDA counters do.
+//
+
+#define ZZ_STATS_SLOTS   1024
+#define ZZ_STATS_MAX_DEV 8
+
+struct zz_stats_dev {
+    ggml_metal_device_t dev   = nullptr;
+    ggml_metal_buffer_t buf   = nullptr;
+    uint32_t *          words = nullptr;
+};
+
+struct zz_stats_rec {
+    int      slot;
+    uint32_t devices = 0;                     // bit d: zz_stats_devs[d] may have counted
+    uint64_t seen[ZZ_STATS_MAX_DEV][3] = {};  // what was folded into the host struct so far
+};
+
+static std::mutex                                               zz_stats_mutex;
+static zz_stats_dev                                             zz_stats_devs[ZZ_STATS_MAX_DEV];
+static std::unordered_map<const ggml_sparse_stats *, zz_stats_rec> zz_stats_recs;
+static std::vector<int>                                         zz_stats_free_slots;
+static int                                                      zz_stats_next_slot = 0;
+
+static uint64_t zz_stats_word64(const uint32_t * w) {
+    return (uint64_t) __atomic_load_n(w, __ATOMIC_RELAXED) | (uint64_t) __atomic_load_n(w + 1, __ATOMIC_RELAXED) << 32;
+}
+
+static void zz_stats_collect_metal(ggml_sparse_stats * stats, bool release) {
+    std::lock_guard<std::mutex> lock(zz_stats_mutex);
+    auto it = zz_stats_recs.find(stats);
+    if (it == zz_stats_recs.end()) {
+        return;
+    }
+    zz_stats_rec & rec = it->second;
+    for (int d = 0; d < ZZ_STATS_MAX_DEV; ++d) {
+        if (!(rec.devices >> d & 1)) {
+            continue;
+        }
+        uint32_t * w = zz_stats_devs[d].words + (size_t) rec.slot*GGML_SPARSE_METAL_STATS_WORDS;
+        const uint64_t v[3] = { zz_stats_word64(w), zz_stats_word64(w + 2), zz_stats_word64(w + 4) };
+        __atomic_fetch_add(&stats->n_lists,  v[0] - rec.seen[d][0], __ATOMIC_RELAXED);
+        __atomic_fetch_add(&stats->n_cols,   v[1] - rec.seen[d][1], __ATOMIC_RELAXED);
+        __atomic_fetch_add(&stats->n_active, v[2] - rec.seen[d][2], __ATOMIC_RELAXED);
+        memcpy(rec.seen[d], v, sizeof(v));
+        if (release) {
+            for (int i = 0; i < GGML_SPARSE_METAL_STATS_WORDS; ++i) {
+                __atomic_store_n(w + i, 0u, __ATOMIC_RELAXED);
+            }
+        }
+    }
+    if (release) {
+        zz_stats_free_slots.push_back(rec.slot);
+        zz_stats_recs.erase(it);
+    }
+}
+
+// the counters' slot of a LIST op on lib's device: {nullptr, 0} when it has none (no stats attached, counting
+// off, or no slot or mapping to be had)
+static ggml_metal_buffer_id zz_stats_slot(ggml_metal_library_t lib, const ggml_tensor * idx) {
+    static const bool off = [] {
+        const char * e = getenv("LLAMA_SPARSE_METAL_STATS");
+        return e != nullptr && atoi(e) == 0;
+    }();
+    const ggml_sparse_stats * stats = off ? nullptr : ggml_sparse_idx_get_stats(idx);
+    if (stats == nullptr) {
+        return { nullptr, 0 };
+    }
+    ggml_metal_device_t dev = ggml_metal_library_get_device(lib);
+
+    std::lock_guard<std::mutex> lock(zz_stats_mutex);
+    int d = 0;
+    while (d < ZZ_STATS_MAX_DEV && zz_stats_devs[d].dev != nullptr && zz_stats_devs[d].dev != dev) {
+        ++d;
+    }
+    if (d == ZZ_STATS_MAX_DEV) {
+        return { nullptr, 0 };
+    }
+    zz_stats_dev & sd = zz_stats_devs[d];
+    if (sd.dev == nullptr) {
+        const size_t page  = (size_t) sysconf(_SC_PAGESIZE);
+        const size_t bytes = GGML_PAD((size_t) ZZ_STATS_SLOTS*GGML_SPARSE_METAL_STATS_WORDS*sizeof(uint32_t), page);
+        void * mem = nullptr;
+        if (posix_memalign(&mem, page, bytes) != 0) {
+            return { nullptr, 0 };
+        }
+        memset(mem, 0, bytes);
+        ggml_metal_buffer_t buf = ggml_metal_buffer_map(dev, mem, bytes, bytes);
+        if (buf == nullptr) {
+            free(mem);
+            GGML_LOG_WARN("llama-sparse: could not map the sparse stats counters; Metal does not count them\n");
+            return { nullptr, 0 };
+        }
+        sd.dev   = dev;
+        sd.buf   = buf; // kept for the process's life, as the device is
+        sd.words = (uint32_t *) mem;
+    }
+    auto it = zz_stats_recs.find(stats);
+    if (it == zz_stats_recs.end()) {
+        int slot = -1;
+        if (!zz_stats_free_slots.empty()) {
+            slot = zz_stats_free_slots.back();
+            zz_stats_free_slots.pop_back();
+        } else if (zz_stats_next_slot < ZZ_STATS_SLOTS) {
+            slot = zz_stats_next_slot++;
+        } else {
+            static bool warned = false;
+            if (!warned) {
+                warned = true;
+                GGML_LOG_WARN("llama-sparse: more than %d contexts count on Metal: sparse stats of the newer ones are "
+                              "not counted there\n", ZZ_STATS_SLOTS);
+            }
+            return { nullptr, 0 };
+        }
+        static bool registered = false;
+        if (!registered) {
+            registered = true;
+            ggml_sparse_stats_add_collector(zz_stats_collect_metal);
+        }
+        it = zz_stats_recs.emplace(stats, zz_stats_rec{ slot }).first;
+    }
+    it->second.devices |= 1u << d;
+
+    ggml_tensor whole = {};
+    whole.type  = GGML_TYPE_I32;
+    whole.ne[0] = ZZ_STATS_SLOTS*GGML_SPARSE_METAL_STATS_WORDS;
+    whole.ne[1] = whole.ne[2] = whole.ne[3] = 1;
+    whole.nb[0] = sizeof(int32_t);
+    whole.nb[1] = whole.nb[2] = whole.nb[3] = whole.ne[0]*sizeof(int32_t);
+    whole.data  = sd.words;
+    ggml_metal_buffer_id id = ggml_metal_buffer_get_id(sd.buf, &whole);
+    id.offs += (size_t) it->second.slot*GGML_SPARSE_METAL_STATS_WORDS*sizeof(uint32_t);
+    return id;
+}
+
 static void zz_encode_idx(ggml_metal_library_t lib, ggml_metal_encoder_t enc, const ggml_tensor * op) {
     const ggml_tensor * x = op->src[0];
 
@@ -205,7 +350,10 @@ static void zz_encode_idx(ggml_metal_library_t lib, ggml_metal_encoder_t enc, co
         seg  = GGML_SPARSE_METAL_IDX_SEG;
         nseg = (int) ((n + seg - 1)/seg);
     }
-    ggml_sparse_metal_kargs_idx args = { (int32_t) n, nt, x->nb[1], thr, seg, nseg, 0 };
+    const ggml_metal_buffer_id stats = zz_stats_slot(lib, op);
+    ggml_sparse_metal_kargs_idx args = { (int32_t) n, nt, x->nb[1], thr, seg, nseg, stats.metal != nullptr };
+    // (with no counters the kernel never touches its stats binding)
+    const ggml_metal_buffer_id stats_arg = stats.metal != nullptr ? stats : zz_buffer_id(op);
 
     if (atomic) {
         auto clear = zz_pipeline(lib, "kernel_sparse_idx_clear", -1);
@@ -219,6 +367,7 @@ static void zz_encode_idx(ggml_metal_library_t lib, ggml_metal_encoder_t enc, co
         ggml_metal_encoder_set_bytes   (enc, &args, sizeof(args), 0);
         ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(x),  1);
         ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(op), 2);
+        ggml_metal_encoder_set_buffer  (enc, stats_arg,        3);
         ggml_metal_encoder_set_threadgroup_memory_size(enc, GGML_PAD(seg*sizeof(int32_t), 16), 0);
         ggml_metal_encoder_dispatch_threadgroups(enc, nseg, 1, 1, ntg, 1, 1);
         return;
@@ -239,6 +388,7 @@ static void zz_encode_idx(ggml_metal_library_t lib, ggml_metal_encoder_t enc, co
     ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(x),  1);
     ggml_metal_encoder_set_buffer  (enc, zz_buffer_id(op), 2);
     ggml_metal_encoder_set_buffer  (enc, counts,           3);
+    ggml_metal_encoder_set_buffer  (enc, stats_arg,        4);
     ggml_metal_encoder_dispatch_threadgroups(enc, nseg, 1, 1, ntg, 1, 1);
 }
 

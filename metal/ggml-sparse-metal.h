@@ -25,7 +25,7 @@ typedef struct {
     float    thr;
     int32_t  seg;
     int32_t  nseg;
-    int32_t  pad;
+    int32_t  stats; // nonzero: count the set into the bound slot of GGML_SPARSE_METAL_STATS_WORDS words
 } ggml_sparse_metal_kargs_idx;
 
 typedef struct {
@@ -105,6 +105,9 @@ static inline size_t ggml_sparse_metal_sparq_scratch_unit(int64_t G, int64_t n_k
 static inline size_t ggml_sparse_metal_sparq_smem(int64_t G, int64_t D) {
     return (size_t) (((G*D + 2*D)*4 + 15) & ~15);
 }
+
+// a slot of counters of llama_sparse_get_stats: sets, columns, kept, each as (low, high) u32 words, padded
+#define GGML_SPARSE_METAL_STATS_WORDS 8
 
 // function constant of kernel_mul_mv_zz_*: tokens
 #define GGML_SPARSE_METAL_FC_ZZ_NT 0

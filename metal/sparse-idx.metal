@@ -12,6 +12,8 @@
 //       list in threadgroup memory and reserves its output range with one atomic add on dst[n]. One pass
 //       over x, but the segments land in completion order (ascending inside a segment only).
 // MASK: dst = x with |x| < thr set to 0, element-wise.
+// With args.stats set, the LIST kernels also count the set for llama_sparse_get_stats (one slot of counters,
+// bound by the host; see sparse_idx_stats_add).
 //
 // Self-contained (only <metal_stdlib>): ggml-metal's embed step prepends kernels/common.h to every library
 // source, so every name here carries a sparse_idx prefix.
@@ -27,7 +29,7 @@ typedef struct {
     float    thr;   // threshold; <= 0: every column is active
     int32_t  seg;   // columns per segment (threadgroup)
     int32_t  nseg;  // segments
-    int32_t  pad;
+    int32_t  stats; // nonzero: LIST kernels add to the counters of llama_sparse_get_stats (sparse_idx_stats_add)
 } ggml_sparse_metal_kargs_idx;
 
 typedef struct {
@@ -100,6 +102,31 @@ static int sparse_idx_segment(
     return total;
 }
 
+// Counters of llama_sparse_get_stats: sets, columns and kept columns, each a u64 as two u32 words (low, high),
+// since Metal has no 64-bit atomic add. A carry out of the low word goes to the high one; the host reads both
+// once the command buffer has completed.
+static inline void sparse_idx_stats_add_u64(device atomic_uint * c, uint v) {
+    const uint old = atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+    if (old > 0xffffffffu - v) {
+        atomic_fetch_add_explicit(c + 1, 1u, memory_order_relaxed);
+    }
+}
+
+// thread 0 of each segment adds the segment's kept columns; segment 0 also the set and its n columns
+static inline void sparse_idx_stats_add(device atomic_uint * stats, constant ggml_sparse_metal_kargs_idx & args,
+                                        uint seg, int total) {
+    if (args.stats == 0) {
+        return;
+    }
+    if (seg == 0) {
+        sparse_idx_stats_add_u64(stats + 0, 1u);
+        sparse_idx_stats_add_u64(stats + 2, (uint) args.n);
+    }
+    if (total > 0) {
+        sparse_idx_stats_add_u64(stats + 4, (uint) total);
+    }
+}
+
 // sum over the threadgroup of one int per thread (all threads call it)
 static int sparse_idx_tg_sum(int v, threadgroup int32_t * sg_sums, ushort sgitg, ushort tiisg, ushort nsg) {
     const int s = simd_sum(v);
@@ -140,6 +167,7 @@ kernel void kernel_sparse_idx_list(
         device const char * x,
         device    int32_t * dst,
         device const int32_t * counts,
+        device  atomic_uint * stats,
         uint   tgpig[[threadgroup_position_in_grid]],
         ushort tiitg[[thread_index_in_threadgroup]],
         ushort   ntg[[threads_per_threadgroup]],
@@ -158,8 +186,11 @@ kernel void kernel_sparse_idx_list(
     const int j1 = min(args.n, j0 + args.seg);
 
     const int total = sparse_idx_segment(x, args, j0, j1, dst + off, nullptr, sg_sums, tiitg, ntg, sgitg, tiisg, nsg);
-    if (tiitg == 0 && (int) tgpig == args.nseg - 1) {
-        dst[args.n] = off + total;
+    if (tiitg == 0) {
+        if ((int) tgpig == args.nseg - 1) {
+            dst[args.n] = off + total;
+        }
+        sparse_idx_stats_add(stats, args, tgpig, total);
     }
 }
 
@@ -178,6 +209,7 @@ kernel void kernel_sparse_idx_list_atomic(
         constant ggml_sparse_metal_kargs_idx & args,
         device const char * x,
         device    int32_t * dst,
+        device  atomic_uint * stats,
         threadgroup int32_t * stage [[threadgroup(0)]],
         uint   tgpig[[threadgroup_position_in_grid]],
         ushort tiitg[[thread_index_in_threadgroup]],
@@ -195,6 +227,7 @@ kernel void kernel_sparse_idx_list_atomic(
 
     if (tiitg == 0) {
         seg_off[0] = atomic_fetch_add_explicit((device atomic_int *) (dst + args.n), total, memory_order_relaxed);
+        sparse_idx_stats_add(stats, args, tgpig, total);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 

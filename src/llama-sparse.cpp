@@ -749,6 +749,8 @@ llama_sparse_stats llama_sparse_get_stats(const llama_context * ctx) {
     llama_sparse_stats out = {};
     llama_sparse_context * sctx = context_state(ctx);
     if (sctx) {
+        // the context's queued work first: Metal's counters are host memory the GPU writes as it runs
+        llama_synchronize(const_cast<llama_context *>(ctx));
         ggml_sparse_stats_collect(&sctx->stats); // what GPU kernels counted since the last call
         out.n_lists  = __atomic_load_n(&sctx->stats.n_lists,  __ATOMIC_RELAXED);
         out.n_cols   = __atomic_load_n(&sctx->stats.n_cols,   __ATOMIC_RELAXED);
@@ -760,6 +762,7 @@ llama_sparse_stats llama_sparse_get_stats(const llama_context * ctx) {
 void llama_sparse_reset_stats(llama_context * ctx) {
     llama_sparse_context * sctx = context_state(ctx);
     if (sctx) {
+        llama_synchronize(ctx);
         ggml_sparse_stats_collect(&sctx->stats); // (drops what GPU kernels counted so far)
         __atomic_store_n(&sctx->stats.n_lists,  0, __ATOMIC_RELAXED);
         __atomic_store_n(&sctx->stats.n_cols,   0, __ATOMIC_RELAXED);

@@ -36,7 +36,7 @@ else
     echo "FAILED: nvcc not found; CI must compile cuda/*.cu"; fail=1
 fi
 
-section "Metal kernels through the MSL-on-CPU shim, lint, hook compile check (tests/metal-shim)"
+section "Metal kernels and glue through the MSL-on-CPU shim, lint, hook compile check (tests/metal-shim)"
 if [ -x tests/metal-shim/run.sh ]; then run tests/metal-shim/run.sh; else echo "FAILED: tests/metal-shim/run.sh missing"; fail=1; fi
 
 section "test-backend-ops from the fork"

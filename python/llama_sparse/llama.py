@@ -245,8 +245,8 @@ class Llama(llama_cpp.Llama):
     # --- counters -------------------------------------------------------------------------
 
     def sparse_stats(self) -> dict[str, float]:
-        """Active-column sets found since the last reset (one per matmul input and decode step, on the CPU or
-        CUDA; not counted: Metal, and CUDA batches of 2-8 tokens through Q4_K weights), the columns examined and
+        """Active-column sets found since the last reset (one per matmul input and decode step, on the CPU,
+        CUDA or Metal; not counted: CUDA batches of 2-8 tokens through Q4_K weights), the columns examined and
         kept, and the share skipped."""
         s = _native.llama_sparse_get_stats(self._ctx.ctx)
         skipped = 1.0 - s.n_active / s.n_cols if s.n_cols else 0.0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama-sparse: checks of the Metal kernels on Linux (CI): lint metal/*.metal, translate them with the
-# MSL-on-CPU shim, build and run the kernel tests against the CPU ops, compile the ggml-metal hook code
-# with -fsyntax-only, and configure ggml-metal's library build (patch 0010) with stand-in frameworks.
+# MSL-on-CPU shim, build and run the kernel tests against the CPU ops, run the glue (ggml-sparse-metal.cpp)
+# on stand-ins of ggml-metal's device layer, compile the ggml-metal hook code with -fsyntax-only, and
+# configure ggml-metal's library build (patch 0010) with stand-in frameworks.
 # usage: tests/metal-shim/run.sh [--quick] [--seed S]
 # env: LLAMA_SPARSE_UPSTREAM (patched tree, default: tools/upstream.py fork),
 #      LLAMA_SPARSE_STOCK_BIN (dir of libggml-base.so, default ~/.cache/llama-sparse/stock-build/bin),
@@ -48,6 +49,17 @@ done
 
 echo "== kernels through the shim"
 "$out/test-metal-kernels" "$@"
+
+echo "== the ggml-metal glue (metal/ggml-sparse-metal.cpp) through stand-ins of ggml-metal's device layer"
+ginc=("${inc[@]}" -I"$up/ggml/src/ggml-metal")
+"$cc" -std=c11 -O2 -D_GNU_SOURCE -Wall -Wno-unused-function "${ginc[@]}" -c "$root/ggml-sparse/ggml-sparse.c" -o "$out/glue-ggml-sparse.o"
+"$cxx" -std=c++17 -O2 -g -Wall -Wno-unused-function "${ginc[@]}" -c "$root/metal/ggml-sparse-metal.cpp" -o "$out/glue-ggml-sparse-metal.o"
+"$cxx" -std=c++20 -O2 -g -U_FORTIFY_SOURCE -Wall "${ginc[@]}" -c "$here/test-metal-glue.cpp" -o "$out/test-metal-glue.o"
+"$cxx" -o "$out/test-metal-glue" "$out/test-metal-glue.o" "$out/glue-ggml-sparse-metal.o" "$out/glue-ggml-sparse.o" \
+    "$out/ggml-sparse-cpu-sparq.o" "$out/sparse-idx.o" "$out/mul-mat-zz.o" "$out/sparq-attn.o" -L"$bin" -Wl,-rpath,"$bin" -lggml-base -lpthread -lm
+seed=()
+for ((i = 1; i <= $#; ++i)); do [ "${!i}" = "--seed" ] && j=$((i + 1)) && seed=(--seed "${!j}"); done
+"$out/test-metal-glue" "${seed[@]}"
 
 if [ -x "$here/check_hooks.sh" ]; then
     echo "== ggml-metal hook code, -fsyntax-only"

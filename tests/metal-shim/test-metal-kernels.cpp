@@ -73,26 +73,32 @@ static float threshold_for(const std::vector<float> & x, int64_t n, int nt, int6
 
 enum idx_variant { IDX_DEFAULT, IDX_SEGMENTS, IDX_ATOMIC };
 
-// what ggml_metal_sparse_encode does for LIST (variant IDX_DEFAULT / atomic), or forced small segments
+// what ggml_metal_sparse_encode does for LIST (variant IDX_DEFAULT / atomic), or forced small segments; stats:
+// the bound slot of counters (GGML_SPARSE_METAL_STATS_WORDS words), counted into when count_stats
 static void gpu_idx_list(const std::vector<float> & x, int n, int nt, int64_t ldx, float thr, idx_variant var,
-                         int ntg_force, std::vector<int32_t> & dst) {
+                         int ntg_force, std::vector<int32_t> & dst, uint32_t * stats = nullptr, bool count_stats = false) {
     int ntg, seg, nseg;
     ggml_sparse_metal_idx_shape(n, nt, 1024, &ntg, &seg, &nseg);
     if (ntg_force) ntg = ntg_force;
     if (var == IDX_SEGMENTS) { seg = ntg*rand_int(1, 3) + rand_int(0, 1)*rand_int(1, 31); nseg = (n + seg - 1)/seg; }
     if (var == IDX_ATOMIC)   { seg = std::min(seg, GGML_SPARSE_METAL_IDX_SEG); nseg = (n + seg - 1)/seg; }
-    ggml_sparse_metal_kargs_idx args = { n, nt, (uint64_t) (ldx*sizeof(float)), thr, seg, nseg, 0 };
+    ggml_sparse_metal_kargs_idx args = { n, nt, (uint64_t) (ldx*sizeof(float)), thr, seg, nseg, count_stats };
     dst.assign(n + 1, 0); poison(dst);
     std::vector<int32_t> counts(nseg); poison(counts);
+    void * st = stats != nullptr ? (void *) stats : (void *) dst.data(); // the glue binds dst when not counting
     if (var == IDX_ATOMIC) {
         launch("kernel_sparse_idx_clear", 1, 1, 32, { &args, dst.data() });
-        launch("kernel_sparse_idx_list_atomic", nseg, 1, ntg, { &args, (void *) x.data(), dst.data() }, { seg*sizeof(int32_t) });
+        launch("kernel_sparse_idx_list_atomic", nseg, 1, ntg, { &args, (void *) x.data(), dst.data(), st }, { seg*sizeof(int32_t) });
         return;
     }
     if (nseg > 1) {
         launch("kernel_sparse_idx_count", nseg, 1, ntg, { &args, (void *) x.data(), counts.data() });
     }
-    launch("kernel_sparse_idx_list", nseg, 1, ntg, { &args, (void *) x.data(), dst.data(), nseg > 1 ? counts.data() : dst.data() });
+    launch("kernel_sparse_idx_list", nseg, 1, ntg, { &args, (void *) x.data(), dst.data(), nseg > 1 ? counts.data() : dst.data(), st });
+}
+
+static uint64_t stats_word(const uint32_t * w) {
+    return (uint64_t) w[0] | (uint64_t) w[1] << 32;
 }
 
 static void test_idx_case(int n, int nt, double sparsity, idx_variant var, bool with_nan) {
@@ -106,12 +112,30 @@ static void test_idx_case(int n, int nt, double sparsity, idx_variant var, bool 
     zzref_idx(x.data(), n, nt, ldx*sizeof(float), thr, GGML_SPARSE_IDX_LIST, ref.data());
     const int count = ref[n];
 
+    // counters of llama_sparse_get_stats, low words often just below a carry; with counting off, left alone
+    const bool count_stats = rand_int(0, 3) != 0;
+    uint32_t stats[GGML_SPARSE_METAL_STATS_WORDS], stats0[GGML_SPARSE_METAL_STATS_WORDS];
+    for (int i = 0; i < GGML_SPARSE_METAL_STATS_WORDS; ++i) {
+        stats[i] = i % 2 == 0 && rand_int(0, 1) ? 0xffffffffu - (uint32_t) rand_int(0, n) : (uint32_t) rand_int(0, 5);
+    }
+    std::memcpy(stats0, stats, sizeof(stats));
+
     const int ntg_force = rand_int(0, 2) == 0 ? 32*rand_int(1, 32) : 0;
     std::vector<int32_t> got;
-    gpu_idx_list(x, n, nt, ldx, thr, var, ntg_force, got);
+    gpu_idx_list(x, n, nt, ldx, thr, var, ntg_force, got, stats, count_stats);
 
     char what[160];
     std::snprintf(what, sizeof(what), "LIST n=%d nt=%d sparsity=%.2f variant=%d ntg=%d count=%d", n, nt, sparsity, (int) var, ntg_force, count);
+    if (count_stats) {
+        const uint64_t sets = stats_word(stats + 0) - stats_word(stats0 + 0);
+        const uint64_t cols = stats_word(stats + 2) - stats_word(stats0 + 2);
+        const uint64_t kept = stats_word(stats + 4) - stats_word(stats0 + 4);
+        CHECK(sets == 1 && cols == (uint64_t) n && kept == (uint64_t) count && stats[6] == stats0[6] && stats[7] == stats0[7],
+              "%s: counters (sets, columns, kept) grew by %llu, %llu, %llu", what,
+              (unsigned long long) sets, (unsigned long long) cols, (unsigned long long) kept);
+    } else {
+        CHECK(std::memcmp(stats, stats0, sizeof(stats)) == 0, "%s: counters changed with counting off", what);
+    }
     CHECK(got[n] == count, "%s: count %d", what, got[n]);
     if (got[n] != count) return;
     std::vector<int32_t> g(got.begin(), got.begin() + count);
@@ -520,8 +544,10 @@ static void test_races() {
             race_check(("LIST variant " + std::to_string(var) + " n=" + std::to_string(n)).c_str(), [&]() {
                 rng.seed(st); // same forced segmenting every run
                 std::vector<int32_t> d;
-                gpu_idx_list(x, n, nt, n, thr, var, 256, d);
+                uint32_t stats[GGML_SPARSE_METAL_STATS_WORDS] = { 0xfffffff0u, 0, 0xffffff00u, 0, 0xfffff000u, 0, 0, 0 };
+                gpu_idx_list(x, n, nt, n, thr, var, 256, d, stats, true);
                 if (var == IDX_ATOMIC) std::sort(d.begin(), d.begin() + std::max(0, std::min(d[n], n)));
+                d.insert(d.end(), stats, stats + GGML_SPARSE_METAL_STATS_WORDS); // the counters too
                 return d;
             });
         }

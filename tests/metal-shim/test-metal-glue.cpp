@@ -1,0 +1,493 @@
+// llama-sparse: metal/ggml-sparse-metal.cpp, the real glue, run on Linux. Stand-ins for the parts of ggml-metal's
+// device layer it calls (pipelines, encoder, buffer ids, mapping host memory) run every dispatch through the shim,
+// so this checks what the unit tests of test-metal-kernels.cpp cannot: the buffer indices, arguments and scratch
+// the glue encodes, and the counters of llama_sparse_get_stats from the LIST kernels through the collector the glue
+// registers (ggml_sparse_stats_collect / _release from ggml-sparse.c), per context and per device; decode GEMVs over
+// the LIST op's output, dense and sparse, n1 = 1 and n1 > 1 (the reduction's scratch), against an fp64 product;
+// SparQ attention (its arguments, bindings and scratch) against the CPU op's scalar reference.
+//
+//   test-metal-glue [--seed S]      last line "N passed, N failed"; exit status 1 on failure
+#include "shim-runtime.h"
+#include "ggml-sparse-metal.h"
+#include "ggml-sparse.h"
+#include "ggml-sparse-cpu-sparq.h"
+#include "ggml.h"
+#include "ggml-backend-impl.h"
+#include "ggml-metal-device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+//
+// stand-ins for ggml-metal-device.m: a pipeline is a kernel name (+ the token count constant), a buffer id is a
+// host address, and the encoder dispatches at once (so its memory barriers have nothing to do)
+//
+
+struct ggml_metal_device   { int id; };
+struct ggml_metal_library  { ggml_metal_device * dev; };
+struct ggml_metal_buffer   { void * base; size_t size; };
+struct ggml_metal_cv       { int nt = -1; };
+struct ggml_metal_pipeline { std::string fn; int nt; };
+
+struct ggml_metal_encoder {
+    ggml_metal_pipeline *           p = nullptr;
+    void *                          bufs[16] = {};
+    std::vector<std::vector<char>>  bytes = std::vector<std::vector<char>>(16);
+    size_t                          tgmem[4] = {};
+};
+
+static std::map<std::string, ggml_metal_pipeline *> g_pipelines;
+static std::vector<ggml_metal_buffer *>             g_mapped;
+
+extern "C" {
+
+ggml_metal_cv_t ggml_metal_cv_init(void) { return new ggml_metal_cv; }
+void ggml_metal_cv_free(ggml_metal_cv_t cv) { delete cv; }
+void ggml_metal_cv_set_int16(ggml_metal_cv_t cv, int16_t value, int32_t idx) {
+    if (idx != GGML_SPARSE_METAL_FC_ZZ_NT) { std::fprintf(stderr, "glue test: function constant %d\n", idx); std::abort(); }
+    cv->nt = value;
+}
+
+ggml_metal_pipeline_with_params ggml_metal_library_get_pipeline(ggml_metal_library_t, const char * name) {
+    auto it = g_pipelines.find(name);
+    ggml_metal_pipeline_with_params res = {};
+    res.pipeline = it == g_pipelines.end() ? nullptr : it->second;
+    return res;
+}
+
+ggml_metal_pipeline_with_params ggml_metal_library_compile_pipeline(ggml_metal_library_t, const char * base, const char * name, ggml_metal_cv_t cv) {
+    auto * p = new ggml_metal_pipeline{ base, cv ? cv->nt : -1 };
+    g_pipelines[name] = p;
+    ggml_metal_pipeline_with_params res = {};
+    res.pipeline = p;
+    return res;
+}
+
+ggml_metal_pipeline_with_params ggml_metal_library_get_pipeline_mul_mm(ggml_metal_library_t, const ggml_tensor *) {
+    std::fprintf(stderr, "glue test: prefill is not run here\n");
+    std::abort();
+}
+
+int ggml_metal_pipeline_max_theads_per_threadgroup(ggml_metal_pipeline_with_params) { return 1024; }
+
+ggml_metal_device_t ggml_metal_library_get_device(ggml_metal_library_t lib) { return lib->dev; }
+
+ggml_metal_buffer_t ggml_metal_buffer_map(ggml_metal_device_t, void * ptr, size_t size, size_t) {
+    auto * b = new ggml_metal_buffer{ ptr, size };
+    g_mapped.push_back(b);
+    return b;
+}
+
+ggml_metal_buffer_id ggml_metal_buffer_get_id(ggml_metal_buffer_t, const ggml_tensor * t) {
+    return { t->data, 0 };
+}
+
+void ggml_metal_encoder_set_pipeline(ggml_metal_encoder_t enc, ggml_metal_pipeline_with_params p) { enc->p = p.pipeline; }
+
+void ggml_metal_encoder_set_bytes(ggml_metal_encoder_t enc, void * data, size_t size, int idx) {
+    enc->bytes[idx].assign((char *) data, (char *) data + size); // Metal copies the bytes at once
+    enc->bufs[idx] = enc->bytes[idx].data();
+}
+
+void ggml_metal_encoder_set_buffer(ggml_metal_encoder_t enc, ggml_metal_buffer_id id, int idx) {
+    enc->bufs[idx] = (char *) id.metal + id.offs;
+}
+
+void ggml_metal_encoder_set_threadgroup_memory_size(ggml_metal_encoder_t enc, size_t size, int idx) { enc->tgmem[idx] = size; }
+
+void ggml_metal_encoder_dispatch_threadgroups(ggml_metal_encoder_t enc, int tg0, int tg1, int tg2, int tptg0, int tptg1, int tptg2) {
+    if (enc->p->nt >= 0) {
+        shim::set_fc<short>(GGML_SPARSE_METAL_FC_ZZ_NT, (short) enc->p->nt);
+    }
+    const uint32_t grid[3] = { (uint32_t) tg0, (uint32_t) tg1, (uint32_t) tg2 };
+    const uint32_t ntg[3]  = { (uint32_t) tptg0, (uint32_t) tptg1, (uint32_t) tptg2 };
+    shim::dispatch(enc->p->fn.c_str(), grid, ntg, std::vector<void *>(enc->bufs, enc->bufs + 16),
+                   std::vector<size_t>(enc->tgmem, enc->tgmem + 4));
+    std::fill(enc->bufs, enc->bufs + 16, nullptr); // a later dispatch must set what it reads
+    std::fill(enc->tgmem, enc->tgmem + 4, 0);
+}
+
+void ggml_metal_encoder_memory_barrier(ggml_metal_encoder_t) {}
+
+} // extern "C"
+
+// ggml-sparse-cpu-sparq.o is built for the kernel test's thread pool (-Dggml_barrier=zz_test_barrier); only its
+// single-threaded reference runs here
+extern "C" void zz_test_barrier(struct ggml_threadpool *) { std::abort(); }
+
+// half conversions for targets without native fp16 instructions
+extern "C" __attribute__((weak)) uint16_t __gnu_f2h_ieee(float f)  { return ggml_fp32_to_fp16(f); }
+extern "C" __attribute__((weak)) float    __gnu_h2f_ieee(uint16_t h) { return ggml_fp16_to_fp32(h); }
+
+static int n_pass = 0;
+static int n_fail = 0;
+
+#define CHECK(cond, ...) do {                                        \
+    if (cond) { n_pass++; } else {                                   \
+        n_fail++; std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
+        std::printf(__VA_ARGS__); std::printf("\n");                 \
+    }                                                                \
+} while (0)
+
+static std::mt19937_64 rng(7);
+
+static int   rand_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+static float rand_normal()            { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
+
+// a LIST op over x [n, nt] as the graph builder makes it, in memory laid out as ggml-metal allocates it (dst, then
+// ggml_metal_sparse_extra_size bytes of scratch)
+struct idx_op {
+    std::vector<float>   x;
+    std::vector<int32_t> mem;
+    ggml_tensor          tx = {}, op = {};
+    ggml_backend_buffer  buffer = {};
+    ggml_metal_buffer    mbuf = {};
+};
+
+static void make_idx_op(idx_op & o, int n, int nt, float thr, ggml_sparse_stats * stats) {
+    o.x.resize((size_t) n*nt);
+    for (auto & v : o.x) v = rand_normal();
+    o.buffer.context = &o.mbuf;
+
+    o.tx.type  = GGML_TYPE_F32;
+    o.tx.ne[0] = n; o.tx.ne[1] = nt; o.tx.ne[2] = o.tx.ne[3] = 1;
+    o.tx.nb[0] = sizeof(float); o.tx.nb[1] = n*sizeof(float); o.tx.nb[2] = o.tx.nb[3] = o.tx.nb[1]*nt;
+    o.tx.data   = o.x.data();
+    o.tx.buffer = &o.buffer;
+
+    o.op.type  = GGML_TYPE_I32;
+    o.op.op    = GGML_OP_SPARSE_IDX;
+    o.op.ne[0] = n + 1; o.op.ne[1] = o.op.ne[2] = o.op.ne[3] = 1;
+    o.op.nb[0] = sizeof(int32_t); o.op.nb[1] = o.op.nb[2] = o.op.nb[3] = (n + 1)*sizeof(int32_t);
+    o.op.src[0] = &o.tx;
+    std::memcpy(&o.op.op_params[0], &thr, sizeof(float));
+    o.op.op_params[1] = GGML_SPARSE_IDX_LIST;
+    if (stats) {
+        ggml_sparse_idx_set_stats(&o.op, stats);
+    }
+    o.op.buffer = &o.buffer;
+    const size_t bytes = ggml_nbytes(&o.op) + ggml_metal_sparse_extra_size(&o.op);
+    o.mem.assign((bytes + 3)/4, -1);
+    o.op.data = o.mem.data();
+}
+
+// runs the op through the glue on lib's device; true if the list and count match a plain loop over x
+static bool run_idx_op(idx_op & o, ggml_metal_library * lib, int * kept) {
+    ggml_metal_encoder enc;
+    CHECK(ggml_metal_sparse_supports_op(&o.op, true, true), "LIST op not supported");
+    ggml_metal_sparse_encode(lib, &enc, &o.op);
+
+    const int n = (int) o.tx.ne[0], nt = (int) o.tx.ne[1];
+    float thr;
+    std::memcpy(&thr, &o.op.op_params[0], sizeof(float));
+    std::vector<int32_t> want;
+    for (int j = 0; j < n; ++j) {
+        bool on = false;
+        for (int t = 0; t < nt; ++t) on = on || !(std::fabs(o.x[(size_t) t*n + j]) < thr);
+        if (on) want.push_back(j);
+    }
+    *kept = (int) want.size();
+    const int32_t * got = o.mem.data();
+    if (got[n] != (int32_t) want.size()) return false;
+    std::vector<int32_t> g(got, got + got[n]);
+    std::sort(g.begin(), g.end()); // (the atomic variant lands segments in any order)
+    return g == want;
+}
+
+struct expect { uint64_t lists = 0, cols = 0, kept = 0; };
+
+static bool stats_equal(const ggml_sparse_stats & s, const expect & e) {
+    return s.n_lists == e.lists && s.n_cols == e.cols && s.n_active == e.kept;
+}
+
+static void test_stats() {
+    ggml_metal_device  dev0 = { 0 }, dev1 = { 1 };
+    ggml_metal_library lib0 = { &dev0 }, lib1 = { &dev1 };
+
+    // two contexts, decode steps of 1-8 tokens, sizes of one threadgroup and of several segments (n*nt > 32768),
+    // both LIST variants, ops run on two devices
+    ggml_sparse_stats s[2] = {};
+    expect e[2];
+    for (int step = 0; step < 40; ++step) {
+        const int c  = rand_int(0, 1);
+        const int n  = (int[]){ 576, 1536, 4096, 14336, rand_int(1, 40000) }[rand_int(0, 4)];
+        const int nt = rand_int(1, 8);
+        const bool atomic = rand_int(0, 2) == 0;
+        setenv("LLAMA_SPARSE_METAL_IDX", atomic ? "atomic" : "ordered", 1);
+        const float thr = (float[]){ 0.0f, 0.3f, 1.0f, 3.0f, 100.0f }[rand_int(0, 4)];
+        idx_op o;
+        make_idx_op(o, n, nt, thr, &s[c]);
+        int kept = 0;
+        const bool ok = run_idx_op(o, rand_int(0, 1) ? &lib1 : &lib0, &kept);
+        CHECK(ok, "LIST n=%d nt=%d thr=%g %s: list differs", n, nt, thr, atomic ? "atomic" : "ordered");
+        e[c].lists += 1; e[c].cols += n; e[c].kept += kept;
+        if (rand_int(0, 3) == 0) {
+            ggml_sparse_stats_collect(&s[c]);
+            CHECK(stats_equal(s[c], e[c]), "context %d after %d steps: stats %llu %llu %llu, want %llu %llu %llu", c, step,
+                  (unsigned long long) s[c].n_lists, (unsigned long long) s[c].n_cols, (unsigned long long) s[c].n_active,
+                  (unsigned long long) e[c].lists, (unsigned long long) e[c].cols, (unsigned long long) e[c].kept);
+        }
+    }
+    unsetenv("LLAMA_SPARSE_METAL_IDX");
+    for (int c = 0; c < 2; ++c) {
+        ggml_sparse_stats_collect(&s[c]);
+        ggml_sparse_stats_collect(&s[c]); // collecting twice adds nothing
+        CHECK(stats_equal(s[c], e[c]), "context %d: stats %llu %llu %llu, want %llu %llu %llu", c,
+              (unsigned long long) s[c].n_lists, (unsigned long long) s[c].n_cols, (unsigned long long) s[c].n_active,
+              (unsigned long long) e[c].lists, (unsigned long long) e[c].cols, (unsigned long long) e[c].kept);
+    }
+    CHECK(g_mapped.size() == 2, "counters mapped into %zu devices, want 2", g_mapped.size());
+
+    // reset as llama_sparse_reset_stats does it: collect, then zero the host struct
+    ggml_sparse_stats_collect(&s[0]);
+    s[0] = {};
+    e[0] = {};
+    {
+        idx_op o;
+        make_idx_op(o, 2048, 3, 0.5f, &s[0]);
+        int kept = 0;
+        run_idx_op(o, &lib0, &kept);
+        e[0] = { 1, 2048, (uint64_t) kept };
+        ggml_sparse_stats_collect(&s[0]);
+        CHECK(stats_equal(s[0], e[0]), "after a reset: stats %llu %llu %llu, want 1 2048 %d",
+              (unsigned long long) s[0].n_lists, (unsigned long long) s[0].n_cols, (unsigned long long) s[0].n_active, kept);
+    }
+
+    // an op with no stats attached counts nowhere
+    {
+        const ggml_sparse_stats before = s[1];
+        idx_op o;
+        make_idx_op(o, 1000, 2, 0.5f, nullptr);
+        int kept = 0;
+        CHECK(run_idx_op(o, &lib1, &kept), "LIST without stats: list differs");
+        ggml_sparse_stats_collect(&s[1]);
+        CHECK(std::memcmp(&before, &s[1], sizeof(before)) == 0, "an op without stats changed a context's counters");
+    }
+
+    // a released context's slot goes to the next context, which starts at zero
+    ggml_sparse_stats_release(&s[0]);
+    ggml_sparse_stats s2 = {};
+    {
+        idx_op o;
+        make_idx_op(o, 300, 1, 0.0f, &s2);
+        int kept = 0;
+        run_idx_op(o, &lib0, &kept);
+        ggml_sparse_stats_collect(&s2);
+        CHECK(s2.n_lists == 1 && s2.n_cols == 300 && s2.n_active == 300, "a new context after a release: stats %llu %llu %llu, want 1 300 300",
+              (unsigned long long) s2.n_lists, (unsigned long long) s2.n_cols, (unsigned long long) s2.n_active);
+    }
+    ggml_sparse_stats_release(&s[1]);
+    ggml_sparse_stats_release(&s2);
+}
+
+// a MUL_MAT_ZZ op as the graph builder makes it: zigzag weight w (block (r, j) at r*n + j holds W[r*B .. r*B + B - 1, j]),
+// input x of the LIST op o, o's list if sparse
+struct zz_op {
+    ggml_type            type;
+    int64_t              n, m, B;
+    std::vector<uint8_t> q;
+    std::vector<float>   deq; // W[r*B + i, j] = deq[(r*n + j)*B + i]
+    std::vector<float>   mem;
+    ggml_tensor          tw = {}, op = {};
+};
+
+static void make_zz_op(zz_op & z, ggml_type type, int64_t m, idx_op & o, bool sparse) {
+    z.type = type; z.n = o.tx.ne[0]; z.m = m; z.B = ggml_blck_size(type);
+    const int64_t nr = m/z.B, nblocks = nr*z.n;
+    std::vector<float> src(nblocks*z.B);
+    for (auto & v : src) v = rand_normal()*0.02f;
+    z.q.resize(nblocks*ggml_type_size(type));
+    ggml_quantize_chunk(type, src.data(), z.q.data(), 0, nblocks, z.B, nullptr);
+    z.deq.resize(nblocks*z.B);
+    ggml_get_type_traits(type)->to_float(z.q.data(), z.deq.data(), nblocks*z.B);
+
+    z.tw.type  = type;
+    z.tw.ne[0] = z.B*z.n; z.tw.ne[1] = nr; z.tw.ne[2] = z.tw.ne[3] = 1;
+    z.tw.nb[0] = ggml_type_size(type); z.tw.nb[1] = z.n*ggml_type_size(type); z.tw.nb[2] = z.tw.nb[3] = z.tw.nb[1]*nr;
+    z.tw.data   = z.q.data();
+    z.tw.buffer = &o.buffer;
+
+    const int64_t nt = o.tx.ne[1];
+    z.op.type  = GGML_TYPE_F32;
+    z.op.op    = GGML_OP_MUL_MAT_ZZ;
+    z.op.ne[0] = m; z.op.ne[1] = nt; z.op.ne[2] = z.op.ne[3] = 1;
+    z.op.nb[0] = sizeof(float); z.op.nb[1] = m*sizeof(float); z.op.nb[2] = z.op.nb[3] = z.op.nb[1]*nt;
+    z.op.src[0] = &z.tw;
+    z.op.src[1] = &o.tx;
+    z.op.src[2] = sparse ? &o.op : nullptr;
+    z.op.buffer = &o.buffer;
+    const size_t bytes = ggml_nbytes(&z.op) + ggml_metal_sparse_extra_size(&z.op);
+    z.mem.assign((bytes + 3)/4, NAN);
+    z.op.data = z.mem.data();
+}
+
+// y through the glue against an fp64 product over the listed columns (all, when dense): max relative error
+static double run_zz_op(zz_op & z, ggml_metal_library * lib, const idx_op & o, bool * all_written) {
+    ggml_metal_encoder enc;
+    CHECK(ggml_metal_sparse_supports_op(&z.op, true, true), "MUL_MAT_ZZ op not supported");
+    ggml_metal_sparse_encode(lib, &enc, &z.op);
+    const int64_t nt = o.tx.ne[1];
+    std::vector<int32_t> cols;
+    if (z.op.src[2] != nullptr) {
+        cols.assign(o.mem.begin(), o.mem.begin() + o.mem[z.n]);
+    } else {
+        for (int32_t j = 0; j < (int32_t) z.n; ++j) cols.push_back(j);
+    }
+    double err = 0.0, scale = 0.0;
+    std::vector<double> ref((size_t) nt*z.m, 0.0);
+    for (int64_t t = 0; t < nt; ++t) {
+        for (int64_t row = 0; row < z.m; ++row) {
+            const int64_t r = row/z.B, i = row % z.B;
+            double acc = 0.0;
+            for (int32_t j : cols) acc += (double) z.deq[(r*z.n + j)*z.B + i]*o.x[t*z.n + j];
+            ref[t*z.m + row] = acc;
+            scale = std::max(scale, std::fabs(acc));
+        }
+    }
+    *all_written = true;
+    for (size_t k = 0; k < ref.size(); ++k) {
+        *all_written = *all_written && !std::isnan(z.mem[k]);
+        err = std::max(err, std::fabs(z.mem[k] - ref[k]));
+    }
+    return err/std::max(scale, 1e-30);
+}
+
+// decode steps through the glue: the LIST op, then the GEMV over its list (or dense), at random launch shapes
+static void test_gemv() {
+    ggml_metal_device  dev = { 0 };
+    ggml_metal_library lib = { &dev };
+    ggml_sparse_stats  st  = {};
+    for (ggml_type type : { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K }) {
+        for (int c = 0; c < 6; ++c) {
+            const int64_t B  = ggml_blck_size(type);
+            const int64_t m  = B*rand_int(1, 3)*(B == 32 ? 6 : 1);
+            const int     n  = (int[]){ 576, 1536, rand_int(1, 2000) }[rand_int(0, 2)];
+            const int     nt = rand_int(1, 8);
+            const bool sparse = c % 2 == 1;
+            if (rand_int(0, 1)) {
+                setenv("LLAMA_SPARSE_METAL_N1",  std::to_string(rand_int(1, 5)).c_str(), 1);
+                setenv("LLAMA_SPARSE_METAL_NSG", std::to_string((int[]){ 1, 2, 4 }[rand_int(0, 2)]).c_str(), 1);
+            }
+            idx_op o;
+            make_idx_op(o, n, nt, (float[]){ 0.0f, 0.5f, 1.5f, 100.0f }[rand_int(0, 3)], &st);
+            int kept = 0;
+            CHECK(run_idx_op(o, &lib, &kept), "LIST before the GEMV: list differs");
+            zz_op z;
+            make_zz_op(z, type, m, o, sparse);
+            bool written = false;
+            const double err = run_zz_op(z, &lib, o, &written);
+            CHECK(written && err < 2e-5, "GEMV %s m=%lld n=%d nt=%d %s (%d kept) N1=%s NSG=%s: %s, relative error %.3g",
+                  ggml_type_name(type), (long long) m, n, nt, sparse ? "sparse" : "dense", kept,
+                  getenv("LLAMA_SPARSE_METAL_N1") ? getenv("LLAMA_SPARSE_METAL_N1") : "-",
+                  getenv("LLAMA_SPARSE_METAL_NSG") ? getenv("LLAMA_SPARSE_METAL_NSG") : "-",
+                  written ? "all written" : "outputs left unwritten", err);
+            unsetenv("LLAMA_SPARSE_METAL_N1");
+            unsetenv("LLAMA_SPARSE_METAL_NSG");
+        }
+    }
+    ggml_sparse_stats_release(&st);
+}
+
+//
+// SparQ decode attention through the glue against the CPU op's scalar reference
+//
+
+static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, void * data, ggml_backend_buffer * buf) {
+    ggml_tensor t = {};
+    t.type = type;
+    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = ne2; t.ne[3] = ne3;
+    t.nb[0] = ggml_type_size(type);
+    t.nb[1] = ggml_row_size(type, ne0); t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
+    t.data   = data;
+    t.buffer = buf;
+    return t;
+}
+
+static void put(ggml_type type, std::vector<uint8_t> & v, size_t i, float x) {
+    if (type == GGML_TYPE_F16) ((ggml_fp16_t *) v.data())[i] = ggml_fp32_to_fp16(x); else ((float *) v.data())[i] = x;
+}
+
+static void test_sparq() {
+    ggml_metal_device   dev = { 0 };
+    ggml_metal_library  lib = { &dev };
+    ggml_metal_buffer   mbuf = {};
+    ggml_backend_buffer buf  = {};
+    buf.context = &mbuf;
+    for (int i = 0; i < 10; ++i) {
+        const ggml_type kv = rand_int(0, 1) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        const ggml_type mt = rand_int(0, 1) ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        const int D = (int[]){ 64, 128 }[rand_int(0, 1)], n_kv = rand_int(1, 600), n_tok = rand_int(1, 2);
+        const int Hkv = rand_int(1, 2), G = (int[]){ 1, 3, 4 }[rand_int(0, 2)], ns = rand_int(1, 2), H = Hkv*G;
+        const int r = rand_int(1, D/2), k_top = rand_int(0, 4) == 0 ? n_kv + 2 : rand_int(1, std::max(1, n_kv/3));
+        const int flags = rand_int(0, 1) ? GGML_SPARQ_MEAN_V : 0;
+        const size_t es = ggml_type_size(kv);
+
+        std::vector<float>   qd((size_t) D*n_tok*H*ns), vmd((size_t) D*Hkv);
+        std::vector<uint8_t> kd((size_t) D*n_kv*Hkv*ns*es), ktd(kd.size()), vd(kd.size()), md((size_t) n_kv*n_tok*ns*ggml_type_size(mt));
+        for (auto & x : qd)  x = rand_normal();
+        for (auto & x : vmd) x = rand_normal()*0.1f;
+        for (int s2 = 0; s2 < ns; ++s2) for (int h = 0; h < Hkv; ++h) for (int j = 0; j < n_kv; ++j) for (int d = 0; d < D; ++d) {
+            const float x = rand_normal();
+            put(kv, kd,  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, x);
+            put(kv, ktd, (((size_t) s2*Hkv + h)*D + d)*n_kv + j, x);
+            put(kv, vd,  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, rand_normal());
+        }
+        for (int s2 = 0; s2 < ns; ++s2) for (int t = 0; t < n_tok; ++t) {
+            const int len = rand_int(1, n_kv);
+            for (int j = 0; j < n_kv; ++j) put(mt, md, ((size_t) s2*n_tok + t)*n_kv + j, j < len ? 0.0f : -INFINITY);
+        }
+        ggml_tensor q  = host_tensor(GGML_TYPE_F32, D, n_tok, H, ns, qd.data(), &buf);
+        ggml_tensor k  = host_tensor(kv, D, n_kv, Hkv, ns, kd.data(), &buf);
+        ggml_tensor kt = host_tensor(kv, n_kv, D, Hkv, ns, ktd.data(), &buf);
+        ggml_tensor v  = host_tensor(kv, D, n_kv, Hkv, ns, vd.data(), &buf);
+        ggml_tensor m  = host_tensor(mt, n_kv, n_tok, 1, ns, md.data(), &buf);
+        ggml_tensor vm = host_tensor(GGML_TYPE_F32, D, Hkv, 1, 1, vmd.data(), &buf);
+
+        std::vector<float> ref((size_t) D*H*n_tok*ns);
+        ggml_tensor op = host_tensor(GGML_TYPE_F32, D, H, n_tok, ns, ref.data(), &buf);
+        op.op = GGML_OP_SPARQ_ATTN;
+        const float scale = 1.0f/std::sqrt((float) D);
+        std::memcpy(&op.op_params[0], &scale, sizeof(float));
+        op.op_params[1] = r; op.op_params[2] = k_top; op.op_params[3] = flags;
+        ggml_tensor * srcs[6] = { &q, &k, &kt, &v, &m, &vm };
+        for (int j = 0; j < 6; ++j) op.src[j] = srcs[j];
+        ggml_sparse_cpu_sparq_ref(&op);
+
+        std::vector<float> mem((ggml_nbytes(&op) + ggml_metal_sparse_extra_size(&op) + 3)/4, NAN);
+        op.data = mem.data();
+        CHECK(ggml_metal_sparse_supports_op(&op, true, true), "SPARQ op not supported");
+        ggml_metal_encoder enc;
+        ggml_metal_sparse_encode(&lib, &enc, &op);
+        double num = 0.0, den = 0.0;
+        bool finite = true;
+        for (size_t j = 0; j < ref.size(); ++j) {
+            finite = finite && std::isfinite(mem[j]);
+            num += ((double) mem[j] - ref[j])*((double) mem[j] - ref[j]);
+            den += (double) ref[j]*ref[j];
+        }
+        const double rel = std::sqrt(num/std::max(den, 1e-30));
+        CHECK(finite && rel <= 1e-4, "SPARQ kv=%s mask=%s D=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d: rel err %.3e%s",
+              ggml_type_name(kv), ggml_type_name(mt), D, n_kv, n_tok, Hkv, G, ns, r, k_top, flags, rel, finite ? "" : " (not written)");
+    }
+}
+
+int main(int argc, char ** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) rng.seed(std::strtoull(argv[++i], nullptr, 10));
+    }
+    test_stats();
+    std::printf("glue, sparse stats: %d passed, %d failed\n", n_pass, n_fail);
+    test_gemv();
+    std::printf("glue, GEMV: %d passed, %d failed\n", n_pass, n_fail);
+    test_sparq();
+    std::printf("glue, SparQ: %d passed, %d failed\n", n_pass, n_fail);
+    std::printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail == 0 ? 0 : 1;
+}
