@@ -8,6 +8,7 @@
 //
 //   test-metal-glue [--seed S]      last line "N passed, N failed"; exit status 1 on failure
 #include "shim-runtime.h"
+#include "shim-test.h"
 #include "ggml-sparse-metal.h"
 #include "ggml-sparse.h"
 #include "ggml-sparse-cpu-sparq.h"
@@ -122,24 +123,6 @@ void ggml_metal_encoder_memory_barrier(ggml_metal_encoder_t) {}
 // single-threaded reference runs here
 extern "C" void zz_test_barrier(struct ggml_threadpool *) { std::abort(); }
 
-// half conversions for targets without native fp16 instructions
-extern "C" __attribute__((weak)) uint16_t __gnu_f2h_ieee(float f)  { return ggml_fp32_to_fp16(f); }
-extern "C" __attribute__((weak)) float    __gnu_h2f_ieee(uint16_t h) { return ggml_fp16_to_fp32(h); }
-
-static int n_pass = 0;
-static int n_fail = 0;
-
-#define CHECK(cond, ...) do {                                        \
-    if (cond) { n_pass++; } else {                                   \
-        n_fail++; std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-        std::printf(__VA_ARGS__); std::printf("\n");                 \
-    }                                                                \
-} while (0)
-
-static std::mt19937_64 rng(7);
-
-static int   rand_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
-static float rand_normal()            { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
 
 // a LIST op over x [n, nt] as the graph builder makes it, in memory laid out as ggml-metal allocates it (dst, then
 // ggml_metal_sparse_extra_size bytes of scratch)

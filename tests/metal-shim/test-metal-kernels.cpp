@@ -7,6 +7,7 @@
 //
 //   test-metal-kernels [--quick] [--seed S]      last line "N passed, N failed"; exit status 1 on failure
 #include "shim-runtime.h"
+#include "shim-test.h"
 #include "ggml-sparse-metal.h"
 #include "ggml-sparse.h"
 #include "ggml-sparse-cpu-sparq.h"
@@ -28,25 +29,6 @@ void zzref_idx(const float * x, int64_t n, int nt, size_t nb1, float thr, int mo
 void zzref_mul_mat(enum ggml_type type, const void * w, int64_t n, int64_t m, const float * x, int nt,
                    const int32_t * idx, float * y);
 }
-
-// half conversions for targets without native fp16 instructions (clang calls these for __fp16 on x86 without F16C)
-extern "C" __attribute__((weak)) uint16_t __gnu_f2h_ieee(float f)  { return ggml_fp32_to_fp16(f); }
-extern "C" __attribute__((weak)) float    __gnu_h2f_ieee(uint16_t h) { return ggml_fp16_to_fp32(h); }
-
-static int n_pass = 0;
-static int n_fail = 0;
-
-#define CHECK(cond, ...) do {                                        \
-    if (cond) { n_pass++; } else {                                   \
-        n_fail++; std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-        std::printf(__VA_ARGS__); std::printf("\n");                 \
-    }                                                                \
-} while (0)
-
-static std::mt19937_64 rng(42);
-
-static int   rand_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
-static float rand_normal()            { return std::normal_distribution<float>(0.0f, 1.0f)(rng); }
 
 static void launch(const char * name, uint32_t gx, uint32_t gy, uint32_t tx, std::vector<void *> bufs, std::vector<size_t> tgmem = {}) {
     const uint32_t grid[3] = { gx, gy, 1 };
