@@ -42,7 +42,7 @@
 #define AD_THREADS 128
 #define AD_WARPS   (AD_THREADS/WARP_SIZE)
 #define AD_MAX_NB  8    // portable cluster size
-#define AD_MAX_NB3 64   // version 3: blocks a KV head
+#define AD_MAX_NB3 128  // version 3: blocks a KV head
 #define AD_MAX_G   8    // query heads a KV head
 
 // how the position ranges of a KV head are merged: a cluster's blocks (version 2), blocks through a workspace
@@ -433,7 +433,7 @@ static constexpr int ad_ng(const int gm) {
 
 // longest KV this kernel takes (beyond it, upstream's split kernels are the better choice)
 static int ad_max_kv() {
-    static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), 8192);
+    static const int v = std::min(ad_env("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", 2048), 65536);
     return v;
 }
 

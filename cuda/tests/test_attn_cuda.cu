@@ -6,6 +6,8 @@
 //   test_attn_cuda bench              us a launch in a CUDA graph of 256 back-to-back launches that cycle through 32
 //                                     layers' K/V (as decode, which reads another layer's cache in between), per
 //                                     version, 7B (32 heads) and 8B (32/8) at 256-2048 positions
+//   test_attn_cuda bench-long         8B heads at 4k-32k positions: versions 2 and 3 at several blocks a KV head, checked
+//                                     against float64 at 32k, then timed over 8 layers' K/V (bytes beyond L2)
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda-stubs.h"
 #include "graph-time.h"
@@ -231,6 +233,68 @@ static int ad_bench() {
     return 0;
 }
 
+// long contexts, Llama-3-8B heads (32/8, D 128), every position visible: first a check of each configuration against
+// float64 at 32k, then us a launch cycling through 8 layers' K/V (1 GiB at 32k, beyond L2) and the K/V bytes a us
+static int ad_bench_long() {
+    const int layers = 8, launches = 64;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    static const int cfgs[][2] = { { 2, 8 }, { 3, 0 }, { 3, 16 }, { 3, 32 }, { 3, 64 }, { 3, 128 } }; // version, nb
+    int failures = 0;
+    for (const int n_kv : { 32768, 16384, 8192, 4096 }) {
+        const ad_case c = { 128, 32, 8, n_kv, n_kv, 1, 0 };
+        std::mt19937 rng(7);
+        ad_host h;
+        ad_fill(c, rng, h);
+        std::vector<ad_dev> L(layers);
+        for (ad_dev & d : L) {
+            d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
+            CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
+        }
+        std::vector<double> ref;
+        if (n_kv == 32768) {
+            ad_ref(c, h, ref);
+        }
+        const double bytes = 2.0*n_kv*c.Hkv*c.D*sizeof(half);
+        for (const auto & cfg : cfgs) {
+            const int version = cfg[0], nb = cfg[1];
+            if (!attn_decode_launch(ad_args(c, L[0]), nb, 0, stream, version)) {
+                printf("bench-long v%d nb %d n_kv %d: not launched\n", version, nb, n_kv);
+                continue;
+            }
+            if (!ref.empty()) {
+                CUDA_CHECK(cudaMemsetAsync(L[0].dst, 0xFF, ref.size()*sizeof(float), stream));
+                attn_decode_launch(ad_args(c, L[0]), nb, 0, stream, version);
+                std::vector<float> out(ref.size());
+                CUDA_CHECK(cudaMemcpyAsync(out.data(), L[0].dst, out.size()*sizeof(float), cudaMemcpyDeviceToHost, stream));
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                double err = 0.0, rmax = 0.0;
+                bool nan = false;
+                for (size_t i = 0; i < ref.size(); ++i) {
+                    nan = nan || !std::isfinite(out[i]);
+                    err = std::max(err, fabs(out[i] - ref[i]));
+                    rmax = std::max(rmax, fabs(ref[i]));
+                }
+                const bool bad = nan || err > 1e-4*rmax;
+                failures += bad;
+                printf("check v%d nb %d n_kv %d: max error %.3e of max |out| %.3e%s\n", version, nb, n_kv, err, rmax,
+                       bad ? " FAIL" : "");
+            }
+            const double us = time_graph_us([&](cudaStream_t s, const int i) {
+                attn_decode_launch(ad_args(c, L[i % layers]), nb, 0, s, version);
+            }, launches, stream);
+            printf("bench-long v%d nb %3d heads 32/8 n_kv %5d: %7.2f us a launch, %.2f TB/s of K/V\n", version, nb, n_kv, us,
+                   bytes/us*1e-6);
+        }
+        for (ad_dev & d : L) {
+            CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));
+            CUDA_CHECK(cudaFree(d.mask)); CUDA_CHECK(cudaFree(d.dst));
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char ** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "test";
     unsigned seed = 1;
@@ -248,6 +312,10 @@ int main(int argc, char ** argv) {
     if (cmd == "bench") {
         return ad_bench();
     }
-    fprintf(stderr, "usage: %s test [--seed S] | bench\n", argv[0]);
+    if (cmd == "bench-long") {
+        setenv("LLAMA_SPARSE_CUDA_ATTN_MAX_KV", "65536", 0);
+        return ad_bench_long();
+    }
+    fprintf(stderr, "usage: %s test [--seed S] | bench | bench-long\n", argv[0]);
     return 2;
 }
