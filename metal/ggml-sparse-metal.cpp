@@ -194,9 +194,9 @@ size_t ggml_metal_sparse_extra_size(const ggml_tensor * op) {
 #define ZZ_STATS_MAX_DEV 8
 
 struct zz_stats_dev {
-    ggml_metal_device_t dev   = nullptr;
-    ggml_metal_buffer_t buf   = nullptr;
-    uint32_t *          words = nullptr;
+    ggml_metal_device_t  dev   = nullptr;
+    uint32_t *           words = nullptr;
+    ggml_metal_buffer_id base  = { nullptr, 0 }; // the words as the kernels bind them
 };
 
 struct zz_stats_rec {
@@ -280,9 +280,17 @@ static ggml_metal_buffer_id zz_stats_slot(ggml_metal_library_t lib, const ggml_t
             GGML_LOG_WARN("llama-sparse: could not map the sparse stats counters; Metal does not count them\n");
             return { nullptr, 0 };
         }
+        // (buf is kept for the process's life, as the device is)
+        ggml_tensor whole = {};
+        whole.type  = GGML_TYPE_I32;
+        whole.ne[0] = (int64_t) (bytes/sizeof(int32_t));
+        whole.ne[1] = whole.ne[2] = whole.ne[3] = 1;
+        whole.nb[0] = sizeof(int32_t);
+        whole.nb[1] = whole.nb[2] = whole.nb[3] = bytes;
+        whole.data  = mem;
         sd.dev   = dev;
-        sd.buf   = buf; // kept for the process's life, as the device is
         sd.words = (uint32_t *) mem;
+        sd.base  = ggml_metal_buffer_get_id(buf, &whole);
     }
     auto it = zz_stats_recs.find(stats);
     if (it == zz_stats_recs.end()) {
@@ -310,14 +318,7 @@ static ggml_metal_buffer_id zz_stats_slot(ggml_metal_library_t lib, const ggml_t
     }
     it->second.devices |= 1u << d;
 
-    ggml_tensor whole = {};
-    whole.type  = GGML_TYPE_I32;
-    whole.ne[0] = ZZ_STATS_SLOTS*GGML_SPARSE_METAL_STATS_WORDS;
-    whole.ne[1] = whole.ne[2] = whole.ne[3] = 1;
-    whole.nb[0] = sizeof(int32_t);
-    whole.nb[1] = whole.nb[2] = whole.nb[3] = whole.ne[0]*sizeof(int32_t);
-    whole.data  = sd.words;
-    ggml_metal_buffer_id id = ggml_metal_buffer_get_id(sd.buf, &whole);
+    ggml_metal_buffer_id id = sd.base;
     id.offs += (size_t) it->second.slot*GGML_SPARSE_METAL_STATS_WORDS*sizeof(uint32_t);
     return id;
 }

@@ -124,6 +124,11 @@ static T * ad_upload(const std::vector<T> & h) {
     return d;
 }
 
+static void ad_free(ad_dev & d) {
+    CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v)); CUDA_CHECK(cudaFree(d.mask));
+    CUDA_CHECK(cudaFree(d.dst));
+}
+
 static int ad_test(const unsigned seed) {
     std::vector<ad_case> cases = {
         { 128, 32, 32, 256, 129, 1, 0 }, { 128, 32, 32, 256, 256, 1, 0 }, { 128, 32, 32, 1, 1, 1, 0 },
@@ -185,12 +190,27 @@ static int ad_test(const unsigned seed) {
                 ++failures;
             }
         }
-        CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v)); CUDA_CHECK(cudaFree(d.mask));
-        CUDA_CHECK(cudaFree(d.dst));
+        ad_free(d);
     }
     printf("%zu cases, %d runs, worst relative error %.2e: %s (%d failures)\n", cases.size(), n_run, worst,
            failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;
+}
+
+// `layers` device copies of one case (benches cycle through them, as decode reads another layer's cache in between)
+static std::vector<ad_dev> ad_layers(const ad_case & c, const ad_host & h, const int layers) {
+    std::vector<ad_dev> L(layers);
+    for (ad_dev & d : L) {
+        d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
+        CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
+    }
+    return L;
+}
+
+static void ad_layers_free(std::vector<ad_dev> & L) {
+    for (ad_dev & d : L) {
+        ad_free(d);
+    }
 }
 
 static int ad_bench() {
@@ -206,11 +226,7 @@ static int ad_bench() {
             std::mt19937 rng(7);
             ad_host h;
             ad_fill(c, rng, h);
-            std::vector<ad_dev> L(layers);
-            for (ad_dev & d : L) {
-                d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
-                CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
-            }
+            std::vector<ad_dev> L = ad_layers(c, h, layers);
             for (const int version : ad_versions) {
                 // one launch outside capture first (version 3 makes its buffers then)
                 if (!attn_decode_launch(ad_args(c, L[0]), 0, 0, stream, version)) {
@@ -223,10 +239,7 @@ static int ad_bench() {
                 printf("bench v%d heads 32/%2d n_kv %4d visible %4d: %.2f us a launch (median of 7 graphs of %d)\n",
                        version, Hkv, n_kv, kv[1], us, launches);
             }
-            for (ad_dev & d : L) {
-                CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));
-                CUDA_CHECK(cudaFree(d.mask)); CUDA_CHECK(cudaFree(d.dst));
-            }
+            ad_layers_free(L);
         }
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
@@ -246,11 +259,7 @@ static int ad_bench_long() {
         std::mt19937 rng(7);
         ad_host h;
         ad_fill(c, rng, h);
-        std::vector<ad_dev> L(layers);
-        for (ad_dev & d : L) {
-            d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
-            CUDA_CHECK(cudaMalloc(&d.dst, (size_t) c.H*c.D*sizeof(float)));
-        }
+        std::vector<ad_dev> L = ad_layers(c, h, layers);
         std::vector<double> ref;
         if (n_kv == 32768) {
             ad_ref(c, h, ref);
@@ -286,10 +295,7 @@ static int ad_bench_long() {
             printf("bench-long v%d nb %3d heads 32/8 n_kv %5d: %7.2f us a launch, %.2f TB/s of K/V\n", version, nb, n_kv, us,
                    bytes/us*1e-6);
         }
-        for (ad_dev & d : L) {
-            CUDA_CHECK(cudaFree(d.q)); CUDA_CHECK(cudaFree(d.k)); CUDA_CHECK(cudaFree(d.v));
-            CUDA_CHECK(cudaFree(d.mask)); CUDA_CHECK(cudaFree(d.dst));
-        }
+        ad_layers_free(L);
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     return failures ? 1 : 0;

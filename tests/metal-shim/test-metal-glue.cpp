@@ -138,24 +138,16 @@ static void make_idx_op(idx_op & o, int n, int nt, float thr, ggml_sparse_stats 
     o.x.resize((size_t) n*nt);
     for (auto & v : o.x) v = rand_normal();
     o.buffer.context = &o.mbuf;
+    o.tx = host_tensor(GGML_TYPE_F32, n, nt, 1, 1, o.x.data(), &o.buffer);
 
-    o.tx.type  = GGML_TYPE_F32;
-    o.tx.ne[0] = n; o.tx.ne[1] = nt; o.tx.ne[2] = o.tx.ne[3] = 1;
-    o.tx.nb[0] = sizeof(float); o.tx.nb[1] = n*sizeof(float); o.tx.nb[2] = o.tx.nb[3] = o.tx.nb[1]*nt;
-    o.tx.data   = o.x.data();
-    o.tx.buffer = &o.buffer;
-
-    o.op.type  = GGML_TYPE_I32;
-    o.op.op    = GGML_OP_SPARSE_IDX;
-    o.op.ne[0] = n + 1; o.op.ne[1] = o.op.ne[2] = o.op.ne[3] = 1;
-    o.op.nb[0] = sizeof(int32_t); o.op.nb[1] = o.op.nb[2] = o.op.nb[3] = (n + 1)*sizeof(int32_t);
+    o.op = host_tensor(GGML_TYPE_I32, n + 1, 1, 1, 1, nullptr, &o.buffer);
+    o.op.op     = GGML_OP_SPARSE_IDX;
     o.op.src[0] = &o.tx;
     std::memcpy(&o.op.op_params[0], &thr, sizeof(float));
     o.op.op_params[1] = GGML_SPARSE_IDX_LIST;
     if (stats) {
         ggml_sparse_idx_set_stats(&o.op, stats);
     }
-    o.op.buffer = &o.buffer;
     const size_t bytes = ggml_nbytes(&o.op) + ggml_metal_sparse_extra_size(&o.op);
     o.mem.assign((bytes + 3)/4, -1);
     o.op.data = o.mem.data();
@@ -273,39 +265,20 @@ static void test_stats() {
 // a MUL_MAT_ZZ op as the graph builder makes it: zigzag weight w (block (r, j) at r*n + j holds W[r*B .. r*B + B - 1, j]),
 // input x of the LIST op o, o's list if sparse
 struct zz_op {
-    ggml_type            type;
-    int64_t              n, m, B;
-    std::vector<uint8_t> q;
-    std::vector<float>   deq; // W[r*B + i, j] = deq[(r*n + j)*B + i]
-    std::vector<float>   mem;
-    ggml_tensor          tw = {}, op = {};
+    zz_weights         w;
+    std::vector<float> mem;
+    ggml_tensor        tw = {}, op = {};
 };
 
 static void make_zz_op(zz_op & z, ggml_type type, int64_t m, idx_op & o, bool sparse) {
-    z.type = type; z.n = o.tx.ne[0]; z.m = m; z.B = ggml_blck_size(type);
-    const int64_t nr = m/z.B, nblocks = nr*z.n;
-    std::vector<float> src(nblocks*z.B);
-    for (auto & v : src) v = rand_normal()*0.02f;
-    z.q.resize(nblocks*ggml_type_size(type));
-    ggml_quantize_chunk(type, src.data(), z.q.data(), 0, nblocks, z.B, nullptr);
-    z.deq.resize(nblocks*z.B);
-    ggml_get_type_traits(type)->to_float(z.q.data(), z.deq.data(), nblocks*z.B);
+    make_weights(z.w, type, o.tx.ne[0], m);
+    z.tw = host_tensor(type, z.w.B*z.w.n, m/z.w.B, 1, 1, z.w.q.data(), &o.buffer);
 
-    z.tw.type  = type;
-    z.tw.ne[0] = z.B*z.n; z.tw.ne[1] = nr; z.tw.ne[2] = z.tw.ne[3] = 1;
-    z.tw.nb[0] = ggml_type_size(type); z.tw.nb[1] = z.n*ggml_type_size(type); z.tw.nb[2] = z.tw.nb[3] = z.tw.nb[1]*nr;
-    z.tw.data   = z.q.data();
-    z.tw.buffer = &o.buffer;
-
-    const int64_t nt = o.tx.ne[1];
-    z.op.type  = GGML_TYPE_F32;
-    z.op.op    = GGML_OP_MUL_MAT_ZZ;
-    z.op.ne[0] = m; z.op.ne[1] = nt; z.op.ne[2] = z.op.ne[3] = 1;
-    z.op.nb[0] = sizeof(float); z.op.nb[1] = m*sizeof(float); z.op.nb[2] = z.op.nb[3] = z.op.nb[1]*nt;
+    z.op = host_tensor(GGML_TYPE_F32, m, o.tx.ne[1], 1, 1, nullptr, &o.buffer);
+    z.op.op     = GGML_OP_MUL_MAT_ZZ;
     z.op.src[0] = &z.tw;
     z.op.src[1] = &o.tx;
     z.op.src[2] = sparse ? &o.op : nullptr;
-    z.op.buffer = &o.buffer;
     const size_t bytes = ggml_nbytes(&z.op) + ggml_metal_sparse_extra_size(&z.op);
     z.mem.assign((bytes + 3)/4, NAN);
     z.op.data = z.mem.data();
@@ -319,18 +292,18 @@ static double run_zz_op(zz_op & z, ggml_metal_library * lib, const idx_op & o, b
     const int64_t nt = o.tx.ne[1];
     std::vector<int32_t> cols;
     if (z.op.src[2] != nullptr) {
-        cols.assign(o.mem.begin(), o.mem.begin() + o.mem[z.n]);
+        cols.assign(o.mem.begin(), o.mem.begin() + o.mem[z.w.n]);
     } else {
-        for (int32_t j = 0; j < (int32_t) z.n; ++j) cols.push_back(j);
+        for (int32_t j = 0; j < (int32_t) z.w.n; ++j) cols.push_back(j);
     }
     double err = 0.0, scale = 0.0;
-    std::vector<double> ref((size_t) nt*z.m, 0.0);
+    std::vector<double> ref((size_t) nt*z.w.m, 0.0);
     for (int64_t t = 0; t < nt; ++t) {
-        for (int64_t row = 0; row < z.m; ++row) {
-            const int64_t r = row/z.B, i = row % z.B;
+        for (int64_t row = 0; row < z.w.m; ++row) {
+            const int64_t r = row/z.w.B, i = row % z.w.B;
             double acc = 0.0;
-            for (int32_t j : cols) acc += (double) z.deq[(r*z.n + j)*z.B + i]*o.x[t*z.n + j];
-            ref[t*z.m + row] = acc;
+            for (int32_t j : cols) acc += (double) z.w.deq[(r*z.w.n + j)*z.w.B + i]*o.x[t*z.w.n + j];
+            ref[t*z.w.m + row] = acc;
             scale = std::max(scale, std::fabs(acc));
         }
     }
@@ -382,21 +355,6 @@ static void test_gemv() {
 // SparQ decode attention through the glue against the CPU op's scalar reference
 //
 
-static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, void * data, ggml_backend_buffer * buf) {
-    ggml_tensor t = {};
-    t.type = type;
-    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = ne2; t.ne[3] = ne3;
-    t.nb[0] = ggml_type_size(type);
-    t.nb[1] = ggml_row_size(type, ne0); t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
-    t.data   = data;
-    t.buffer = buf;
-    return t;
-}
-
-static void put(ggml_type type, std::vector<uint8_t> & v, size_t i, float x) {
-    if (type == GGML_TYPE_F16) ((ggml_fp16_t *) v.data())[i] = ggml_fp32_to_fp16(x); else ((float *) v.data())[i] = x;
-}
-
 static void test_sparq() {
     ggml_metal_device   dev = { 0 };
     ggml_metal_library  lib = { &dev };
@@ -418,13 +376,13 @@ static void test_sparq() {
         for (auto & x : vmd) x = rand_normal()*0.1f;
         for (int s2 = 0; s2 < ns; ++s2) for (int h = 0; h < Hkv; ++h) for (int j = 0; j < n_kv; ++j) for (int d = 0; d < D; ++d) {
             const float x = rand_normal();
-            put(kv, kd,  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, x);
-            put(kv, ktd, (((size_t) s2*Hkv + h)*D + d)*n_kv + j, x);
-            put(kv, vd,  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, rand_normal());
+            sparq_fill(kv, kd.data(),  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, x);
+            sparq_fill(kv, ktd.data(), (((size_t) s2*Hkv + h)*D + d)*n_kv + j, x);
+            sparq_fill(kv, vd.data(),  (((size_t) s2*Hkv + h)*n_kv + j)*D + d, rand_normal());
         }
         for (int s2 = 0; s2 < ns; ++s2) for (int t = 0; t < n_tok; ++t) {
             const int len = rand_int(1, n_kv);
-            for (int j = 0; j < n_kv; ++j) put(mt, md, ((size_t) s2*n_tok + t)*n_kv + j, j < len ? 0.0f : -INFINITY);
+            for (int j = 0; j < n_kv; ++j) sparq_fill(mt, md.data(), ((size_t) s2*n_tok + t)*n_kv + j, j < len ? 0.0f : -INFINITY);
         }
         ggml_tensor q  = host_tensor(GGML_TYPE_F32, D, n_tok, H, ns, qd.data(), &buf);
         ggml_tensor k  = host_tensor(kv, D, n_kv, Hkv, ns, kd.data(), &buf);
@@ -448,14 +406,8 @@ static void test_sparq() {
         CHECK(ggml_metal_sparse_supports_op(&op, true, true), "SPARQ op not supported");
         ggml_metal_encoder enc;
         ggml_metal_sparse_encode(&lib, &enc, &op);
-        double num = 0.0, den = 0.0;
-        bool finite = true;
-        for (size_t j = 0; j < ref.size(); ++j) {
-            finite = finite && std::isfinite(mem[j]);
-            num += ((double) mem[j] - ref[j])*((double) mem[j] - ref[j]);
-            den += (double) ref[j]*ref[j];
-        }
-        const double rel = std::sqrt(num/std::max(den, 1e-30));
+        bool finite;
+        const double rel = rel_l2_err(mem.data(), ref.data(), ref.size(), &finite);
         CHECK(finite && rel <= 1e-4, "SPARQ kv=%s mask=%s D=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d: rel err %.3e%s",
               ggml_type_name(kv), ggml_type_name(mt), D, n_kv, n_tok, Hkv, G, ns, r, k_top, flags, rel, finite ? "" : " (not written)");
     }

@@ -144,24 +144,6 @@ static void test_mask_case(int n, int nt, double sparsity) {
 // GGML_OP_MUL_MAT_ZZ
 //
 
-struct zz_weights {
-    ggml_type            type;
-    int64_t              n, m, B;
-    std::vector<uint8_t> q;
-    std::vector<float>   deq; // W[r*B + i, j] = deq[(r*n + j)*B + i]
-};
-
-static void make_weights(zz_weights & w, ggml_type type, int64_t n, int64_t m) {
-    w.type = type; w.n = n; w.m = m; w.B = ggml_blck_size(type);
-    const int64_t nblocks = (m/w.B)*n;
-    std::vector<float> src(nblocks*w.B);
-    for (auto & v : src) v = rand_normal()*0.02f*(rand_int(0, 499) == 0 ? 8.0f : 1.0f);
-    w.q.resize(nblocks*ggml_type_size(type));
-    ggml_quantize_chunk(type, src.data(), w.q.data(), 0, nblocks, w.B, nullptr);
-    w.deq.resize(nblocks*w.B);
-    ggml_get_type_traits(type)->to_float(w.q.data(), w.deq.data(), nblocks*w.B);
-}
-
 static const char * type_tag(ggml_type t) {
     switch (t) {
         case GGML_TYPE_Q4_K: return "q4_K";
@@ -333,17 +315,6 @@ static void test_prefill_case(ggml_type type, int64_t m, int64_t n, int nt) {
 // GGML_OP_SPARQ_ATTN against the CPU op's scalar reference (ggml_sparse_cpu_sparq_ref)
 //
 
-static ggml_tensor host_tensor(ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, void * data) {
-    ggml_tensor t;
-    std::memset(&t, 0, sizeof(t));
-    t.type = type;
-    t.ne[0] = ne0; t.ne[1] = ne1; t.ne[2] = ne2; t.ne[3] = ne3;
-    t.nb[0] = ggml_type_size(type);
-    t.nb[1] = ggml_row_size(type, ne0); t.nb[2] = t.nb[1]*ne1; t.nb[3] = t.nb[2]*ne2;
-    t.data = data;
-    return t;
-}
-
 struct sparq_case {
     ggml_type kv, m;
     int D, Dv, n_kv, n_tok, Hkv, G, ns, r, k_top, flags, ntg;
@@ -371,10 +342,6 @@ static std::vector<float> gpu_sparq(const sparq_case & c, ggml_tensor * srcs[6])
     shim::dispatch(name, grid, ntg, { &a, q->data, k->data, kt->data, v->data, m->data, vm->data, dst.data(), scratch.data() },
                    { ggml_sparse_metal_sparq_smem(c.G, c.D) });
     return dst;
-}
-
-static void sparq_fill(ggml_type type, void * p, int64_t i, float v) {
-    if (type == GGML_TYPE_F16) ((ggml_fp16_t *) p)[i] = ggml_fp32_to_fp16(v); else ((float *) p)[i] = v;
 }
 
 // small integers for q and K: many exactly equal component keys and scores, to exercise the tie rules
@@ -447,14 +414,8 @@ static bool test_sparq_case(const sparq_case & c, bool race = false) {
         return same;
     }
     const auto got = gpu_sparq(c, srcs);
-    double num = 0.0, den = 0.0;
-    bool finite = true;
-    for (size_t i = 0; i < got.size(); ++i) {
-        finite = finite && std::isfinite(got[i]);
-        num += ((double) got[i] - ref[i])*((double) got[i] - ref[i]);
-        den += (double) ref[i]*ref[i];
-    }
-    const double rel = den > 0 ? std::sqrt(num/den) : std::sqrt(num);
+    bool finite;
+    const double rel = rel_l2_err(got.data(), ref.data(), got.size(), &finite);
     CHECK(finite && rel <= 1e-4, "SPARQ kv=%s%s mask=%s D=%d Dv=%d n_kv=%d n_tok=%d Hkv=%d G=%d ns=%d r=%d k=%d flags=%d ntg=%d: rel err %.3e%s",
           ggml_type_name(c.kv), c.kt_q8 ? " kt=q8_0" : "", ggml_type_name(c.m), c.D, c.Dv, c.n_kv, c.n_tok, c.Hkv, c.G, c.ns, c.r, c.k_top, c.flags, c.ntg,
           rel, finite ? "" : " (not written)");
