@@ -10,7 +10,9 @@
 //  - version 3: plain blocks (no cluster, up to 64 a KV head) write their partials to a workspace; the last block of
 //    a KV head to finish (a counter it resets) merges them;
 //  - version 6: one block a KV head, no cluster and no workspace; its groups of 4 warps (4 groups, 2 at more than 2
-//    q heads a KV head) split the positions and merge through shared memory.
+//    q heads a KV head) split the positions and merge through shared memory;
+//  - version 8 (long contexts, its own kernels below): a split over blocks streaming K / V with no barrier in the
+//    loop, partials merged by a second kernel.
 // (Slower and removed: a first version with all of a block's scores before P.V; K / V prefetched into L2 before the
 // PDL wait (bench/results/cuda_h100_2026-11-27e.md); versions 4, 5 and 7, which were 2, 3 and 6 with the next
 // round's rows requested before a round's math (cuda_h100_2026-11-27f.md).)
@@ -407,6 +409,301 @@ static __global__ void __launch_bounds__(AD_THREADS*NG) attn_rope_decode(const a
 #endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
 }
 
+// ---- version 8: long KV, streamed. Grid (KV heads, nb, streams) of AD8_THREADS; block b takes positions
+// [b*ppb, (b+1)*ppb) of its KV head. A lane holds 8 components of U K rows and of the same U V rows (the LPR lanes of
+// a row hold all of it), adds its products over the row's lanes by shuffles and keeps its own running softmax over
+// its rows: no shared memory and no barrier in the loop, only K / V loads in flight. At the end the lanes, then the
+// warps, merge their (max, sum, output); the block writes its partial to a.ws and attn_decode_combine (one block a
+// KV head and stream) merges the nb partials.
+#define AD8_THREADS 256
+#define AD8_MAX_NB  256 // blocks a KV head
+#define AD8_WARPS   (AD8_THREADS/WARP_SIZE)
+#ifndef AD8_U
+#define AD8_U       4   // rows a lane a step
+#endif
+#ifndef AD8_PF
+#define AD8_PF      1   // the next step's rows requested before a step's math
+#endif
+#ifndef AD8_MINB
+#define AD8_MINB    1   // blocks an SM at G <= 4 (2: 128 registers a thread)
+#endif
+
+static __device__ __forceinline__ void ad8_cvt8(const uint4 & u, float (&f)[8]) {
+    const half2 * h = (const half2 *) &u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 x = __half22float2(h[j]);
+        f[2*j]     = x.x;
+        f[2*j + 1] = x.y;
+    }
+}
+
+// (m, l, o) of lane ^ off merged into this lane's
+template <int GM>
+static __device__ __forceinline__ void ad8_merge_xor(float (&m)[GM], float (&l)[GM], float (&o)[GM][8], const int off) {
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        const float mo = __shfl_xor_sync(0xFFFFFFFF, m[g], off);
+        const float lo = __shfl_xor_sync(0xFFFFFFFF, l[g], off);
+        const float mn = fmaxf(m[g], mo);
+        const float ws = mn == -INFINITY ? 0.0f : expf(m[g] - mn);
+        const float wo = mn == -INFINITY ? 0.0f : expf(mo - mn);
+        l[g] = l[g]*ws + lo*wo;
+        m[g] = mn;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            o[g][c] = o[g][c]*ws + __shfl_xor_sync(0xFFFFFFFF, o[g][c], off)*wo;
+        }
+    }
+}
+
+template <int D, int GM>
+static __global__ void __launch_bounds__(AD8_THREADS, GM <= 4 ? AD8_MINB : 1)
+        attn_decode_split(const attn_decode_args a, const int ppb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    constexpr int LPR = D/8;          // lanes a row
+    constexpr int RPW = WARP_SIZE/LPR; // rows a warp load
+    constexpr int RPS = AD8_U*RPW;    // rows a warp step
+    ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync(); // q and this token's cache rows come from the kernels before
+
+    const int hkv   = blockIdx.x; // the KV heads of a position range run side by side: their rows share DRAM pages
+    const int b     = blockIdx.y;
+    const int nb    = gridDim.y;
+    const int i3    = blockIdx.z;
+    const int G     = a.n_head/a.n_head_kv;
+    const int lane  = threadIdx.x % WARP_SIZE;
+    const int warp  = threadIdx.x / WARP_SIZE;
+    const int piece = lane % LPR;
+    const int sub   = lane / LPR;
+    const int p0    = b*ppb;
+    const int np    = max(0, min(a.n_kv - p0, ppb));
+
+    float qv[GM][8];
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 f1 = f0;
+        if (g < G) {
+            const float4 * qp = (const float4 *) (a.q + i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + 8*piece);
+            f0 = qp[0];
+            f1 = qp[1];
+        }
+        qv[g][0] = f0.x*a.scale; qv[g][1] = f0.y*a.scale; qv[g][2] = f0.z*a.scale; qv[g][3] = f0.w*a.scale;
+        qv[g][4] = f1.x*a.scale; qv[g][5] = f1.y*a.scale; qv[g][6] = f1.z*a.scale; qv[g][7] = f1.w*a.scale;
+    }
+    const half * kb = a.k + i3*a.k_s3 + hkv*a.k_s2 + (int64_t) p0*a.k_s1 + 8*piece;
+    const half * vb = a.v + i3*a.v_s3 + hkv*a.v_s2 + (int64_t) p0*a.v_s1 + 8*piece;
+
+    float m[GM], l[GM], o[GM][8];
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            o[g][c] = 0.0f;
+        }
+    }
+
+    // a step's K / V rows and mask entries (one mask plane: a.m_ne2 == 1) into registers; -inf past np
+    const half * mr = a.mask ? a.mask + (i3 % a.m_ne3)*a.m_s3 + p0 : nullptr;
+    auto fetch = [&](const int r0, uint4 (&kk)[AD8_U], uint4 (&vv)[AD8_U], half (&mk)[AD8_U]) {
+#pragma unroll
+        for (int u = 0; u < AD8_U; ++u) {
+            const int r = r0 + u*RPW + sub;
+            kk[u] = r < np ? *(const uint4 *) (kb + (int64_t) r*a.k_s1) : make_uint4(0, 0, 0, 0);
+            vv[u] = r < np ? *(const uint4 *) (vb + (int64_t) r*a.v_s1) : make_uint4(0, 0, 0, 0);
+            mk[u] = r >= np ? __float2half(-INFINITY) : mr ? mr[r] : __float2half(0.0f);
+        }
+    };
+    uint4 kk[AD8_U], vv[AD8_U];
+    half  mk[AD8_U];
+    fetch(warp*RPS, kk, vv, mk);
+    for (int r0 = warp*RPS; r0 < np; r0 += AD8_WARPS*RPS) {
+#if AD8_PF
+        // the next step's rows requested before this step's math
+        uint4 kn[AD8_U], vn[AD8_U];
+        half  mkn[AD8_U];
+        fetch(r0 + AD8_WARPS*RPS, kn, vn, mkn);
+#endif
+        float sc[AD8_U][GM];
+#pragma unroll
+        for (int u = 0; u < AD8_U; ++u) {
+            float kf[8];
+            ad8_cvt8(kk[u], kf);
+            const float mv = __half2float(mk[u]);
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+                float s = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    s += qv[g][c]*kf[c];
+                }
+#pragma unroll
+                for (int off = LPR/2; off > 0; off >>= 1) {
+                    s += __shfl_xor_sync(0xFFFFFFFF, s, off);
+                }
+                sc[u][g] = s + mv;
+            }
+        }
+        // running softmax over this lane's rows, then their V
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+            float mx = sc[0][g];
+#pragma unroll
+            for (int u = 1; u < AD8_U; ++u) {
+                mx = fmaxf(mx, sc[u][g]);
+            }
+            const float mn = fmaxf(m[g], mx);
+            const float rs = mn == -INFINITY ? 1.0f : expf(m[g] - mn);
+#pragma unroll
+            for (int u = 0; u < AD8_U; ++u) {
+                sc[u][g] = mn == -INFINITY ? 0.0f : expf(sc[u][g] - mn);
+            }
+            m[g] = mn;
+            l[g] *= rs;
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                o[g][c] *= rs;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < AD8_U; ++u) {
+            float vf[8];
+            ad8_cvt8(vv[u], vf);
+#pragma unroll
+            for (int g = 0; g < GM; ++g) {
+                l[g] += sc[u][g];
+#pragma unroll
+                for (int c = 0; c < 8; ++c) {
+                    o[g][c] += sc[u][g]*vf[c];
+                }
+            }
+        }
+#if AD8_PF
+#pragma unroll
+        for (int u = 0; u < AD8_U; ++u) {
+            kk[u] = kn[u];
+            vv[u] = vn[u];
+            mk[u] = mkn[u];
+        }
+#else
+        fetch(r0 + AD8_WARPS*RPS, kk, vv, mk);
+#endif
+    }
+
+    // the lanes of a piece (sub 0 .. RPW-1), then the warps through shared memory
+#pragma unroll
+    for (int off = LPR; off < WARP_SIZE; off <<= 1) {
+        ad8_merge_xor<GM>(m, l, o, off);
+    }
+    __shared__ float s_o[AD8_WARPS][GM][D];
+    __shared__ float s_m[AD8_WARPS][GM], s_l[AD8_WARPS][GM];
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < GM; ++g) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+                s_o[warp][g][8*piece + c] = o[g][c];
+            }
+            if (piece == 0) {
+                s_m[warp][g] = m[g];
+                s_l[warp][g] = l[g];
+            }
+        }
+    }
+    __syncthreads();
+    constexpr int SLOT = GM*(D + 2); // a block's partial in a.ws: o [GM][D], m [GM], l [GM]
+    float * slot = a.ws + ((int64_t) (i3*a.n_head_kv + hkv)*nb + b)*SLOT;
+    for (int e = threadIdx.x; e < G*D; e += AD8_THREADS) {
+        const int g = e / D;
+        const int d = e % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < AD8_WARPS; ++w) {
+            M = fmaxf(M, s_m[w][g]);
+        }
+        float L = 0.0f;
+        float O = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AD8_WARPS; ++w) {
+            const float ww = M == -INFINITY ? 0.0f : expf(s_m[w][g] - M);
+            L += ww*s_l[w][g];
+            O += ww*s_o[w][g][d];
+        }
+        slot[e] = O;
+        if (d == 0) {
+            slot[GM*D + g]      = M;
+            slot[GM*D + GM + g] = L;
+        }
+    }
+#else
+    GGML_UNUSED_VARS(a, ppb);
+    NO_DEVICE_CODE;
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
+// version 8's merge: block (KV head, stream), thread (q head of the group, component). Warp g first finds head g's
+// maximum and the blocks' weights (its lanes over the blocks), then every thread sums its component over the blocks
+// with the loads of 8 blocks in flight
+template <int D, int GM>
+static __global__ void __launch_bounds__(GM*D) attn_decode_combine(const attn_decode_args a, const int nb) {
+#if defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+    static_assert(GM*D/WARP_SIZE >= GM, "attn_decode_combine: a warp a head");
+    ggml_cuda_pdl_sync(); // the partials of the kernel before
+    ggml_cuda_pdl_lc();
+    constexpr int SLOT = GM*(D + 2);
+    __shared__ float s_w[GM][AD8_MAX_NB];
+    __shared__ float s_il[GM];
+    const int hkv  = blockIdx.x;
+    const int i3   = blockIdx.y;
+    const int G    = a.n_head/a.n_head_kv;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const float * base = a.ws + (int64_t) (i3*a.n_head_kv + hkv)*nb*SLOT;
+    if (warp < G) {
+        float mb[AD8_MAX_NB/WARP_SIZE], M = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < AD8_MAX_NB/WARP_SIZE; ++j) {
+            const int b = j*WARP_SIZE + lane;
+            mb[j] = b < nb ? __ldcg(base + b*SLOT + GM*D + warp) : -INFINITY;
+            M = fmaxf(M, mb[j]);
+        }
+        M = warp_reduce_max<WARP_SIZE>(M);
+        float L = 0.0f;
+#pragma unroll
+        for (int j = 0; j < AD8_MAX_NB/WARP_SIZE; ++j) {
+            const int b = j*WARP_SIZE + lane;
+            if (b < nb) {
+                const float w = mb[j] == -INFINITY ? 0.0f : expf(mb[j] - M);
+                s_w[warp][b] = w;
+                L += w*__ldcg(base + b*SLOT + GM*D + GM + warp);
+            }
+        }
+        L = warp_reduce_sum<WARP_SIZE>(L);
+        if (lane == 0) {
+            s_il[warp] = L > 0.0f ? 1.0f/L : 0.0f;
+        }
+    }
+    __syncthreads();
+    const int g = threadIdx.x / D;
+    const int d = threadIdx.x % D;
+    if (g >= G) {
+        return;
+    }
+    float O = 0.0f;
+#pragma unroll 8
+    for (int b = 0; b < nb; ++b) {
+        O += s_w[g][b]*__ldcg(base + b*SLOT + g*D + d);
+    }
+    a.dst[i3*a.d_s3 + (int64_t) (hkv*G + g)*a.d_s2 + d] = O*s_il[g];
+#else
+    GGML_UNUSED_VARS(a, nb);
+    NO_DEVICE_CODE;
+#endif // defined(AD_CLUSTER_AVAILABLE) && __CUDA_ARCH__ >= GGML_CUDA_CC_HOPPER
+}
+
 static int ad_env(const char * name, const int def) {
     const char * e = getenv(name);
     return e ? atoi(e) : def;
@@ -442,6 +739,13 @@ static void ad_launch(const attn_decode_args & a, const int nb, const int ppb, c
                       cudaStream_t stream) {
 #ifdef AD_CLUSTER_AVAILABLE
     const dim3 grid(nb, a.n_head_kv, a.n_seq);
+    if (version == 8) {
+        ggml_sparse_cuda_launch_ex(attn_decode_split<D, GM>, dim3(a.n_head_kv, nb, a.n_seq), dim3(AD8_THREADS), 0, 0,
+                                   stream, a, ppb);
+        ggml_sparse_cuda_launch_ex(attn_decode_combine<D, GM>, dim3(a.n_head_kv, a.n_seq), dim3(GM*D), 0, 0, stream,
+                                   a, nb);
+        return;
+    }
     if (version == 6) {
         constexpr int NG = ad_ng(GM);
         const dim3 block(NG*AD_THREADS);
@@ -497,6 +801,21 @@ static bool ad_buf_get(const int device, cudaStream_t stream, ad_buf & b) {
     return true;
 }
 
+// version 8: blocks a KV head (LLAMA_SPARSE_CUDA_ATTN_NB8, else one block an SM in one wave, at least 128 positions a
+// block; a second partial wave was slower: bench/results/attn_long_h200_2026-12-04b.md)
+static int ad8_blocks(const int device, const attn_decode_args & a) {
+    static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB8", 0);
+    static int sms[GGML_CUDA_MAX_DEVICES] = { 0 };
+    if (env > 0) {
+        return env;
+    }
+    if (sms[device] == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms[device], cudaDevAttrMultiProcessorCount, device));
+    }
+    const int heads = a.n_head_kv*a.n_seq;
+    return std::max(1, std::min(AD8_MINB*sms[device]/heads, (a.n_kv + 127)/128));
+}
+
 template <int D>
 static void ad_launch_d(const attn_decode_args & a, const int gm, const int nb, const int ppb, const int version,
                         const rs_args * rope, cudaStream_t stream) {
@@ -518,8 +837,11 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
     if (cc_major[device] == 0) {
         CUDA_CHECK(cudaDeviceGetAttribute(&cc_major[device], cudaDevAttrComputeCapabilityMajor, device));
     }
+    if (version <= 0) {
+        version = ad_version();
+    }
     if (cc_major[device] < 9 || (a.D != 64 && a.D != 128) || a.n_head_kv < 1 || a.n_head % a.n_head_kv != 0 ||
-            a.n_head/a.n_head_kv > AD_MAX_G || a.n_kv < 1 || a.n_kv > ad_max_kv() || a.n_seq < 1 ||
+            a.n_head/a.n_head_kv > AD_MAX_G || a.n_kv < 1 || (version != 8 && a.n_kv > ad_max_kv()) || a.n_seq < 1 ||
             a.n_head_kv > 65535 || a.n_seq > 65535) {
         return false;
     }
@@ -530,11 +852,12 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
             (a.q_s2 | a.q_s3) % 4 != 0) {
         return false;
     }
-    if (version <= 0) {
-        version = ad_version();
-    }
-    if (version != 2 && version != 3 && version != 6) {
+    if (version != 2 && version != 3 && version != 6 && version != 8) {
         return false;
+    }
+    if (version == 8 && (rope || (a.mask && a.m_ne2 != 1) || (a.v_s1 | a.v_s2 | a.v_s3) % 8 != 0 ||
+            (uintptr_t) a.v % 16 != 0)) {
+        return false; // (16-byte V pieces, one mask plane; no RoPE in it)
     }
     if (rope) {
         // one token, one stream; q's heads and k's / v's KV heads as the attention's
@@ -553,6 +876,13 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         // one block a KV head, its groups split the positions
         nb  = 1;
         ppb = (a.n_kv + ad_ng(gm) - 1)/ad_ng(gm);
+    } else if (version == 8) {
+        if (nb <= 0) {
+            nb = ad8_blocks(device, a);
+        }
+        const int64_t fit = AD_WS_FLOATS/((int64_t) a.n_head_kv*a.n_seq*gm*(a.D + 2)); // partials a.ws holds
+        nb  = (int) std::max<int64_t>(1, std::min<int64_t>({ nb, AD8_MAX_NB, a.n_kv, fit }));
+        ppb = (a.n_kv + nb - 1)/nb;
     } else {
         if (nb <= 0) {
             static const int env = ad_env("LLAMA_SPARSE_CUDA_ATTN_NB", 0);
@@ -560,6 +890,13 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         }
         nb  = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
         ppb = (a.n_kv + nb - 1)/nb;
+    }
+    if (version == 8) {
+        ad_buf b;
+        if ((int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS || !ad_buf_get(device, stream, b)) {
+            return false;
+        }
+        ap.ws = b.ws;
     }
     if (version == 3) {
         ad_buf b;
@@ -652,11 +989,33 @@ bool ggml_cuda_attn_decode_args(const ggml_tensor * dst, attn_decode_args & a) {
     return true;
 }
 
+// LLAMA_SPARSE_CUDA_ATTN_LONG=N: one-token flash attention over N or more positions runs as version 8 (default 0: off;
+// also off with GGML_CUDA_DISABLE_FUSION=1). Off because decode was not faster with it at 8k / 16k on the H200,
+// although the kernel alone streams K / V faster than upstream's (bench/results/attn_long_h200_2026-12-04b.md)
+static int ad_long_kv() {
+    static const int v = [] {
+        const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_LONG", 0);
+        return e > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_LONG") ? e : 0;
+    }();
+    return v;
+}
+
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * dst = ggml_graph_node(cgraph, i);
     attn_decode_args a;
-    if (dst->op != GGML_OP_FLASH_ATTN_EXT || ggml_cuda_attn_decode_mode() == 0 || !ggml_cuda_attn_decode_args(dst, a) ||
-            !attn_decode_launch(a, 0, ctx.device, ctx.stream())) {
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT || !ggml_cuda_attn_decode_args(dst, a)) {
+        return 0;
+    }
+    if (ad_long_kv() > 0 && a.n_kv >= ad_long_kv() && attn_decode_launch(a, 0, ctx.device, ctx.stream(), 8)) {
+        static std::atomic<bool> logged_long{false};
+        if (!logged_long.exchange(true)) {
+            GGML_LOG_INFO("llama-sparse: CUDA runs one-token flash attention over %d+ positions as one streamed split "
+                          "(first: %s, %d positions; LLAMA_SPARSE_CUDA_ATTN_LONG=0 turns it off)\n", ad_long_kv(),
+                          dst->name, a.n_kv);
+        }
+        return 1;
+    }
+    if (ggml_cuda_attn_decode_mode() == 0 || !attn_decode_launch(a, 0, ctx.device, ctx.stream())) {
         return 0;
     }
     static std::atomic<bool> logged{false};

@@ -22,8 +22,9 @@ struct attn_decode_args {
 };
 struct rs_args; // rope-store.cuh
 
-// false: not handled (shape, type, alignment or device; version 3: its buffers cannot be made while the stream
-// captures); nothing launched. version: 2, 3 or 6 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see attn-decode.cu).
+// false: not handled (shape, type, alignment or device; versions 3 and 8: their buffers cannot be made while the
+// stream captures); nothing launched. version: 2, 3, 6 or 8 (0: LLAMA_SPARSE_CUDA_ATTN_V, default 2; see
+// attn-decode.cu). Versions 2, 3 and 6 take at most LLAMA_SPARSE_CUDA_ATTN_MAX_KV positions (2048), version 8 any.
 // rope: also the RoPE / cache writes of rope-store.cu for this one token first, in the same launch (version 3 runs
 // as 2 there)
 bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStream_t stream, int version = 0,
@@ -31,7 +32,8 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, int device, cudaStre
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 // graph hook: node i is a FLASH_ATTN_EXT; runs it and returns 1 when this kernel takes it, else 0
-// (only with LLAMA_SPARSE_CUDA_ATTN_FUSE=1 or 2, and not with GGML_CUDA_DISABLE_FUSION=1)
+// (only with LLAMA_SPARSE_CUDA_ATTN_FUSE=1 or 2, or LLAMA_SPARSE_CUDA_ATTN_LONG=N from N positions on, and not with
+// GGML_CUDA_DISABLE_FUSION=1)
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i);
 // LLAMA_SPARSE_CUDA_ATTN_FUSE: 0 off (default), 1 at FLASH_ATTN_EXT nodes, 2 also with the RoPE / cache writes
 int ggml_cuda_attn_decode_mode();

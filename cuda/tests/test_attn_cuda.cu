@@ -1,13 +1,14 @@
 // llama-sparse: standalone test and microbenchmark of cuda/attn-decode.cu (one-token flash attention).
 //
-//   test_attn_cuda test  [--seed S]   every version (2, 3, 6) against a float64 CPU reference: fixed cases (7B / 8B / SmolLM2
-//                                     heads, KV cache masks hiding whole blocks or everything, streams, nb forced)
-//                                     and 200 random ones; outputs poisoned with NaN first
+//   test_attn_cuda test  [--seed S]   every version (2, 3, 6, 8) against a float64 CPU reference: fixed cases (7B /
+//                                     8B / SmolLM2 heads, KV cache masks hiding whole blocks or everything, streams,
+//                                     nb forced; version 8 also at 3k-20k positions) and 200 random ones; outputs
+//                                     poisoned with NaN first
 //   test_attn_cuda bench              us a launch in a CUDA graph of 256 back-to-back launches that cycle through 32
 //                                     layers' K/V (as decode, which reads another layer's cache in between), per
 //                                     version, 7B (32 heads) and 8B (32/8) at 256-2048 positions
-//   test_attn_cuda bench-long         8B heads at 4k-32k positions: versions 2 and 3 at several blocks a KV head, checked
-//                                     against float64 at 32k, then timed over 8 layers' K/V (bytes beyond L2)
+//   test_attn_cuda bench-long         8B heads at 4k-32k positions: versions 2, 3 and 8 at several blocks a KV head,
+//                                     checked against float64 at 32k, then timed over 8 layers' K/V (bytes beyond L2)
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda-stubs.h"
 #include "graph-time.h"
@@ -22,7 +23,8 @@
 #include <vector>
 
 // the kernel's versions (attn-decode.cu), each tested and benched
-static const int ad_versions[] = { 2, 3, 6 };
+static const int ad_versions[] = { 2, 3, 6, 8 };
+#define AD_SHORT_KV 2048 // longer cases: version 8 only (the others are capped there)
 
 struct ad_case {
     int D, H, Hkv, n_kv, vis, n_seq, nb; // vis: visible positions (the rest -inf); nb 0: the launcher's choice
@@ -136,6 +138,8 @@ static int ad_test(const unsigned seed) {
         { 128, 32, 8, 640, 513, 1, 0 },  { 128, 32, 8, 300, 37, 1, 0 },   { 64, 9, 3, 100, 77, 1, 0 },
         { 64, 16, 2, 513, 400, 1, 0 },   { 64, 8, 4, 129, 129, 3, 0 },    { 128, 32, 32, 256, 200, 1, 1 },
         { 128, 32, 8, 1000, 999, 1, 3 }, { 128, 12, 4, 2048, 1500, 2, 8 }, { 64, 5, 5, 33, 20, 1, 2 },
+        { 128, 32, 8, 20000, 19999, 1, 0 }, { 128, 32, 8, 8192, 5000, 2, 0 }, { 64, 9, 3, 3001, 3001, 1, 0 },
+        { 128, 64, 8, 4096, 4096, 1, 256 }, { 128, 32, 32, 3000, 2500, 1, 7 },
     };
     std::mt19937 rng(seed);
     for (int i = 0; i < 200; ++i) {
@@ -164,6 +168,9 @@ static int ad_test(const unsigned seed) {
         d.q = ad_upload(h.q); d.k = ad_upload(h.k); d.v = ad_upload(h.v); d.mask = ad_upload(h.mask);
         CUDA_CHECK(cudaMalloc(&d.dst, ref.size()*sizeof(float)));
         for (const int version : ad_versions) {
+            if (c.n_kv > AD_SHORT_KV && version != 8) {
+                continue;
+            }
             CUDA_CHECK(cudaMemset(d.dst, 0xFF, ref.size()*sizeof(float))); // NaN: every output must be written
             const bool ran = attn_decode_launch(ad_args(c, d), c.nb, 0, 0, version);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -252,7 +259,8 @@ static int ad_bench_long() {
     const int layers = 8, launches = 64;
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    static const int cfgs[][2] = { { 2, 8 }, { 3, 0 }, { 3, 16 }, { 3, 32 }, { 3, 64 }, { 3, 128 } }; // version, nb
+    static const int cfgs[][2] = { { 2, 8 }, { 3, 32 }, { 8, 0 }, { 8, 16 }, { 8, 32 }, { 8, 64 }, { 8, 128 },
+                                   { 8, 256 } }; // version, nb
     int failures = 0;
     for (const int n_kv : { 32768, 16384, 8192, 4096 }) {
         const ad_case c = { 128, 32, 8, n_kv, n_kv, 1, 0 };

@@ -17,7 +17,8 @@
 #   ops        test-backend-ops -o MUL_MAT_ZZ / SPARSE_IDX / SPARQ_ATTN on CUDA against the CPU (OPS_LIST: OP or OP:variant,
 #              variants zero-kernel, group-off, fuse-off, norm-off (LLAMA_SPARSE_CUDA_NORM_FUSE=0) / norm-group-off
 #              (the fold on, without groups), ticket, atomic / first / early (TICKET=0 / 2 / 3), cluster,
-#              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0),
+#              kt-fuse-off (LLAMA_SPARSE_CUDA_KT_FUSE=0), rope-fuse-off (LLAMA_SPARSE_CUDA_ROPE_FUSE=0), attn-long
+#              (LLAMA_SPARSE_CUDA_ATTN_LONG=1: one-token flash attention as attn-decode.cu's version 8 at any length),
 #              bal-always / bal-off (LLAMA_SPARSE_CUDA_SPARQ_BALANCE=2 / 0))
 #   arch-test  tests/python/test_architectures.py (tiny Qwen2/3, Phi-3, Gemma/2, Granite, Mixtral) on the GPU, after build
 #              (ARCH_TEST_K: pytest -k; LS_DEVICE_DIR must be absolute here)
@@ -637,6 +638,7 @@ remote() {
                 [ "${o#*:}" = bal-off ] && env=(LLAMA_SPARSE_CUDA_SPARQ_BALANCE=0)
                 [ "${o#*:}" = attn-fuse ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=1)
                 [ "${o#*:}" = attn-fuse2 ] && env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=2)
+                [ "${o#*:}" = attn-long ] && env=(LLAMA_SPARSE_CUDA_ATTN_LONG=1) # version 8 at every length
                 # attn-fuse-vN / attn-fuse2-vN: the attention kernel's version N (attn-decode.cu)
                 [[ "${o#*:}" =~ ^attn-fuse(2?)-v([0-9])$ ]] &&
                     env=(LLAMA_SPARSE_CUDA_ATTN_FUSE=$((${BASH_REMATCH[1]:-1})) LLAMA_SPARSE_CUDA_ATTN_V=${BASH_REMATCH[2]})
