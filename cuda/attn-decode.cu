@@ -1003,7 +1003,8 @@ static int ad_long_kv() {
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * dst = ggml_graph_node(cgraph, i);
     attn_decode_args a;
-    if (dst->op != GGML_OP_FLASH_ATTN_EXT || !ggml_cuda_attn_decode_args(dst, a)) {
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT || (ad_long_kv() == 0 && ggml_cuda_attn_decode_mode() == 0) ||
+            !ggml_cuda_attn_decode_args(dst, a)) {
         return 0;
     }
     if (ad_long_kv() > 0 && a.n_kv >= ad_long_kv() && attn_decode_launch(a, 0, ctx.device, ctx.stream(), 8)) {
