@@ -51,6 +51,24 @@
 // (3: a.ws, a.cnt), or the NG groups of 4 warps of one block through its shared memory (6)
 enum { AD_MERGE_CLUSTER = 0, AD_MERGE_LAST = 1, AD_MERGE_GROUPS = 2 };
 
+// the lane's 8 components (from 8*piece) of the G q heads of KV head hkv, scaled; zeros for heads past G
+template <int GM>
+static __device__ __forceinline__ void ad_load_q(const attn_decode_args & a, const int G, const int hkv, const int i3,
+                                                 const int piece, float (&qv)[GM][8]) {
+#pragma unroll
+    for (int g = 0; g < GM; ++g) {
+        float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 f1 = f0;
+        if (g < G) {
+            const float4 * qp = (const float4 *) (a.q + i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + 8*piece);
+            f0 = qp[0];
+            f1 = qp[1];
+        }
+        qv[g][0] = f0.x*a.scale; qv[g][1] = f0.y*a.scale; qv[g][2] = f0.z*a.scale; qv[g][3] = f0.w*a.scale;
+        qv[g][4] = f1.x*a.scale; qv[g][5] = f1.y*a.scale; qv[g][6] = f1.z*a.scale; qv[g][7] = f1.w*a.scale;
+    }
+}
+
 // the round's scores go through shared memory (two buffers, one barrier a round); lane i of every warp holds position
 // i of the round for the running softmax. A group of 4 warps takes one position range (NG groups: AD_MERGE_GROUPS,
 // each with its own shared arrays and named barrier)
@@ -102,18 +120,7 @@ static __device__ __forceinline__ void ad_body(const attn_decode_args & a, const
     const int np    = max(0, min(a.n_kv - p0, ppb));
 
     float qv[GM][8]; // the lane's 8 components of each head, scaled
-#pragma unroll
-    for (int g = 0; g < GM; ++g) {
-        float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float4 f1 = f0;
-        if (g < G) {
-            const float4 * qp = (const float4 *) (a.q + i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + 8*piece);
-            f0 = qp[0];
-            f1 = qp[1];
-        }
-        qv[g][0] = f0.x*a.scale; qv[g][1] = f0.y*a.scale; qv[g][2] = f0.z*a.scale; qv[g][3] = f0.w*a.scale;
-        qv[g][4] = f1.x*a.scale; qv[g][5] = f1.y*a.scale; qv[g][6] = f1.z*a.scale; qv[g][7] = f1.w*a.scale;
-    }
+    ad_load_q<GM>(a, G, hkv, i3, piece, qv);
     const half * mrow[GM]; // the heads' mask rows (planes broadcast as upstream's)
 #pragma unroll
     for (int g = 0; g < GM; ++g) {
@@ -421,9 +428,6 @@ static __global__ void __launch_bounds__(AD_THREADS*NG) attn_rope_decode(const a
 #ifndef AD8_U
 #define AD8_U       4   // rows a lane a step
 #endif
-#ifndef AD8_PF
-#define AD8_PF      1   // the next step's rows requested before a step's math
-#endif
 #ifndef AD8_MINB
 #define AD8_MINB    1   // blocks an SM at G <= 4 (2: 128 registers a thread)
 #endif
@@ -480,18 +484,7 @@ static __global__ void __launch_bounds__(AD8_THREADS, GM <= 4 ? AD8_MINB : 1)
     const int np    = max(0, min(a.n_kv - p0, ppb));
 
     float qv[GM][8];
-#pragma unroll
-    for (int g = 0; g < GM; ++g) {
-        float4 f0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float4 f1 = f0;
-        if (g < G) {
-            const float4 * qp = (const float4 *) (a.q + i3*a.q_s3 + (int64_t) (hkv*G + g)*a.q_s2 + 8*piece);
-            f0 = qp[0];
-            f1 = qp[1];
-        }
-        qv[g][0] = f0.x*a.scale; qv[g][1] = f0.y*a.scale; qv[g][2] = f0.z*a.scale; qv[g][3] = f0.w*a.scale;
-        qv[g][4] = f1.x*a.scale; qv[g][5] = f1.y*a.scale; qv[g][6] = f1.z*a.scale; qv[g][7] = f1.w*a.scale;
-    }
+    ad_load_q<GM>(a, G, hkv, i3, piece, qv);
     const half * kb = a.k + i3*a.k_s3 + hkv*a.k_s2 + (int64_t) p0*a.k_s1 + 8*piece;
     const half * vb = a.v + i3*a.v_s3 + hkv*a.v_s2 + (int64_t) p0*a.v_s1 + 8*piece;
 
@@ -521,12 +514,10 @@ static __global__ void __launch_bounds__(AD8_THREADS, GM <= 4 ? AD8_MINB : 1)
     half  mk[AD8_U];
     fetch(warp*RPS, kk, vv, mk);
     for (int r0 = warp*RPS; r0 < np; r0 += AD8_WARPS*RPS) {
-#if AD8_PF
         // the next step's rows requested before this step's math
         uint4 kn[AD8_U], vn[AD8_U];
         half  mkn[AD8_U];
         fetch(r0 + AD8_WARPS*RPS, kn, vn, mkn);
-#endif
         float sc[AD8_U][GM];
 #pragma unroll
         for (int u = 0; u < AD8_U; ++u) {
@@ -581,16 +572,12 @@ static __global__ void __launch_bounds__(AD8_THREADS, GM <= 4 ? AD8_MINB : 1)
                 }
             }
         }
-#if AD8_PF
 #pragma unroll
         for (int u = 0; u < AD8_U; ++u) {
             kk[u] = kn[u];
             vv[u] = vn[u];
             mk[u] = mkn[u];
         }
-#else
-        fetch(r0 + AD8_WARPS*RPS, kk, vv, mk);
-#endif
     }
 
     // the lanes of a piece (sub 0 .. RPW-1), then the warps through shared memory
@@ -891,17 +878,10 @@ bool attn_decode_launch(const attn_decode_args & a, int nb, const int device, cu
         nb  = std::max(1, std::min({ nb, version == 3 ? AD_MAX_NB3 : AD_MAX_NB, a.n_kv }));
         ppb = (a.n_kv + nb - 1)/nb;
     }
-    if (version == 8) {
+    if (version == 3 || version == 8) { // partials in the workspace (version 3: and a counter a KV head)
         ad_buf b;
-        if ((int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS || !ad_buf_get(device, stream, b)) {
-            return false;
-        }
-        ap.ws = b.ws;
-    }
-    if (version == 3) {
-        ad_buf b;
-        if ((int64_t) a.n_head_kv*a.n_seq > AD_CNT_N || (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS ||
-                !ad_buf_get(device, stream, b)) {
+        if ((version == 3 && (int64_t) a.n_head_kv*a.n_seq > AD_CNT_N) ||
+                (int64_t) nb*a.n_head_kv*a.n_seq*gm*(a.D + 2) > AD_WS_FLOATS || !ad_buf_get(device, stream, b)) {
             return false;
         }
         ap.ws  = b.ws;
