@@ -272,6 +272,11 @@ remote() {
     sparq8b_rounds() {
         local tag=$1 d i c lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
         shift
+        # SPARQ_LB_ARGS: more llama-bench arguments (-v: the fork's one-time log lines, counted after the rounds)
+        if [ -n "${SPARQ_LB_ARGS:-}" ]; then
+            read -r -a c <<< "$SPARQ_LB_ARGS"
+            lb8+=("${c[@]}")
+        fi
         for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
             for i in $(seq 1 "${SPARQ_ROUNDS_N:-2}"); do
                 for c in "$@"; do
@@ -283,6 +288,9 @@ remote() {
                         tee -a "$out/$tag-$name-$d.log" | grep -E "tg64|error" | awk -F'|' '{print $(NF-1)}')"
                 done
             done
+        done
+        [ -z "${SPARQ_LB_ARGS:-}" ] || for c in "$out/$tag"-*.log; do
+            echo "$(basename "$c"): $(grep -c "llama-sparse: CUDA" "$c") fork log lines: $(grep -o "llama-sparse: CUDA runs [a-z-]* [a-z ]*" "$c" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
         done
     }
     # MODELZZ_LAYERS: fewer blocks (same shapes; quicker to make, for correctness checks, not for speed)
