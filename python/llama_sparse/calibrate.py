@@ -185,23 +185,11 @@ def _check_model_path(path: Path) -> None:
 
 def _open_model(path: Path):
     """GGUFReader of a zigzag GGUF, or CalibrationError saying what the file is instead."""
-    from gguf import GGUFReader
-    from gguf.constants import GGUF_MAGIC
-
     from . import zigzag
 
     _check_model_path(path)
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {path}: {exc.strerror}") from exc
-    if len(magic) < 4 or int.from_bytes(magic, "little") != GGUF_MAGIC:
-        raise CalibrationError(f"{path} is not a GGUF file (bad magic); pass a zigzag .gguf made by `llama-sparse convert`")
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # gguf-py raises ValueError/struct errors on truncated files
-        raise CalibrationError(f"cannot parse {path} as GGUF ({exc}); the file may be truncated") from exc
+    reader = zigzag.open_gguf(path, CalibrationError,
+                              bad_magic_hint="pass a zigzag .gguf made by `llama-sparse convert`")
     version = reader.get_field(zigzag.KEY_FORMAT_VERSION)
     if version is None:
         raise CalibrationError(f"{path} has no {zigzag.KEY_FORMAT_VERSION} key, so it is not a zigzag model; "

@@ -235,11 +235,8 @@ def _stock_bin(explicit: Optional[Path]) -> Optional[Path]:
 
 
 def _levels_of(model: Path) -> list[str]:
-    from gguf import GGUFReader
-    try:
-        f = GGUFReader(model).get_field("llama_sparse.levels")
-    except Exception as e:  # gguf-py's numpy / struct errors on a damaged file
-        raise ValueError(f"cannot read {model} as GGUF ({e}); the file may be truncated or not a model") from None
+    from . import zigzag
+    f = zigzag.open_gguf(model, bad_magic_hint="pass a model .gguf").get_field(zigzag.KEY_LEVELS)
     return list(f.contents()) if f is not None else []
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
-from gguf.constants import GGML_QUANT_VERSION, GGUF_MAGIC
+from gguf.constants import GGML_QUANT_VERSION
 
 from . import _ggml, zigzag
 from ._lib import LibraryNotFoundError
@@ -347,17 +347,9 @@ def _os_error(exc: OSError, path: Path) -> ConvertError:
 
 
 def _open_gguf(path: Path) -> GGUFReader:
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ConvertError(f"cannot read {path}: {exc.strerror}") from exc
-    if len(magic) < 4 or int.from_bytes(magic, "little") != GGUF_MAGIC:
-        raise ConvertError(f"{path} is not a GGUF file (bad magic); pass a .gguf model or a Hugging Face model directory")
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # gguf-py raises ValueError/struct errors on truncated files
-        raise ConvertError(f"cannot parse {path} as GGUF ({exc}); the file may be truncated, download it again") from exc
+    reader = zigzag.open_gguf(path, ConvertError,
+                              bad_magic_hint="pass a .gguf model or a Hugging Face model directory",
+                              parse_hint="the file may be truncated, download it again")
     if reader.endianess.name != ("BIG" if sys.byteorder == "big" else "LITTLE"):
         raise ConvertError(f"{path} is a {reader.endianess.name.lower()}-endian GGUF; convert it with gguf-convert-endian first")
     if reader.get_field(zigzag.KEY_FORMAT_VERSION) is not None:

@@ -12,8 +12,6 @@ import os
 import sys
 from pathlib import Path
 
-from gguf import GGUFReader
-
 from . import _lib, zigzag
 
 TUNE_FILE_ENV = "LLAMA_SPARSE_CUDA_TUNE_FILE"
@@ -34,7 +32,7 @@ def model_gemv_shapes(path: Path) -> list[tuple[int, int, int]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
-    reader = GGUFReader(path)
+    reader = zigzag.open_gguf(path, bad_magic_hint="pass a zigzag .gguf made by `llama-sparse convert`")
     blocks = zigzag.read_zigzag_info(reader)
     if not blocks:
         raise ValueError(f"{path} is not a zigzag GGUF (no {zigzag.KEY_ZIGZAG_TENSORS}): convert it first")

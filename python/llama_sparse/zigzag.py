@@ -187,6 +187,24 @@ def zigzag_dequantize_ne(ne: tuple[int, int] | list[int], block: int) -> tuple[i
     return int(ne[1]) * block, int(ne[0]) // block
 
 
+def open_gguf(path, error: type[Exception] = ValueError, *, bad_magic_hint: str,
+              parse_hint: str = "the file may be truncated") -> GGUFReader:
+    """GGUFReader of path, or `error` saying why the file cannot be read as a GGUF (the hints end the messages)."""
+    from gguf.constants import GGUF_MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from exc
+    if len(magic) < 4 or int.from_bytes(magic, "little") != GGUF_MAGIC:
+        raise error(f"{path} is not a GGUF file (bad magic); {bad_magic_hint}")
+    try:
+        return GGUFReader(path, "r")
+    except Exception as exc:  # gguf-py raises ValueError/struct errors on truncated files
+        raise error(f"cannot parse {path} as GGUF ({exc}); {parse_hint}") from exc
+
+
 def read_zigzag_info(reader: GGUFReader) -> dict[str, int]:
     """{tensor name: block size} from a GGUFReader's llama_sparse keys; {} for a standard file."""
     names  = reader.get_field(KEY_ZIGZAG_TENSORS)

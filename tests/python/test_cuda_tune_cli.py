@@ -44,6 +44,18 @@ def test_standard_gguf_is_refused(tiny_pair):
         cuda_tune.model_gemv_shapes(src)
 
 
+def test_damaged_files_are_refused(tiny_pair, tmp_path):
+    _, out = tiny_pair
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model\n")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        cuda_tune.model_gemv_shapes(text)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(out.read_bytes()[:2000])  # the header and part of the key-values
+    with pytest.raises(ValueError, match="may be truncated"):
+        cuda_tune.model_gemv_shapes(cut)
+
+
 def test_default_path_follows_the_library(monkeypatch, tmp_path):
     monkeypatch.setenv(cuda_tune.TUNE_FILE_ENV, str(tmp_path / "t.txt"))
     assert cuda_tune.default_tune_path() == tmp_path / "t.txt"
