@@ -270,13 +270,11 @@ remote() {
     # NAME:VAR=V VAR2=V2 (NAME stock: the stock build; NAME zz...: the calibrated zigzag 8B of combo8b-prep);
     # logs $out/TAG-NAME-DEPTH.log: sparq8b_rounds TAG CONFIG...
     sparq8b_rounds() {
-        local tag=$1 d i c lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
+        local tag=$1 d i c more=() lb8=(-ngl 99 -fa 1 -p 0 -n 64 -r 1 -o md)
         shift
         # SPARQ_LB_ARGS: more llama-bench arguments (-v: the fork's one-time log lines, counted after the rounds)
-        if [ -n "${SPARQ_LB_ARGS:-}" ]; then
-            read -r -a c <<< "$SPARQ_LB_ARGS"
-            lb8+=("${c[@]}")
-        fi
+        [ -z "${SPARQ_LB_ARGS:-}" ] || read -r -a more <<< "$SPARQ_LB_ARGS"
+        lb8+=("${more[@]}")
         for d in ${SPARQ_E2E_DEPTHS:-16384 32768}; do
             for i in $(seq 1 "${SPARQ_ROUNDS_N:-2}"); do
                 for c in "$@"; do
