@@ -13,10 +13,16 @@ cache=${LLAMA_SPARSE_CACHE:-$HOME/.cache/llama-sparse}
 suffix=""; case " $* " in *GGML_CUDA=ON*) suffix="-cuda";; esac
 build="$cache/stock-build$suffix"
 gen=""; command -v ninja >/dev/null && gen="-G Ninja"
-if [ ! -f "$build/CMakeCache.txt" ]; then
-    cmake -S "$src" -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=ON "$@" >&2
+# Like the fork (CMakeLists.txt, LLAMA_SPARSE_CPU_AMX), native x86 builds leave out upstream's AMX path: on a KVM
+# guest that reports AMX, stock's llama-bench died with SIGILL at the first prefill. LLAMA_SPARSE_STOCK_AMX=1 keeps it.
+flags=()
+if [ "${LLAMA_SPARSE_STOCK_AMX:-0}" != 1 ] && [[ "$(uname -m)" =~ ^(x86_64|amd64|i686)$ ]] &&
+        echo 'int x;' | ${CC:-cc} -mno-amx-int8 -x c -c - -o /dev/null 2>/dev/null; then
+    flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
+# configured every time, so a build folder from before a flag change is brought up to date
+cmake -S "$src" -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=ON "${flags[@]}" "$@" >&2
 cmake --build "$build" --config Release -j "$(nproc)" --target $targets >&2
 echo "$build/bin"

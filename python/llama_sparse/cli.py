@@ -264,8 +264,24 @@ def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = 
     r = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{exe.name} {' '.join(args)} (LLAMA_SPARSE={level}, LLAMA_SPARQ={env.get('LLAMA_SPARQ')}) "
-                           f"failed:\n{r.stderr[-2000:]}")
+                           f"{_exit_reason(r.returncode, exe)}:\n{r.stderr[-2000:]}")
     return r
+
+
+def _exit_reason(rc: int, exe: Path) -> str:
+    """How a tool ended, in words: a signal is named, with the likely fix for an illegal instruction."""
+    if rc >= 0:
+        return f"failed (exit {rc})"
+    import signal
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    if -rc == signal.SIGILL:
+        return (f"was killed by {name}: {exe} uses an instruction this CPU does not run (a build from another "
+                "machine, or a native build's AMX path on a guest that reports AMX); tools/build_stock.sh rebuilds "
+                "stock here without AMX")
+    return f"was killed by {name}"
 
 
 def _rows(model: Path, levels: Optional[str], sparq) -> list[tuple[Optional[str], object]]:

@@ -219,3 +219,17 @@ def test_perf_after_reset_is_zero(leveled: Path):
         assert p["prompt_tokens"] == 0 and p["gen_tokens"] == 0, p
     finally:
         llm.close()
+
+
+@pytest.mark.parametrize("sig, needle", [(signal.SIGILL, "tools/build_stock.sh rebuilds stock here without AMX"),
+                                         (signal.SIGSEGV, "was killed by SIGSEGV")])
+def test_bench_names_a_stock_crash(leveled: Path, tmp_path: Path, sig: signal.Signals, needle: str):
+    # a stock llama-bench killed by a signal (SIGILL: a native build's AMX path on a guest that reports AMX)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    exe = fake / "llama-bench"
+    exe.write_text(f"#!/bin/sh\nkill -{sig.name[3:]} $$\n")
+    exe.chmod(0o755)
+    r = run("bench", str(leveled), "--stock-bin", str(fake), "--stock-model", str(leveled), "-p", "8", "-n", "4",
+            "-r", "1", "--levels", "dense")
+    refused(r, "llama-bench", needle)
