@@ -16,14 +16,14 @@ gen=""; command -v ninja >/dev/null && gen="-G Ninja"
 # Like the fork (CMakeLists.txt, LLAMA_SPARSE_CPU_AMX), native x86 builds leave out upstream's AMX path: on a KVM
 # guest that reports AMX, stock's llama-bench died with SIGILL at the first prefill (it decoded ~9 % faster with AMX:
 # bench/results/cpu_e2e-smollm2-2026-12-04-intel.md). LLAMA_SPARSE_STOCK_AMX=1 keeps it.
-flags=()
+no_amx=""
 if [ "${LLAMA_SPARSE_STOCK_AMX:-0}" != 1 ] && [[ "$(uname -m)" =~ ^(x86_64|amd64|i686)$ ]] &&
         echo 'int x;' | ${CC:-cc} -mno-amx-int8 -x c -c - -o /dev/null 2>/dev/null; then
-    flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
-# configured every time, so a build folder from before a flag change is brought up to date
+# configured every time, the flags always passed (empty too), so an existing build folder follows LLAMA_SPARSE_STOCK_AMX
 cmake -S "$src" -B "$build" $gen -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=ON "${flags[@]}" "$@" >&2
+    -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_CCACHE=ON -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" "$@" >&2
 cmake --build "$build" --config Release -j "$(nproc)" --target $targets >&2
 echo "$build/bin"

@@ -272,7 +272,6 @@ def _exit_reason(rc: int, exe: Path) -> str:
     """How a tool ended, in words: a signal is named, with the likely fix for an illegal instruction."""
     if rc >= 0:
         return f"failed (exit {rc})"
-    import signal
     try:
         name = signal.Signals(-rc).name
     except ValueError:
