@@ -28,6 +28,7 @@
 #include "zz_test_threads.h"
 #define ZZ_TEST_SEED 0x2545f4914f6cdd1dULL
 #include "bench_util.h"
+#include "bench_stock.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -55,22 +56,8 @@ static double median(double * v, int n) {
 
 static enum ggml_type wtype = GGML_TYPE_Q4_K;
 
-// random blocks of wtype with sane fp16 scales (d first, then dmin for Q4_K; Q8_0/Q4_0 have d first)
 static void fill_q4_K(void * data, int64_t n_blocks) {
-    const size_t bs = ggml_type_size(wtype);
-    uint8_t * p = data;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        for (size_t i = 0; i < bs; i += 8) {
-            const uint64_t r = rng_u64();
-            memcpy(p + b*bs + i, &r, bs - i < 8 ? bs - i : 8);
-        }
-        const ggml_fp16_t d    = ggml_fp32_to_fp16(0.001f + 0.001f*(float) (rng_u64() % 1000)/1000.0f);
-        const ggml_fp16_t dmin = ggml_fp32_to_fp16(0.0005f);
-        memcpy(p + b*bs + 0, &d,    2);
-        if (wtype == GGML_TYPE_Q4_K) {
-            memcpy(p + b*bs + 2, &dmin, 2);
-        }
-    }
+    fill_random_blocks(wtype, data, n_blocks);
 }
 
 // cold: the weights are cycled through enough copies to exceed the last-level cache, so every call
@@ -96,20 +83,6 @@ struct stock_bench {
     int                   copies;
     int                   next;
 };
-
-// the CPU backend's CPU_REPACK buffer type (NULL where this build has none)
-static ggml_backend_buffer_type_t stock_repack_buft(void) {
-    ggml_backend_reg_t reg = ggml_backend_cpu_reg();
-    ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
-    ggml_backend_dev_get_extra_bufts_t get = (ggml_backend_dev_get_extra_bufts_t)
-        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
-    for (ggml_backend_buffer_type_t * b = get ? get(dev) : NULL; b != NULL && *b != NULL; ++b) {
-        if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) {
-            return *b;
-        }
-    }
-    return NULL;
-}
 
 // weight copies only: copy 0 is filled by the caller (the checked one), the rest random; stock_graphs then
 // builds the graphs
@@ -598,9 +571,9 @@ int main(int argc, char ** argv) {
                n_threads, ggml_type_name(wtype), use_min ? "fastest" : "median", reps,
                cold ? "cold (cycled through copies totalling 256 MiB: streamed from memory)" : "hot (one copy, cache-resident where it fits)");
     }
-    const ggml_backend_buffer_type_t stock_buft = stock_repack ? stock_repack_buft() : NULL;
+    const ggml_backend_buffer_type_t stock_buft = stock_repack ? stock_repack_buft(wtype, 4096) : NULL;
     printf("stock weights: %s\n", stock_buft != NULL ? "CPU_REPACK buffer type (as llama.cpp loads them)" :
-           stock_repack ? "plain rows (this build has no CPU_REPACK buffer type)" : "plain rows (-K plain)");
+           stock_repack ? "plain rows (this build's CPU_REPACK does not take this type, as llama.cpp finds)" : "plain rows (-K plain)");
     printf("layout: %s\n\n", layouts == 1 ? "rows (the file's)" : layouts == 2 ? "column-major" :
            "rows (the file's), then column-major (C)");
     char hdr[2048];

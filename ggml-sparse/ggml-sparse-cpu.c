@@ -21,8 +21,11 @@
 // below this many x values the index is built by thread 0 alone: a barrier costs more than the scan
 #define ZZ_IDX_PAR_MIN (16*1024)
 
-// floats of prefill GEMM panel per thread (dequantized weight columns reused by every token)
-#define ZZ_GEMM_PANEL_FLOATS (8*1024)
+// floats of prefill GEMM panel per thread (dequantized weight columns reused by every token): 512 KiB, 512
+// Q4_K columns; 32 KiB made per-tile overheads (y round trips, calls) cost 40 % on AVX-512 (bench/gemm_cpu.sh)
+#ifndef ZZ_GEMM_PANEL_FLOATS
+#define ZZ_GEMM_PANEL_FLOATS (128*1024)
+#endif
 
 static void * zz_align64(void * p) {
     return (void *) (((uintptr_t) p + 63) & ~(uintptr_t) 63);

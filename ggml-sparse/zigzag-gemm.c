@@ -1,25 +1,61 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
-// is dequantized once into an fp32 panel and reused by every token, in 6-token (AVX2) x 16-output tiles.
+// is dequantized once into an fp32 panel and reused by every token, in register tiles of tokens x outputs:
+// AVX-512 12 x 32, AVX2 6 x 16, NEON 4 x 16.
 #include "ggml-sparse-cpu.h"
 #include "ggml-impl.h"
 
 #include <stdbool.h>
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__)
-#define ZZ_GEMM_TT 6  // tokens per tile: 12 accumulators + 2 weight rows + 1 broadcast fit 16 registers
+#if defined(__AVX512F__)
+#define ZZ_GEMM_NV 2  // output vectors per tile
+#define ZZ_GEMM_TT (24/ZZ_GEMM_NV) // tokens per tile: 24 accumulators + NV weight rows of 32 registers
+#define ZZ_GEMM_TI (16*ZZ_GEMM_NV) // outputs per tile
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ZZ_GEMM_TT 6  // 12 accumulators + 2 weight rows + 1 broadcast fit 16 registers
+#define ZZ_GEMM_TI 16
 #else
 #define ZZ_GEMM_TT 4
+#define ZZ_GEMM_TI 16
 #endif
-#define ZZ_GEMM_TI 16 // outputs per tile
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+// y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*32 + i], i < 32, t < nt (a constant when inlined);
+// the panel stride is the tile width
+static inline __attribute__((always_inline)) void zz_gemm_tile_avx512(
+        const float * panel, int64_t nj, const float * x, int64_t ldx, const int nt, float * y, int64_t ldy, bool first) {
+    __m512 acc[ZZ_GEMM_TT][ZZ_GEMM_NV];
+    for (int t = 0; t < nt; ++t) {
+        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+            acc[t][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t*ldy + 16*v);
+        }
+    }
+    for (int64_t j = 0; j < nj; ++j) {
+        __m512 w[ZZ_GEMM_NV];
+        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+            w[v] = _mm512_loadu_ps(panel + j*ZZ_GEMM_TI + 16*v);
+        }
+        for (int t = 0; t < nt; ++t) {
+            const __m512 xv = _mm512_set1_ps(x[t*ldx + j]);
+            for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+                acc[t][v] = _mm512_fmadd_ps(xv, w[v], acc[t][v]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; ++t) {
+        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+            _mm512_storeu_ps(y + t*ldy + 16*v, acc[t][v]);
+        }
+    }
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
 // y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], i < 16, t < nt (a constant when inlined)
 static inline __attribute__((always_inline)) void zz_gemm_tile_avx2(
         const float * panel, int64_t bk, int64_t nj, const float * x, int64_t ldx, const int nt,
@@ -48,7 +84,25 @@ static inline __attribute__((always_inline)) void zz_gemm_tile_avx2(
 // y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], for i < ZZ_GEMM_TI and t < nt <= ZZ_GEMM_TT
 static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const float * x, int64_t ldx, int nt,
                          float * y, int64_t ldy, bool first) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+    static_assert(ZZ_GEMM_TT == 12, "one case per token count");
+    switch (nt) {
+        case 12: zz_gemm_tile_avx512(panel, nj, x, ldx, 12, y, ldy, first); return;
+        case 11: zz_gemm_tile_avx512(panel, nj, x, ldx, 11, y, ldy, first); return;
+        case 10: zz_gemm_tile_avx512(panel, nj, x, ldx, 10, y, ldy, first); return;
+        case 9:  zz_gemm_tile_avx512(panel, nj, x, ldx, 9,  y, ldy, first); return;
+        case 8:  zz_gemm_tile_avx512(panel, nj, x, ldx, 8,  y, ldy, first); return;
+        case 7:  zz_gemm_tile_avx512(panel, nj, x, ldx, 7,  y, ldy, first); return;
+        case 6:  zz_gemm_tile_avx512(panel, nj, x, ldx, 6,  y, ldy, first); return;
+        case 5:  zz_gemm_tile_avx512(panel, nj, x, ldx, 5,  y, ldy, first); return;
+        case 4:  zz_gemm_tile_avx512(panel, nj, x, ldx, 4,  y, ldy, first); return;
+        case 3:  zz_gemm_tile_avx512(panel, nj, x, ldx, 3,  y, ldy, first); return;
+        case 2:  zz_gemm_tile_avx512(panel, nj, x, ldx, 2,  y, ldy, first); return;
+        case 1:  zz_gemm_tile_avx512(panel, nj, x, ldx, 1,  y, ldy, first); return;
+        default: break;
+    }
+    (void) bk;
+#elif defined(__AVX2__) && defined(__FMA__)
     switch (nt) {
         case 6: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 6, y, ldy, first); return;
         case 5: zz_gemm_tile_avx2(panel, bk, nj, x, ldx, 5, y, ldy, first); return;
@@ -117,7 +171,7 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
         return;
     }
 
-    // panel layout [output slice of 16][column][16]: a tile reads its slice contiguously
+    // panel layout [output slice of ZZ_GEMM_TI][column][ZZ_GEMM_TI]: a tile reads its slice contiguously
     // (row-major blocks 1 KiB apart would fall into a few L1 sets)
     float blk_f32[256]; // largest block (QK_K)
     for (int64_t j0 = 0; j0 < n; j0 += jp) {

@@ -4,14 +4,20 @@
 set -euo pipefail
 . "$(dirname "$0")/cc_test.sh"
 
-cc_test test_zigzag_cpu \
-    "$root/tests/c/test_zigzag_cpu.c" \
-    "$root/ggml-sparse/ggml-sparse-cpu.c" \
-    "$root/ggml-sparse/zigzag-gemv-x86.c" \
-    "$root/ggml-sparse/zigzag-gemv-arm.c" \
-    "$root/ggml-sparse/zigzag-gemm.c"
+srcs=("$root/tests/c/test_zigzag_cpu.c" "$root/ggml-sparse/ggml-sparse-cpu.c" "$root/ggml-sparse/zigzag-gemv-x86.c"
+      "$root/ggml-sparse/zigzag-gemv-arm.c" "$root/ggml-sparse/zigzag-gemm.c")
+cc_test test_zigzag_cpu "${srcs[@]}"
 
 "$out/test_zigzag_cpu" "$@"
+
+# the prefill GEMM again with small panels (many passes over n, every type), and where the compiler can
+# target both, with its AVX2 tiles on an AVX-512 machine
+CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048" cc_test test_zigzag_cpu_panel "${srcs[@]}"
+"$out/test_zigzag_cpu_panel" --quick
+if grep -q avx512f /proc/cpuinfo 2>/dev/null; then
+    CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048 -mno-avx512f" cc_test test_zigzag_cpu_avx2 "${srcs[@]}"
+    "$out/test_zigzag_cpu_avx2" --quick
+fi
 
 cc_test test_zz_siblings "$root/tests/c/test_zz_siblings.c" "$root/ggml-sparse/ggml-sparse.c"
 "$out/test_zz_siblings"

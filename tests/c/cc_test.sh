@@ -1,5 +1,5 @@
 # llama-sparse: sourced by the tests/c scripts: compiles one standalone C test against the stock ggml-base.
-# env: LLAMA_SPARSE_UPSTREAM (patched tree, default: tools/upstream.py fork),
+# env: CC_TEST_FLAGS (extra compiler flags), LLAMA_SPARSE_UPSTREAM (patched tree, default: tools/upstream.py fork),
 #      LLAMA_SPARSE_STOCK_BIN (default ~/.cache/llama-sparse/stock-build/bin), CC (default gcc)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 up="${LLAMA_SPARSE_UPSTREAM:-$(python3 "$root/tools/upstream.py" fork)}"
@@ -11,7 +11,7 @@ mkdir -p "$out"
 cc_test() {
     local name=$1; shift
     "${CC:-gcc}" -std=c11 -O2 -march=native -g -Wall -Wno-unused-function -D_GNU_SOURCE \
-        -Dggml_barrier=zz_test_barrier \
+        -Dggml_barrier=zz_test_barrier ${CC_TEST_FLAGS:-} \
         -I"$root/ggml-sparse" -I"$root/tests/c" \
         -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu" \
         "$@" \

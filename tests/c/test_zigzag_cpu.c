@@ -390,6 +390,23 @@ static void test_mul_mat(bool quick) {
     }
 }
 
+// prefill GEMM (T > GGML_SPARSE_MAX_BATCH): token counts around the register tiles (AVX-512 12, AVX2 6, NEON 4),
+// n across panel passes (build with a small ZZ_GEMM_PANEL_FLOATS for many), both layouts of Q4_K
+static void test_gemm(bool quick) {
+    const int nts[] = { 9, 11, 12, 13, 24, 25, 37, 100 };
+    const int n_nt  = quick ? 4 : 8;
+    for (size_t ti = 0; ti < sizeof(zz_types)/sizeof(zz_types[0]); ++ti) {
+        const enum ggml_type type = zz_types[ti];
+        const int64_t bk = ggml_blck_size(type);
+        for (int k = 0; k < n_nt; ++k) {
+            const int     nt = nts[quick ? 2*k + 1 : k];
+            const int64_t m  = bk*rng_int(1, bk == 32 ? 24 : 6);
+            const int64_t n  = k == 0 ? rng_int(1, 16) : rng_int(17, 1100);
+            test_mul_mat_one(type, m, n, nt, -1.0, (int) ti, type == GGML_TYPE_Q4_K && k % 2 == 1);
+        }
+    }
+}
+
 // the multi-row 32-block kernels (Q8_0, Q4_0): every block-row count parity (row split for even counts
 // with 2 threads, list split with partial sums for odd ones and 3 threads), batch 1-8, every sparsity
 static void test_rows32(void) {
@@ -445,6 +462,7 @@ int main(int argc, char ** argv) {
     test_mul_mat(quick);
     test_rows32();
     test_colmajor(quick);
+    test_gemm(quick); // last: the earlier tests keep the random draws they were tuned on
 
     for (size_t ti = 0; ti < 4; ++ti) {
         const struct err_stats * es = &err_by_type[ti];

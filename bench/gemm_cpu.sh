@@ -1,0 +1,1 @@
+gemv_cpu.sh
