@@ -14,7 +14,7 @@
 #     batch-1 decode (-ub 1) on UB1_CHUNKS chunks next to its emulated value on the same chunks
 # 7b:   random-weight Llama-2-7B-shaped Q4_K (bench/make_random_gguf.py), zigzag q4_k, calibrated on
 #       N_CALIB_7B seeded-random token ids (its dummy vocabulary cannot tokenize text), tg32 decode stock vs
-#       zigzag dense/25/40/50/65%; big files deleted at the end
+#       zigzag dense/25/40/50/65%, and pp128 prefill stock vs zigzag dense; big files deleted at the end
 #
 # Writes bench/results/cpu_e2e-smollm2-DATE.md and bench/results/cpu_e2e-r7b-DATE.md (RESULTS=dir to
 # change, RESULTS=- to only print). Every command run is printed in the report with its wall time.
@@ -156,8 +156,8 @@ for n in names:
     rs = [r[n][1] / r[stock][1] for r in rounds if n in r and r[stock][1]]
     rd = [r[n][1] / r[dense][1] for r in rounds if dense and n in r and r[dense][1]]
     ps = [r[n][0] / r[stock][0] for r in rounds if n in r and r[stock][0]]
-    vs = f"{max(tg) / max(col(stock, 1)):.2f}x ({st.median(rs):.2f}x)"
-    vd = f"{max(tg) / max(col(dense, 1)):.2f}x ({st.median(rd):.2f}x)" if dense else "-"
+    vs = f"{max(tg) / max(col(stock, 1)):.2f}x ({st.median(rs):.2f}x)" if max(col(stock, 1)) > 0 else "-"
+    vd = f"{max(tg) / max(col(dense, 1)):.2f}x ({st.median(rd):.2f}x)" if dense and max(col(dense, 1)) > 0 else "-"
     vp = f"{max(pp) / max(col(stock, 0)):.2f}x ({st.median(ps):.2f}x)" if max(pp) > 0 else "-"
     print(f"| {n} | {max(tg):.1f} | {st.median(tg):.1f} | {vs} | {vd} | {max(pp):.1f} | {st.median(pp):.1f} | {vp} |")
 EOF
@@ -356,7 +356,7 @@ part_7b() {
     REPORT=/dev/null
     [ "$RESULTS" != "-" ] && { mkdir -p "$RESULTS"; REPORT=$RESULTS/cpu_e2e-r7b-$DAY$TAG.md; : > "$REPORT"; }
     local t_part=$SECONDS
-    header "Random-weight Llama-2-7B-shaped Q4_K ($LAYERS_7B of 32 layers) on CPU: stock llama.cpp vs llama-sparse decode" 7b
+    header "Random-weight Llama-2-7B-shaped Q4_K ($LAYERS_7B of 32 layers) on CPU: stock llama.cpp vs llama-sparse decode and prefill" 7b
     local W=$WORK r=$WORK/r7b.q4_k.gguf z=$WORK/r7b.zz.q4_k.gguf zc=$WORK/r7b.zz.q4_k.cal.gguf
     out "## Files"
     out ""
@@ -400,6 +400,11 @@ print(f"| dense zigzag decode >= 0.95x stock Q4_K | {x:.2f}x | {'**met**' if x >
 x = best["fork 0.50"] / best[stock]
 print(f"| 50% sparse decode >= 1.5x stock Q4_K | {x:.2f}x | {'**met**' if x >= 1.5 else f'**missed** by {1.5 - x:.2f}x'} |")
 EOF
+    out ""
+    out "## Prefill (llama-bench pp128 via \`llama-sparse bench\`, $THREADS threads, -r 3): dense on the zigzag weights"
+    out ""
+    bench_rounds r7b-pp "$ROUNDS_7B" "$zc" --stock-model "$r" --levels dense -p 128 -n 0 -t "$THREADS" -r 3
+    bench_summary "Stock Q4_K vs zigzag q4_k, pp128" "${BENCH_FILES[@]}"
     if [ "$KEEP_7B" != 1 ]; then
         rm -f "$r" "$z" "$zc" "$r".tmp* "$z".tmp* 2>/dev/null || true
         out ""

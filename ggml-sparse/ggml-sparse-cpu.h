@@ -89,8 +89,8 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
 // dequantize one block (B values) exactly as ggml's dequantize_row_* does
 void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out);
 
-// the same vectorized for this build, NULL where there is none
-typedef void (*ggml_sparse_zz_dequant_t)(const void * blk, float * out);
+// the same vectorized for this build, NULL where there is none; values 32g..32g+31 go to out + g*gs
+typedef void (*ggml_sparse_zz_dequant_t)(const void * blk, float * out, int64_t gs);
 ggml_sparse_zz_dequant_t ggml_sparse_zz_dequant_x86(enum ggml_type type);
 
 #ifdef __cplusplus

@@ -13,6 +13,10 @@
 #include <arm_neon.h>
 #endif
 
+#ifndef ZZ_GEMM_PF
+#define ZZ_GEMM_PF 16 // blocks the panel fill prefetches ahead
+#endif
+
 #if defined(__AVX512F__)
 #define ZZ_GEMM_NV 2  // output vectors per tile
 #define ZZ_GEMM_TT (24/ZZ_GEMM_NV) // tokens per tile: 24 accumulators + NV weight rows of 32 registers
@@ -160,6 +164,7 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
                                    float * panel, int64_t panel_floats) {
     const int64_t bk = ggml_blck_size(type);
     const int64_t jp = panel_floats/bk;
+    const size_t  bs = ggml_type_size(type);
     GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && jp >= 8);
 
     const ggml_sparse_zz_dequant_t dequant = ggml_sparse_zz_dequant_x86(type);
@@ -178,8 +183,19 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
         const int64_t nj = n - j0 < jp ? n - j0 : jp;
         for (int64_t j = 0; j < nj; ++j) {
             const void * blk = (const char *) wrow + (j0 + j)*cs;
+            if (j0 + j + ZZ_GEMM_PF < n) {
+                // column-major blocks are nr blocks apart, too far for the hardware prefetcher: fetch ahead
+                const char * pf = (const char *) wrow + (j0 + j + ZZ_GEMM_PF)*cs;
+                for (size_t l = 0; l < bs; l += 64) {
+                    __builtin_prefetch(pf + l);
+                }
+            }
+            if (dequant && ZZ_GEMM_TI == 32) {
+                dequant(blk, panel + j*32, nj*32); // each 32-value group straight into its slice
+                continue;
+            }
             if (dequant) {
-                dequant(blk, blk_f32);
+                dequant(blk, blk_f32, 32);
             } else {
                 ggml_sparse_zz_dequant_block(type, blk, blk_f32);
             }

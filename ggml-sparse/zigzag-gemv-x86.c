@@ -1494,38 +1494,40 @@ ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
 // fp32 dequantization for the prefill GEMM panels: the values of ggml's dequantize_row_*
 //
 
-// out[0..15] = float(q[0..15])*s0, out[16..31] = float(q[16..31])*s1 for 32 s8 (or u8) values
-ZZ_INLINE void zz_q32_to_f32(__m256i q, bool is_unsigned, __m256 s0, __m256 s1, float * out) {
+// out[0..15] = float(q[0..15])*s0, out[16..31] = float(q[16..31])*s1 for 32 s8 values
+ZZ_INLINE void zz_q32_to_f32(__m256i q, __m256 s0, __m256 s1, float * out) {
     const __m128i lo = _mm256_castsi256_si128(q);
     const __m128i hi = _mm256_extracti128_si256(q, 1);
     const __m128i part[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
     for (int k = 0; k < 4; ++k) {
-        const __m256i v = is_unsigned ? _mm256_cvtepu8_epi32(part[k]) : _mm256_cvtepi8_epi32(part[k]);
+        const __m256i v = _mm256_cvtepi8_epi32(part[k]);
         _mm256_storeu_ps(out + 8*k, _mm256_mul_ps(_mm256_cvtepi32_ps(v), k < 2 ? s0 : s1));
     }
 }
 
-static void zz_dequant_q4_0(const void * blk, float * out) {
+static void zz_dequant_q4_0(const void * blk, float * out, int64_t gs) {
+    (void) gs; // one group
     const __m256 d = _mm256_set1_ps(zz_fp16(&((const block_q4_0 *) blk)->d));
-    zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q4_0, blk, 0), false, d, d, out);
+    zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q4_0, blk, 0), d, d, out);
 }
 
-static void zz_dequant_q8_0(const void * blk, float * out) {
+static void zz_dequant_q8_0(const void * blk, float * out, int64_t gs) {
+    (void) gs;
     const __m256 d = _mm256_set1_ps(zz_fp16(&((const block_q8_0 *) blk)->d));
-    zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q8_0, blk, 0), false, d, d, out);
+    zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q8_0, blk, 0), d, d, out);
 }
 
-static void zz_dequant_q6_K(const void * blk, float * out) {
+static void zz_dequant_q6_K(const void * blk, float * out, int64_t gs) {
     const block_q6_K * b = blk;
     const float d = zz_fp16(&b->d);
     for (int g = 0; g < QK_K/32; ++g) {
         // group g = outputs 32g..32g+31 with sub-block scales 2g, 2g+1 (see zz_unpack_s8)
-        zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q6_K, blk, g), false,
-                      _mm256_set1_ps(d*b->scales[2*g + 0]), _mm256_set1_ps(d*b->scales[2*g + 1]), out + 32*g);
+        zz_q32_to_f32(zz_unpack_s8(GGML_TYPE_Q6_K, blk, g),
+                      _mm256_set1_ps(d*b->scales[2*g + 0]), _mm256_set1_ps(d*b->scales[2*g + 1]), out + g*gs);
     }
 }
 
-static void zz_dequant_q4_K(const void * blk, float * out) {
+static void zz_dequant_q4_K(const void * blk, float * out, int64_t gs) {
     const block_q4_K * b = blk;
     const __m128  dm   = zz_fp16x2(&b->d);
     const float   d    = _mm_cvtss_f32(dm);
@@ -1545,12 +1547,14 @@ static void zz_dequant_q4_K(const void * blk, float * out) {
         const __m256i q = _mm256_loadu_si256((const __m256i *) (b->qs + 32*j));
         for (int h = 0; h < 2; ++h) {
             // d*sc*q - dmin*m as ggml computes it: (d*sc)*q, then minus (dmin*m)
-            const __m256 d1 = _mm256_set1_ps(d*sc[h]);
-            const __m256 m1 = _mm256_set1_ps(dmin*mn[h]);
-            float * o = out + 64*j + 32*h;
-            zz_q32_to_f32(h == 0 ? _mm256_and_si256(q, m4) : _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), true, d1, d1, o);
-            for (int k = 0; k < 32; k += 8) {
-                _mm256_storeu_ps(o + k, _mm256_sub_ps(_mm256_loadu_ps(o + k), m1));
+            const __m256  d1 = _mm256_set1_ps(d*sc[h]);
+            const __m256  m1 = _mm256_set1_ps(dmin*mn[h]);
+            const __m256i qh = h == 0 ? _mm256_and_si256(q, m4) : _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m128i part[2] = { _mm256_castsi256_si128(qh), _mm256_extracti128_si256(qh, 1) };
+            float * o = out + (2*j + h)*gs;
+            for (int k = 0; k < 4; ++k) {
+                const __m256i v = _mm256_cvtepu8_epi32(k % 2 == 0 ? part[k/2] : _mm_srli_si128(part[k/2], 8));
+                _mm256_storeu_ps(o + 8*k, _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), d1), m1));
             }
         }
     }

@@ -163,6 +163,21 @@ static void test_dequant_block(void) {
             ggml_sparse_zz_dequant_block(type, q + k*ggml_type_size(type), b + k*bk);
         }
         CHECK(memcmp(a, b, sizeof(float)*bk*nb) == 0, "dequant_block %s differs from ggml to_float", ggml_type_name(type));
+        // the vectorized one (prefill panels), its 32-value groups gs floats apart: the same values
+        const ggml_sparse_zz_dequant_t vec = ggml_sparse_zz_dequant_x86(type);
+        if (vec != NULL) {
+            const int64_t gs = 32 + 8*rng_int(0, 4);
+            float * g = malloc(sizeof(float)*gs*(bk/32));
+            bool same = true;
+            for (int64_t k = 0; k < nb; ++k) {
+                vec(q + k*ggml_type_size(type), g, gs);
+                for (int64_t i = 0; i < bk; ++i) {
+                    same = same && g[(i/32)*gs + i%32] == a[k*bk + i];
+                }
+            }
+            CHECK(same, "vectorized dequant %s (group stride %lld) differs from ggml to_float", ggml_type_name(type), (long long) gs);
+            free(g);
+        }
         free(src); free(q); free(a); free(b);
     }
 }
