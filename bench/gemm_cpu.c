@@ -1,6 +1,6 @@
 // llama-sparse: CPU prefill GEMM microbenchmark. Stock ggml mul_mat (CPU backend, ggml graph, weights in
 // CPU_REPACK as llama.cpp loads them, x quantized inside) against zigzag MUL_MAT_ZZ dense, T tokens at once
-// (T > GGML_SPARSE_MAX_BATCH: the prefill path). Prints a markdown table (ratio = stock time / zigzag time).
+// (T > GGML_SPARSE_MAX_BATCH: the prefill path; smaller T times the decode GEMV dense). Prints a markdown table (ratio = stock time / zigzag time).
 // usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1]
 // -S 1: SmolLM2-135M shapes instead of Llama-2-7B's. Each side runs in its own processes, procs of each,
 // alternating (stock, zigzag, zigzag, stock, ...), so neither side's spinning threads slow the other's calls.
@@ -112,21 +112,7 @@ static void run_forked(const struct setup * s, bool stock, struct side_out * o) 
         o->ok = 1;
         _exit(0);
     }
-    int status = 0;
-    GGML_ASSERT(waitpid(pid, &status, 0) == pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !o->ok) {
-        fprintf(stderr, "gemm_cpu: %s process failed (status %d)\n", stock ? "stock" : "zigzag", status);
-        exit(1);
-    }
-}
-
-static double rel_err(const float * y, const double * ref, int64_t k) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < k; ++i) {
-        num += ((double) y[i] - ref[i])*((double) y[i] - ref[i]);
-        den += ref[i]*ref[i];
-    }
-    return den > 0.0 ? sqrt(num/den) : (num > 0.0 ? INFINITY : 0.0);
+    bench_wait_side(pid, &o->ok, "gemm_cpu", stock ? "stock" : "zigzag");
 }
 
 int main(int argc, char ** argv) {
@@ -143,8 +129,8 @@ int main(int argc, char ** argv) {
     }
     rounds  = rounds < 1 ? 1 : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
     n_procs = n_procs < 1 ? 1 : n_procs;
-    if (nt <= GGML_SPARSE_MAX_BATCH) {
-        fprintf(stderr, "gemm_cpu: -T must exceed %d (smaller batches take the decode GEMV: bench/gemv_cpu.sh)\n", GGML_SPARSE_MAX_BATCH);
+    if (nt < 1) {
+        fprintf(stderr, "gemm_cpu: -T must be at least 1\n");
         return 2;
     }
     // the parent never enters ggml_graph_compute: libgomp's threads do not survive fork
@@ -155,6 +141,7 @@ int main(int argc, char ** argv) {
     const int64_t (*shapes)[2] = shape_set == 1 ? shapes_smol : shapes_7b;
     const ggml_backend_buffer_type_t buft = stock_repack_buft(type, shapes[0][1]);
 
+    printf("zigzag path: %s\n", nt > GGML_SPARSE_MAX_BATCH ? "prefill GEMM (fp32 panels)" : "decode GEMV, dense (T <= GGML_SPARSE_MAX_BATCH)");
     printf("threads %d, T = %lld tokens, %s, fastest of %d processes x %d calls per side (alternating stock, zigzag, "
            "zigzag, stock, ...), times in ms; stock weights %s; ratio = stock time / zigzag time\n\n",
            n_threads, (long long) nt, ggml_type_name(type), n_procs, rounds,
@@ -225,12 +212,12 @@ int main(int argc, char ** argv) {
                 }
             }
         }
-        const double e_own = rel_err(oz->y, ref, m*ntc);
+        const double e_own = rel_err_d(oz->y, ref, m*ntc);
         double * ys = malloc(sizeof(double)*m*nt);
         for (int64_t i = 0; i < m*nt; ++i) {
             ys[i] = os->y[i];
         }
-        const double e_stock = rel_err(oz->y, ys, m*nt);
+        const double e_stock = rel_err_d(oz->y, ys, m*nt);
         // 8-bit activations / coefficients on either side: ~1 %; the weights' different 4-bit blocks add ~10 %
         const bool ok = e_own < 3e-2 && e_stock < 0.25;
         failures += !ok;

@@ -364,21 +364,7 @@ static void side_run_forked(struct stock_bench * sb, struct zz_bench * b, bool d
         side_run(sb, b, do_stock, do_zz, n_threads, reps, out);
         _exit(0); // no stdio flush: the parent owns what is buffered
     }
-    int status = 0;
-    GGML_ASSERT(waitpid(pid, &status, 0) == pid);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !out->ok) {
-        fprintf(stderr, "gemv_cpu: %s process failed (status %d)\n", do_stock ? "stock" : "zigzag", status);
-        exit(1);
-    }
-}
-
-static double rel_err_d(const float * y, const double * ref, int64_t m) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < m; ++i) {
-        num += ((double) y[i] - ref[i])*((double) y[i] - ref[i]);
-        den += ref[i]*ref[i];
-    }
-    return den > 0.0 ? sqrt(num/den) : (num > 0.0 ? INFINITY : 0.0);
+    bench_wait_side(pid, &out->ok, "gemv_cpu", do_stock ? "stock" : "zigzag");
 }
 
 static double rel_err_f(const float * y, const float * ref, int64_t m) {
