@@ -171,15 +171,7 @@ int main(int argc, char ** argv) {
         s.w   = ggml_new_tensor_2d(s.ctx, type, n, m);
         ggml_quantize_chunk(type, wf, s.w->data, 0, m, n, NULL);
         s.wzz = malloc(bs*n*(m/bk));
-        float * tmp = malloc(sizeof(float)*bk*n);
-        for (int64_t r = 0; r < m/bk; ++r) {
-            for (int64_t j = 0; j < n; ++j) {
-                for (int64_t i = 0; i < bk; ++i) {
-                    tmp[j*bk + i] = wf[(r*bk + i)*n + j];
-                }
-            }
-            ggml_quantize_chunk(type, tmp, (char *) s.wzz + r*n*bs, 0, n, bk, NULL);
-        }
+        zz_test_quantize_zigzag(type, m, n, wf, s.wzz);
 
         const size_t osz = sizeof(struct side_out) + sizeof(float)*m*nt;
         struct side_out * os = mmap(NULL, osz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -226,7 +218,7 @@ int main(int argc, char ** argv) {
                best_s*1e-3, best_z*1e-3, best_s/best_z, gflop/(best_s*1e-6), gflop/(best_z*1e-6), e_own, e_stock,
                ok ? "" : " FAILED");
         fflush(stdout);
-        free(ref); free(wd); free(ys); free(tmp); free(wf); free(s.x); free(s.wzz);
+        free(ref); free(wd); free(ys); free(wf); free(s.x); free(s.wzz);
         munmap(os, osz); munmap(oz, osz);
         ggml_free(s.ctx);
     }

@@ -56,10 +56,6 @@ static double median(double * v, int n) {
 
 static enum ggml_type wtype = GGML_TYPE_Q4_K;
 
-static void fill_q4_K(void * data, int64_t n_blocks) {
-    fill_random_blocks(wtype, data, n_blocks);
-}
-
 // cold: the weights are cycled through enough copies to exceed the last-level cache, so every call
 // streams them from memory as decoding a real model does; hot: one copy, cache-resident if it fits
 static int n_copies_for(size_t bytes, bool cold) {
@@ -97,7 +93,7 @@ static void stock_init(struct stock_bench * sb, int64_t m, int64_t n, int copies
     for (int c = 0; c < copies; ++c) {
         struct ggml_tensor * w = ggml_new_tensor_2d(sb->ctx, wtype, n, m);
         if (c > 0) {
-            fill_q4_K(w->data, m*n/ggml_blck_size(wtype));
+            fill_random_blocks(wtype, w->data, m*n/ggml_blck_size(wtype));
         }
         sb->w[c] = w;
     }
@@ -397,15 +393,7 @@ static void check_ref_init(struct check_ref * cr, struct stock_bench * sb, struc
         wf[i] = 0.02f*rng_normal();
     }
     ggml_quantize_chunk(wtype, wf, sb->w[0]->data, 0, m, n, NULL);
-    float * tmp = malloc(sizeof(float)*bk*n);
-    for (int64_t r = 0; r < m/bk; ++r) {
-        for (int64_t j = 0; j < n; ++j) {
-            for (int64_t i = 0; i < bk; ++i) {
-                tmp[j*bk + i] = wf[(r*bk + i)*n + j];
-            }
-        }
-        ggml_quantize_chunk(wtype, tmp, (char *) b->w + r*n*bs, 0, n, bk, NULL);
-    }
+    zz_test_quantize_zigzag(wtype, m, n, wf, b->w);
 
     cr->fp32   = calloc(m, sizeof(double));
     cr->stock  = calloc(m, sizeof(double));
@@ -452,7 +440,6 @@ static void check_ref_init(struct check_ref * cr, struct stock_bench * sb, struc
         }
     }
     free(row);
-    free(tmp);
     free(wf);
 }
 
@@ -616,7 +603,7 @@ int main(int argc, char ** argv) {
         }
         struct stock_bench sb;
         stock_init(&sb, m, n, copies, b.x);
-        fill_q4_K((char *) b.w + wbytes, m*n/bk*(copies - 1));
+        fill_random_blocks(wtype, (char *) b.w + wbytes, m*n/bk*(copies - 1));
         struct check_ref cr;
         check_ref_init(&cr, &sb, &b); // fills copy 0 of both sides
         stock_graphs(&sb, n_threads, stock_buft);

@@ -1547,21 +1547,20 @@ static void zz_dequant_q4_K(const void * blk, float * out, int64_t gs) {
         const __m256i q = _mm256_loadu_si256((const __m256i *) (b->qs + 32*j));
         for (int h = 0; h < 2; ++h) {
             // d*sc*q - dmin*m as ggml computes it: (d*sc)*q, then minus (dmin*m)
-            const __m256  d1 = _mm256_set1_ps(d*sc[h]);
-            const __m256  m1 = _mm256_set1_ps(dmin*mn[h]);
+            const float   d1 = d*sc[h];
+            const float   m1 = dmin*mn[h];
             const __m256i qh = h == 0 ? _mm256_and_si256(q, m4) : _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             const __m128i part[2] = { _mm256_castsi256_si128(qh), _mm256_extracti128_si256(qh, 1) };
             float * o = out + (2*j + h)*gs;
 #if defined(__AVX512F__)
             for (int k = 0; k < 2; ++k) {
                 const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part[k]));
-                _mm512_storeu_ps(o + 16*k, _mm512_sub_ps(_mm512_mul_ps(v, _mm512_set1_ps(d*sc[h])), _mm512_set1_ps(dmin*mn[h])));
+                _mm512_storeu_ps(o + 16*k, _mm512_sub_ps(_mm512_mul_ps(v, _mm512_set1_ps(d1)), _mm512_set1_ps(m1)));
             }
-            (void) d1; (void) m1;
 #else
             for (int k = 0; k < 4; ++k) {
                 const __m256i v = _mm256_cvtepu8_epi32(k % 2 == 0 ? part[k/2] : _mm_srli_si128(part[k/2], 8));
-                _mm256_storeu_ps(o + 8*k, _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), d1), m1));
+                _mm256_storeu_ps(o + 8*k, _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(d1)), _mm256_set1_ps(m1)));
             }
 #endif
         }

@@ -48,19 +48,8 @@ static double rel_err_f(const float * y, const float * ref, int64_t n, int nt) {
 
 // zigzag weight: block-row r holds the n x B matrix W[rB:(r+1)B, :]^T quantized as n rows of B values
 static void * make_zigzag(enum ggml_type type, int64_t m, int64_t n, const float * wf) {
-    const int64_t bk   = ggml_blck_size(type);
-    const size_t  rsz  = ggml_row_size(type, bk)*n;
-    char  * q   = malloc(rsz*(m/bk));
-    float * tmp = malloc(sizeof(float)*bk*n);
-    for (int64_t r = 0; r < m/bk; ++r) {
-        for (int64_t j = 0; j < n; ++j) {
-            for (int64_t i = 0; i < bk; ++i) {
-                tmp[j*bk + i] = wf[(r*bk + i)*n + j];
-            }
-        }
-        ggml_quantize_chunk(type, tmp, q + r*rsz, 0, n, bk, NULL);
-    }
-    free(tmp);
+    void * q = malloc(ggml_row_size(type, ggml_blck_size(type))*n*(m/ggml_blck_size(type)));
+    zz_test_quantize_zigzag(type, m, n, wf, q);
     return q;
 }
 

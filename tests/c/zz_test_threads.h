@@ -65,6 +65,23 @@ void zz_test_barrier(struct ggml_threadpool * tp) {
     }
 }
 
+// zigzag weight from an m x n fp32 matrix wf (rows of n): block-row r holds W[rB:(r+1)B, :]^T quantized as n rows
+// of B values, into out (m/B block-rows of n blocks)
+static void zz_test_quantize_zigzag(enum ggml_type type, int64_t m, int64_t n, const float * wf, void * out) {
+    const int64_t bk  = ggml_blck_size(type);
+    const size_t  rsz = ggml_row_size(type, bk)*n;
+    float * tmp = malloc(sizeof(float)*bk*n);
+    for (int64_t r = 0; r < m/bk; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+            for (int64_t i = 0; i < bk; ++i) {
+                tmp[j*bk + i] = wf[(r*bk + i)*n + j];
+            }
+        }
+        ggml_quantize_chunk(type, tmp, (char *) out + r*rsz, 0, n, bk, NULL);
+    }
+    free(tmp);
+}
+
 // a 2-D tensor header over caller-owned data (rows nb1 bytes apart)
 static struct ggml_tensor zz_test_tensor_2d(enum ggml_type type, int64_t ne0, int64_t ne1, size_t nb1, void * data) {
     struct ggml_tensor t;
