@@ -969,12 +969,12 @@ bool ggml_cuda_attn_decode_args(const ggml_tensor * dst, attn_decode_args & a) {
     return true;
 }
 
-// LLAMA_SPARSE_CUDA_ATTN_LONG=N: one-token flash attention over N or more positions runs as version 8 (default 0: off;
-// also off with GGML_CUDA_DISABLE_FUSION=1). Off because decode was not faster with it at 8k / 16k on the H200,
-// although the kernel alone streams K / V faster than upstream's (bench/results/attn_long_h200_2026-12-04b.md)
+// LLAMA_SPARSE_CUDA_ATTN_LONG=N: one-token flash attention over N or more positions runs as version 8 (default
+// 24576; 0: off; also off with GGML_CUDA_DISABLE_FUSION=1). 8B-shaped decode on the H200: 4-6 % faster at 24k / 32k,
+// even at 16k, slower at 8k (bench/results/attn_long_h200_2026-12-05.md)
 static int ad_long_kv() {
     static const int v = [] {
-        const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_LONG", 0);
+        const int e = ad_env("LLAMA_SPARSE_CUDA_ATTN_LONG", 24576);
         return e > 0 && ggml_sparse_cuda_fusion_on("LLAMA_SPARSE_CUDA_ATTN_LONG") ? e : 0;
     }();
     return v;
@@ -983,8 +983,9 @@ static int ad_long_kv() {
 int ggml_cuda_attn_decode_fuse(ggml_backend_cuda_context & ctx, ggml_cgraph * cgraph, int i) {
     ggml_tensor * dst = ggml_graph_node(cgraph, i);
     attn_decode_args a;
-    if (dst->op != GGML_OP_FLASH_ATTN_EXT || (ad_long_kv() == 0 && ggml_cuda_attn_decode_mode() == 0) ||
-            !ggml_cuda_attn_decode_args(dst, a)) {
+    // nodes neither version takes are left to upstream before their arguments are read
+    if (dst->op != GGML_OP_FLASH_ATTN_EXT || (ggml_cuda_attn_decode_mode() == 0 &&
+            (ad_long_kv() == 0 || dst->src[1]->ne[1] < ad_long_kv())) || !ggml_cuda_attn_decode_args(dst, a)) {
         return 0;
     }
     if (ad_long_kv() > 0 && a.n_kv >= ad_long_kv() && attn_decode_launch(a, 0, ctx.device, ctx.stream(), 8)) {
