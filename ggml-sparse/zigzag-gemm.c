@@ -1,6 +1,6 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
 // is dequantized once into an fp32 panel and reused by every token, in register tiles of tokens x outputs:
-// AVX-512 12 x 32, AVX2 6 x 16, NEON 4 x 16.
+// AVX-512 6 x 64 (256-row blocks) or 12 x 32 (32-row blocks), AVX2 6 x 16, NEON 4 x 16.
 #include "ggml-sparse-cpu.h"
 #include "ggml-impl.h"
 
@@ -30,30 +30,31 @@
 #endif
 
 #if defined(__AVX512F__)
-// y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*32 + i], i < 32, t < nt (a constant when inlined);
-// the panel stride is the tile width
+// y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * W[j][i], i < 16*nv, t < nt (nt, nv constants when inlined);
+// W[j][i] = panel[(i/32)*ss + j*32 + i%32]: 32-output slices ss floats apart
 static inline __attribute__((always_inline)) void zz_gemm_tile_avx512(
-        const float * panel, int64_t nj, const float * x, int64_t ldx, const int nt, float * y, int64_t ldy, bool first) {
-    __m512 acc[ZZ_GEMM_TT][ZZ_GEMM_NV];
+        const float * panel, int64_t ss, int64_t nj, const float * x, int64_t ldx, const int nt, const int nv,
+        float * y, int64_t ldy, bool first) {
+    __m512 acc[ZZ_GEMM_TT][4];
     for (int t = 0; t < nt; ++t) {
-        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+        for (int v = 0; v < nv; ++v) {
             acc[t][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t*ldy + 16*v);
         }
     }
     for (int64_t j = 0; j < nj; ++j) {
-        __m512 w[ZZ_GEMM_NV];
-        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
-            w[v] = _mm512_loadu_ps(panel + j*ZZ_GEMM_TI + 16*v);
+        __m512 w[4];
+        for (int v = 0; v < nv; ++v) {
+            w[v] = _mm512_loadu_ps(panel + (v/2)*ss + j*32 + 16*(v%2));
         }
         for (int t = 0; t < nt; ++t) {
             const __m512 xv = _mm512_set1_ps(x[t*ldx + j]);
-            for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+            for (int v = 0; v < nv; ++v) {
                 acc[t][v] = _mm512_fmadd_ps(xv, w[v], acc[t][v]);
             }
         }
     }
     for (int t = 0; t < nt; ++t) {
-        for (int v = 0; v < ZZ_GEMM_NV; ++v) {
+        for (int v = 0; v < nv; ++v) {
             _mm512_storeu_ps(y + t*ldy + 16*v, acc[t][v]);
         }
     }
@@ -91,18 +92,18 @@ static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const floa
 #if defined(__AVX512F__)
     static_assert(ZZ_GEMM_TT == 12, "one case per token count");
     switch (nt) {
-        case 12: zz_gemm_tile_avx512(panel, nj, x, ldx, 12, y, ldy, first); return;
-        case 11: zz_gemm_tile_avx512(panel, nj, x, ldx, 11, y, ldy, first); return;
-        case 10: zz_gemm_tile_avx512(panel, nj, x, ldx, 10, y, ldy, first); return;
-        case 9:  zz_gemm_tile_avx512(panel, nj, x, ldx, 9,  y, ldy, first); return;
-        case 8:  zz_gemm_tile_avx512(panel, nj, x, ldx, 8,  y, ldy, first); return;
-        case 7:  zz_gemm_tile_avx512(panel, nj, x, ldx, 7,  y, ldy, first); return;
-        case 6:  zz_gemm_tile_avx512(panel, nj, x, ldx, 6,  y, ldy, first); return;
-        case 5:  zz_gemm_tile_avx512(panel, nj, x, ldx, 5,  y, ldy, first); return;
-        case 4:  zz_gemm_tile_avx512(panel, nj, x, ldx, 4,  y, ldy, first); return;
-        case 3:  zz_gemm_tile_avx512(panel, nj, x, ldx, 3,  y, ldy, first); return;
-        case 2:  zz_gemm_tile_avx512(panel, nj, x, ldx, 2,  y, ldy, first); return;
-        case 1:  zz_gemm_tile_avx512(panel, nj, x, ldx, 1,  y, ldy, first); return;
+        case 12: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 12, 2, y, ldy, first); return;
+        case 11: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 11, 2, y, ldy, first); return;
+        case 10: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 10, 2, y, ldy, first); return;
+        case 9:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 9, 2, y, ldy, first); return;
+        case 8:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 8, 2, y, ldy, first); return;
+        case 7:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 7, 2, y, ldy, first); return;
+        case 6:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 6, 2, y, ldy, first); return;
+        case 5:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 5, 2, y, ldy, first); return;
+        case 4:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 4, 2, y, ldy, first); return;
+        case 3:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 3, 2, y, ldy, first); return;
+        case 2:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 2, 2, y, ldy, first); return;
+        case 1:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 1, 2, y, ldy, first); return;
         default: break;
     }
     (void) bk;
@@ -159,6 +160,24 @@ static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const floa
     }
 }
 
+#if defined(__AVX512F__)
+#define ZZ_GEMM_TTW 6 // tokens per wide tile: 6 x 4 accumulators, 4 weight and 1 broadcast registers
+// the wide tile: 64 outputs from two 32-output panel slices ss floats apart, nt <= ZZ_GEMM_TTW tokens
+// (10 loads per 24 FMAs against the 12 x 32 tile's 14, and 6 row pointers, none spilled)
+static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const float * x, int64_t ldx, int nt,
+                              float * y, int64_t ldy, bool first) {
+    switch (nt) {
+        case 6: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 6, 4, y, ldy, first); return;
+        case 5: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 5, 4, y, ldy, first); return;
+        case 4: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 4, 4, y, ldy, first); return;
+        case 3: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 3, 4, y, ldy, first); return;
+        case 2: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 2, 4, y, ldy, first); return;
+        case 1: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 1, 4, y, ldy, first); return;
+        default: GGML_ABORT("wide tile: %d tokens", nt);
+    }
+}
+#endif
+
 void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_t cs, int64_t n,
                                    const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
                                    float * panel, int64_t panel_floats) {
@@ -203,6 +222,18 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
                 memcpy(panel + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI + j*ZZ_GEMM_TI, blk_f32 + i0, ZZ_GEMM_TI*sizeof(float));
             }
         }
+#if defined(__AVX512F__)
+        if (bk % 64 == 0 && ZZ_GEMM_TI == 32) {
+            for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TTW) {
+                const int tn = nt - t0 < ZZ_GEMM_TTW ? (int) (nt - t0) : ZZ_GEMM_TTW;
+                for (int64_t i0 = 0; i0 < bk; i0 += 64) {
+                    zz_gemm_tile_wide(panel + (i0/32)*nj*32, nj*32, nj, x + t0*ldx + j0, ldx, tn,
+                                      y + t0*ldy + i0, ldy, j0 == 0);
+                }
+            }
+            continue;
+        }
+#endif
         for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TT) {
             const int tn = nt - t0 < ZZ_GEMM_TT ? (int) (nt - t0) : ZZ_GEMM_TT;
             for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
