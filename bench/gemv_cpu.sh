@@ -47,10 +47,13 @@ if [ "${NO_SAVE:-0}" != "1" ]; then
     [ -f "$res" ] || printf '# %s\n' "$title" > "$res"
     {
         echo
-        echo "## $(date -u +%H:%MZ): \`${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }OMP_WAIT_POLICY=$OMP_WAIT_POLICY bench/$prog.sh $*\`"
+        echo "## $(date -u +%H:%MZ): \`${LLAMA_SPARSE_STOCK_BIN:+LLAMA_SPARSE_STOCK_BIN=$LLAMA_SPARSE_STOCK_BIN }${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }OMP_WAIT_POLICY=$OMP_WAIT_POLICY bench/$prog.sh $*\`"
         echo
         echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
              "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+        # the stock build's x86 options (a build with GGML_NATIVE=OFF compares other instruction sets)
+        echo "stock: $bin ($(grep -hoE '^GGML_(NATIVE|AVX[0-9A-Z_]*|FMA|F16C):BOOL=[A-Z]+' "$bin/../CMakeCache.txt" 2>/dev/null |
+             sed 's/:BOOL//' | tr '\n' ' ' | sed 's/ $//'))"
         echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo none)," \
              "load average at start: $(echo "$up_start" | sed 's/.*load average: //'), at end: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo
