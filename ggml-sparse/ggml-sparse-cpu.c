@@ -411,24 +411,30 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         GGML_ASSERT(panel != NULL);
     }
 
-    // split tokens too when there are few block-rows, so every thread gets work; each split re-dequantizes
+    // 32-row blocks go in pairs of block-rows: 64 outputs, the AVX-512 wide tile's width
+    const int64_t rpu = s->bk == 32 && s->nr > 1 ? 2 : 1;
+    const int64_t nu  = (s->nr + rpu - 1)/rpu;
+
+    // split tokens too when there are few units, so every thread gets work; each split re-dequantizes
     int64_t ng = 1;
-    while (s->nr*ng < 4*nth && ng*8 < s->nt) {
+    while (nu*ng < 4*nth && ng*8 < s->nt) {
         ng++;
     }
     const int64_t tpg = (s->nt + ng - 1)/ng;
 
-    for (int64_t u = ith; u < s->nr*ng; u += nth) {
-        const int64_t r  = u/ng;
+    for (int64_t u = ith; u < nu*ng; u += nth) {
+        const int64_t r  = (u/ng)*rpu;
+        const int     nb = r + rpu <= s->nr ? (int) rpu : 1;
         const int64_t t0 = (u%ng)*tpg;
         const int64_t t1 = t0 + tpg < s->nt ? t0 + tpg : s->nt;
         if (t0 >= t1) {
             continue;
         }
-        size_t cs;
+        size_t cs, cs1;
         const char * wr = zz_block_row(s, wdata0, wnb1, r, &cs);
-        ggml_sparse_zz_gemm_block_row(s->type, wr, cs, s->n, x + t0*ldx, ldx, t1 - t0,
-                                      y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
+        const size_t rs = nb > 1 ? (size_t) (zz_block_row(s, wdata0, wnb1, r + 1, &cs1) - wr) : 0;
+        ggml_sparse_zz_gemm_block_rows(s->type, wr, cs, rs, nb, s->n, x + t0*ldx, ldx, t1 - t0,
+                                       y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
     }
     free(panel_own);
 }

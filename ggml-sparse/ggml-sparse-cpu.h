@@ -79,12 +79,13 @@ ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type);
 // whether this build decodes a type column-major with a fast kernel (the cm kernel, or the multi-row one)
 bool ggml_sparse_zz_cpu_colmajor_fast(enum ggml_type type);
 
-// prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * deq(block j)[i] for i < B and any nt, dense, block j at
-// wrow + j*cs (cs: the block size in the row layout, nr blocks in the column-major one); each weight block is
-// dequantized once into panel (panel_floats floats, >= 8*B) for all nt tokens
-void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_t cs, int64_t n,
-                                   const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
-                                   float * panel, int64_t panel_floats);
+// prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * W[i][j] for i < nb*B and any nt, dense, over nb (1 or 2)
+// consecutive block-rows: W[b*B + i'][j] = deq(block at wrow + j*cs + b*rs)[i'] (cs: the block size in the row
+// layout, nr blocks in the column-major one; rs: from one block-row to the next); each weight block is dequantized
+// once into panel (panel_floats floats, >= 8*nb*B) for all nt tokens
+void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size_t cs, size_t rs, int nb, int64_t n,
+                                    const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
+                                    float * panel, int64_t panel_floats);
 
 // dequantize one block (B values) exactly as ggml's dequantize_row_* does
 void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out);

@@ -178,19 +178,20 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 }
 #endif
 
-void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_t cs, int64_t n,
-                                   const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
-                                   float * panel, int64_t panel_floats) {
+void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size_t cs, size_t rs, int nb, int64_t n,
+                                    const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
+                                    float * panel, int64_t panel_floats) {
     const int64_t bk = ggml_blck_size(type);
-    const int64_t jp = panel_floats/bk;
+    const int64_t no = nb*bk; // outputs
+    const int64_t jp = panel_floats/no;
     const size_t  bs = ggml_type_size(type);
-    GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && jp >= 8);
+    GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && (nb == 1 || nb == 2) && jp >= 8);
 
     const ggml_sparse_zz_dequant_t dequant = ggml_sparse_zz_dequant_x86(type);
 
     if (n == 0) {
         for (int64_t t = 0; t < nt; ++t) {
-            memset(y + t*ldy, 0, bk*sizeof(float));
+            memset(y + t*ldy, 0, no*sizeof(float));
         }
         return;
     }
@@ -201,32 +202,35 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
     for (int64_t j0 = 0; j0 < n; j0 += jp) {
         const int64_t nj = n - j0 < jp ? n - j0 : jp;
         for (int64_t j = 0; j < nj; ++j) {
-            const void * blk = (const char *) wrow + (j0 + j)*cs;
-            if (j0 + j + ZZ_GEMM_PF < n) {
-                // column-major blocks are nr blocks apart, too far for the hardware prefetcher: fetch ahead
-                const char * pf = (const char *) wrow + (j0 + j + ZZ_GEMM_PF)*cs;
-                for (size_t l = 0; l < bs; l += 64) {
-                    __builtin_prefetch(pf + l);
+            for (int b = 0; b < nb; ++b) {
+                const char * blk = (const char *) wrow + (j0 + j)*cs + b*rs;
+                if (j0 + j + ZZ_GEMM_PF < n) {
+                    // column-major blocks are nr blocks apart, too far for the hardware prefetcher: fetch ahead
+                    const char * pf = blk + ZZ_GEMM_PF*cs;
+                    for (size_t l = 0; l < bs; l += 64) {
+                        __builtin_prefetch(pf + l);
+                    }
                 }
-            }
-            if (dequant && ZZ_GEMM_TI == 32) {
-                dequant(blk, panel + j*32, nj*32); // each 32-value group straight into its slice
-                continue;
-            }
-            if (dequant) {
-                dequant(blk, blk_f32, 32);
-            } else {
-                ggml_sparse_zz_dequant_block(type, blk, blk_f32);
-            }
-            for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
-                memcpy(panel + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI + j*ZZ_GEMM_TI, blk_f32 + i0, ZZ_GEMM_TI*sizeof(float));
+                float * pb = panel + b*bk*nj; // block-row b's slices
+                if (dequant && ZZ_GEMM_TI == 32) {
+                    dequant(blk, pb + j*32, nj*32); // each 32-value group straight into its slice
+                    continue;
+                }
+                if (dequant) {
+                    dequant(blk, blk_f32, 32);
+                } else {
+                    ggml_sparse_zz_dequant_block(type, blk, blk_f32);
+                }
+                for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
+                    memcpy(pb + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI + j*ZZ_GEMM_TI, blk_f32 + i0, ZZ_GEMM_TI*sizeof(float));
+                }
             }
         }
 #if defined(__AVX512F__)
-        if (bk % 64 == 0 && ZZ_GEMM_TI == 32) {
+        if (no % 64 == 0 && ZZ_GEMM_TI == 32) {
             for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TTW) {
                 const int tn = nt - t0 < ZZ_GEMM_TTW ? (int) (nt - t0) : ZZ_GEMM_TTW;
-                for (int64_t i0 = 0; i0 < bk; i0 += 64) {
+                for (int64_t i0 = 0; i0 < no; i0 += 64) {
                     zz_gemm_tile_wide(panel + (i0/32)*nj*32, nj*32, nj, x + t0*ldx + j0, ldx, tn,
                                       y + t0*ldy + i0, ldy, j0 == 0);
                 }
@@ -236,7 +240,7 @@ void ggml_sparse_zz_gemm_block_row(enum ggml_type type, const void * wrow, size_
 #endif
         for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TT) {
             const int tn = nt - t0 < ZZ_GEMM_TT ? (int) (nt - t0) : ZZ_GEMM_TT;
-            for (int64_t i0 = 0; i0 < bk; i0 += ZZ_GEMM_TI) {
+            for (int64_t i0 = 0; i0 < no; i0 += ZZ_GEMM_TI) {
                 zz_gemm_tile(panel + (i0/ZZ_GEMM_TI)*nj*ZZ_GEMM_TI, ZZ_GEMM_TI, nj, x + t0*ldx + j0, ldx, tn,
                              y + t0*ldy + i0, ldy, j0 == 0);
             }
