@@ -1,6 +1,6 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
 // is dequantized once into an fp32 panel and reused by every token, in register tiles of tokens x outputs:
-// AVX-512 6 x 64 (256-row blocks) or 12 x 32 (32-row blocks), AVX2 6 x 16, NEON 4 x 16.
+// AVX-512 6 x 64 (32-row blocks two block-rows at once; 12 x 32 for a lone one), AVX2 6 x 16, NEON 4 x 16.
 #include "ggml-sparse-cpu.h"
 #include "ggml-impl.h"
 
