@@ -414,6 +414,8 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
     // 32-row blocks go in pairs of block-rows: 64 outputs, the AVX-512 wide tile's width
     const int64_t rpu = s->bk == 32 && s->nr > 1 ? 2 : 1;
     const int64_t nu  = (s->nr + rpu - 1)/rpu;
+    size_t cs;
+    const size_t rs = rpu > 1 ? (size_t) (zz_block_row(s, wdata0, wnb1, 1, &cs) - wdata0) : 0; // block-row stride
 
     // split tokens too when there are few units, so every thread gets work; each split re-dequantizes
     int64_t ng = 1;
@@ -430,9 +432,7 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         if (t0 >= t1) {
             continue;
         }
-        size_t cs, cs1;
         const char * wr = zz_block_row(s, wdata0, wnb1, r, &cs);
-        const size_t rs = nb > 1 ? (size_t) (zz_block_row(s, wdata0, wnb1, r + 1, &cs1) - wr) : 0;
         ggml_sparse_zz_gemm_block_rows(s->type, wr, cs, rs, nb, s->n, x + t0*ldx, ldx, t1 - t0,
                                        y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
     }

@@ -60,6 +60,9 @@ static inline __attribute__((always_inline)) void zz_gemm_tile_avx512(
     }
 }
 
+// one switch case per token count, so each tile is compiled with constant nt and nv
+#define ZZ_GEMM_CASE(NT, SS, NV) case NT: zz_gemm_tile_avx512(panel, SS, nj, x, ldx, NT, NV, y, ldy, first); return;
+
 #elif defined(__AVX2__) && defined(__FMA__)
 // y[t*ldy + i] (+)= sum_{j < nj} x[t*ldx + j] * panel[j*bk + i], i < 16, t < nt (a constant when inlined)
 static inline __attribute__((always_inline)) void zz_gemm_tile_avx2(
@@ -92,18 +95,9 @@ static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const floa
 #if defined(__AVX512F__)
     static_assert(ZZ_GEMM_TT == 12, "one case per token count");
     switch (nt) {
-        case 12: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 12, 2, y, ldy, first); return;
-        case 11: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 11, 2, y, ldy, first); return;
-        case 10: zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 10, 2, y, ldy, first); return;
-        case 9:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 9, 2, y, ldy, first); return;
-        case 8:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 8, 2, y, ldy, first); return;
-        case 7:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 7, 2, y, ldy, first); return;
-        case 6:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 6, 2, y, ldy, first); return;
-        case 5:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 5, 2, y, ldy, first); return;
-        case 4:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 4, 2, y, ldy, first); return;
-        case 3:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 3, 2, y, ldy, first); return;
-        case 2:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 2, 2, y, ldy, first); return;
-        case 1:  zz_gemm_tile_avx512(panel, 0, nj, x, ldx, 1, 2, y, ldy, first); return;
+        ZZ_GEMM_CASE(12, 0, 2) ZZ_GEMM_CASE(11, 0, 2) ZZ_GEMM_CASE(10, 0, 2) ZZ_GEMM_CASE(9, 0, 2)
+        ZZ_GEMM_CASE(8, 0, 2)  ZZ_GEMM_CASE(7, 0, 2)  ZZ_GEMM_CASE(6, 0, 2)  ZZ_GEMM_CASE(5, 0, 2)
+        ZZ_GEMM_CASE(4, 0, 2)  ZZ_GEMM_CASE(3, 0, 2)  ZZ_GEMM_CASE(2, 0, 2)  ZZ_GEMM_CASE(1, 0, 2)
         default: break;
     }
     (void) bk;
@@ -167,12 +161,8 @@ static void zz_gemm_tile(const float * panel, int64_t bk, int64_t nj, const floa
 static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const float * x, int64_t ldx, int nt,
                               float * y, int64_t ldy, bool first) {
     switch (nt) {
-        case 6: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 6, 4, y, ldy, first); return;
-        case 5: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 5, 4, y, ldy, first); return;
-        case 4: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 4, 4, y, ldy, first); return;
-        case 3: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 3, 4, y, ldy, first); return;
-        case 2: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 2, 4, y, ldy, first); return;
-        case 1: zz_gemm_tile_avx512(panel, ss, nj, x, ldx, 1, 4, y, ldy, first); return;
+        ZZ_GEMM_CASE(6, ss, 4) ZZ_GEMM_CASE(5, ss, 4) ZZ_GEMM_CASE(4, ss, 4)
+        ZZ_GEMM_CASE(3, ss, 4) ZZ_GEMM_CASE(2, ss, 4) ZZ_GEMM_CASE(1, ss, 4)
         default: GGML_ABORT("wide tile: %d tokens", nt);
     }
 }
@@ -227,7 +217,7 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
             }
         }
 #if defined(__AVX512F__)
-        if (no % 64 == 0 && ZZ_GEMM_TI == 32) {
+        if (no % 64 == 0) {
             for (int64_t t0 = 0; t0 < nt; t0 += ZZ_GEMM_TTW) {
                 const int tn = nt - t0 < ZZ_GEMM_TTW ? (int) (nt - t0) : ZZ_GEMM_TTW;
                 for (int64_t i0 = 0; i0 < no; i0 += 64) {

@@ -394,7 +394,7 @@ static void test_mul_mat(bool quick) {
     }
 }
 
-// prefill GEMM (T > GGML_SPARSE_MAX_BATCH): token counts around the register tiles (AVX-512 12, AVX2 6, NEON 4),
+// prefill GEMM (T > GGML_SPARSE_MAX_BATCH): token counts around the register tiles (AVX-512 6 and 12, AVX2 6, NEON 4),
 // n across panel passes (build with a small ZZ_GEMM_PANEL_FLOATS for many), both layouts of Q4_K
 static void test_gemm(bool quick) {
     const int nts[] = { 9, 11, 12, 13, 26, 25, 37, 100 };
