@@ -1,7 +1,8 @@
 // llama-sparse: CPU prefill GEMM microbenchmark. Stock ggml mul_mat (CPU backend, ggml graph, weights in
 // CPU_REPACK as llama.cpp loads them, x quantized inside) against zigzag MUL_MAT_ZZ dense, T tokens at once
 // (T > GGML_SPARSE_MAX_BATCH: the prefill path; smaller T times the decode GEMV dense). Prints a markdown table (ratio = stock time / zigzag time).
-// usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1]
+// usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1] [-L rows|cols]
+// -L cols (T <= GGML_SPARSE_MAX_BATCH): zigzag weights column-major, the layout llama-sparse gives CPU decode weights.
 // -S 1: SmolLM2-135M shapes instead of Llama-2-7B's. Each side runs in its own processes, procs of each,
 // alternating (stock, zigzag, zigzag, stock, ...), so neither side's spinning threads slow the other's calls.
 // Correctness: both sides quantize one random fp32 matrix (stock: rows; zigzag: block columns). Zigzag's
@@ -40,6 +41,7 @@ struct setup {
     int     n_threads, rounds;
     float * x;    // [nt][n]
     void  * wzz;  // zigzag blocks, m/B block-rows of n blocks
+    bool    cm;   // wzz column-major (GGML_SPARSE_ZZ_LAYOUT_COLS), as llama-sparse lays out CPU decode weights
     struct ggml_context * ctx; // stock: plain rows (w), x
     struct ggml_tensor  * w;
 };
@@ -82,6 +84,9 @@ static void run_stock(const struct setup * s, struct side_out * o) {
 static void run_zz(const struct setup * s, struct side_out * o) {
     const int64_t bk = ggml_blck_size(s->type);
     struct ggml_tensor wt = zz_test_tensor_2d(s->type, bk*s->n, s->m/bk, ggml_row_size(s->type, bk*s->n), s->wzz);
+    if (s->cm) {
+        ggml_sparse_zz_set_layout(&wt, GGML_SPARSE_ZZ_LAYOUT_COLS);
+    }
     struct ggml_tensor xt = zz_test_tensor_2d(GGML_TYPE_F32, s->n, s->nt, sizeof(float)*s->n, s->x);
     struct ggml_tensor yt = zz_test_tensor_2d(GGML_TYPE_F32, s->m, s->nt, sizeof(float)*s->m, o->y);
     yt.src[0] = &wt;
@@ -117,6 +122,7 @@ static void run_forked(const struct setup * s, bool stock, struct side_out * o) 
 
 int main(int argc, char ** argv) {
     int n_threads = 2, rounds = 5, n_procs = 2, shape_set = 0;
+    bool cm = false;
     int64_t nt = 128;
     enum ggml_type type = GGML_TYPE_Q4_K;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -126,6 +132,7 @@ int main(int argc, char ** argv) {
         if (strcmp(argv[i], "-T") == 0) nt        = atoll(argv[i + 1]);
         if (strcmp(argv[i], "-q") == 0) type      = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
         if (strcmp(argv[i], "-S") == 0) shape_set = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-L") == 0) cm        = strcmp(argv[i + 1], "cols") == 0;
     }
     rounds  = rounds < 1 ? 1 : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
     n_procs = n_procs < 1 ? 1 : n_procs;
@@ -141,7 +148,8 @@ int main(int argc, char ** argv) {
     const int64_t (*shapes)[2] = shape_set == 1 ? shapes_smol : shapes_7b;
     const ggml_backend_buffer_type_t buft = stock_repack_buft(type, shapes[0][1]);
 
-    printf("zigzag path: %s\n", nt > GGML_SPARSE_MAX_BATCH ? "prefill GEMM (fp32 panels)" : "decode GEMV, dense (T <= GGML_SPARSE_MAX_BATCH)");
+    printf("zigzag path: %s%s\n", nt > GGML_SPARSE_MAX_BATCH ? "prefill GEMM (fp32 panels)" : "decode GEMV, dense (T <= GGML_SPARSE_MAX_BATCH)",
+           nt <= GGML_SPARSE_MAX_BATCH && cm && ggml_sparse_zz_cpu_colmajor_fast(type) ? ", column-major weights (-L cols)" : "");
     printf("threads %d, T = %lld tokens, %s, fastest of %d processes x %d calls per side (alternating stock, zigzag, "
            "zigzag, stock, ...), times in ms; stock weights %s; ratio = stock time / zigzag time\n\n",
            n_threads, (long long) nt, ggml_type_name(type), n_procs, rounds,
@@ -172,6 +180,13 @@ int main(int argc, char ** argv) {
         ggml_quantize_chunk(type, wf, s.w->data, 0, m, n, NULL);
         s.wzz = malloc(bs*n*(m/bk));
         zz_test_quantize_zigzag(type, m, n, wf, s.wzz);
+        s.cm = cm && nt <= GGML_SPARSE_MAX_BATCH && ggml_sparse_zz_cpu_colmajor_fast(type);
+        if (s.cm) {
+            void * rows = s.wzz;
+            s.wzz = malloc(bs*n*(m/bk));
+            ggml_sparse_zz_to_colmajor(type, n, m/bk, rows, s.wzz);
+            free(rows);
+        }
 
         const size_t osz = sizeof(struct side_out) + sizeof(float)*m*nt;
         struct side_out * os = mmap(NULL, osz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -195,7 +210,7 @@ int main(int argc, char ** argv) {
         float  * wd  = malloc(sizeof(float)*bk);
         for (int64_t r = 0; r < m/bk; ++r) {
             for (int64_t j = 0; j < n; ++j) {
-                ggml_get_type_traits(type)->to_float((const char *) s.wzz + (r*n + j)*bs, wd, bk);
+                ggml_get_type_traits(type)->to_float((const char *) s.wzz + (s.cm ? j*(m/bk) + r : r*n + j)*bs, wd, bk);
                 for (int64_t t = 0; t < ntc; ++t) {
                     const double xv = s.x[t*n + j];
                     for (int64_t i = 0; i < bk; ++i) {

@@ -849,6 +849,91 @@ static __attribute__((noinline)) void zz_q4_K_cm_row_vnni(const block_q4_K * con
 }
 #endif
 
+// batch (T > 1) VNNI on zmm: a column quad's 32-byte run widens to four zmm of (a_l, b_l, c_l, d_l) dwords, low
+// nibbles in the lower half and high ones (x16, masked in place) in the upper, so one vpdpbusd takes a quad's low
+// and high coefficients at once; the sums of up to four tokens stay in registers (the maddubs batch path kept them
+// in stack slots: a load and a store per product). Accumulator slot i = 16k + 8h + 4L + e holds output
+// 32h + 16L + 4k + e (dword e < 4 of lane L of w_k, h = 1: high nibbles). The integer sums are those of the
+// maddubs path, so results match it bit for bit
+#if !defined(ZZ_BATCH_VNNI) && ZZ_CM_VNNI && defined(__AVX512F__) && defined(__AVX512BW__)
+#define ZZ_BATCH_VNNI 1
+#endif
+#if ZZ_BATCH_VNNI
+static const uint8_t zz_q4_K_bq_slot_out[64] = {
+     0,  1,  2,  3, 16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,
+     4,  5,  6,  7, 20, 21, 22, 23, 36, 37, 38, 39, 52, 53, 54, 55,
+     8,  9, 10, 11, 24, 25, 26, 27, 40, 41, 42, 43, 56, 57, 58, 59,
+    12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63,
+};
+
+// tokens t < G (G constant: 2..4), run sp of the nq quads of block-row roff (cb[c] + roff): y + t*ldy + 64*sp
+// (batch slot order) += the products with the quads' coefficients cq[t][q] (8 dwords: 2sp low, 2sp + 1 high)
+// times sf[t][2sp] (low) and sf[t][2sp + 1]/16 (high)
+ZZ_INLINE void zz_q4_K_bq_run(const block_q4_K * const * cb, size_t roff, int nq, const int32_t (* cq)[ZZ_CHUNK/4][8],
+                              const float (* sf)[8], int sp, const int G, float * y, int64_t ldy) {
+    const __m512i mk   = _mm512_inserti64x4(_mm512_set1_epi8(0x0F), _mm256_set1_epi8((char) 0xF0), 1);
+    const __m512i cidx = _mm512_inserti64x4(_mm512_set1_epi32(2*sp), _mm256_set1_epi32(2*sp + 1), 1);
+    __m512i acc[4][4];
+    for (int t = 0; t < G; ++t) {
+        for (int k = 0; k < 4; ++k) {
+            acc[t][k] = _mm512_setzero_si512();
+        }
+    }
+    const size_t off = roff + offsetof(block_q4_K, qs) + 32*sp;
+    ZZ_UNROLL(1)
+    for (int q = 0; q < nq; ++q) {
+        #define ZZ_BQ_LD(i) _mm256_loadu_si256((const __m256i *) ((const char *) cb[4*q + (i)] + off))
+        const __m256i A = ZZ_BQ_LD(0), B = ZZ_BQ_LD(1), C = ZZ_BQ_LD(2), D = ZZ_BQ_LD(3);
+        #undef ZZ_BQ_LD
+        const __m256i ab0 = _mm256_unpacklo_epi8(A, B), ab1 = _mm256_unpackhi_epi8(A, B);
+        const __m256i cd0 = _mm256_unpacklo_epi8(C, D), cd1 = _mm256_unpackhi_epi8(C, D);
+        __m512i z[4];
+        #define ZZ_BQ_W(k, v) z[k] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1), mk)
+        ZZ_BQ_W(0, _mm256_unpacklo_epi16(ab0, cd0)); ZZ_BQ_W(1, _mm256_unpackhi_epi16(ab0, cd0));
+        ZZ_BQ_W(2, _mm256_unpacklo_epi16(ab1, cd1)); ZZ_BQ_W(3, _mm256_unpackhi_epi16(ab1, cd1));
+        #undef ZZ_BQ_W
+        for (int t = 0; t < G; ++t) {
+            // the upper half of the cast is undefined, and never read: the indices are below 8
+            const __m512i c = _mm512_permutexvar_epi32(cidx, _mm512_castsi256_si512(_mm256_load_si256((const __m256i *) cq[t][q])));
+            for (int k = 0; k < 4; ++k) {
+                acc[t][k] = _mm512_dpbusd_epi32(acc[t][k], z[k], c);
+            }
+        }
+    }
+    for (int t = 0; t < G; ++t) {
+        const __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(sf[t][2*sp]), _mm256_set1_ps(sf[t][2*sp + 1]*(1.0f/16.0f)), 1);
+        float * yo = y + t*ldy + 64*sp;
+        for (int k = 0; k < 4; ++k) {
+            _mm512_storeu_ps(yo + 16*k, _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(acc[t][k]), _mm512_loadu_ps(yo + 16*k)));
+        }
+    }
+}
+
+// nt > 1 tokens, one block-row r: every run sp (with its prefetches) for balanced groups of two to four tokens
+static __attribute__((noinline)) void zz_q4_K_cm_row_bq(const block_q4_K * const * cb, size_t roff, int nq,
+        const int32_t (* cq)[ZZ_CHUNK/4][8], const float (* sf)[8], int nt, struct zz_cm_pf * pf, int64_t r, int64_t nr,
+        float * yr, int64_t ldy) {
+    const int ng = (nt + 3)/4;
+    ZZ_UNROLL(1)
+    for (int sp = 0; sp < QK_K/64; ++sp) {
+        zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
+        for (int g = 0, t0 = 0; g < ng; ++g) {
+            const int t1 = nt*(g + 1)/ng;
+            switch (t1 - t0) {
+                case 2: zz_q4_K_bq_run(cb, roff, nq, cq + t0, sf + t0, sp, 2, yr + t0*ldy, ldy); break;
+                case 3: zz_q4_K_bq_run(cb, roff, nq, cq + t0, sf + t0, sp, 3, yr + t0*ldy, ldy); break;
+                default: zz_q4_K_bq_run(cb, roff, nq, cq + t0, sf + t0, sp, 4, yr + t0*ldy, ldy); break;
+            }
+            t0 = t1;
+        }
+    }
+}
+#else
+#undef  ZZ_BATCH_VNNI
+#define ZZ_BATCH_VNNI 0
+#define zz_q4_K_bq_slot_out zz_q4_K_cm_slot_out
+#endif
+
 // one chunk of ncol list entries through the nr block-rows: cb: each column's first block (padded to ZZ_CHUNK by
 // repeating the last), xs: x per column and token (0 past ncol); contiguous
 // columns (strided: dense, one token, ncol = ZZ_CHUNK) are addressed from cb[0] by stride. Accumulates into y
@@ -860,7 +945,9 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
     enum { NG = ZZ_CHUNK };
     // column pairs; VNNI (one token) works in quads, the padding pair's coefficients are 0 (x = 0)
     const int nq = (ncol + 3)/4;
-    const int np = ZZ_CM_VNNI && nt == 1 && !strided ? 2*nq : (ncol + 1)/2;
+    // quads: VNNI's one-token path on scattered columns, and its batch path (ZZ_BATCH_VNNI)
+    const bool quad = ZZ_CM_VNNI && ((nt == 1 && !strided) || (nt > 1 && ZZ_BATCH_VNNI));
+    const int np = quad ? 2*nq : (ncol + 1)/2;
 
     const __m256i dm_idx   = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
@@ -874,7 +961,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
     int32_t  coef[ZZ_MAX_T][NG/2][8] __attribute__((aligned(32)));
     float    sf[ZZ_MAX_T][8]         __attribute__((aligned(32)));
 #if ZZ_CM_VNNI
-    int32_t  cq[NG/4][8]             __attribute__((aligned(32))); // (c_a, c_b, c_c, c_d) per sub-block
+    int32_t  cq[ZZ_MAX_T][NG/4][8]   __attribute__((aligned(32))); // (c_a, c_b, c_c, c_d) per sub-block
 #endif
 
     const size_t cstride = ldc*sizeof(block_q4_K);
@@ -943,8 +1030,8 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
             _mm256_store_ps(sf[t], _mm256_mul_ps(_mm256_set1_ps(32768.0f*64.0f*sa[t]/32767.0f), zz_rcp(rf)));
             const __m256i rw = _mm256_or_si256(ri, _mm256_slli_epi32(ri, 16));
 #if ZZ_CM_VNNI
-            if (nt == 1 && !strided) {
-                zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[0], nq, rw, cq);
+            if (quad) {
+                zz_q4_K_quad_coefs((const int32_t (*)[8]) coef[t], nq, rw, cq[t]);
                 continue;
             }
 #endif
@@ -958,7 +1045,12 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
 
 #if ZZ_CM_VNNI
         if (nt == 1 && !strided) {
-            zz_q4_K_cm_row_vnni(cb, roff, nq, (const int32_t (*)[8]) cq, sf[0], pf, r, nr, y + r*QK_K);
+            zz_q4_K_cm_row_vnni(cb, roff, nq, (const int32_t (*)[8]) cq[0], sf[0], pf, r, nr, y + r*QK_K);
+        } else
+#endif
+#if ZZ_BATCH_VNNI
+        if (nt > 1) {
+            zz_q4_K_cm_row_bq(cb, roff, nq, (const int32_t (*)[NG/4][8]) cq, (const float (*)[8]) sf, nt, pf, r, nr, y + r*QK_K, ldy);
         } else
 #endif
         if (nt == 1) {
@@ -1015,6 +1107,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
 // (y may be partial 0 itself: each block-row is read whole before it is written)
 static void zz_q4_K_cm_reduce(const float * part0, int np, int64_t pstride, int64_t ldp, const float * mins0, int64_t mstride,
                               int64_t nr, int nt, int64_t r0, int64_t r1, float * y, int64_t ldy) {
+    const uint8_t * so = ZZ_BATCH_VNNI && nt > 1 ? zz_q4_K_bq_slot_out : zz_q4_K_cm_slot_out;
     for (int t = 0; t < nt; ++t) {
         for (int64_t r = r0; r < r1; ++r) {
             float sum[QK_K] __attribute__((aligned(32)));
@@ -1035,7 +1128,7 @@ static void zz_q4_K_cm_reduce(const float * part0, int np, int64_t pstride, int6
             _mm256_store_ps(mr, mv);
             float * yr = y + t*ldy + r*QK_K;
             for (int i = 0; i < QK_K; ++i) {
-                const int o = (i & ~63) + zz_q4_K_cm_slot_out[i & 63];
+                const int o = (i & ~63) + so[i & 63];
                 yr[o] = sum[i] - mr[o >> 5];
             }
         }
