@@ -934,6 +934,51 @@ static __attribute__((noinline)) void zz_q4_K_cm_row_bq(const block_q4_K * const
 #define zz_q4_K_bq_slot_out zz_q4_K_cm_slot_out
 #endif
 
+// batch without VNNI (maddubs): tokens t < G (constant), run sp of np column pairs of block-row roff:
+// y + t*ldy + 64*sp (slot order) += the int16 sums with the pairs' coefficients coef[t][p] times sf[t]
+ZZ_INLINE void zz_q4_K_cm_pairs_run(const block_q4_K * const * cb, size_t roff, int np, const int32_t (* coef)[ZZ_CHUNK/2][8],
+                                    const float (* sf)[8], int sp, const int G, float * y, int64_t ldy) {
+    __m256i a16[ZZ_MAX_T][4];
+    for (int t = 0; t < G; ++t) {
+        for (int q = 0; q < 4; ++q) {
+            a16[t][q] = _mm256_setzero_si256();
+        }
+    }
+    for (int p = 0; p < np; ++p) {
+        zz_q4_K_pair_step((const uint8_t *) cb[2*p + 0] + roff + offsetof(block_q4_K, qs),
+                          (const uint8_t *) cb[2*p + 1] + roff + offsetof(block_q4_K, qs),
+                          &coef[0][p][0], (ZZ_CHUNK/2)*8, sp, G, a16);
+    }
+    for (int t = 0; t < G; ++t) {
+        const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
+        const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
+        float * yo = y + t*ldy + 64*sp;
+        zz_flush_i16_cm(yo +  0, a16[t][0], sl);
+        zz_flush_i16_cm(yo + 16, a16[t][1], sl);
+        zz_flush_i16_cm(yo + 32, a16[t][2], su);
+        zz_flush_i16_cm(yo + 48, a16[t][3], su);
+    }
+}
+
+// nt > 1 tokens, one block-row r, in pairs of tokens (a lone last one alone): a pair's eight int16 sums and the
+// four nibble vectors fit the 16 ymm registers; all nt tokens at once kept the sums in stack slots (a load and a
+// store per product)
+static __attribute__((noinline)) void zz_q4_K_cm_row_pairs(const block_q4_K * const * cb, size_t roff, int np,
+        const int32_t (* coef)[ZZ_CHUNK/2][8], const float (* sf)[8], int nt, struct zz_cm_pf * pf, int64_t r, int64_t nr,
+        float * yr, int64_t ldy) {
+    ZZ_UNROLL(1)
+    for (int sp = 0; sp < QK_K/64; ++sp) {
+        zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
+        for (int t0 = 0; t0 < nt; t0 += 2) {
+            if (nt - t0 >= 2) {
+                zz_q4_K_cm_pairs_run(cb, roff, np, coef + t0, sf + t0, sp, 2, yr + t0*ldy, ldy);
+            } else {
+                zz_q4_K_cm_pairs_run(cb, roff, np, coef + t0, sf + t0, sp, 1, yr + t0*ldy, ldy);
+            }
+        }
+    }
+}
+
 // one chunk of ncol list entries through the nr block-rows: cb: each column's first block (padded to ZZ_CHUNK by
 // repeating the last), xs: x per column and token (0 past ncol); contiguous
 // columns (strided: dense, one token, ncol = ZZ_CHUNK) are addressed from cb[0] by stride. Accumulates into y
@@ -1076,29 +1121,7 @@ ZZ_INLINE void zz_q4_K_cm_chunk(int64_t ldc, int64_t nr, const block_q4_K * cons
                 zz_flush_i16_cm(yo + 48, s3, su);
             }
         } else {
-            for (int sp = 0; sp < QK_K/64; ++sp) {
-                zz_q4_K_cm_prefetch(pf, r, sp, cb, nr);
-                __m256i a16[ZZ_MAX_T][4];
-                for (int t = 0; t < nt; ++t) {
-                    for (int q = 0; q < 4; ++q) {
-                        a16[t][q] = _mm256_setzero_si256();
-                    }
-                }
-                for (int p = 0; p < np; ++p) {
-                    zz_q4_K_pair_step((const uint8_t *) cb[2*p + 0] + roff + offsetof(block_q4_K, qs),
-                                      (const uint8_t *) cb[2*p + 1] + roff + offsetof(block_q4_K, qs),
-                                      &coef[0][p][0], (NG/2)*8, sp, nt, a16);
-                }
-                for (int t = 0; t < nt; ++t) {
-                    const __m256 sl = _mm256_set1_ps(sf[t][2*sp + 0]);
-                    const __m256 su = _mm256_set1_ps(sf[t][2*sp + 1]);
-                    float * yo = y + t*ldy + r*QK_K + 64*sp;
-                    zz_flush_i16_cm(yo +  0, a16[t][0], sl);
-                    zz_flush_i16_cm(yo + 16, a16[t][1], sl);
-                    zz_flush_i16_cm(yo + 32, a16[t][2], su);
-                    zz_flush_i16_cm(yo + 48, a16[t][3], su);
-                }
-            }
+            zz_q4_K_cm_row_pairs(cb, roff, np, (const int32_t (*)[NG/2][8]) coef, (const float (*)[8]) sf, nt, pf, r, nr, y + r*QK_K, ldy);
         }
     }
 }
