@@ -7,7 +7,8 @@
 #
 #   bench/cpu_batch_e2e.sh ZIGZAG_GGUF STOCK_GGUF
 #
-# env: BATCHES=1,2,3,4,6,8 LEVELS=0.50 ROUNDS=2 REPS=3 THREADS=2 LLAMA_SPARSE_STOCK_BIN=<stock bin/>
+# env: BATCHES=1,2,3,4,6,8 LEVELS=0.50 (an entry LEVEL@VAR=VALUE runs that level, or dense, with VAR=VALUE in the
+#      environment, e.g. dense@LLAMA_SPARSE_CPU_SLICE_MAX=0) ROUNDS=2 REPS=3 THREADS=2 LLAMA_SPARSE_STOCK_BIN=<stock bin/>
 #      RES=<results file> (default bench/results/cpu_batch_e2e_DATE.md; - to only print)
 set -euo pipefail
 
@@ -39,12 +40,15 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     for row in "${rows[@]}"; do
         echo "round $r: $row" >&2
         args=(-p "$BATCHES" -n 0 -r "$REPS" -t "$THREADS" -o jsonl)
+        level=${row%%@*}
+        extra=()
+        [ "$level" = "$row" ] || extra=("${row#*@}")
         if [ "$row" = stock ]; then
             env -u LLAMA_SPARSE "$stock_bin/llama-bench" -m "$stock_model" "${args[@]}" > "$tmp/$row.$r.jsonl"
-        elif [ "$row" = dense ]; then
-            env -u LLAMA_SPARSE "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
+        elif [ "$level" = dense ]; then
+            env -u LLAMA_SPARSE "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
         else
-            LLAMA_SPARSE=$row "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
+            env LLAMA_SPARSE="$level" "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
         fi
     done
 done

@@ -2,7 +2,7 @@
 // CPU_REPACK as llama.cpp loads them, x quantized inside) against zigzag MUL_MAT_ZZ dense, T tokens at once
 // (T > GGML_SPARSE_MAX_BATCH: the prefill path; smaller T times the decode GEMV dense). Prints a markdown table (ratio = stock time / zigzag time).
 // usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1] [-L rows|cols]
-// -L cols (T <= GGML_SPARSE_MAX_BATCH): zigzag weights column-major, the layout llama-sparse gives CPU decode weights.
+// -L cols: zigzag weights column-major, the layout llama-sparse gives Q4_K/Q8_0/Q4_0 weights on x86 (decode and prefill).
 // -S 1: SmolLM2-135M shapes instead of Llama-2-7B's. Each side runs in its own processes, procs of each,
 // alternating (stock, zigzag, zigzag, stock, ...), so neither side's spinning threads slow the other's calls.
 // Correctness: both sides quantize one random fp32 matrix (stock: rows; zigzag: block columns). Zigzag's
@@ -149,7 +149,7 @@ int main(int argc, char ** argv) {
     const ggml_backend_buffer_type_t buft = stock_repack_buft(type, shapes[0][1]);
 
     printf("zigzag path: %s%s\n", nt > GGML_SPARSE_MAX_BATCH ? "prefill GEMM (fp32 panels)" : "decode GEMV, dense (T <= GGML_SPARSE_MAX_BATCH)",
-           nt <= GGML_SPARSE_MAX_BATCH && cm && ggml_sparse_zz_cpu_colmajor_fast(type) ? ", column-major weights (-L cols)" : "");
+           cm && ggml_sparse_zz_cpu_colmajor_fast(type) ? ", column-major weights (-L cols)" : "");
     printf("threads %d, T = %lld tokens, %s, fastest of %d processes x %d calls per side (alternating stock, zigzag, "
            "zigzag, stock, ...), times in ms; stock weights %s; ratio = stock time / zigzag time\n\n",
            n_threads, (long long) nt, ggml_type_name(type), n_procs, rounds,
@@ -180,7 +180,7 @@ int main(int argc, char ** argv) {
         ggml_quantize_chunk(type, wf, s.w->data, 0, m, n, NULL);
         s.wzz = malloc(bs*n*(m/bk));
         zz_test_quantize_zigzag(type, m, n, wf, s.wzz);
-        s.cm = cm && nt <= GGML_SPARSE_MAX_BATCH && ggml_sparse_zz_cpu_colmajor_fast(type);
+        s.cm = cm && ggml_sparse_zz_cpu_colmajor_fast(type);
         if (s.cm) {
             void * rows = s.wzz;
             s.wzz = malloc(bs*n*(m/bk));

@@ -370,6 +370,28 @@ static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
 
+// prefill with few tokens on a column-major weight: the batch (decode) kernel over token slices where that beats
+// the fp32 GEMM (ggml_sparse_zz_cm_slice_max_x86; LLAMA_SPARSE_CPU_SLICE_MAX=N overrides, 0: never)
+static bool zz_slice_tokens(const struct zz_shape * s) {
+    static int env_max = -2; // benign race: every thread computes the same value
+    if (env_max == -2) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_SLICE_MAX");
+        env_max = e == NULL ? -1 : atoi(e);
+    }
+    if (s->nt <= GGML_SPARSE_MAX_BATCH || s->layout != GGML_SPARSE_ZZ_LAYOUT_COLS || ggml_sparse_zz_gemv_cm_x86(s->type) == NULL) {
+        return false;
+    }
+    return s->nt <= (env_max >= 0 ? env_max : ggml_sparse_zz_cm_slice_max_x86(s->type));
+}
+
+// the shape of the largest slice
+static struct zz_shape zz_slice_shape(const struct zz_shape * s) {
+    struct zz_shape ss = *s;
+    const int64_t ns = (s->nt + GGML_SPARSE_MAX_BATCH - 1)/GGML_SPARSE_MAX_BATCH;
+    ss.nt = (s->nt + ns - 1)/ns;
+    return ss;
+}
+
 // decode: split block-rows over threads (true) or the active list (false, partial sums + reduction);
 // LLAMA_SPARSE_CPU_SPLIT=rows|cols forces one (benchmarks)
 static bool zz_split_rows(const struct zz_shape * s, int nth) {
@@ -548,6 +570,24 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     if (s.nt > GGML_SPARSE_MAX_BATCH) {
         GGML_ASSERT(idx == NULL && "sparse index is only defined for T <= GGML_SPARSE_MAX_BATCH");
+        const struct zz_shape sl = zz_slice_shape(&s);
+        if (zz_slice_tokens(&s) && !zz_use_ref(params) && params->wdata != NULL &&
+            params->wsize >= zz_gemv_work_size(&sl, params->nth)) {
+            // balanced slices of at most GGML_SPARSE_MAX_BATCH tokens, dense; a barrier before each next one, as
+            // every slice's kernel writes the shared partial sums the previous one's reduction reads
+            const int64_t ns = (s.nt + GGML_SPARSE_MAX_BATCH - 1)/GGML_SPARSE_MAX_BATCH;
+            for (int64_t i = 0, t0 = 0; i < ns; ++i) {
+                const int64_t t1 = s.nt*(i + 1)/ns;
+                struct zz_shape ss = s;
+                ss.nt = t1 - t0;
+                if (i > 0) {
+                    ggml_barrier(params->threadpool);
+                }
+                zz_mul_mat_gemv_cm(params, &ss, wdata0, NULL, s.n, x + t0*ldx, ldx, y + t0*ldy, ldy, false);
+                t0 = t1;
+            }
+            return;
+        }
         zz_mul_mat_gemm(params, &s, wdata0, wnb1, x, ldx, y, ldy);
         return;
     }
@@ -645,7 +685,13 @@ size_t ggml_sparse_cpu_work_size(const struct ggml_tensor * node, int n_tasks) {
     }
     const struct zz_shape s = zz_shape_of(node);
     if (s.nt > GGML_SPARSE_MAX_BATCH) {
-        return zz_gemm_work_size(n_tasks);
+        const size_t ws_gemm = zz_gemm_work_size(n_tasks);
+        if (zz_slice_tokens(&s)) {
+            const struct zz_shape ss = zz_slice_shape(&s);
+            const size_t ws_slice = zz_gemv_work_size(&ss, n_tasks);
+            return ws_slice > ws_gemm ? ws_slice : ws_gemm;
+        }
+        return ws_gemm;
     }
     return zz_gemv_work_size(&s, n_tasks);
 }

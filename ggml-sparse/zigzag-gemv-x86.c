@@ -1237,6 +1237,19 @@ ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
     return type == GGML_TYPE_Q4_K ? zz_q4_K_cm_reduce : NULL;
 }
 
+// the batch kernel's time grows linearly in tokens (the same coefficient and flush work per token); the fp32 GEMM
+// dequantizes once for all tokens, so it wins above a crossover. gemm_cpu -L cols (Q4_K, 7B shapes, 2 threads,
+// LLAMA_SPARSE_CPU_SLICE_MAX=0 against slices): VNNI 1.4x the GEMM's speed at 12 tokens, 1.15-1.24x at 16, ~1.1x
+// at 20, 0.92-0.95x at 24; AVX2 1.6x at 16, 1.3x at 24, 1.05-1.11x at 48, 0.89-1.04x at 64
+// (bench/results/gemm_cpu_batch_2026-12-05.md)
+#ifndef ZZ_CM_SLICE_MAX
+#define ZZ_CM_SLICE_MAX (ZZ_BATCH_VNNI ? 20 : 48)
+#endif
+
+int ggml_sparse_zz_cm_slice_max_x86(enum ggml_type type) {
+    return type == GGML_TYPE_Q4_K ? ZZ_CM_SLICE_MAX : 0;
+}
+
 //
 // Q4_0, Q8_0, Q6_K: s8 weights, s16 coefficients
 //
@@ -1775,6 +1788,11 @@ ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
 ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
+}
+
+int ggml_sparse_zz_cm_slice_max_x86(enum ggml_type type) {
+    GGML_UNUSED(type);
+    return 0;
 }
 
 ggml_sparse_zz_dequant_t ggml_sparse_zz_dequant_x86(enum ggml_type type) {

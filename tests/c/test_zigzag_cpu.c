@@ -336,13 +336,16 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         // each active x is the maximum of its quantization block
         // Fewer than ~48 active columns: up to 2.1% seen (both layouts, 30 draws of n <= 40; the chunk's
         // largest coefficient sets the 8-bit scale of all 16 columns), so 2.5% there
-        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
+        // a few more tokens on a column-major Q4_K weight run the batch kernel in slices (int8 coefficients too)
+        const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && ggml_sparse_zz_gemv_cm_x86(type) != NULL &&
+                            nt <= ggml_sparse_zz_cm_slice_max_x86(type);
+        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH && !sliced ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
         CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
         for (int v = 1; v < 3; ++v) {
             const double e_thr = rel_err_f(y[v], y[0], m, nt);
             CHECK(e_thr < 1e-5, "%s: nth=%d differs from nth=1 by %.3g", desc, nths[v], e_thr);
         }
-        if (cm) {
+        if (cm && !sliced) {
             // one thread: the same chunks and coefficients as the row-layout kernel, so the same sums
             float * yr = malloc(sizeof(float)*m*nt);
             struct ggml_tensor wr  = zz_test_tensor_2d(type, bk*n, m/bk, ggml_type_size(type)*n, wq);
@@ -355,7 +358,7 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
             CHECK(e_lay < 1e-6, "%s: differs from the row layout by %.3g", desc, e_lay);
             free(yr);
         }
-        if (nt <= GGML_SPARSE_MAX_BATCH) {
+        if (nt <= GGML_SPARSE_MAX_BATCH || sliced) {
             struct err_stats * es = &err_by_type[ti];
             es->fast_max  = fmax(es->fast_max, e_fast/(e_sq > 0.0 ? e_sq : 1.0));
             es->fast_sum += e_fast;
@@ -458,6 +461,20 @@ static void test_colmajor(bool quick) {
     }
 }
 
+// prefill of a few more tokens than a decode batch on a column-major Q4_K weight: the batch kernel over token slices
+// up to ggml_sparse_zz_cm_slice_max_x86, the fp32 GEMM past it; both sides of the boundary, every slice split
+static void test_slices(void) {
+    const int smax = ggml_sparse_zz_gemv_cm_x86(GGML_TYPE_Q4_K) ? ggml_sparse_zz_cm_slice_max_x86(GGML_TYPE_Q4_K) : 0;
+    printf("prefill token slices (column-major Q4_K): up to %d tokens\n", smax);
+    if (smax <= GGML_SPARSE_MAX_BATCH) {
+        return;
+    }
+    const int nts[] = { GGML_SPARSE_MAX_BATCH + 1, 2*GGML_SPARSE_MAX_BATCH, 2*GGML_SPARSE_MAX_BATCH + 3, smax, smax + 1 };
+    for (size_t i = 0; i < sizeof(nts)/sizeof(nts[0]); ++i) {
+        test_mul_mat_one(GGML_TYPE_Q4_K, 256*rng_int(1, 8), rng_int(64, 1500), nts[i], -1.0, 0, true);
+    }
+}
+
 int main(int argc, char ** argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
 
@@ -466,7 +483,8 @@ int main(int argc, char ** argv) {
     test_mul_mat(quick);
     test_rows32();
     test_colmajor(quick);
-    test_gemm(quick); // last: the earlier tests keep the random draws they were tuned on
+    test_gemm(quick); // last but one: the earlier tests keep the random draws they were tuned on
+    test_slices();
 
     for (size_t ti = 0; ti < 4; ++ti) {
         const struct err_stats * es = &err_by_type[ti];
