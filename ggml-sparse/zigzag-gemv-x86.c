@@ -1239,8 +1239,8 @@ ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
 
 // the batch kernel's time grows linearly in tokens (the same coefficient and flush work per token); the fp32 GEMM
 // dequantizes once for all tokens, so it wins above a crossover. gemm_cpu -L cols (Q4_K, 7B shapes, 2 threads,
-// LLAMA_SPARSE_CPU_SLICE_MAX=0 against slices): VNNI 1.4x the GEMM's speed at 12 tokens, 1.15-1.24x at 16, ~1.1x
-// at 20, 0.92-0.95x at 24; AVX2 1.6x at 16, 1.3x at 24, 1.05-1.11x at 48, 0.89-1.04x at 64
+// LLAMA_SPARSE_CPU_SLICE_MAX=0 against slices): VNNI 1.13-1.33x the GEMM's speed at 12 tokens, 1.15-1.2x at 16,
+// 1.1x at 20, 1.0-1.05x at 24; AVX2 1.5x at 16, 1.3x at 24, 1.05-1.1x at 48, 1.0-1.05x at 64
 // (bench/results/gemm_cpu_batch_2026-12-05.md)
 #ifndef ZZ_CM_SLICE_MAX
 #define ZZ_CM_SLICE_MAX (ZZ_BATCH_VNNI ? 20 : 48)
