@@ -1240,10 +1240,17 @@ ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
 // the batch kernel's time grows linearly in tokens (the same coefficient and flush work per token); the fp32 GEMM
 // dequantizes once for all tokens, so it wins above a crossover. gemm_cpu -L cols (Q4_K, 7B shapes, 2 threads,
 // LLAMA_SPARSE_CPU_SLICE_MAX=0 against slices): VNNI 1.13-1.33x the GEMM's speed at 12 tokens, 1.15-1.2x at 16,
-// 1.1x at 20, 1.0-1.05x at 24; AVX2 1.5x at 16, 1.3x at 24, 1.05-1.1x at 48, 1.0-1.05x at 64
-// (bench/results/gemm_cpu_batch_2026-12-05.md)
+// 1.1x at 20, 1.0-1.05x at 24; AVX2 1.5x at 16, 1.3x at 24, 1.05-1.1x at 48, 1.0-1.05x at 64; AVX-512 without
+// VNNI (-march=skylake-avx512: the AVX2 batch kernel against the AVX-512 GEMM) 1.2-1.3x at 9, 1.1x at 12, even at 16,
+// 0.65-0.8x at 24 (bench/results/gemm_cpu_batch_2026-12-05.md)
 #ifndef ZZ_CM_SLICE_MAX
-#define ZZ_CM_SLICE_MAX (ZZ_BATCH_VNNI ? 20 : 48)
+#if ZZ_BATCH_VNNI
+#define ZZ_CM_SLICE_MAX 20
+#elif defined(__AVX512F__)
+#define ZZ_CM_SLICE_MAX 16
+#else
+#define ZZ_CM_SLICE_MAX 48
+#endif
 #endif
 
 int ggml_sparse_zz_cm_slice_max_x86(enum ggml_type type) {
