@@ -378,18 +378,23 @@ static bool zz_slice_tokens(const struct zz_shape * s) {
         const char * e = getenv("LLAMA_SPARSE_CPU_SLICE_MAX");
         env_max = e == NULL ? -1 : atoi(e);
     }
-    if (s->nt <= GGML_SPARSE_MAX_BATCH || s->layout != GGML_SPARSE_ZZ_LAYOUT_COLS || ggml_sparse_zz_gemv_cm_x86(s->type) == NULL) {
+    const int smax = ggml_sparse_zz_cm_slice_max_x86(s->type); // 0 where the type has no batch kernel
+    if (s->nt <= GGML_SPARSE_MAX_BATCH || s->layout != GGML_SPARSE_ZZ_LAYOUT_COLS || smax == 0) {
         return false;
     }
-    return s->nt <= (env_max >= 0 ? env_max : ggml_sparse_zz_cm_slice_max_x86(s->type));
+    return s->nt <= (env_max >= 0 ? env_max : smax);
 }
 
-// the shape of the largest slice
-static struct zz_shape zz_slice_shape(const struct zz_shape * s) {
+// balanced token slices of at most GGML_SPARSE_MAX_BATCH tokens
+static int64_t zz_n_slices(int64_t nt) {
+    return (nt + GGML_SPARSE_MAX_BATCH - 1)/GGML_SPARSE_MAX_BATCH;
+}
+
+// the work buffer of the largest slice
+static size_t zz_slice_work_size(const struct zz_shape * s, int n_tasks) {
     struct zz_shape ss = *s;
-    const int64_t ns = (s->nt + GGML_SPARSE_MAX_BATCH - 1)/GGML_SPARSE_MAX_BATCH;
-    ss.nt = (s->nt + ns - 1)/ns;
-    return ss;
+    ss.nt = (s->nt + zz_n_slices(s->nt) - 1)/zz_n_slices(s->nt);
+    return zz_gemv_work_size(&ss, n_tasks);
 }
 
 // decode: split block-rows over threads (true) or the active list (false, partial sums + reduction);
@@ -570,12 +575,11 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     if (s.nt > GGML_SPARSE_MAX_BATCH) {
         GGML_ASSERT(idx == NULL && "sparse index is only defined for T <= GGML_SPARSE_MAX_BATCH");
-        const struct zz_shape sl = zz_slice_shape(&s);
         if (zz_slice_tokens(&s) && !zz_use_ref(params) && params->wdata != NULL &&
-            params->wsize >= zz_gemv_work_size(&sl, params->nth)) {
-            // balanced slices of at most GGML_SPARSE_MAX_BATCH tokens, dense; a barrier before each next one, as
-            // every slice's kernel writes the shared partial sums the previous one's reduction reads
-            const int64_t ns = (s.nt + GGML_SPARSE_MAX_BATCH - 1)/GGML_SPARSE_MAX_BATCH;
+            params->wsize >= zz_slice_work_size(&s, params->nth)) {
+            // dense; a barrier before each next slice, as every slice's kernel writes the shared partial sums the
+            // previous one's reduction reads
+            const int64_t ns = zz_n_slices(s.nt);
             for (int64_t i = 0, t0 = 0; i < ns; ++i) {
                 const int64_t t1 = s.nt*(i + 1)/ns;
                 struct zz_shape ss = s;
@@ -687,8 +691,7 @@ size_t ggml_sparse_cpu_work_size(const struct ggml_tensor * node, int n_tasks) {
     if (s.nt > GGML_SPARSE_MAX_BATCH) {
         const size_t ws_gemm = zz_gemm_work_size(n_tasks);
         if (zz_slice_tokens(&s)) {
-            const struct zz_shape ss = zz_slice_shape(&s);
-            const size_t ws_slice = zz_gemv_work_size(&ss, n_tasks);
+            const size_t ws_slice = zz_slice_work_size(&s, n_tasks);
             return ws_slice > ws_gemm ? ws_slice : ws_gemm;
         }
         return ws_gemm;

@@ -77,7 +77,8 @@ ggml_sparse_zz_gemv_cm_t   ggml_sparse_zz_gemv_cm_x86(enum ggml_type type);
 ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type);
 
 // the most tokens (> GGML_SPARSE_MAX_BATCH) for which prefill on a column-major weight of this type runs the batch
-// kernel over token slices of at most GGML_SPARSE_MAX_BATCH instead of the fp32 GEMM; 0: never
+// kernel over token slices of at most GGML_SPARSE_MAX_BATCH instead of the fp32 GEMM; 0: never (nonzero only where
+// ggml_sparse_zz_gemv_cm_x86 has a kernel)
 int ggml_sparse_zz_cm_slice_max_x86(enum ggml_type type);
 
 // whether this build decodes a type column-major with a fast kernel (the cm kernel, or the multi-row one)

@@ -1463,10 +1463,8 @@ ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const 
     for (int p = 0; p < np; ++p) {
         const char * ba = wr + off[2*p + 0];
         const char * bb = wr + off[2*p + 1];
-        const __m256i qa = type == GGML_TYPE_Q8_0 ? _mm256_loadu_si256((const __m256i *) ((const block_q8_0 *) ba)->qs) : zz_unpack_s8(type, ba, 0);
-        const __m256i qb = type == GGML_TYPE_Q8_0 ? _mm256_loadu_si256((const __m256i *) ((const block_q8_0 *) bb)->qs) : zz_unpack_s8(type, bb, 0);
-        const __m512i wa = _mm512_cvtepi8_epi16(qa);
-        const __m512i wb = _mm512_cvtepi8_epi16(qb);
+        const __m512i wa = _mm512_cvtepi8_epi16(zz_unpack_s8(type, ba, 0));
+        const __m512i wb = _mm512_cvtepi8_epi16(zz_unpack_s8(type, bb, 0));
         const __m512i w0 = _mm512_unpacklo_epi16(wa, wb);
         const __m512i w1 = _mm512_unpackhi_epi16(wa, wb);
         for (int t = 0; t < nt; ++t) {

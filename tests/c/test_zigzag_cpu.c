@@ -337,8 +337,7 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         // Fewer than ~48 active columns: up to 2.1% seen (both layouts, 30 draws of n <= 40; the chunk's
         // largest coefficient sets the 8-bit scale of all 16 columns), so 2.5% there
         // a few more tokens on a column-major Q4_K weight run the batch kernel in slices (int8 coefficients too)
-        const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && ggml_sparse_zz_gemv_cm_x86(type) != NULL &&
-                            nt <= ggml_sparse_zz_cm_slice_max_x86(type);
+        const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && nt <= ggml_sparse_zz_cm_slice_max_x86(type);
         const double tol_fast = nt > GGML_SPARSE_MAX_BATCH && !sliced ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
         CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
         for (int v = 1; v < 3; ++v) {
@@ -464,7 +463,7 @@ static void test_colmajor(bool quick) {
 // prefill of a few more tokens than a decode batch on a column-major Q4_K weight: the batch kernel over token slices
 // up to ggml_sparse_zz_cm_slice_max_x86, the fp32 GEMM past it; both sides of the boundary, every slice split
 static void test_slices(void) {
-    const int smax = ggml_sparse_zz_gemv_cm_x86(GGML_TYPE_Q4_K) ? ggml_sparse_zz_cm_slice_max_x86(GGML_TYPE_Q4_K) : 0;
+    const int smax = ggml_sparse_zz_cm_slice_max_x86(GGML_TYPE_Q4_K);
     printf("prefill token slices (column-major Q4_K): up to %d tokens\n", smax);
     if (smax <= GGML_SPARSE_MAX_BATCH) {
         return;
