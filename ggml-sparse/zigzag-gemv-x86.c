@@ -1454,7 +1454,7 @@ ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * 
 // one block-row's chunk: y + t*ldy (32 outputs) += sf[t][ch] * sums over the np pairs at wr + off[2p], wr + off[2p + 1]
 // of the weights times the s16 coefficient pairs cw[t][ch][p]
 ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const int32_t * off, int np,
-                                    const int32_t (* cw)[ZZ_ROWS_SPAN][ZZ_CHUNK/2], int ch, const float (* sf)[ZZ_ROWS_SPAN],
+                                    const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
                                     const int nt, float * y, int64_t ldy) {
     __m512i lo[ZZ_MAX_T], hi[ZZ_MAX_T];
     for (int t = 0; t < nt; ++t) {
@@ -1468,26 +1468,116 @@ ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const 
         const __m512i w0 = _mm512_unpacklo_epi16(wa, wb);
         const __m512i w1 = _mm512_unpackhi_epi16(wa, wb);
         for (int t = 0; t < nt; ++t) {
-            const __m512i e = _mm512_set1_epi32(cw[t][ch][p]);
+            const __m512i e = _mm512_set1_epi32(cw[t*cw_ts + p*cw_ps]);
             lo[t] = _mm512_dpwssd_epi32(lo[t], w0, e);
             hi[t] = _mm512_dpwssd_epi32(hi[t], w1, e);
         }
     }
+    // y in slot order (lo's outputs, then hi's) until zz_rows32_unslot
+    for (int t = 0; t < nt; ++t) {
+        const __m512 sv = _mm512_set1_ps(sf[t*sf_ts]);
+        float * yr = y + t*ldy;
+        _mm512_storeu_ps(yr +  0, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(lo[t]), _mm512_loadu_ps(yr +  0)));
+        _mm512_storeu_ps(yr + 16, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(hi[t]), _mm512_loadu_ps(yr + 16)));
+    }
+}
+
+// block-rows r0..r1 of every token from slot order to output order, once the last chunk is in
+static void zz_rows32_unslot(float * y, int64_t ldy, int nt, int64_t r0, int64_t r1) {
     const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19,  4,  5,  6,  7, 20, 21, 22, 23);
     const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     for (int t = 0; t < nt; ++t) {
-        const __m512 sv = _mm512_set1_ps(sf[t][ch]);
-        float * yr = y + t*ldy;
-        const __m512i o0 = _mm512_permutex2var_epi32(lo[t], i0, hi[t]);
-        const __m512i o1 = _mm512_permutex2var_epi32(lo[t], i1, hi[t]);
-        _mm512_storeu_ps(yr +  0, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(o0), _mm512_loadu_ps(yr +  0)));
-        _mm512_storeu_ps(yr + 16, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(o1), _mm512_loadu_ps(yr + 16)));
+        for (int64_t r = r0; r < r1; ++r) {
+            float * yr = y + t*ldy + r*32;
+            const __m512 lo = _mm512_loadu_ps(yr);
+            const __m512 hi = _mm512_loadu_ps(yr + 16);
+            _mm512_storeu_ps(yr +  0, _mm512_permutex2var_ps(lo, i0, hi));
+            _mm512_storeu_ps(yr + 16, _mm512_permutex2var_ps(lo, i1, hi));
+        }
+    }
+}
+
+// one block-row's s16 coefficients of chunk ch for every token, as the ymm path makes them (same products,
+// maxima, divisions and rounding, so the same values): the 16 d in one gather, and four tokens' maxima
+// reduced together
+ZZ_INLINE void zz_rows32_coef_vnni(const char * wr, __m512i off, const __m512 * xz, int nt, int ch,
+                                   int32_t (* cw)[ZZ_ROWS_SPAN][ZZ_CHUNK/2], float (* sf)[ZZ_ROWS_SPAN]) {
+    // d is the first field of block_q8_0/block_q4_0: a 4-byte gather stays inside the block
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(off, wr, 1)));
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int t0 = 0; t0 < nt; t0 += 4) {
+        __m512 xd[4], am[4];
+        for (int u = 0; u < 4; ++u) {
+            xd[u] = t0 + u < nt ? _mm512_mul_ps(xz[t0 + u], d) : _mm512_setzero_ps();
+            am[u] = _mm512_andnot_ps(sign, xd[u]);
+        }
+        // lanes [A0 A1 B0 B1], [C0 C1 D0 D1], then [A B C D] (128 bits each), then token u's max in float u
+        const __m512 m01 = _mm512_max_ps(_mm512_shuffle_f32x4(am[0], am[1], 0x44), _mm512_shuffle_f32x4(am[0], am[1], 0xEE));
+        const __m512 m23 = _mm512_max_ps(_mm512_shuffle_f32x4(am[2], am[3], 0x44), _mm512_shuffle_f32x4(am[2], am[3], 0xEE));
+        const __m512 m   = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                                                 _mm512_max_ps(_mm512_shuffle_f32x4(m01, m23, 0x88), _mm512_shuffle_f32x4(m01, m23, 0xDD)));
+        const __m256 m8  = _mm256_max_ps(_mm512_castps512_ps256(m), _mm512_extractf32x8_ps(m, 1));
+        const __m128 mx  = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+        // xmm divisions: a zmm one costs several times as much
+        const __m512 inv = _mm512_castps128_ps512(_mm_maskz_div_ps(_mm_cmp_ps_mask(mx, _mm_setzero_ps(), _CMP_GT_OQ), _mm_set1_ps(32767.0f), mx));
+        float s[4] __attribute__((aligned(16)));
+        _mm_store_ps(s, _mm_div_ps(mx, _mm_set1_ps(32767.0f)));
+        for (int u = 0; u < 4 && t0 + u < nt; ++u) {
+            sf[t0 + u][ch] = s[u];
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(xd[u], _mm512_permutexvar_ps(_mm512_set1_epi32(u), inv)));
+            _mm256_store_si256((__m256i *) cw[t0 + u][ch], _mm512_cvtsepi32_epi16(q));
+        }
+    }
+}
+
+// column-major: block-rows rt .. rt+nr-1 (nr <= 16) of one chunk whose column runs start at w + off[c]. A column's
+// 16 d lie within its run (one gather over ~9 lines, where a row's 16 d are 16 runs apart), and with rows in the
+// lanes a row's max over the columns is a vertical max. Values as zz_rows32_coef_vnni makes them (same products,
+// maxima, divisions and rounding), then each row's products
+// (off_next: the next chunk's columns, whose blocks of these rows are prefetched)
+static void zz_rows32_cm_tile_vnni(enum ggml_type type, const char * w, int bs, const int32_t * off, int np,
+                                   const float (* xs)[ZZ_CHUNK], int nt, int64_t rt, int nr,
+                                   const int32_t * off_next, int n_next, float * y, int64_t ldy) {
+    int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2][16] __attribute__((aligned(64))); // [token][pair][row]
+    float   sf[ZZ_MAX_T][16]             __attribute__((aligned(64)));
+    const char *    wt  = w + rt*bs;
+    const __m512i   idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(bs));
+    const __mmask16 rm  = (__mmask16) ((1u << nr) - 1);
+    __m512 d[ZZ_CHUNK];
+    for (int c = 0; c < 2*np; ++c) {
+        d[c] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rm, idx, wt + off[c], 1)));
+    }
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int t = 0; t < nt; ++t) {
+        __m512 xd[ZZ_CHUNK];
+        __m512 am = _mm512_setzero_ps();
+        for (int c = 0; c < 2*np; ++c) {
+            xd[c] = _mm512_mul_ps(_mm512_set1_ps(xs[t][c]), d[c]);
+            am    = _mm512_max_ps(am, _mm512_andnot_ps(sign, xd[c]));
+        }
+        const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(am, _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(32767.0f), am);
+        _mm512_store_ps(sf[t], _mm512_div_ps(am, _mm512_set1_ps(32767.0f)));
+        for (int p = 0; p < np; ++p) {
+            // dword = (s16 of column 2p, s16 of column 2p+1); |values| <= 32767, so truncation is the pack's saturation
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(xd[2*p + 0], inv));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(xd[2*p + 1], inv));
+            _mm512_store_si512(cw[t][p], _mm512_mask_blend_epi16(0xAAAAAAAA, q0, _mm512_slli_epi32(q1, 16)));
+        }
+    }
+    for (int i = 0; i < nr; ++i) {
+        const char * wr = wt + i*bs;
+        for (int c = 0; c < n_next; ++c) {
+            _mm_prefetch(wr + off_next[c], _MM_HINT_T0);
+        }
+        zz_rows32_chunk_vnni(type, wr, off, np, &cw[0][0][i], ZZ_CHUNK/2*16, 16, &sf[0][i], 16, nt, y + (rt + i)*32, ldy);
     }
 }
 #else
 #undef  ZZ_ROWS32_VNNI
 #define ZZ_ROWS32_VNNI 0
 #endif
+
 
 ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, size_t cs, int64_t r0, int64_t r1,
                               const int32_t * cols, int64_t k0, int64_t k1,
@@ -1503,7 +1593,6 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
     }
 
     const __m256i lane_id = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256  sign    = _mm256_set1_ps(-0.0f);
 
     // the list in spans of ZZ_ROWS_SPAN chunks: the columns of a span are set up once, then every row
     // reads its blocks of the span (one contiguous run when dense), so the rows stream like stock's
@@ -1545,6 +1634,17 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             }
         }
 
+#if ZZ_ROWS32_VNNI
+        __m512i off_z[ZZ_ROWS_SPAN];
+        __m512  xz[ZZ_ROWS_SPAN][ZZ_MAX_T];
+        for (int ch = 0; ch < nchk; ++ch) {
+            off_z[ch] = _mm512_inserti64x4(_mm512_castsi256_si512(off_v[ch][0]), off_v[ch][1], 1);
+            for (int t = 0; t < nt; ++t) {
+                xz[ch][t] = _mm512_insertf32x8(_mm512_castps256_ps512(xv[t][ch][0]), xv[t][ch][1], 1);
+            }
+        }
+#endif
+
         // column-major: the next chunk's columns (byte offsets), prefetched row by row
         int32_t off_next[ZZ_CHUNK];
         int     n_next = 0;
@@ -1555,7 +1655,26 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             }
         }
 
-        for (int64_t r = r0; r < r1; ++r) {
+        int64_t r_first = r0; // the first block-row of the row loop
+#if ZZ_ROWS32_VNNI
+        if (cm) {
+            // the chunk in tiles of 16 block-rows. Whole tiles only: a tile gathers each column's d once, so with
+            // fewer rows it gathers more often than the row loop below, whose gather a row is cheap where the
+            // column runs are short (SmolLM2's 576-row weights, 9 block-rows a thread, decoded at 0.86-0.99x in
+            // tiles of 9)
+            float xs[ZZ_MAX_T][ZZ_CHUNK] __attribute__((aligned(64)));
+            for (int t = 0; t < nt; ++t) {
+                _mm512_store_ps(xs[t], xz[0][t]);
+            }
+            const int64_t rte = r0 + (r1 - r0)/16*16;
+            for (int64_t rt = r0; rt < rte; rt += 16) {
+                zz_rows32_cm_tile_vnni(type, w, bs, off[0], npc[0], (const float (*)[ZZ_CHUNK]) xs, nt, rt, 16,
+                                       off_next, n_next, y, ldy);
+            }
+            r_first = rte;
+        }
+#endif
+        for (int64_t r = r_first; r < r1; ++r) {
             const char * wr = w + r*wnb1;
             for (int c = 0; c < n_next; ++c) {
                 _mm_prefetch(wr + off_next[c], _MM_HINT_T0);
@@ -1565,6 +1684,12 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             // All chunks of the span first: independent latency chains (gather, max, divide, rounding)
             int32_t cw[ZZ_MAX_T][ZZ_ROWS_SPAN][ZZ_CHUNK/2] __attribute__((aligned(32)));
             float   sf[ZZ_MAX_T][ZZ_ROWS_SPAN];
+#if ZZ_ROWS32_VNNI
+            for (int ch = 0; ch < nchk; ++ch) {
+                zz_rows32_coef_vnni(wr, off_z[ch], xz[ch], nt, ch, cw, sf);
+            }
+#else
+            const __m256 sign = _mm256_set1_ps(-0.0f);
             for (int ch = 0; ch < nchk; ++ch) {
                 __m256 d_lo, d_hi;
                 zz_d16(wr, off_v[ch][0], off_v[ch][1], &d_lo, &d_hi);
@@ -1583,6 +1708,7 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                     _mm256_store_si256((__m256i *) cw[t][ch], _mm256_permute4x64_epi64(_mm256_packs_epi32(ia, ib), 0xD8));
                 }
             }
+#endif
 
             for (int ch = 0; ch < nchk; ++ch) {
                 if (ZZ_ROWS_PF && !cm && r + 1 < r1) {
@@ -1594,7 +1720,8 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                     }
                 }
 #if ZZ_ROWS32_VNNI
-                zz_rows32_chunk_vnni(type, wr, off[ch], npc[ch], cw, ch, sf, nt, y + r*32, ldy);
+                zz_rows32_chunk_vnni(type, wr, off[ch], npc[ch], &cw[0][ch][0], ZZ_ROWS_SPAN*ZZ_CHUNK/2, 1, &sf[0][ch], ZZ_ROWS_SPAN,
+                                     nt, y + r*32, ldy);
 #else
                 __m256i a32[ZZ_MAX_T][4];
                 for (int t = 0; t < nt; ++t) {
@@ -1653,6 +1780,9 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             }
         }
     }
+#if ZZ_ROWS32_VNNI
+    zz_rows32_unslot(y, ldy, nt, r0, r1);
+#endif
 }
 
 #define ZZ_ROWS32_KERNEL(name, type)                                                                       \
