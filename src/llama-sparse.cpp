@@ -342,6 +342,9 @@ static void * alloc_huge(size_t size) {
 // weights (alloc_huge), giving the mapped pages back. Weights that keep the row layout are copied out of a read-only
 // mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
 // 0.88-0.90x the speed of the copies (paired rounds; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
+// LLAMA_SPARSE_CPU_LAYOUT=rows32 keeps only the 32-blocks in the row layout: on SmolLM2 (Intel Xeon, 2 threads) its
+// dense batches of 4-8 tokens ran 1.15-1.4x faster that way, and its sparse single tokens ~6 % slower
+// (bench/results/cpu_layout_rows32_2026-12-05.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
     if (info.cpu_layout_done) {
         return;
@@ -350,17 +353,18 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
     if (model.hparams.no_alloc) {
         return; // the tools' memory-fit pass: weights without data (a dummy buffer)
     }
+    // rows32: Q4_K column-major, the 32-blocks (Q8_0/Q4_0) in the row layout
     const char * env     = getenv("LLAMA_SPARSE_CPU_LAYOUT");
     const bool   to_cols = env == nullptr || strcmp(env, "rows") != 0;
-    if (!to_cols) {
+    const bool   rows32  = env != nullptr && strcmp(env, "rows32") == 0;
 #if defined(__linux__)
-        const char * ce = getenv("LLAMA_SPARSE_CPU_COPY");
-        if (ce != nullptr && strcmp(ce, "0") == 0) {
-            return;
-        }
+    const char * ce        = getenv("LLAMA_SPARSE_CPU_COPY");
+    const bool   copy_rows = ce == nullptr || strcmp(ce, "0") != 0;
 #else
-        return; // mapped weights are told apart from writable ones through /proc/self/maps only
+    const bool   copy_rows = false; // mapped weights are told apart from writable ones through /proc/self/maps only
 #endif
+    if (!to_cols && !copy_rows) {
+        return;
     }
 #if defined(__linux__)
     const auto   rw   = writable_ranges();
@@ -372,6 +376,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
         ggml_tensor * t;
         size_t        size;
         bool          writable;
+        bool          cols;     // repacked column-major, else copied as it is
     };
     std::vector<todo_t> todo;
     size_t arena_size = 0;
@@ -390,10 +395,11 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             writable = writable || (a >= r.first && a + size <= r.second);
         }
 #endif
-        if (!to_cols && writable) {
-            continue; // already in memory, and stays as it is
+        const bool cols = to_cols && !(rows32 && (t->type == GGML_TYPE_Q8_0 || t->type == GGML_TYPE_Q4_0));
+        if (!cols && (writable || !copy_rows)) {
+            continue; // already in memory (or to be read from the mapping), and stays as it is
         }
-        todo.push_back({ t, size, writable });
+        todo.push_back({ t, size, writable, cols });
         arena_size += writable ? 0 : GGML_PAD(size, 64);
     }
     char * arena = nullptr;
@@ -401,15 +407,15 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
         arena = (char *) alloc_huge(arena_size);
         if (arena == nullptr) {
             LLAMA_LOG_WARN("%s: out of memory (%.1f MiB) for the copies of mapped weights, keeping them %s\n",
-                    __func__, arena_size/1048576.0, to_cols ? "in the row layout" : "mapped");
+                    __func__, arena_size/1048576.0, to_cols ? "in the row layout or mapped" : "mapped");
         } else {
             info.cpu_arena = arena;
         }
     }
 
-    int    n_done = 0;
-    size_t bytes  = 0;
-    size_t n_copied = 0;
+    int    n_done[2] = { 0, 0 }; // [cols]
+    size_t bytes[2]  = { 0, 0 };
+    size_t n_copied  = 0;       // of the column-major ones
     size_t arena_off = 0;
     for (const auto & td : todo) {
         ggml_tensor * t = td.t;
@@ -428,7 +434,7 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             }
             void * packed = arena + arena_off;
             arena_off += GGML_PAD(td.size, 64);
-            if (to_cols) {
+            if (td.cols) {
                 ggml_sparse_zz_to_colmajor(t->type, ggml_sparse_zz_n(t), t->ne[1], t->data, packed);
             } else {
                 memcpy(packed, t->data, td.size);
@@ -443,20 +449,21 @@ static void repack_cpu_weights(const llama_model & model, sparse_model_info & in
             }
 #endif
             t->data = packed;
-            n_copied++;
+            n_copied += td.cols;
         }
-        if (to_cols) {
+        if (td.cols) {
             ggml_sparse_zz_set_layout(t, GGML_SPARSE_ZZ_LAYOUT_COLS);
         }
-        n_done++;
-        bytes += td.size;
+        n_done[td.cols]++;
+        bytes[td.cols] += td.size;
     }
-    if (n_done > 0 && to_cols) {
+    if (n_done[1] > 0) {
         LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) in the column-major CPU layout (%zu copied out of read-only mappings)\n",
-                __func__, n_done, bytes/1048576.0, n_copied);
-    } else if (n_done > 0) {
+                __func__, n_done[1], bytes[1]/1048576.0, n_copied);
+    }
+    if (n_done[0] > 0) {
         LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) copied out of read-only mappings into memory (row layout)\n",
-                __func__, n_done, bytes/1048576.0);
+                __func__, n_done[0], bytes[0]/1048576.0);
     }
 }
 

@@ -134,11 +134,28 @@ def test_cpu_colmajor_layout_matches_rows(leveled_q4k: Path, capfd, monkeypatch,
         got = _logprobs(cols, tokens, stepwise=True)
         assert np.abs(got - ref[level]).max() < 1e-4, level
     assert not np.allclose(ref[None], ref["0.50"])  # the level is really sparse
+    del cols
+
+    # rows32: the Q4_K weights column-major, the Q8_0 ones (576 rows) in the row layout (mapped: copied out)
+    capfd.readouterr()
+    monkeypatch.setenv("LLAMA_SPARSE_CPU_LAYOUT", "rows32")
+    mixed = llama_sparse.Llama(leveled_q4k, n_ctx=256, logits_all=True, n_threads=1, verbose=True, use_mmap=use_mmap)
+    err = capfd.readouterr().err
+    n_cols = re.search(r"(\d+) zigzag weights \(.*\) in the column-major CPU layout", err)
+    n_rows = re.search(r"(\d+) zigzag weights \(.*\) copied out of read-only mappings into memory \(row layout\)", err)
+    assert n_cols is not None and int(n_cols.group(1)) == 2*int(mixed.metadata["llama.block_count"])  # ffn_gate, ffn_up
+    assert (n_rows is not None) == use_mmap
+    if use_mmap:
+        assert int(n_rows.group(1)) == 5*int(mixed.metadata["llama.block_count"])  # q, k, v, o, down
+    for level in (None, "0.50"):
+        mixed.set_sparsity(level)
+        got = _logprobs(mixed, tokens, stepwise=True)
+        assert np.abs(got - ref[level]).max() < 1e-4, level
 
 
 @pytest.mark.parametrize("start, layout_env, expect_cols", [
     (None, None, True), ("0.50", None, True), ("0.50", "auto", True), ("0.50", "rows", False), (None, "rows", False),
-    (None, "cols", True), ("0.25", None, True)])
+    (None, "cols", True), ("0.25", None, True), ("0.50", "rows32", True)])
 def test_cpu_layout_default(leveled_q4k: Path, capfd, monkeypatch, start, layout_env, expect_cols):
     """LLAMA_SPARSE_CPU_LAYOUT unset, auto or cols: the Q4_K weights go column-major at the model's first context,
     whatever level it starts at (Llama(sparsity=...)); rows keeps the row layout. The caller's environment is left
