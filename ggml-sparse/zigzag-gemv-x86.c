@@ -1530,23 +1530,93 @@ ZZ_INLINE void zz_rows32_coef_vnni(const char * wr, __m512i off, const __m512 * 
     }
 }
 
-// column-major: block-rows rt .. rt+nr-1 (nr <= 16) of one chunk whose column runs start at w + off[c]. A column's
-// 16 d lie within its run (one gather over ~9 lines, where a row's 16 d are 16 runs apart), and with rows in the
-// lanes a row's max over the columns is a vertical max. Values as zz_rows32_coef_vnni makes them (same products,
-// maxima, divisions and rounding), then each row's products
-// (off_next: the next chunk's columns, whose blocks of these rows are prefetched)
-static void zz_rows32_cm_tile_vnni(enum ggml_type type, const char * w, int bs, const int32_t * off, int np,
-                                   const float (* xs)[ZZ_CHUNK], int nt, int64_t rt, int nr,
-                                   const int32_t * off_next, int n_next, float * y, int64_t ldy) {
+#else
+#undef  ZZ_ROWS32_VNNI
+#define ZZ_ROWS32_VNNI 0
+#endif
+
+#if !ZZ_ROWS32_VNNI
+// one block-row's chunk, AVX2: y + t*ldy (32 outputs) += sf[t*sf_ts] * sums over the np pairs at wr + off[2p],
+// wr + off[2p + 1] of the weights times the s16 coefficient pairs cw[t*cw_ts + p*cw_ps]
+ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const int32_t * off, int np,
+                                const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
+                                const int nt, float * y, int64_t ldy) {
+    __m256i a32[ZZ_MAX_T][4];
+    for (int t = 0; t < nt; ++t) {
+        for (int q = 0; q < 4; ++q) {
+            a32[t][q] = _mm256_setzero_si256();
+        }
+    }
+    for (int p = 0; p < np; ++p) {
+        __m256i w0, w1, w2, w3;
+        if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+            // s8 -> s16 straight from memory, word pairs in-lane: the sums come out as outputs
+            // [0-3 8-11], [4-7 12-15], [16-19 24-27], [20-23 28-31], put back at the flush
+            const int8_t * qa = ((const block_q8_0 *) (wr + off[2*p + 0]))->qs;
+            const int8_t * qb = ((const block_q8_0 *) (wr + off[2*p + 1]))->qs;
+            const __m256i al = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qa));
+            const __m256i bl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qb));
+            const __m256i ah = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qa + 16)));
+            const __m256i bh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qb + 16)));
+            w0 = _mm256_unpacklo_epi16(al, bl);
+            w1 = _mm256_unpackhi_epi16(al, bl);
+            w2 = _mm256_unpacklo_epi16(ah, bh);
+            w3 = _mm256_unpackhi_epi16(ah, bh);
+        } else {
+            const __m256i qa = zz_unpack_s8(type, wr + off[2*p + 0], 0);
+            const __m256i qb = zz_unpack_s8(type, wr + off[2*p + 1], 0);
+            const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
+            const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
+            w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
+            w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
+            w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
+            w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
+        }
+        for (int t = 0; t < nt; ++t) {
+            const __m256i e = _mm256_set1_epi32(cw[t*cw_ts + p*cw_ps]);
+            a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
+            a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
+            a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
+            a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e));
+        }
+    }
+    for (int t = 0; t < nt; ++t) {
+        const __m256 sv = _mm256_set1_ps(sf[t*sf_ts]);
+        float * yr = y + t*ldy;
+        if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
+            const __m256i o0 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x20);
+            const __m256i o1 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x31);
+            const __m256i o2 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x20);
+            const __m256i o3 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x31);
+            a32[t][0] = o0; a32[t][1] = o1; a32[t][2] = o2; a32[t][3] = o3;
+        }
+        for (int q = 0; q < 4; ++q) {
+            _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
+        }
+    }
+}
+#define zz_rows32_chunk zz_rows32_chunk_avx2
+#else
+#define zz_rows32_chunk zz_rows32_chunk_vnni
+#endif
+
+#if ZZ_ROWS32_VNNI
+// column-major: block-rows rt .. rt+15 of one chunk whose column runs start at w + off[c]. A column's 16 d lie
+// within its run (gathers over ~9 lines, where a row's 16 d are 16 runs apart), and with rows in the lanes a row's
+// max over the columns is a vertical max. The coefficients are the row loop's (same products, maxima, divisions
+// and rounding), then each row's products (off_next: the next chunk's columns, whose blocks of these rows are
+// prefetched)
+static void zz_rows32_cm_tile(enum ggml_type type, const char * w, int bs, const int32_t * off, int np,
+                              const float (* xs)[ZZ_CHUNK], int nt, int64_t rt,
+                              const int32_t * off_next, int n_next, float * y, int64_t ldy) {
     int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2][16] __attribute__((aligned(64))); // [token][pair][row]
     float   sf[ZZ_MAX_T][16]             __attribute__((aligned(64)));
-    const char *    wt  = w + rt*bs;
-    const __m512i   idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(bs));
-    const __mmask16 rm  = (__mmask16) ((1u << nr) - 1);
+    const char * wt = w + rt*bs;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(bs));
     __m512 d[ZZ_CHUNK];
     for (int c = 0; c < 2*np; ++c) {
-        d[c] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rm, idx, wt + off[c], 1)));
+        d[c] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(idx, wt + off[c], 1)));
     }
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int t = 0; t < nt; ++t) {
@@ -1565,17 +1635,14 @@ static void zz_rows32_cm_tile_vnni(enum ggml_type type, const char * w, int bs, 
             _mm512_store_si512(cw[t][p], _mm512_mask_blend_epi16(0xAAAAAAAA, q0, _mm512_slli_epi32(q1, 16)));
         }
     }
-    for (int i = 0; i < nr; ++i) {
+    for (int i = 0; i < 16; ++i) {
         const char * wr = wt + i*bs;
         for (int c = 0; c < n_next; ++c) {
             _mm_prefetch(wr + off_next[c], _MM_HINT_T0);
         }
-        zz_rows32_chunk_vnni(type, wr, off, np, &cw[0][0][i], ZZ_CHUNK/2*16, 16, &sf[0][i], 16, nt, y + (rt + i)*32, ldy);
+        zz_rows32_chunk(type, wr, off, np, &cw[0][0][i], ZZ_CHUNK/2*16, 16, &sf[0][i], 16, nt, y + (rt + i)*32, ldy);
     }
 }
-#else
-#undef  ZZ_ROWS32_VNNI
-#define ZZ_ROWS32_VNNI 0
 #endif
 
 
@@ -1661,15 +1728,14 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             // the chunk in tiles of 16 block-rows. Whole tiles only: a tile gathers each column's d once, so with
             // fewer rows it gathers more often than the row loop below, whose gather a row is cheap where the
             // column runs are short (SmolLM2's 576-row weights, 9 block-rows a thread, decoded at 0.86-0.99x in
-            // tiles of 9)
+            // tiles of 9). Not on AVX2: ymm tiles ran 0.75-0.85x the row loop there (-mno-avx512f, this Xeon)
             float xs[ZZ_MAX_T][ZZ_CHUNK] __attribute__((aligned(64)));
             for (int t = 0; t < nt; ++t) {
                 _mm512_store_ps(xs[t], xz[0][t]);
             }
             const int64_t rte = r0 + (r1 - r0)/16*16;
             for (int64_t rt = r0; rt < rte; rt += 16) {
-                zz_rows32_cm_tile_vnni(type, w, bs, off[0], npc[0], (const float (*)[ZZ_CHUNK]) xs, nt, rt, 16,
-                                       off_next, n_next, y, ldy);
+                zz_rows32_cm_tile(type, w, bs, off[0], npc[0], (const float (*)[ZZ_CHUNK]) xs, nt, rt, off_next, n_next, y, ldy);
             }
             r_first = rte;
         }
@@ -1719,64 +1785,8 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
                         _mm_prefetch(wn + off[ch][c + 1] + bs - 1, _MM_HINT_T0);
                     }
                 }
-#if ZZ_ROWS32_VNNI
-                zz_rows32_chunk_vnni(type, wr, off[ch], npc[ch], &cw[0][ch][0], ZZ_ROWS_SPAN*ZZ_CHUNK/2, 1, &sf[0][ch], ZZ_ROWS_SPAN,
-                                     nt, y + r*32, ldy);
-#else
-                __m256i a32[ZZ_MAX_T][4];
-                for (int t = 0; t < nt; ++t) {
-                    for (int q = 0; q < 4; ++q) {
-                        a32[t][q] = _mm256_setzero_si256();
-                    }
-                }
-                for (int p = 0; p < npc[ch]; ++p) {
-                    __m256i w0, w1, w2, w3;
-                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
-                        // s8 -> s16 straight from memory, word pairs in-lane: the sums come out as outputs
-                        // [0-3 8-11], [4-7 12-15], [16-19 24-27], [20-23 28-31], put back at the flush
-                        const int8_t * qa = ((const block_q8_0 *) (wr + off[ch][2*p + 0]))->qs;
-                        const int8_t * qb = ((const block_q8_0 *) (wr + off[ch][2*p + 1]))->qs;
-                        const __m256i al = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qa));
-                        const __m256i bl = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) qb));
-                        const __m256i ah = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qa + 16)));
-                        const __m256i bh = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (qb + 16)));
-                        w0 = _mm256_unpacklo_epi16(al, bl);
-                        w1 = _mm256_unpackhi_epi16(al, bl);
-                        w2 = _mm256_unpacklo_epi16(ah, bh);
-                        w3 = _mm256_unpackhi_epi16(ah, bh);
-                    } else {
-                        const __m256i qa = zz_unpack_s8(type, wr + off[ch][2*p + 0], 0);
-                        const __m256i qb = zz_unpack_s8(type, wr + off[ch][2*p + 1], 0);
-                        const __m256i u0 = _mm256_unpacklo_epi8(qa, qb); // pairs of l = 0..7 | 16..23
-                        const __m256i u1 = _mm256_unpackhi_epi8(qa, qb); // pairs of l = 8..15 | 24..31
-                        w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u0));
-                        w1 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(u1));
-                        w2 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u0, 1));
-                        w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(u1, 1));
-                    }
-                    for (int t = 0; t < nt; ++t) {
-                        const __m256i e = _mm256_set1_epi32(cw[t][ch][p]);
-                        a32[t][0] = _mm256_add_epi32(a32[t][0], _mm256_madd_epi16(w0, e));
-                        a32[t][1] = _mm256_add_epi32(a32[t][1], _mm256_madd_epi16(w1, e));
-                        a32[t][2] = _mm256_add_epi32(a32[t][2], _mm256_madd_epi16(w2, e));
-                        a32[t][3] = _mm256_add_epi32(a32[t][3], _mm256_madd_epi16(w3, e));
-                    }
-                }
-                for (int t = 0; t < nt; ++t) {
-                    const __m256 sv = _mm256_set1_ps(sf[t][ch]);
-                    float * yr = y + t*ldy + r*32;
-                    if (type == GGML_TYPE_Q8_0 && ZZ_Q8_SX) {
-                        const __m256i o0 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x20);
-                        const __m256i o1 = _mm256_permute2x128_si256(a32[t][0], a32[t][1], 0x31);
-                        const __m256i o2 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x20);
-                        const __m256i o3 = _mm256_permute2x128_si256(a32[t][2], a32[t][3], 0x31);
-                        a32[t][0] = o0; a32[t][1] = o1; a32[t][2] = o2; a32[t][3] = o3;
-                    }
-                    for (int q = 0; q < 4; ++q) {
-                        _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
-                    }
-                }
-#endif
+                zz_rows32_chunk(type, wr, off[ch], npc[ch], &cw[0][ch][0], ZZ_ROWS_SPAN*ZZ_CHUNK/2, 1, &sf[0][ch], ZZ_ROWS_SPAN,
+                                nt, y + r*32, ldy);
             }
         }
     }
