@@ -801,6 +801,19 @@ remote() {
             timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
                 tee "$out/perf-fa.log" | grep -E "us/run" | head -12
             ;;
+        sparq-opfa)
+            # issue 7's op figure: test_sparq_cuda bench (K/V rotated past L2, then warm) and test-backend-ops perf of
+            # SPARQ_ATTN against FLASH_ATTN_EXT at the Llama-3-8B shapes, S 4k/16k/32k (needs build with test-backend-ops)
+            sparq_bin || exit 1
+            timeout 90 /tmp/sparq-test/t bench 2>&1 | tee "$out/sparq-bench.log" | grep -v "^device" || echo "bench failed"
+            timeout 90 /tmp/sparq-test/t bench --warm 2>&1 | tee -a "$out/sparq-bench.log" | grep -v "^device" || echo "bench --warm failed"
+            local rc=0
+            timeout 150 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_ATTN > "$out/test-backend-ops-SPARQ_ATTN.log" 2>&1 || rc=$?
+            echo "SPARQ_ATTN vs CPU: rc $rc, $(tbo_count 'OK$' "$out/test-backend-ops-SPARQ_ATTN.log") OK, $(tbo_count FAIL "$out/test-backend-ops-SPARQ_ATTN.log") FAIL"
+            timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 | tee "$out/perf-sparq.log" | grep -E "us/run" || echo "perf SPARQ_ATTN failed"
+            timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
+                tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+            ;;
         mm-perf)
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "us/run" | sed 's/  */ /g' | cut -c1-120
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT -p "type_a=q4_K,type_b=f32" 2>&1 | tee "$out/perf-mm.log" | grep -E "n=1,.*us/run" | sed 's/  */ /g' | cut -c1-120
