@@ -397,16 +397,22 @@ static size_t zz_slice_work_size(const struct zz_shape * s, int n_tasks) {
     return zz_gemv_work_size(&ss, n_tasks);
 }
 
-// decode: split block-rows over threads (true) or the active list (false, partial sums + reduction);
-// LLAMA_SPARSE_CPU_SPLIT=rows|cols forces one (benchmarks)
-static bool zz_split_rows(const struct zz_shape * s, int nth) {
+// LLAMA_SPARSE_CPU_SPLIT: 1 rows, 2 cols, 0 unset (benchmarks)
+static int zz_split_env(void) {
     static int env_split = -1; // benign race: every thread computes the same value
     if (env_split < 0) {
         const char * e = getenv("LLAMA_SPARSE_CPU_SPLIT");
         env_split = e == NULL ? 0 : strcmp(e, "rows") == 0 ? 1 : strcmp(e, "cols") == 0 ? 2 : 0;
     }
-    if (env_split != 0) {
-        return env_split == 1;
+    return env_split;
+}
+
+// decode: split block-rows over threads (true) or the active list (false, partial sums + reduction);
+// LLAMA_SPARSE_CPU_SPLIT=rows|cols forces one (benchmarks)
+static bool zz_split_rows(const struct zz_shape * s, int nth) {
+    const int env = zz_split_env();
+    if (env != 0) {
+        return env == 1;
     }
     return s->nr % nth == 0;
 }
@@ -503,6 +509,23 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     const ggml_sparse_zz_gemv_rows_t rows = use_ref || fast != NULL || (size_t) s->n*s->nr*s->bs > INT32_MAX ? NULL :
                                             ggml_sparse_zz_gemv_rows_x86(s->type);
     if (rows != NULL) {
+        // where a thread's share of block-rows would be under the kernel's row tile but all of them fill one, the
+        // active list is split instead (whole chunks), each thread covers every block-row into its own partial
+        // sums, then one reduction (LLAMA_SPARSE_CPU_SPLIT=rows|cols forces either)
+        const int  tile   = ggml_sparse_zz_rows_tile_x86();
+        const int  env    = zz_split_env();
+        const bool by_col = nth > 1 && has_ws && (env == 2 || (env == 0 && tile > 0 && s->nr >= tile && s->nr/nth < tile));
+        if (by_col) {
+            const int64_t nchunk  = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
+            const int64_t k0      = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
+            const int64_t k1      = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+            const int64_t pstride = zz_round16(s->m*s->nt);
+            float * partial0 = (float *) zz_align64(params->wdata);
+            rows(w, s->bs, s->nr*s->bs, 0, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m);
+            ggml_barrier(params->threadpool);
+            zz_reduce_partials(params, s, partial0, pstride, y, ldy);
+            return;
+        }
         const int64_t r0 = s->nr*ith/nth;
         const int64_t r1 = s->nr*(ith + 1)/nth;
         if (r0 < r1) {

@@ -1733,7 +1733,7 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             for (int t = 0; t < nt; ++t) {
                 _mm512_store_ps(xs[t], xz[0][t]);
             }
-            const int64_t rte = r0 + (r1 - r0)/16*16;
+            const int64_t rte = r0 + (r1 - r0)/16*16; // (ggml_sparse_zz_rows_tile_x86)
             for (int64_t rt = r0; rt < rte; rt += 16) {
                 zz_rows32_cm_tile(type, w, bs, off[0], npc[0], (const float (*)[ZZ_CHUNK]) xs, nt, rt, off_next, n_next, y, ldy);
             }
@@ -1814,6 +1814,10 @@ ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
         case GGML_TYPE_Q4_0: return zz_rows_q4_0;
         default:             return NULL;
     }
+}
+
+int ggml_sparse_zz_rows_tile_x86(void) {
+    return ZZ_ROWS32_VNNI ? 16 : 0;
 }
 
 //
@@ -1923,6 +1927,10 @@ ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
+}
+
+int ggml_sparse_zz_rows_tile_x86(void) {
+    return 0;
 }
 
 ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {

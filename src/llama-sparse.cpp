@@ -343,8 +343,8 @@ static void * alloc_huge(size_t size) {
 // mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
 // 0.88-0.90x the speed of the copies (paired rounds; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
 // LLAMA_SPARSE_CPU_LAYOUT=rows32 keeps only the 32-blocks in the row layout: on SmolLM2 (Intel Xeon, 2 threads)
-// dense batches of 4-8 tokens ran 1.18-1.34x faster that way, single tokens at 0.90-1.01x dense and 0.92x at 0.50
-// (bench/results/cpu_layout_rows32_2026-12-05.md).
+// 8-token batches ran 1.05-1.17x faster that way, single tokens at 0.93-1.03x dense and 0.95x at 0.50
+// (bench/results/cpu_q8_split_2026-12-05.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
     if (info.cpu_layout_done) {
         return;
