@@ -397,6 +397,13 @@ static size_t zz_slice_work_size(const struct zz_shape * s, int n_tasks) {
     return zz_gemv_work_size(&ss, n_tasks);
 }
 
+// the active list split over threads in whole chunks: this thread's [k0, k1)
+static void zz_chunk_range(int64_t count, int ith, int nth, int64_t * k0, int64_t * k1) {
+    const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
+    *k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
+    *k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+}
+
 // LLAMA_SPARSE_CPU_SPLIT: 1 rows, 2 cols, 0 unset (benchmarks)
 static int zz_split_env(void) {
     static int env_split = -1; // benign race: every thread computes the same value
@@ -516,9 +523,8 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
         const int  env    = zz_split_env();
         const bool by_col = nth > 1 && has_ws && (env == 2 || (env == 0 && tile > 0 && s->nr >= tile && s->nr/nth < tile));
         if (by_col) {
-            const int64_t nchunk  = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
-            const int64_t k0      = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
-            const int64_t k1      = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+            int64_t k0, k1;
+            zz_chunk_range(count, ith, nth, &k0, &k1);
             const int64_t pstride = zz_round16(s->m*s->nt);
             float * partial0 = (float *) zz_align64(params->wdata);
             rows(w, s->bs, s->nr*s->bs, 0, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m);
@@ -552,9 +558,8 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     float * mins0    = partial0 + nth*pstride;
     float * mins     = mins0 + ith*mstride;
 
-    const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
-    const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
-    const int64_t k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+    int64_t k0, k1;
+    zz_chunk_range(count, ith, nth, &k0, &k1);
 
     if (nth == 1) {
         fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, y, ldy, mins, false);
@@ -678,9 +683,8 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     // the active list split evenly over threads in whole chunks, every thread covers all block-rows
     // into its own partial sums, then threads reduce disjoint output ranges
-    const int64_t nchunk = (count + GGML_SPARSE_ZZ_CHUNK - 1)/GGML_SPARSE_ZZ_CHUNK;
-    const int64_t k0 = (nchunk*ith/nth)*GGML_SPARSE_ZZ_CHUNK;
-    const int64_t k1 = ith == nth - 1 ? count : (nchunk*(ith + 1)/nth)*GGML_SPARSE_ZZ_CHUNK;
+    int64_t k0, k1;
+    zz_chunk_range(count, ith, nth, &k0, &k1);
 
     const int64_t pstride = zz_round16(s.m*s.nt);
     float * partial0 = (float *) zz_align64(params->wdata);

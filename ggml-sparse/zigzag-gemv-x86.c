@@ -1601,6 +1601,8 @@ ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const 
 #endif
 
 #if ZZ_ROWS32_VNNI
+#define ZZ_ROWS_TILE 16 // block-rows a tile: one a zmm lane
+
 // column-major: block-rows rt .. rt+15 of one chunk whose column runs start at w + off[c]. A column's 16 d lie
 // within its run (gathers over ~9 lines, where a row's 16 d are 16 runs apart), and with rows in the lanes a row's
 // max over the columns is a vertical max. The coefficients are the row loop's (same products, maxima, divisions
@@ -1609,8 +1611,8 @@ ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const 
 static void zz_rows32_cm_tile(enum ggml_type type, const char * w, int bs, const int32_t * off, int np,
                               const float (* xs)[ZZ_CHUNK], int nt, int64_t rt,
                               const int32_t * off_next, int n_next, float * y, int64_t ldy) {
-    int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2][16] __attribute__((aligned(64))); // [token][pair][row]
-    float   sf[ZZ_MAX_T][16]             __attribute__((aligned(64)));
+    int32_t cw[ZZ_MAX_T][ZZ_CHUNK/2][ZZ_ROWS_TILE] __attribute__((aligned(64))); // [token][pair][row]
+    float   sf[ZZ_MAX_T][ZZ_ROWS_TILE]             __attribute__((aligned(64)));
     const char * wt = w + rt*bs;
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32(bs));
@@ -1635,12 +1637,13 @@ static void zz_rows32_cm_tile(enum ggml_type type, const char * w, int bs, const
             _mm512_store_si512(cw[t][p], _mm512_mask_blend_epi16(0xAAAAAAAA, q0, _mm512_slli_epi32(q1, 16)));
         }
     }
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < ZZ_ROWS_TILE; ++i) {
         const char * wr = wt + i*bs;
         for (int c = 0; c < n_next; ++c) {
             _mm_prefetch(wr + off_next[c], _MM_HINT_T0);
         }
-        zz_rows32_chunk(type, wr, off, np, &cw[0][0][i], ZZ_CHUNK/2*16, 16, &sf[0][i], 16, nt, y + (rt + i)*32, ldy);
+        zz_rows32_chunk(type, wr, off, np, &cw[0][0][i], ZZ_CHUNK/2*ZZ_ROWS_TILE, ZZ_ROWS_TILE, &sf[0][i], ZZ_ROWS_TILE,
+                        nt, y + (rt + i)*32, ldy);
     }
 }
 #endif
@@ -1733,8 +1736,8 @@ ZZ_INLINE void zz_rows32_impl(enum ggml_type type, const char * w, size_t wnb1, 
             for (int t = 0; t < nt; ++t) {
                 _mm512_store_ps(xs[t], xz[0][t]);
             }
-            const int64_t rte = r0 + (r1 - r0)/16*16; // (ggml_sparse_zz_rows_tile_x86)
-            for (int64_t rt = r0; rt < rte; rt += 16) {
+            const int64_t rte = r0 + (r1 - r0)/ZZ_ROWS_TILE*ZZ_ROWS_TILE;
+            for (int64_t rt = r0; rt < rte; rt += ZZ_ROWS_TILE) {
                 zz_rows32_cm_tile(type, w, bs, off[0], npc[0], (const float (*)[ZZ_CHUNK]) xs, nt, rt, off_next, n_next, y, ldy);
             }
             r_first = rte;
@@ -1817,7 +1820,11 @@ ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
 }
 
 int ggml_sparse_zz_rows_tile_x86(void) {
-    return ZZ_ROWS32_VNNI ? 16 : 0;
+#if ZZ_ROWS32_VNNI
+    return ZZ_ROWS_TILE;
+#else
+    return 0;
+#endif
 }
 
 //

@@ -236,6 +236,11 @@ remote() {
         env "$@" timeout 90 "$bin" bench --variant single --S "${SPARQ_AB_S:-256,4096,16384,32768}" 2>&1 |
             tee -a "$out/$log" | grep -v "^device" || echo "bench failed"
     }
+    # stock flash-attention decode at the Llama-3-8B attention shapes, S 4k/16k/32k (test-backend-ops perf)
+    perf_fa() {
+        timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
+            tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+    }
     # lines of a test-backend-ops log matching PATTERN once its colour codes are gone: tbo_count PATTERN LOG
     tbo_count() { sed 's/\x1b\[[0-9;]*m//g' "$2" | grep -c "$1" || true; }
     # the tg128 t/s column of llama-bench's markdown on stdin
@@ -798,8 +803,7 @@ remote() {
                     tee "$out/perf-sparq-split$v.log" | grep -E "us/run" || echo "perf SPARQ_ATTN failed"
             done
             echo "-- FLASH_ATTN_EXT (stock kernels)"
-            timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
-                tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+            perf_fa
             ;;
         sparq-opfa)
             # issue 7's op figure: test_sparq_cuda bench (K/V rotated past L2, then warm) and test-backend-ops perf of
@@ -811,8 +815,7 @@ remote() {
             timeout 150 /tmp/b-fork/bin/test-backend-ops -b CUDA0 -o SPARQ_ATTN > "$out/test-backend-ops-SPARQ_ATTN.log" 2>&1 || rc=$?
             echo "SPARQ_ATTN vs CPU: rc $rc, $(tbo_count 'OK$' "$out/test-backend-ops-SPARQ_ATTN.log") OK, $(tbo_count FAIL "$out/test-backend-ops-SPARQ_ATTN.log") FAIL"
             timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o SPARQ_ATTN 2>&1 | tee "$out/perf-sparq.log" | grep -E "us/run" || echo "perf SPARQ_ATTN failed"
-            timeout 150 /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,.*kv=(4096|16384|32768),nb=1," 2>&1 |
-                tee "$out/perf-fa.log" | grep -E "us/run" | head -12
+            perf_fa
             ;;
         mm-perf)
             /tmp/b-fork/bin/test-backend-ops perf -b CUDA0 -o MUL_MAT_ZZ 2>&1 | tee "$out/perf-zz.log" | grep -E "us/run" | sed 's/  */ /g' | cut -c1-120
