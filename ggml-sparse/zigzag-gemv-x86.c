@@ -1452,10 +1452,10 @@ ZZ_INLINE void zz_d16(const char * wr, __m256i off_lo, __m256i off_hi, __m256 * 
 #endif
 #if ZZ_ROWS32_VNNI
 // one block-row's chunk: y + t*ldy (32 outputs) += sf[t][ch] * sums over the np pairs at wr + off[2p], wr + off[2p + 1]
-// of the weights times the s16 coefficient pairs cw[t][ch][p]
-ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const int32_t * off, int np,
-                                    const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
-                                    const int nt, float * y, int64_t ldy) {
+// of the weights times the s16 coefficient pairs cw[t][ch][p]; nt constant (zz_rows32_chunk_vnni)
+ZZ_INLINE void zz_rows32_chunk_vnni_n(enum ggml_type type, const char * wr, const int32_t * off, int np,
+                                      const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
+                                      const int nt, float * y, int64_t ldy) {
     __m512i lo[ZZ_MAX_T], hi[ZZ_MAX_T];
     for (int t = 0; t < nt; ++t) {
         lo[t] = hi[t] = _mm512_setzero_si512();
@@ -1480,6 +1480,27 @@ ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const 
         _mm512_storeu_ps(yr +  0, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(lo[t]), _mm512_loadu_ps(yr +  0)));
         _mm512_storeu_ps(yr + 16, _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(hi[t]), _mm512_loadu_ps(yr + 16)));
     }
+}
+
+// the same for any nt, in groups of at most four tokens of constant size: a group's sums stay in zmm registers.
+// With a run-time count they lived in stack slots (a load and a store per pair and token), and with all eight
+// tokens at once GCC still spilled a third of them
+ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const int32_t * off, int np,
+                                    const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
+                                    const int nt, float * y, int64_t ldy) {
+#define ZZ_R32_G(t0, n) zz_rows32_chunk_vnni_n(type, wr, off, np, cw + (t0)*cw_ts, cw_ts, cw_ps, sf + (t0)*sf_ts, sf_ts, \
+                                               n, y + (t0)*ldy, ldy)
+    switch (nt) {
+        case 1:  ZZ_R32_G(0, 1); break;
+        case 2:  ZZ_R32_G(0, 2); break;
+        case 3:  ZZ_R32_G(0, 3); break;
+        case 4:  ZZ_R32_G(0, 4); break;
+        case 5:  ZZ_R32_G(0, 3); ZZ_R32_G(3, 2); break;
+        case 6:  ZZ_R32_G(0, 3); ZZ_R32_G(3, 3); break;
+        case 7:  ZZ_R32_G(0, 4); ZZ_R32_G(4, 3); break;
+        default: ZZ_R32_G(0, 4); ZZ_R32_G(4, 4); break;
+    }
+#undef ZZ_R32_G
 }
 
 // block-rows r0..r1 of every token from slot order to output order, once the last chunk is in
@@ -1537,10 +1558,11 @@ ZZ_INLINE void zz_rows32_coef_vnni(const char * wr, __m512i off, const __m512 * 
 
 #if !ZZ_ROWS32_VNNI
 // one block-row's chunk, AVX2: y + t*ldy (32 outputs) += sf[t*sf_ts] * sums over the np pairs at wr + off[2p],
-// wr + off[2p + 1] of the weights times the s16 coefficient pairs cw[t*cw_ts + p*cw_ps]
-ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const int32_t * off, int np,
-                                const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
-                                const int nt, float * y, int64_t ldy) {
+// wr + off[2p + 1] of the weights times the s16 coefficient pairs cw[t*cw_ts + p*cw_ps]; nt constant
+// (zz_rows32_chunk_avx2)
+ZZ_INLINE void zz_rows32_chunk_avx2_n(enum ggml_type type, const char * wr, const int32_t * off, int np,
+                                      const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
+                                      const int nt, float * y, int64_t ldy) {
     __m256i a32[ZZ_MAX_T][4];
     for (int t = 0; t < nt; ++t) {
         for (int q = 0; q < 4; ++q) {
@@ -1592,6 +1614,20 @@ ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const 
         }
         for (int q = 0; q < 4; ++q) {
             _mm256_storeu_ps(yr + 8*q, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(a32[t][q]), _mm256_loadu_ps(yr + 8*q)));
+        }
+    }
+}
+
+// the same for any nt, in pairs of tokens (a lone last one alone): a pair's eight sums, the four weight vectors and
+// the coefficient fit the 16 ymm registers; with a run-time count the sums lived in stack slots
+ZZ_INLINE void zz_rows32_chunk_avx2(enum ggml_type type, const char * wr, const int32_t * off, int np,
+                                    const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
+                                    const int nt, float * y, int64_t ldy) {
+    for (int t0 = 0; t0 < nt; t0 += 2) {
+        if (nt - t0 >= 2) {
+            zz_rows32_chunk_avx2_n(type, wr, off, np, cw + t0*cw_ts, cw_ts, cw_ps, sf + t0*sf_ts, sf_ts, 2, y + t0*ldy, ldy);
+        } else {
+            zz_rows32_chunk_avx2_n(type, wr, off, np, cw + t0*cw_ts, cw_ts, cw_ps, sf + t0*sf_ts, sf_ts, 1, y + t0*ldy, ldy);
         }
     }
 }
