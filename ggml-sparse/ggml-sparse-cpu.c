@@ -516,12 +516,12 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     const ggml_sparse_zz_gemv_rows_t rows = use_ref || fast != NULL || (size_t) s->n*s->nr*s->bs > INT32_MAX ? NULL :
                                             ggml_sparse_zz_gemv_rows_x86(s->type);
     if (rows != NULL) {
-        // where a thread's share of block-rows would be under the kernel's row tile but all of them fill one, the
-        // active list is split instead (whole chunks), each thread covers every block-row into its own partial
-        // sums, then one reduction (LLAMA_SPARSE_CPU_SPLIT=rows|cols forces either)
-        const int  tile   = ggml_sparse_zz_rows_tile_x86();
-        const int  env    = zz_split_env();
-        const bool by_col = nth > 1 && has_ws && (env == 2 || (env == 0 && tile > 0 && s->nr >= tile && s->nr/nth < tile));
+        // the active list split over threads (whole chunks): each thread reads whole column runs and covers every
+        // block-row into its own partial sums, then one reduction. Against block-rows split over threads (2 threads,
+        // 7B shapes): even for single tokens streaming from memory, 1.1-1.6x as fast for batches of 2-8 with weights
+        // in cache (AVX2 alike), and whole tiles where a thread's share of rows is under one (SmolLM2's 18
+        // block-rows); bench/results/cpu_q8_colsplit_2026-12-05.md. LLAMA_SPARSE_CPU_SPLIT=rows|cols forces either
+        const bool by_col = nth > 1 && has_ws && zz_split_env() != 1;
         if (by_col) {
             int64_t k0, k1;
             zz_chunk_range(count, ith, nth, &k0, &k1);

@@ -54,9 +54,6 @@ typedef void (*ggml_sparse_zz_gemv_rows_t)(const void * w, size_t wnb1, size_t c
 // multi-row kernels of this build for a type, NULL where there are none
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type);
 
-// block-rows of the multi-row kernels' row tiles on column-major weights (0: none in this build)
-int ggml_sparse_zz_rows_tile_x86(void);
-
 // reorders the n*nr blocks of one weight from the row layout to column-major (GGML_SPARSE_ZZ_LAYOUT_COLS,
 // src != dst); the caller then tags the weight with ggml_sparse_zz_set_layout
 void ggml_sparse_zz_to_colmajor(enum ggml_type type, int64_t n, int64_t nr, const void * src, void * dst);

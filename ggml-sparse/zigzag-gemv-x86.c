@@ -1855,14 +1855,6 @@ ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
     }
 }
 
-int ggml_sparse_zz_rows_tile_x86(void) {
-#if ZZ_ROWS32_VNNI
-    return ZZ_ROWS_TILE;
-#else
-    return 0;
-#endif
-}
-
 //
 // fp32 dequantization for the prefill GEMM panels: the values of ggml's dequantize_row_*
 //
@@ -1970,10 +1962,6 @@ ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_x86(enum ggml_type type) {
 ggml_sparse_zz_gemv_rows_t ggml_sparse_zz_gemv_rows_x86(enum ggml_type type) {
     GGML_UNUSED(type);
     return NULL;
-}
-
-int ggml_sparse_zz_rows_tile_x86(void) {
-    return 0;
 }
 
 ggml_sparse_zz_gemv_cm_t ggml_sparse_zz_gemv_cm_x86(enum ggml_type type) {
