@@ -499,6 +499,21 @@ static void zz_reduce_partials(const struct ggml_compute_params * params, const 
     }
 }
 
+// a multi-row kernel over the active list split over threads (whole chunks): each thread covers every block-row
+// into its own partial sums (the work buffer), then threads reduce disjoint output ranges. cs: bytes between the
+// blocks of a block-row (the row layout: the block size; column-major: a column's run)
+static void zz_rows_list_split(const struct ggml_compute_params * params, const struct zz_shape * s,
+                               ggml_sparse_zz_gemv_rows_t rows, const char * w, size_t wnb1, size_t cs,
+                               const int32_t * cols, int64_t count, const float * x, int64_t ldx, float * y, int64_t ldy) {
+    int64_t k0, k1;
+    zz_chunk_range(count, params->ith, params->nth, &k0, &k1);
+    const int64_t pstride = zz_round16(s->m*s->nt);
+    float * partial0 = (float *) zz_align64(params->wdata);
+    rows(w, wnb1, cs, 0, s->nr, cols, k0, k1, x, ldx, (int) s->nt, partial0 + params->ith*pstride, s->m);
+    ggml_barrier(params->threadpool);
+    zz_reduce_partials(params, s, partial0, pstride, y, ldy);
+}
+
 // decode on a column-major weight: the active list split evenly over threads in whole chunks, each thread
 // streams its columns' runs through all block-rows into its own partial sums, then one reduction
 static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const struct zz_shape * s,
@@ -521,15 +536,8 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
         // 7B shapes): even for single tokens streaming from memory, 1.1-1.6x as fast for batches of 2-8 with weights
         // in cache (AVX2 alike), and whole tiles where a thread's share of rows is under one (SmolLM2's 18
         // block-rows); bench/results/cpu_q8_colsplit_2026-12-05.md. LLAMA_SPARSE_CPU_SPLIT=rows|cols forces either
-        const bool by_col = nth > 1 && has_ws && zz_split_env() != 1;
-        if (by_col) {
-            int64_t k0, k1;
-            zz_chunk_range(count, ith, nth, &k0, &k1);
-            const int64_t pstride = zz_round16(s->m*s->nt);
-            float * partial0 = (float *) zz_align64(params->wdata);
-            rows(w, s->bs, s->nr*s->bs, 0, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m);
-            ggml_barrier(params->threadpool);
-            zz_reduce_partials(params, s, partial0, pstride, y, ldy);
+        if (nth > 1 && has_ws && zz_split_env() != 1) {
+            zz_rows_list_split(params, s, rows, w, s->bs, s->nr*s->bs, cols, count, x, ldx, y, ldy);
             return;
         }
         const int64_t r0 = s->nr*ith/nth;
@@ -683,19 +691,18 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
 
     // the active list split evenly over threads in whole chunks, every thread covers all block-rows
     // into its own partial sums, then threads reduce disjoint output ranges
+    if (rows) {
+        zz_rows_list_split(params, &s, rows, wdata0, wnb1, s.bs, cols, count, x, ldx, y, ldy);
+        return;
+    }
     int64_t k0, k1;
     zz_chunk_range(count, ith, nth, &k0, &k1);
 
     const int64_t pstride = zz_round16(s.m*s.nt);
     float * partial0 = (float *) zz_align64(params->wdata);
     float * partial  = partial0 + ith*pstride;
-
-    if (rows) {
-        rows(wdata0, wnb1, s.bs, 0, s.nr, cols, k0, k1, x, ldx, nt, partial, s.m);
-    } else {
-        for (int64_t r = 0; r < s.nr; ++r) {
-            fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);
-        }
+    for (int64_t r = 0; r < s.nr; ++r) {
+        fast(wdata0 + r*wnb1, cols, k0, k1, x, ldx, nt, partial + r*s.bk, s.m);
     }
 
     ggml_barrier(params->threadpool);

@@ -1482,25 +1482,25 @@ ZZ_INLINE void zz_rows32_chunk_vnni_n(enum ggml_type type, const char * wr, cons
     }
 }
 
-// the same for any nt, in groups of at most four tokens of constant size: a group's sums stay in zmm registers.
-// With a run-time count they lived in stack slots (a load and a store per pair and token), and with all eight
-// tokens at once GCC still spilled a third of them
+// the same for any nt, in balanced groups of at most four tokens (as zz_q4_K_cm_row_bq): a group's count is a
+// constant, so its sums stay in zmm registers. With a run-time count they lived in stack slots (a load and a store
+// per pair and token), and with all eight tokens at once GCC still spilled a third of them
 ZZ_INLINE void zz_rows32_chunk_vnni(enum ggml_type type, const char * wr, const int32_t * off, int np,
                                     const int32_t * cw, int cw_ts, int cw_ps, const float * sf, int sf_ts,
                                     const int nt, float * y, int64_t ldy) {
-#define ZZ_R32_G(t0, n) zz_rows32_chunk_vnni_n(type, wr, off, np, cw + (t0)*cw_ts, cw_ts, cw_ps, sf + (t0)*sf_ts, sf_ts, \
-                                               n, y + (t0)*ldy, ldy)
-    switch (nt) {
-        case 1:  ZZ_R32_G(0, 1); break;
-        case 2:  ZZ_R32_G(0, 2); break;
-        case 3:  ZZ_R32_G(0, 3); break;
-        case 4:  ZZ_R32_G(0, 4); break;
-        case 5:  ZZ_R32_G(0, 3); ZZ_R32_G(3, 2); break;
-        case 6:  ZZ_R32_G(0, 3); ZZ_R32_G(3, 3); break;
-        case 7:  ZZ_R32_G(0, 4); ZZ_R32_G(4, 3); break;
-        default: ZZ_R32_G(0, 4); ZZ_R32_G(4, 4); break;
-    }
+    const int ng = (nt + 3)/4;
+    for (int g = 0, t0 = 0; g < ng; ++g) {
+        const int t1 = nt*(g + 1)/ng;
+#define ZZ_R32_G(n) zz_rows32_chunk_vnni_n(type, wr, off, np, cw + t0*cw_ts, cw_ts, cw_ps, sf + t0*sf_ts, sf_ts, n, y + t0*ldy, ldy)
+        switch (t1 - t0) {
+            case 1:  ZZ_R32_G(1); break;
+            case 2:  ZZ_R32_G(2); break;
+            case 3:  ZZ_R32_G(3); break;
+            default: ZZ_R32_G(4); break;
+        }
 #undef ZZ_R32_G
+        t0 = t1;
+    }
 }
 
 // block-rows r0..r1 of every token from slot order to output order, once the last chunk is in

@@ -342,9 +342,9 @@ static void * alloc_huge(size_t size) {
 // weights (alloc_huge), giving the mapped pages back. Weights that keep the row layout are copied out of a read-only
 // mapping into the arena as they are (LLAMA_SPARSE_CPU_COPY=0: not): reading the file mapping, dense decode ran at
 // 0.88-0.90x the speed of the copies (paired rounds; bench/results/cpu_e2e-r7b-2026-11-24-vnni-32l.md).
-// LLAMA_SPARSE_CPU_LAYOUT=rows32 keeps only the 32-blocks in the row layout: on SmolLM2 (Intel Xeon, 2 threads)
-// 8-token batches ran 1.05-1.17x faster that way, single tokens at 0.93-1.03x dense and 0.95x at 0.50
-// (bench/results/cpu_q8_split_2026-12-05.md).
+// LLAMA_SPARSE_CPU_LAYOUT=rows32 keeps only the 32-blocks in the row layout: on SmolLM2 (Intel Xeon, 2 threads, q8_0
+// dense) 1.27/1.57/1.56/1.46x stock at batches of 1/2/4/8 against the default's 1.53/1.75/1.85/1.70x
+// (bench/results/cpu_q8_colsplit_2026-12-05.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
     if (info.cpu_layout_done) {
         return;
