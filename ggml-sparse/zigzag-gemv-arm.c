@@ -1,13 +1,23 @@
 // llama-sparse: ARM NEON GEMV kernels on one zigzag block-row (decode, T <= GGML_SPARSE_MAX_BATCH).
 //
-// Each active column's block is dequantized to fp32 with NEON and added to the block-row's outputs
-// with vector FMAs (an axpy per column). Plain fp32 keeps the result independent of the thread split.
+// Q4_K, Q4_0, Q8_0: as on x86, each chunk of GGML_SPARSE_ZZ_CHUNK columns quantizes its per-(column, sub-block)
+// coefficients x_j*d_j*sc_j to integers with one float scale per token and sub-block, so the products are
+// widening integer multiply-adds of the block's quants against a broadcast coefficient (SMLAL), no dot-product
+// extension needed:
+//   Q4_K:       quants less 8 (s8) x s8 coefficients, int16 sums (16 columns x 127 x 8 < 2^15); the min term and
+//               the offset of 8 in fp32
+//   Q4_0, Q8_0: quants widened to s16 x s16 coefficients, int32 sums
+// and each chunk is flushed as y += S * float(sum). Q6_K (and every type with LLAMA_SPARSE_CPU_ARM_INT=0):
+// each active column's block dequantized to fp32 and added with vector FMAs (an axpy per column).
 #define GGML_COMMON_DECL_C
 #include "ggml-common.h"
 
 #include "ggml-sparse-cpu.h"
 #include "ggml-sparse.h"
 #include "ggml-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
@@ -131,7 +141,337 @@ ZZ_NEON_KERNEL(zz_gemv_q8_0_neon, GGML_TYPE_Q8_0)
 ZZ_NEON_KERNEL(zz_gemv_q4_K_neon, GGML_TYPE_Q4_K)
 ZZ_NEON_KERNEL(zz_gemv_q6_K_neon, GGML_TYPE_Q6_K)
 
+//
+// integer kernels (Q4_K, Q4_0, Q8_0)
+//
+
+#define ZZ_CHUNK GGML_SPARSE_ZZ_CHUNK
+#define ZZ_INLINE static inline __attribute__((always_inline))
+#define ZZ_STR(x) #x
+#define ZZ_UNROLL(n) _Pragma(ZZ_STR(GCC unroll n))
+
+static_assert(ZZ_CHUNK <= 16, "int16 sums of 4-bit quants with s8 coefficients are exact for at most 16 columns");
+
+// fp16 -> fp32 in one instruction (ggml's portable macro takes ~15)
+ZZ_INLINE float zz_fp16(const ggml_half * p) {
+    __fp16 h;
+    memcpy(&h, p, sizeof(h));
+    return (float) h;
+}
+
+// 8 u8 -> two float32x4
+ZZ_INLINE void zz_u8x8_to_f32(uint8x8_t v, float32x4_t * lo, float32x4_t * hi) {
+    const uint16x8_t w = vmovl_u8(v);
+    *lo = vcvtq_f32_u32(vmovl_u16(vget_low_u16(w)));
+    *hi = vcvtq_f32_u32(vmovl_high_u16(w));
+}
+
+// y[0..3] += s*float(lo4(a)), y[4..7] += s*float(hi4(a)) for int16 sums a
+ZZ_INLINE void zz_flush_s16(float * y, int16x8_t a, float s) {
+    vst1q_f32(y + 0, vfmaq_n_f32(vld1q_f32(y + 0), vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))), s));
+    vst1q_f32(y + 4, vfmaq_n_f32(vld1q_f32(y + 4), vcvtq_f32_s32(vmovl_high_s16(a)), s));
+}
+
+ZZ_INLINE void zz_flush_s32(float * y, int32x4_t a, float s) {
+    vst1q_f32(y, vfmaq_n_f32(vld1q_f32(y), vcvtq_f32_s32(a), s));
+}
+
+// q[i] = round(v[i]*inv) for n <= 16 floats (|v*inv| <= lim), narrowed to int16
+ZZ_INLINE void zz_round_s16(const float * v, int n, float inv, int16_t * q) {
+    for (int i = 0; i < n; i += 4) {
+        const int32x4_t r = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(v + i), inv));
+        vst1_s16(q + i, vmovn_s32(r));
+    }
+}
+
+// largest |v[i]| over n floats (n % 4 == 0)
+ZZ_INLINE float zz_amax(const float * v, int n) {
+    float32x4_t m = vdupq_n_f32(0.0f);
+    for (int i = 0; i < n; i += 4) {
+        m = vmaxq_f32(m, vabsq_f32(vld1q_f32(v + i)));
+    }
+    return vmaxvq_f32(m);
+}
+
+// the 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block: get_scale_min_k4 as table lookups. tab:
+// the lookups of zz_q4_K_sm_tables, loaded once by the caller
+struct zz_q4_K_sm { uint8x16_t lo_idx, hi_idx, lo_mask; };
+
+ZZ_INLINE struct zz_q4_K_sm zz_q4_K_sm_tables(void) {
+    // sc[0..3] = s[0..3], sc[4..7] = s[8..11] low nibbles, m[0..3] = s[4..7], m[4..7] = s[8..11] high nibbles
+    static const uint8_t lo_idx[16]  = { 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 24, 25, 26, 27 };
+    // bits 4, 5 of sc[4..7] and m[4..7]: bits 6, 7 of s[0..3] and s[4..7] (out-of-range indices give 0)
+    static const uint8_t hi_idx[16]  = { 255, 255, 255, 255, 0, 1, 2, 3, 255, 255, 255, 255, 4, 5, 6, 7 };
+    static const uint8_t lo_mask[16] = { 63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15 };
+    const struct zz_q4_K_sm tab = { vld1q_u8(lo_idx), vld1q_u8(hi_idx), vld1q_u8(lo_mask) };
+    return tab;
+}
+
+ZZ_INLINE uint8x16_t zz_q4_K_scales_mins(const block_q4_K * b, const struct zz_q4_K_sm * tab) {
+    const uint8x16_t   v  = vld1q_u8(b->scales); // the 12 scale bytes and 4 of qs
+    const uint8x16x2_t vv = { { v, vshrq_n_u8(v, 4) } };
+    const uint8x16_t lo = vandq_u8(vqtbl2q_u8(vv, tab->lo_idx), tab->lo_mask);
+    const uint8x16_t hi = vshlq_n_u8(vshrq_n_u8(vqtbl1q_u8(v, tab->hi_idx), 6), 4);
+    return vorrq_u8(lo, hi);
+}
+
+// G (constant) tokens, 64-row run sp of a chunk's nc blocks: int16 sums of the nibbles (less 8) times the s8 coefficients
+// cq[g][c][2sp] (low nibbles) and [2sp + 1] (high), flushed into acc[g] + 64sp with the scales sf[g][2sp], [2sp + 1]
+ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const int G,
+                           const int8_t (* cq)[ZZ_CHUNK][8], const float (* sf)[8], float (* acc)[QK_K]) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t  m8 = vdupq_n_s8(8);
+    int16x8_t a[2][8];
+    for (int g = 0; g < G; ++g) {
+        for (int i = 0; i < 8; ++i) {
+            a[g][i] = vdupq_n_s16(0);
+        }
+    }
+    for (int c = 0; c < nc; ++c) {
+        const uint8x16_t v0 = vld1q_u8(blk[c]->qs + 32*sp);
+        const uint8x16_t v1 = vld1q_u8(blk[c]->qs + 32*sp + 16);
+        // nibbles less 8: the rounding errors of the coefficients then meet quants of mean ~0, not ~7.5
+        const int8x16_t  l0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, m4)), m8);
+        const int8x16_t  l1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v1, m4)), m8);
+        const int8x16_t  h0 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), m8);
+        const int8x16_t  h1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v1, 4)), m8);
+        for (int g = 0; g < G; ++g) {
+            const int8x16_t cl = vdupq_n_s8(cq[g][c][2*sp + 0]);
+            const int8x16_t ch = vdupq_n_s8(cq[g][c][2*sp + 1]);
+            a[g][0] = vmlal_s8(a[g][0], vget_low_s8(l0), vget_low_s8(cl));
+            a[g][1] = vmlal_high_s8(a[g][1], l0, cl);
+            a[g][2] = vmlal_s8(a[g][2], vget_low_s8(l1), vget_low_s8(cl));
+            a[g][3] = vmlal_high_s8(a[g][3], l1, cl);
+            a[g][4] = vmlal_s8(a[g][4], vget_low_s8(h0), vget_low_s8(ch));
+            a[g][5] = vmlal_high_s8(a[g][5], h0, ch);
+            a[g][6] = vmlal_s8(a[g][6], vget_low_s8(h1), vget_low_s8(ch));
+            a[g][7] = vmlal_high_s8(a[g][7], h1, ch);
+        }
+    }
+    for (int g = 0; g < G; ++g) {
+        float * yo = acc[g] + 64*sp;
+        for (int i = 0; i < 8; ++i) {
+            zz_flush_s16(yo + 8*i, a[g][i], sf[g][2*sp + i/4]);
+        }
+    }
+}
+
+static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+    const block_q4_K * w = wrow;
+
+    float       acc[ZZ_MAX_T][QK_K];
+    float32x4_t vmin[ZZ_MAX_T][2];        // sum_j x_j*(dmin_j*m_j[s] - 8*d_j*sc_j[s]), subtracted at the end
+    float       cf[ZZ_MAX_T][ZZ_CHUNK][8]; // a chunk's coefficients x_j*d_j*sc_j[s]
+    int8_t      cq[ZZ_MAX_T][ZZ_CHUNK][8]; // ... as s8
+    float       sf[ZZ_MAX_T][8];           // ... and their scales per sub-block
+    const block_q4_K * blk[ZZ_CHUNK];
+    const struct zz_q4_K_sm tab = zz_q4_K_sm_tables();
+
+    for (int t = 0; t < nt; ++t) {
+        memset(acc[t], 0, sizeof(acc[t]));
+        vmin[t][0] = vmin[t][1] = vdupq_n_f32(0.0f);
+    }
+
+    for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {
+        const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;
+
+        float32x4_t amax[ZZ_MAX_T][2];
+        for (int t = 0; t < nt; ++t) {
+            amax[t][0] = amax[t][1] = vdupq_n_f32(0.0f);
+        }
+        for (int c = 0; c < nc; ++c) {
+            const int64_t j = cols ? cols[kc + c] : kc + c;
+            const block_q4_K * b = w + j;
+            blk[c] = b;
+            const uint8x16_t sm = zz_q4_K_scales_mins(b, &tab);
+            float32x4_t sc0, sc1, m0, m1;
+            zz_u8x8_to_f32(vget_low_u8(sm),  &sc0, &sc1);
+            zz_u8x8_to_f32(vget_high_u8(sm), &m0,  &m1);
+            const float d    = zz_fp16(&b->d);
+            const float dmin = zz_fp16(&b->dmin);
+            for (int t = 0; t < nt; ++t) {
+                const float xv = x[t*ldx + j];
+                const float32x4_t c0 = vmulq_n_f32(sc0, xv*d);
+                const float32x4_t c1 = vmulq_n_f32(sc1, xv*d);
+                vst1q_f32(cf[t][c] + 0, c0);
+                vst1q_f32(cf[t][c] + 4, c1);
+                amax[t][0] = vmaxq_f32(amax[t][0], vabsq_f32(c0));
+                amax[t][1] = vmaxq_f32(amax[t][1], vabsq_f32(c1));
+                // the offset: x*(dmin*m - 8*d*sc), subtracted at the end
+                vmin[t][0] = vaddq_f32(vmin[t][0], vfmaq_n_f32(vmulq_n_f32(c0, -8.0f), m0, xv*dmin));
+                vmin[t][1] = vaddq_f32(vmin[t][1], vfmaq_n_f32(vmulq_n_f32(c1, -8.0f), m1, xv*dmin));
+            }
+        }
+        // s8 coefficients per sub-block: c = round(cf*127/amax_s), flushed with amax_s/127
+        for (int t = 0; t < nt; ++t) {
+            float32x4_t inv[2];
+            for (int h = 0; h < 2; ++h) {
+                const uint32x4_t on = vcgtq_f32(amax[t][h], vdupq_n_f32(0.0f));
+                inv[h] = vreinterpretq_f32_u32(vandq_u32(on, vreinterpretq_u32_f32(vdivq_f32(vdupq_n_f32(127.0f), amax[t][h]))));
+                vst1q_f32(sf[t] + 4*h, vmulq_n_f32(amax[t][h], 1.0f/127.0f));
+            }
+            for (int c = 0; c < nc; ++c) {
+                const int32x4_t q0 = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(cf[t][c] + 0), inv[0]));
+                const int32x4_t q1 = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(cf[t][c] + 4), inv[1]));
+                vst1_s8(cq[t][c], vmovn_s16(vcombine_s16(vmovn_s32(q0), vmovn_s32(q1))));
+            }
+        }
+        for (int sp = 0; sp < QK_K/64; ++sp) {
+            int t = 0;
+            for (; t + 2 <= nt; t += 2) {
+                zz_q4_K_run(blk, nc, sp, 2, cq + t, sf + t, acc + t);
+            }
+            if (t < nt) {
+                zz_q4_K_run(blk, nc, sp, 1, cq + t, sf + t, acc + t);
+            }
+        }
+    }
+
+    for (int t = 0; t < nt; ++t) {
+        float mins[8];
+        vst1q_f32(mins + 0, vmin[t][0]);
+        vst1q_f32(mins + 4, vmin[t][1]);
+        for (int i = 0; i < QK_K; i += 4) {
+            vst1q_f32(y + t*ldy + i, vsubq_f32(vld1q_f32(acc[t] + i), vdupq_n_f32(mins[i/32])));
+        }
+    }
+}
+
+// Q4_0 / Q8_0: one coefficient x_j*d_j per block; a chunk's 16 coefficients of one token (zeros past the chunk's
+// columns) rounded to s16 with one scale, which it returns
+ZZ_INLINE float zz_b32_coefs(const float * cf, int16_t * cq) {
+    const float amax = zz_amax(cf, ZZ_CHUNK);
+    zz_round_s16(cf, ZZ_CHUNK, amax > 0.0f ? 32767.0f/amax : 0.0f, cq);
+    return amax/32767.0f;
+}
+
+// a block's 32 quants as s16, rows 8i .. 8i + 7 in w[i]
+ZZ_INLINE void zz_q8_0_widen(const block_q8_0 * b, int16x8_t * w) {
+    const int8x16_t q0 = vld1q_s8(b->qs);
+    const int8x16_t q1 = vld1q_s8(b->qs + 16);
+    w[0] = vmovl_s8(vget_low_s8(q0));
+    w[1] = vmovl_high_s8(q0);
+    w[2] = vmovl_s8(vget_low_s8(q1));
+    w[3] = vmovl_high_s8(q1);
+}
+
+ZZ_INLINE void zz_q4_0_widen(const block_q4_0 * b, int16x8_t * w) {
+    const uint8x16_t v = vld1q_u8(b->qs);
+    const int8x16_t  l = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8)); // rows 0..15
+    const int8x16_t  h = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));              // rows 16..31
+    w[0] = vmovl_s8(vget_low_s8(l));
+    w[1] = vmovl_high_s8(l);
+    w[2] = vmovl_s8(vget_low_s8(h));
+    w[3] = vmovl_high_s8(h);
+}
+
+// G (constant) tokens, a chunk of nc 32-row blocks: int32 sums of the quants (widened to s16) times the s16
+// coefficients cq[g][c], flushed into acc[g] with sf[g]
+#define ZZ_B32_RUN(name, btype, widen)                                                                    \
+ZZ_INLINE void name(const btype * const * blk, int nc, const int G, const int16_t (* cq)[ZZ_CHUNK],      \
+                    const float * sf, float (* acc)[32]) {                                                \
+    int32x4_t a[2][8];                                                                                    \
+    for (int g = 0; g < G; ++g) {                                                                         \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            a[g][i] = vdupq_n_s32(0);                                                                     \
+        }                                                                                                 \
+    }                                                                                                     \
+    /* eight columns a step, their coefficients one vector, by lane; past nc, blocks repeat with c = 0 */ \
+    for (int c0 = 0; c0 < nc; c0 += 8) {                                                                  \
+        int16x8_t cv[2];                                                                                  \
+        for (int g = 0; g < G; ++g) {                                                                     \
+            cv[g] = vld1q_s16(cq[g] + c0);                                                                \
+        }                                                                                                 \
+        ZZ_UNROLL(8)                                                                                      \
+        for (int c = 0; c < 8; ++c) {                                                                     \
+            int16x8_t wq[4];                                                                              \
+            widen(blk[c0 + c], wq);                                                                       \
+            for (int g = 0; g < G; ++g) {                                                                 \
+                for (int i = 0; i < 4; ++i) {                                                             \
+                    a[g][2*i + 0] = vmlal_laneq_s16(a[g][2*i + 0], vget_low_s16(wq[i]), cv[g], c);        \
+                    a[g][2*i + 1] = vmlal_high_laneq_s16(a[g][2*i + 1], wq[i], cv[g], c);                 \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int g = 0; g < G; ++g) {                                                                         \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            zz_flush_s32(acc[g] + 4*i, a[g][i], sf[g]);                                                   \
+        }                                                                                                 \
+    }                                                                                                     \
+}
+
+ZZ_B32_RUN(zz_q4_0_run, block_q4_0, zz_q4_0_widen)
+ZZ_B32_RUN(zz_q8_0_run, block_q8_0, zz_q8_0_widen)
+
+// Q4_0 and Q8_0: per chunk the coefficients of every token, then the products in pairs of tokens. As on x86, s16
+// coefficients: within ~1e-5 of fp32
+#define ZZ_B32_KERNEL(name, btype, run)                                                                   \
+static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                        \
+                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                         \
+    const btype * w = wrow;                                                                               \
+    float   acc[ZZ_MAX_T][32];                                                                            \
+    float   cf[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
+    int16_t cq[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
+    float   sf[ZZ_MAX_T];                                                                                 \
+    const btype * blk[ZZ_CHUNK];                                                                          \
+    memset(acc, 0, sizeof(acc[0])*nt);                                                                    \
+    memset(cf, 0, sizeof(cf[0])*nt);                                                                      \
+    for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {                                                     \
+        const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;                                  \
+        for (int c = 0; c < nc; ++c) {                                                                    \
+            const int64_t j = cols ? cols[kc + c] : kc + c;                                              \
+            blk[c] = w + j;                                                                               \
+            const float d = zz_fp16(&w[j].d);                                                             \
+            for (int t = 0; t < nt; ++t) {                                                                \
+                cf[t][c] = x[t*ldx + j]*d;                                                                \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int c = nc; c < ((nc + 7) & ~7); ++c) {                                                      \
+            blk[c] = blk[0];                                                                              \
+        }                                                                                                 \
+        for (int t = 0; t < nt; ++t) {                                                                    \
+            for (int c = nc; c < ZZ_CHUNK; ++c) {                                                         \
+                cf[t][c] = 0.0f;                                                                          \
+            }                                                                                             \
+            sf[t] = zz_b32_coefs(cf[t], cq[t]);                                                           \
+        }                                                                                                 \
+        int t = 0;                                                                                        \
+        for (; t + 2 <= nt; t += 2) {                                                                     \
+            run(blk, nc, 2, cq + t, sf + t, acc + t);                                                     \
+        }                                                                                                 \
+        if (t < nt) {                                                                                     \
+            run(blk, nc, 1, cq + t, sf + t, acc + t);                                                     \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int t = 0; t < nt; ++t) {                                                                        \
+        memcpy(y + t*ldy, acc[t], sizeof(acc[t]));                                                        \
+    }                                                                                                     \
+}
+
+ZZ_B32_KERNEL(zz_gemv_q4_0_int, block_q4_0, zz_q4_0_run)
+ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_run)
+
+// LLAMA_SPARSE_CPU_ARM_INT=0: the fp32 kernels for every type (comparisons)
+static bool zz_arm_int(void) {
+    static int env = -1; // benign race: every thread computes the same value
+    if (env < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_ARM_INT");
+        env = e == NULL || strcmp(e, "0") != 0;
+    }
+    return env;
+}
+
 ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_arm(enum ggml_type type) {
+    if (zz_arm_int()) {
+        switch (type) {
+            case GGML_TYPE_Q4_0: return zz_gemv_q4_0_int;
+            case GGML_TYPE_Q8_0: return zz_gemv_q8_0_int;
+            case GGML_TYPE_Q4_K: return zz_gemv_q4_K_int;
+            default:             break;
+        }
+    }
     switch (type) {
         case GGML_TYPE_Q4_0: return zz_gemv_q4_0_neon;
         case GGML_TYPE_Q8_0: return zz_gemv_q8_0_neon;

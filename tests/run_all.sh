@@ -29,6 +29,9 @@ run env NO_SAVE=1 bench/gemv_cpu.sh -t 2 -r 3 -m hot -S 2 -L both -P 2
 section "SparQ attention CPU kernel against its scalar reference (tests/c)"
 if [ -x tests/c/test_sparq.sh ]; then run tests/c/test_sparq.sh; else echo "FAILED: tests/c/test_sparq.sh missing"; fail=1; fi
 
+section "CPU kernels on aarch64 (NEON) under qemu (tests/c/cross_check.sh)"
+if [ -x tests/c/cross_check.sh ]; then run env PYTHON="$py" tests/c/cross_check.sh; else echo "FAILED: tests/c/cross_check.sh missing"; fail=1; fi
+
 section "CUDA sources compile (nvcc, sm_90)"
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     if [ -x cuda/check_compile.sh ]; then run cuda/check_compile.sh; else echo "FAILED: cuda/check_compile.sh missing"; fail=1; fi

@@ -43,13 +43,18 @@ demo)
     llama-sparse demo
     ;;
 test)
-    if ! command -v clang++ >/dev/null; then
-        # the Metal kernel tests (tests/metal-shim) compile MSL as C++ with clang's vector extensions
-        step "installing clang (Metal shim tests)"
+    # the Metal kernel tests (tests/metal-shim) compile MSL as C++ with clang's vector extensions; the aarch64 (NEON)
+    # kernel tests (tests/c/cross_check.sh) need a cross compiler and qemu
+    pkgs=""
+    command -v clang++ >/dev/null || pkgs="$pkgs clang"
+    command -v aarch64-linux-gnu-g++ >/dev/null || pkgs="$pkgs gcc-aarch64-linux-gnu g++-aarch64-linux-gnu"
+    command -v qemu-aarch64 >/dev/null || pkgs="$pkgs qemu-user"
+    if [ -n "$pkgs" ]; then
+        step "installing$pkgs (Metal shim and aarch64 tests)"
         if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-            { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang; } || echo "apt-get install clang failed" >&2
+            { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $pkgs; } || echo "apt-get install$pkgs failed" >&2
         else
-            echo "clang++ missing and cannot apt-get install it here; tests/metal-shim will fail" >&2
+            echo "missing$pkgs and cannot apt-get install here; tests/metal-shim or tests/c/cross_check.sh will fail" >&2
         fi
     fi
     step "running the tests"

@@ -1,31 +1,55 @@
 #!/usr/bin/env bash
-# llama-sparse: builds the sparse CPU op sources for aarch64 (NEON) with a cross compiler and runs
-# tests/c/test_zigzag_cross.c under qemu when it is installed (else: compile check only).
-# needs: apt-get install gcc-aarch64-linux-gnu [qemu-user]; falls back to clang -fsyntax-only.
+# llama-sparse: the sparse CPU ops on aarch64 (NEON) under qemu: builds stock ggml-base for aarch64 with a cross
+# compiler (once, cached), then the CPU kernel tests (tests/c/test_zigzag_cpu.c, --quick; the SparQ kernel's
+# tests/c/test_sparq_cpu.c) and the self-contained tests/c/test_zigzag_cross.c, statically, and runs them.
+# needs: apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user (tools/setup.sh test installs them)
+# env: LLAMA_SPARSE_UPSTREAM (patched tree), LLAMA_SPARSE_CACHE (default ~/.cache/llama-sparse)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-up="${LLAMA_SPARSE_UPSTREAM:-$HOME/.cache/llama-sparse/upstream}"
+py="${PYTHON:-python3}"
+up="${LLAMA_SPARSE_UPSTREAM:-$("$py" "$root/tools/upstream.py" fork)}"
 out="${TMPDIR:-/tmp}/llama-sparse-cross"
 mkdir -p "$out"
 
-inc=(-I"$root/ggml-sparse" -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu")
-srcs=("$root/ggml-sparse/ggml-sparse-cpu.c" "$root/ggml-sparse/zigzag-gemv-x86.c"
-      "$root/ggml-sparse/zigzag-gemv-arm.c" "$root/ggml-sparse/zigzag-gemm.c")
-
-if command -v aarch64-linux-gnu-gcc > /dev/null; then
-    aarch64-linux-gnu-gcc -std=c11 -O2 -march=armv8.2-a -static -Wall -Wextra -Werror \
-        -Wno-unused-function -Wno-unused-parameter -D_GNU_SOURCE "${inc[@]}" \
-        "$root/tests/c/test_zigzag_cross.c" "${srcs[@]}" -lm -o "$out/test_zigzag_cross"
-    echo "aarch64 build: ok"
-    if command -v qemu-aarch64 > /dev/null; then
-        qemu-aarch64 "$out/test_zigzag_cross"
-    else
-        echo "qemu-aarch64 not found: compile check only"
-    fi
-else
-    for f in "${srcs[@]}"; do
-        clang --target=aarch64-linux-gnu -std=c11 -fsyntax-only -Wall "${inc[@]}" "$f"
-    done
-    echo "aarch64 syntax check (clang): ok"
+missing=""
+for t in aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ qemu-aarch64; do
+    command -v "$t" > /dev/null || missing="$missing $t"
+done
+if [ -n "$missing" ]; then
+    echo "cross check: missing$missing (apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user)" >&2
+    exit 1
 fi
+
+# stock ggml-base for aarch64 (armv8.2-a with dot products: Apple M1 and later, Graviton 2 and later, Cortex-A76)
+march=armv8.2-a+dotprod
+build="${LLAMA_SPARSE_CACHE:-$HOME/.cache/llama-sparse}/stock-build-aarch64"
+if [ ! -f "$build/ggml/src/libggml-base.a" ]; then
+    src=$("$py" "$root/tools/upstream.py" pristine)
+    gen=""; command -v ninja > /dev/null && gen="-G Ninja"
+    cmake -S "$src" -B "$build" $gen -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
+        -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
+        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
+        -DGGML_CPU_ARM_ARCH=$march -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
+    cmake --build "$build" --target ggml-base -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+fi
+
+inc=(-I"$root/ggml-sparse" -I"$root/tests/c" -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu")
+ops=("$root/ggml-sparse/ggml-sparse-cpu.c" "$root/ggml-sparse/zigzag-gemv-x86.c"
+     "$root/ggml-sparse/zigzag-gemv-arm.c" "$root/ggml-sparse/zigzag-gemm.c")
+cross_cc() {
+    local name=$1; shift
+    aarch64-linux-gnu-gcc -std=c11 -O2 -march=$march -static -Wall -Werror \
+        -Wno-unused-function -D_GNU_SOURCE "${inc[@]}" "$@" \
+        -L"$build/ggml/src" -lggml-base -lpthread -lm -lstdc++ -o "$out/$name"
+}
+
+cross_cc test_zigzag_cross "$root/tests/c/test_zigzag_cross.c" "${ops[@]}"
+cross_cc test_zigzag_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_zigzag_cpu.c" "${ops[@]}"
+cross_cc test_sparq_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_sparq_cpu.c" "$root/ggml-sparse/ggml-sparse-cpu-sparq.c"
+echo "aarch64 builds ($march): ok"
+
+qemu-aarch64 "$out/test_zigzag_cross"
+qemu-aarch64 "$out/test_zigzag_cpu" --quick
+qemu-aarch64 "$out/test_sparq_cpu" --quick
