@@ -215,12 +215,14 @@ ZZ_INLINE uint8x16_t zz_q4_K_scales_mins(const block_q4_K * b, const struct zz_q
     return vorrq_u8(lo, hi);
 }
 
-// G (constant) tokens, 64-row run sp of a chunk's nc blocks: int16 sums of the nibbles (less 8) times the s8 coefficients
-// cq[g][c][2sp] (low nibbles) and [2sp + 1] (high), flushed into acc[g] + 64sp with the scales sf[g][2sp], [2sp + 1]
+// G (constant) tokens, 64-row run sp of a chunk's nc blocks: int16 sums of the nibbles less 8 times the s8 coefficients
+// cq[g][c][2sp] (low nibbles) and [2sp + 1] (high), flushed into acc[g] + 64sp with the scales sf[g][2sp], [2sp + 1].
+// Less 8, the rounding errors of the coefficients meet quants of mean ~0, not ~7.5 (half the error); c8[g][s]: 8 times
+// the chunk's sum of cq[g][.][s], taken off the sums once instead of 8 off every quant
 ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const int G,
-                           const int8_t (* cq)[ZZ_CHUNK][8], const float (* sf)[8], float (* acc)[QK_K]) {
+                           const int8_t (* cq)[ZZ_CHUNK][8], const int16_t (* c8)[8], const float (* sf)[8],
+                           float (* acc)[QK_K]) {
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    const int8x16_t  m8 = vdupq_n_s8(8);
     int16x8_t a[2][8];
     for (int g = 0; g < G; ++g) {
         for (int i = 0; i < 8; ++i) {
@@ -230,11 +232,10 @@ ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const
     for (int c = 0; c < nc; ++c) {
         const uint8x16_t v0 = vld1q_u8(blk[c]->qs + 32*sp);
         const uint8x16_t v1 = vld1q_u8(blk[c]->qs + 32*sp + 16);
-        // nibbles less 8: the rounding errors of the coefficients then meet quants of mean ~0, not ~7.5
-        const int8x16_t  l0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v0, m4)), m8);
-        const int8x16_t  l1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v1, m4)), m8);
-        const int8x16_t  h0 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v0, 4)), m8);
-        const int8x16_t  h1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v1, 4)), m8);
+        const int8x16_t  l0 = vreinterpretq_s8_u8(vandq_u8(v0, m4));
+        const int8x16_t  l1 = vreinterpretq_s8_u8(vandq_u8(v1, m4));
+        const int8x16_t  h0 = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
+        const int8x16_t  h1 = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
         for (int g = 0; g < G; ++g) {
             const int8x16_t cl = vdupq_n_s8(cq[g][c][2*sp + 0]);
             const int8x16_t ch = vdupq_n_s8(cq[g][c][2*sp + 1]);
@@ -248,22 +249,24 @@ ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const
             a[g][7] = vmlal_high_s8(a[g][7], h1, ch);
         }
     }
+    // the quants less 8: sum c*(q - 8) = sum c*q - 8*sum c, exact in int16 (|sum c*q| <= 16*127*15)
     for (int g = 0; g < G; ++g) {
         float * yo = acc[g] + 64*sp;
         for (int i = 0; i < 8; ++i) {
-            zz_flush_s16(yo + 8*i, a[g][i], sf[g][2*sp + i/4]);
+            zz_flush_s16(yo + 8*i, vsubq_s16(a[g][i], vdupq_n_s16(c8[g][2*sp + i/4])), sf[g][2*sp + i/4]);
         }
     }
 }
 
-static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
-                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+ZZ_INLINE void zz_gemv_q4_K_int_impl(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                                     const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
     const block_q4_K * w = wrow;
 
     float       acc[ZZ_MAX_T][QK_K];
     float32x4_t vmin[ZZ_MAX_T][2];        // sum_j x_j*(dmin_j*m_j[s] - 8*d_j*sc_j[s]), subtracted at the end
     float       cf[ZZ_MAX_T][ZZ_CHUNK][8]; // a chunk's coefficients x_j*d_j*sc_j[s]
     int8_t      cq[ZZ_MAX_T][ZZ_CHUNK][8]; // ... as s8
+    int16_t     c8[ZZ_MAX_T][8];           // ... 8 times their sums over the chunk
     float       sf[ZZ_MAX_T][8];           // ... and their scales per sub-block
     const block_q4_K * blk[ZZ_CHUNK];
     const struct zz_q4_K_sm tab = zz_q4_K_sm_tables();
@@ -311,19 +314,23 @@ static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0
                 inv[h] = vreinterpretq_f32_u32(vandq_u32(on, vreinterpretq_u32_f32(vdivq_f32(vdupq_n_f32(127.0f), amax[t][h]))));
                 vst1q_f32(sf[t] + 4*h, vmulq_n_f32(amax[t][h], 1.0f/127.0f));
             }
+            int16x8_t csum = vdupq_n_s16(0);
             for (int c = 0; c < nc; ++c) {
                 const int32x4_t q0 = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(cf[t][c] + 0), inv[0]));
                 const int32x4_t q1 = vcvtnq_s32_f32(vmulq_f32(vld1q_f32(cf[t][c] + 4), inv[1]));
-                vst1_s8(cq[t][c], vmovn_s16(vcombine_s16(vmovn_s32(q0), vmovn_s32(q1))));
+                const int8x8_t  q  = vmovn_s16(vcombine_s16(vmovn_s32(q0), vmovn_s32(q1)));
+                vst1_s8(cq[t][c], q);
+                csum = vaddw_s8(csum, q);
             }
+            vst1q_s16(c8[t], vshlq_n_s16(csum, 3));
         }
         for (int sp = 0; sp < QK_K/64; ++sp) {
             int t = 0;
             for (; t + 2 <= nt; t += 2) {
-                zz_q4_K_run(blk, nc, sp, 2, cq + t, sf + t, acc + t);
+                zz_q4_K_run(blk, nc, sp, 2, cq + t, c8 + t, sf + t, acc + t);
             }
             if (t < nt) {
-                zz_q4_K_run(blk, nc, sp, 1, cq + t, sf + t, acc + t);
+                zz_q4_K_run(blk, nc, sp, 1, cq + t, c8 + t, sf + t, acc + t);
             }
         }
     }
@@ -335,6 +342,16 @@ static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0
         for (int i = 0; i < QK_K; i += 4) {
             vst1q_f32(y + t*ldy + i, vsubq_f32(vld1q_f32(acc[t] + i), vdupq_n_f32(mins[i/32])));
         }
+    }
+}
+
+// one token as a constant: its per-column loop without token loops
+static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+    if (nt == 1) {
+        zz_gemv_q4_K_int_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
+    } else {
+        zz_gemv_q4_K_int_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
     }
 }
 
@@ -408,8 +425,8 @@ ZZ_B32_RUN(zz_q8_0_run, block_q8_0, zz_q8_0_widen)
 // Q4_0 and Q8_0: per chunk the coefficients of every token, then the products in pairs of tokens. As on x86, s16
 // coefficients: within ~1e-5 of fp32
 #define ZZ_B32_KERNEL(name, btype, run)                                                                   \
-static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                        \
-                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                         \
+ZZ_INLINE void name##_impl(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,               \
+                           const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {         \
     const btype * w = wrow;                                                                               \
     float   acc[ZZ_MAX_T][32];                                                                            \
     float   cf[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
@@ -447,6 +464,15 @@ static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1
     }                                                                                                     \
     for (int t = 0; t < nt; ++t) {                                                                        \
         memcpy(y + t*ldy, acc[t], sizeof(acc[t]));                                                        \
+    }                                                                                                     \
+}                                                                                                         \
+/* one token as a constant: its per-column loop without token loops */                                    \
+static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                        \
+                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                         \
+    if (nt == 1) {                                                                                        \
+        name##_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);                                               \
+    } else {                                                                                              \
+        name##_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);                                              \
     }                                                                                                     \
 }
 
