@@ -229,6 +229,7 @@ ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const
             a[g][i] = vdupq_n_s16(0);
         }
     }
+    ZZ_UNROLL(2)
     for (int c = 0; c < nc; ++c) {
         const uint8x16_t v0 = vld1q_u8(blk[c]->qs + 32*sp);
         const uint8x16_t v1 = vld1q_u8(blk[c]->qs + 32*sp + 16);
@@ -237,8 +238,8 @@ ZZ_INLINE void zz_q4_K_run(const block_q4_K * const * blk, int nc, int sp, const
         const int8x16_t  h0 = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
         const int8x16_t  h1 = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
         for (int g = 0; g < G; ++g) {
-            const int8x16_t cl = vdupq_n_s8(cq[g][c][2*sp + 0]);
-            const int8x16_t ch = vdupq_n_s8(cq[g][c][2*sp + 1]);
+            const int8x16_t cl = vld1q_dup_s8(&cq[g][c][2*sp + 0]); // LD1R: load and broadcast in one
+            const int8x16_t ch = vld1q_dup_s8(&cq[g][c][2*sp + 1]);
             a[g][0] = vmlal_s8(a[g][0], vget_low_s8(l0), vget_low_s8(cl));
             a[g][1] = vmlal_high_s8(a[g][1], l0, cl);
             a[g][2] = vmlal_s8(a[g][2], vget_low_s8(l1), vget_low_s8(cl));
