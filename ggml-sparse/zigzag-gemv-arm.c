@@ -384,6 +384,19 @@ ZZ_INLINE void zz_q4_0_widen(const block_q4_0 * b, int16x8_t * w) {
     w[3] = vmovl_high_s8(h);
 }
 
+// column c0 + c of a step of eight (ZZ_B32_RUN's locals): the lane must be a literal for clang, unrolled or not
+#define ZZ_B32_COL(widen, c)                                                                              \
+    do {                                                                                                  \
+        int16x8_t wq_[4];                                                                                 \
+        widen(blk[c0 + (c)], wq_);                                                                        \
+        for (int g = 0; g < G; ++g) {                                                                     \
+            for (int i = 0; i < 4; ++i) {                                                                 \
+                a[g][2*i + 0] = vmlal_laneq_s16(a[g][2*i + 0], vget_low_s16(wq_[i]), cv[g], (c));         \
+                a[g][2*i + 1] = vmlal_high_laneq_s16(a[g][2*i + 1], wq_[i], cv[g], (c));                  \
+            }                                                                                             \
+        }                                                                                                 \
+    } while (0)
+
 // G (constant) tokens, a chunk of nc 32-row blocks: int32 sums of the quants (widened to s16) times the s16
 // coefficients cq[g][c], flushed into acc[g] with sf[g]
 #define ZZ_B32_RUN(name, btype, widen)                                                                    \
@@ -401,17 +414,8 @@ ZZ_INLINE void name(const btype * const * blk, int nc, const int G, const int16_
         for (int g = 0; g < G; ++g) {                                                                     \
             cv[g] = vld1q_s16(cq[g] + c0);                                                                \
         }                                                                                                 \
-        ZZ_UNROLL(8)                                                                                      \
-        for (int c = 0; c < 8; ++c) {                                                                     \
-            int16x8_t wq[4];                                                                              \
-            widen(blk[c0 + c], wq);                                                                       \
-            for (int g = 0; g < G; ++g) {                                                                 \
-                for (int i = 0; i < 4; ++i) {                                                             \
-                    a[g][2*i + 0] = vmlal_laneq_s16(a[g][2*i + 0], vget_low_s16(wq[i]), cv[g], c);        \
-                    a[g][2*i + 1] = vmlal_high_laneq_s16(a[g][2*i + 1], wq[i], cv[g], c);                 \
-                }                                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
+        ZZ_B32_COL(widen, 0); ZZ_B32_COL(widen, 1); ZZ_B32_COL(widen, 2); ZZ_B32_COL(widen, 3);          \
+        ZZ_B32_COL(widen, 4); ZZ_B32_COL(widen, 5); ZZ_B32_COL(widen, 6); ZZ_B32_COL(widen, 7);          \
     }                                                                                                     \
     for (int g = 0; g < G; ++g) {                                                                         \
         for (int i = 0; i < 8; ++i) {                                                                     \

@@ -45,6 +45,19 @@ cross_cc() {
         -L"$build/ggml/src" -lggml-base -lpthread -lm -lstdc++ -o "$out/$name"
 }
 
+# clang too (Apple's compiler): it rejects some things GCC takes, e.g. a NEON lane index that is only constant after
+# unrolling
+if command -v clang > /dev/null; then
+    for f in "${ops[@]}" "$root/ggml-sparse/ggml-sparse-cpu-sparq.c"; do
+        clang --target=aarch64-linux-gnu --sysroot=/usr/aarch64-linux-gnu -isystem /usr/aarch64-linux-gnu/include \
+            -march=$march -std=c11 -O2 -Wall -Werror -Wno-unused-function -D_GNU_SOURCE "${inc[@]}" \
+            -c "$f" -o "$out/clang-$(basename "$f" .c).o"
+    done
+    echo "aarch64 clang compile: ok"
+else
+    echo "clang not found: aarch64 clang compile skipped"
+fi
+
 cross_cc test_zigzag_cross "$root/tests/c/test_zigzag_cross.c" "${ops[@]}"
 cross_cc test_zigzag_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_zigzag_cpu.c" "${ops[@]}"
 cross_cc test_sparq_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_sparq_cpu.c" "$root/ggml-sparse/ggml-sparse-cpu-sparq.c"
