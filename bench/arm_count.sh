@@ -13,12 +13,8 @@ m=${1:-256} n=${2:-1024}
 out="${TMPDIR:-/tmp}/llama-sparse-arm-count"
 mkdir -p "$out"
 
-march=armv8.2-a+dotprod
-build="${LLAMA_SPARSE_CACHE:-$HOME/.cache/llama-sparse}/stock-build-aarch64"
-if [ ! -f "$build/ggml/src/libggml-cpu.a" ]; then
-    LLAMA_SPARSE_UPSTREAM="$up" "$root/tests/c/cross_check.sh" > /dev/null 2>&1 || true # configures the build
-    cmake --build "$build" --target ggml-base ggml-cpu -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-fi
+march=armv8.2-a+dotprod # as tests/c/stock_aarch64.sh's build
+build=$(PYTHON="$py" "$root/tests/c/stock_aarch64.sh" ggml-base ggml-cpu)
 aarch64-linux-gnu-gcc -std=c11 -O3 -march=$march -static -Wall -Wno-unused-function -D_GNU_SOURCE \
     -Dggml_barrier=zz_test_barrier \
     -I"$root/ggml-sparse" -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu" \

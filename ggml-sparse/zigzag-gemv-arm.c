@@ -439,7 +439,6 @@ ZZ_INLINE void name##_impl(const void * wrow, const int32_t * cols, int64_t k0, 
     float   sf[ZZ_MAX_T];                                                                                 \
     const btype * blk[ZZ_CHUNK];                                                                          \
     memset(acc, 0, sizeof(acc[0])*nt);                                                                    \
-    memset(cf, 0, sizeof(cf[0])*nt);                                                                      \
     for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {                                                     \
         const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;                                  \
         for (int c = 0; c < nc; ++c) {                                                                    \

@@ -2,8 +2,9 @@
 # llama-sparse: the sparse CPU ops on aarch64 (NEON) under qemu: builds stock ggml-base for aarch64 with a cross
 # compiler (once, cached), then the CPU kernel tests (tests/c/test_zigzag_cpu.c, --quick; the SparQ kernel's
 # tests/c/test_sparq_cpu.c) and the self-contained tests/c/test_zigzag_cross.c, statically, and runs them.
+# stock ggml-base for aarch64: tests/c/stock_aarch64.sh
 # needs: apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user (tools/setup.sh test installs them)
-# env: LLAMA_SPARSE_UPSTREAM (patched tree), LLAMA_SPARSE_CACHE (default ~/.cache/llama-sparse)
+# env: LLAMA_SPARSE_UPSTREAM (patched tree), LLAMA_SPARSE_CACHE (as tests/c/stock_aarch64.sh)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -21,19 +22,8 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 
-# stock ggml-base for aarch64 (armv8.2-a with dot products: Apple M1 and later, Graviton 2 and later, Cortex-A76)
-march=armv8.2-a+dotprod
-build="${LLAMA_SPARSE_CACHE:-$HOME/.cache/llama-sparse}/stock-build-aarch64"
-if [ ! -f "$build/ggml/src/libggml-base.a" ]; then
-    src=$("$py" "$root/tools/upstream.py" pristine)
-    gen=""; command -v ninja > /dev/null && gen="-G Ninja"
-    cmake -S "$src" -B "$build" $gen -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
-        -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
-        -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
-        -DGGML_CPU_ARM_ARCH=$march -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
-    cmake --build "$build" --target ggml-base -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
-fi
+march=armv8.2-a+dotprod # as tests/c/stock_aarch64.sh's build
+build=$(PYTHON="$py" "$root/tests/c/stock_aarch64.sh" ggml-base)
 
 inc=(-I"$root/ggml-sparse" -I"$root/tests/c" -I"$up/ggml/include" -I"$up/ggml/src" -I"$up/ggml/src/ggml-cpu")
 ops=("$root/ggml-sparse/ggml-sparse-cpu.c" "$root/ggml-sparse/zigzag-gemv-x86.c"
