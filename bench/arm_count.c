@@ -2,7 +2,7 @@
 // vec_dot over an m x n weight (x quantized to the vec_dot type each call, as ggml's mul_mat does) or of the
 // zigzag MUL_MAT_ZZ op (one thread) on random valid blocks. bench/arm_count.sh runs it under qemu -singlestep and
 // counts the instructions executed: (count at 3 calls - count at 1)/2 is one call's.
-// usage: arm_count stock|zz|ref q4_k|q8_0|q4_0 M N CALLS SPARSITY [T]
+// usage: arm_count stock|zz|ref q4_k|q6_k|q8_0|q4_0 M N CALLS SPARSITY [T]
 #define GGML_COMMON_DECL_C
 #include "ggml-common.h"
 #include "ggml.h"
@@ -25,17 +25,18 @@ static void fill_blocks(enum ggml_type type, uint8_t * p, int64_t nb) {
     for (size_t i = 0; i < bs*nb; ++i) p[i] = (uint8_t) rnd();
     for (int64_t b = 0; b < nb; ++b) {
         uint16_t d = (uint16_t) (((5 + rnd() % 4) << 10) | (rnd() & 0x3FF)), dm = (uint16_t) (((5 + rnd() % 4) << 10) | (rnd() & 0x3FF));
-        memcpy(p + b*bs, &d, 2);
+        memcpy(p + b*bs + (type == GGML_TYPE_Q6_K ? bs - 2 : 0), &d, 2); // Q6_K keeps d last
         if (type == GGML_TYPE_Q4_K) memcpy(p + b*bs + 2, &dm, 2);
     }
 }
 int main(int argc, char ** argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: %s stock|zz|ref q4_k|q8_0|q4_0 M N CALLS SPARSITY [T]\n", argv[0]);
+        fprintf(stderr, "usage: %s stock|zz|ref q4_k|q6_k|q8_0|q4_0 M N CALLS SPARSITY [T]\n", argv[0]);
         return 2;
     }
     const char * mode = argv[1];
-    const enum ggml_type type = strcmp(argv[2], "q4_k") == 0 ? GGML_TYPE_Q4_K : strcmp(argv[2], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_0;
+    const enum ggml_type type = strcmp(argv[2], "q4_k") == 0 ? GGML_TYPE_Q4_K : strcmp(argv[2], "q6_k") == 0 ? GGML_TYPE_Q6_K :
+                                strcmp(argv[2], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_0;
     const int64_t m = atoi(argv[3]), n = atoi(argv[4]);
     const int calls = atoi(argv[5]);
     const double sp = atof(argv[6]);

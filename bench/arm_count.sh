@@ -3,7 +3,8 @@
 # vec_dot (ggml-cpu built for armv8.2-a+dotprod) against the zigzag kernels, integer (default) and fp32
 # (LLAMA_SPARSE_CPU_ARM_INT=0), dense and at 50 % of columns skipped. A count, not a time: it says nothing of
 # memory stalls or of how many instructions a core retires per cycle.
-# usage: bench/arm_count.sh [M N]   (default 256 1024; every type at T = 1, Q4_K and Q8_0 at T = 4)
+# usage: bench/arm_count.sh [M N]   (default 256 1024; every type at T = 1, all but Q4_0 at T = 4;
+#        ARM_COUNT_TYPES, default "q4_k q6_k q8_0 q4_0": the types to count)
 # needs: gcc/g++-aarch64-linux-gnu, qemu-user (as tests/c/cross_check.sh)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,7 +39,7 @@ echo
 echo "| type | T | stock | zigzag int dense | int 0.50 | fp32 dense | fp32 0.50 | int dense / stock | int 0.50 / stock |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for nt in 1 4; do
-    for ty in q4_k q8_0 q4_0; do
+    for ty in ${ARM_COUNT_TYPES:-q4_k q6_k q8_0 q4_0}; do
         [ $nt = 4 ] && [ $ty = q4_0 ] && continue
         st=$(count stock $ty $m $n 0 $nt)
         zi=$(count zz $ty $m $n 0 $nt); zi5=$(count zz $ty $m $n 0.5 $nt)

@@ -7,8 +7,9 @@
 //   Q4_K:       quants less 8 (s8) x s8 coefficients, int16 sums (16 columns x 127 x 8 < 2^15); the min term and
 //               the offset of 8 in fp32
 //   Q4_0, Q8_0: quants widened to s16 x s16 coefficients, int32 sums
-// and each chunk is flushed as y += S * float(sum). Q6_K (and every type with LLAMA_SPARSE_CPU_ARM_INT=0):
-// each active column's block dequantized to fp32 and added with vector FMAs (an axpy per column).
+//   Q6_K:       quants (0..63) widened to s16 x s16 coefficients (16 a column), int32 sums, the offset of 32 per flush
+// and each chunk is flushed as y += S * float(sum). With LLAMA_SPARSE_CPU_ARM_INT=0, every type runs in fp32: each
+// active column's block dequantized and added with vector FMAs (an axpy per column).
 #define GGML_COMMON_DECL_C
 #include "ggml-common.h"
 
@@ -483,6 +484,166 @@ static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1
 ZZ_B32_KERNEL(zz_gemv_q4_0_int, block_q4_0, zz_q4_0_run)
 ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_run)
 
+// Q6_K: the 6-bit quants (0..63; their offset of 32 is taken off at the flush) of rows 32g .. 32g+31 of a block,
+// widened to s16: w[0], w[1] rows 0..15 (sub-block 2g), w[2], w[3] rows 16..31 (2g + 1). Rows 32g + l: low 4 bits
+// from ql[64n + 32(k & 1) + l] (nibble k >> 1), high 2 from qh[32n + l] (bits 2k, 2k + 1), g = 4n + k. g constant
+ZZ_INLINE void zz_q6_K_widen(const block_q6_K * b, const int g, int16x8_t * w) {
+    const int n = g >> 2, k = g & 3;
+    const uint8x16_t l0 = vld1q_u8(b->ql + 64*n + 32*(k & 1));
+    const uint8x16_t l1 = vld1q_u8(b->ql + 64*n + 32*(k & 1) + 16);
+    const uint8x16_t h0 = vld1q_u8(b->qh + 32*n);
+    const uint8x16_t h1 = vld1q_u8(b->qh + 32*n + 16);
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const uint8x16_t m6 = vdupq_n_u8(0x30);
+    uint8x16_t q0, q1;
+    switch (k) { // shift counts must be literals
+        case 0:
+            q0 = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(h0, 4), m6));
+            q1 = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(h1, 4), m6));
+            break;
+        case 1:
+            q0 = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(h0, 2), m6));
+            q1 = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(h1, 2), m6));
+            break;
+        case 2:
+            q0 = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m6));
+            q1 = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m6));
+            break;
+        default:
+            q0 = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(vshrq_n_u8(h0, 2), m6));
+            q1 = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(h1, 2), m6));
+            break;
+    }
+    w[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(q0)));
+    w[1] = vreinterpretq_s16_u16(vmovl_high_u8(q0));
+    w[2] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(q1)));
+    w[3] = vreinterpretq_s16_u16(vmovl_high_u8(q1));
+}
+
+// G (constant) tokens, rows 32g .. 32g+31 of a chunk's nc blocks: int32 sums of the quants times the s16 coefficients
+// cq[t][c][2g], [2g + 1] (lanes of the column's coefficient vector; a literal g for clang), flushed into acc[t] less
+// c32[t][s] (32 times the chunk's sum of the coefficients of sub-block s) with sf[t]
+#define ZZ_Q6_K_RUN(g)                                                                                    \
+ZZ_INLINE void zz_q6_K_run##g(const block_q6_K * const * blk, int nc, const int G,                       \
+                              const int16_t (* cq)[ZZ_CHUNK][QK_K/16], const int32_t (* c32)[QK_K/16],   \
+                              const float * sf, float (* acc)[QK_K]) {                                  \
+    int32x4_t a[2][8];                                                                                    \
+    for (int t = 0; t < G; ++t) {                                                                         \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            a[t][i] = vdupq_n_s32(0);                                                                     \
+        }                                                                                                 \
+    }                                                                                                     \
+    ZZ_UNROLL(2)                                                                                          \
+    for (int c = 0; c < nc; ++c) {                                                                        \
+        int16x8_t wq[4];                                                                                  \
+        zz_q6_K_widen(blk[c], g, wq);                                                                     \
+        for (int t = 0; t < G; ++t) {                                                                     \
+            const int16x8_t cv = vld1q_s16(cq[t][c] + 8*((g) >> 2));                                     \
+            a[t][0] = vmlal_laneq_s16(a[t][0], vget_low_s16(wq[0]), cv, (2*(g) + 0) & 7);               \
+            a[t][1] = vmlal_high_laneq_s16(a[t][1], wq[0], cv, (2*(g) + 0) & 7);                        \
+            a[t][2] = vmlal_laneq_s16(a[t][2], vget_low_s16(wq[1]), cv, (2*(g) + 0) & 7);               \
+            a[t][3] = vmlal_high_laneq_s16(a[t][3], wq[1], cv, (2*(g) + 0) & 7);                        \
+            a[t][4] = vmlal_laneq_s16(a[t][4], vget_low_s16(wq[2]), cv, (2*(g) + 1) & 7);               \
+            a[t][5] = vmlal_high_laneq_s16(a[t][5], wq[2], cv, (2*(g) + 1) & 7);                        \
+            a[t][6] = vmlal_laneq_s16(a[t][6], vget_low_s16(wq[3]), cv, (2*(g) + 1) & 7);               \
+            a[t][7] = vmlal_high_laneq_s16(a[t][7], wq[3], cv, (2*(g) + 1) & 7);                        \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int t = 0; t < G; ++t) {                                                                         \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            zz_flush_s32(acc[t] + 32*(g) + 4*i, vsubq_s32(a[t][i], vdupq_n_s32(c32[t][2*(g) + i/4])), sf[t]); \
+        }                                                                                                 \
+    }                                                                                                     \
+}
+
+ZZ_Q6_K_RUN(0) ZZ_Q6_K_RUN(1) ZZ_Q6_K_RUN(2) ZZ_Q6_K_RUN(3)
+ZZ_Q6_K_RUN(4) ZZ_Q6_K_RUN(5) ZZ_Q6_K_RUN(6) ZZ_Q6_K_RUN(7)
+
+// Q6_K: per chunk and token, the coefficients x_j*d_j*sc_j[s] of the 16 sub-blocks as s16 with one scale (as on x86:
+// |sc| <= 128), then the products in pairs of tokens, 32 rows at a time
+ZZ_INLINE void zz_gemv_q6_K_int_impl(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                                     const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {
+    const block_q6_K * w = wrow;
+    float   acc[ZZ_MAX_T][QK_K];
+    float   xd[ZZ_MAX_T][ZZ_CHUNK];
+    int16_t cq[ZZ_MAX_T][ZZ_CHUNK][QK_K/16];
+    int32_t c32[ZZ_MAX_T][QK_K/16];
+    float   sf[ZZ_MAX_T];
+    const block_q6_K * blk[ZZ_CHUNK];
+    memset(acc, 0, sizeof(acc[0])*nt);
+    for (int64_t kc = k0; kc < k1; kc += ZZ_CHUNK) {
+        const int nc = k1 - kc < ZZ_CHUNK ? (int) (k1 - kc) : ZZ_CHUNK;
+        for (int c = 0; c < nc; ++c) {
+            const int64_t j = cols ? cols[kc + c] : kc + c;
+            blk[c] = w + j;
+            const float d = zz_fp16(&w[j].d);
+            for (int t = 0; t < nt; ++t) {
+                xd[t][c] = x[t*ldx + j]*d;
+            }
+        }
+        for (int t = 0; t < nt; ++t) {
+            for (int c = nc; c < ZZ_CHUNK; ++c) {
+                xd[t][c] = 0.0f;
+            }
+            const float amax = zz_amax(xd[t], ZZ_CHUNK);
+            const float inv  = amax > 0.0f ? 32767.0f/(amax*128.0f) : 0.0f;
+            sf[t] = amax*128.0f/32767.0f;
+            int32x4_t cs[4] = { vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0) };
+            for (int c = 0; c < nc; ++c) {
+                const float     f  = xd[t][c]*inv;
+                const int8x16_t sc = vld1q_s8(blk[c]->scales);
+                const int16x8_t s0 = vmovl_s8(vget_low_s8(sc));
+                const int16x8_t s1 = vmovl_high_s8(sc);
+                const int32x4_t r0 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(s0))), f));
+                const int32x4_t r1 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(s0)), f));
+                const int32x4_t r2 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(s1))), f));
+                const int32x4_t r3 = vcvtnq_s32_f32(vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(s1)), f));
+                vst1q_s16(cq[t][c] + 0, vcombine_s16(vmovn_s32(r0), vmovn_s32(r1)));
+                vst1q_s16(cq[t][c] + 8, vcombine_s16(vmovn_s32(r2), vmovn_s32(r3)));
+                cs[0] = vaddq_s32(cs[0], r0); cs[1] = vaddq_s32(cs[1], r1);
+                cs[2] = vaddq_s32(cs[2], r2); cs[3] = vaddq_s32(cs[3], r3);
+            }
+            for (int i = 0; i < 4; ++i) {
+                vst1q_s32(c32[t] + 4*i, vshlq_n_s32(cs[i], 5));
+            }
+        }
+        int t = 0;
+        for (; t + 2 <= nt; t += 2) {
+            zz_q6_K_run0(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run1(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run2(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run3(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run4(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run5(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run6(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run7(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
+        }
+        if (t < nt) {
+            zz_q6_K_run0(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run1(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run2(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run3(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run4(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run5(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run6(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+            zz_q6_K_run7(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
+        }
+    }
+    for (int t = 0; t < nt; ++t) {
+        memcpy(y + t*ldy, acc[t], sizeof(acc[t]));
+    }
+}
+
+// one token as a constant: its per-column loop without token loops
+static void zz_gemv_q6_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
+                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
+    if (nt == 1) {
+        zz_gemv_q6_K_int_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
+    } else {
+        zz_gemv_q6_K_int_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
+    }
+}
+
 // LLAMA_SPARSE_CPU_ARM_INT=0: the fp32 kernels for every type (comparisons)
 static bool zz_arm_int(void) {
     static int env = -1; // benign race: every thread computes the same value
@@ -499,6 +660,7 @@ ggml_sparse_zz_gemv_t ggml_sparse_zz_gemv_arm(enum ggml_type type) {
             case GGML_TYPE_Q4_0: return zz_gemv_q4_0_int;
             case GGML_TYPE_Q8_0: return zz_gemv_q8_0_int;
             case GGML_TYPE_Q4_K: return zz_gemv_q4_K_int;
+            case GGML_TYPE_Q6_K: return zz_gemv_q6_K_int;
             default:             break;
         }
     }
