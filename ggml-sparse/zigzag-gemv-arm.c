@@ -487,31 +487,26 @@ ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_run)
 // Q6_K: the 6-bit quants (0..63; their offset of 32 is taken off at the flush) of rows 32g .. 32g+31 of a block,
 // widened to s16: w[0], w[1] rows 0..15 (sub-block 2g), w[2], w[3] rows 16..31 (2g + 1). Rows 32g + l: low 4 bits
 // from ql[64n + 32(k & 1) + l] (nibble k >> 1), high 2 from qh[32n + l] (bits 2k, 2k + 1), g = 4n + k. g constant
-ZZ_INLINE void zz_q6_K_widen(const block_q6_K * b, const int g, int16x8_t * w) {
-    const int n = g >> 2, k = g & 3;
-    const uint8x16_t l0 = vld1q_u8(b->ql + 64*n + 32*(k & 1));
-    const uint8x16_t l1 = vld1q_u8(b->ql + 64*n + 32*(k & 1) + 16);
-    const uint8x16_t h0 = vld1q_u8(b->qh + 32*n);
-    const uint8x16_t h1 = vld1q_u8(b->qh + 32*n + 16);
-    const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    const uint8x16_t m6 = vdupq_n_u8(0x30);
+ZZ_INLINE void zz_q6_K_unpack(uint8x16_t l0, uint8x16_t l1, uint8x16_t h0, uint8x16_t h1, const int k, int16x8_t * w) {
+    const uint8x16_t m6 = vdupq_n_u8(0x3F);
+    const uint8x16_t m2 = vdupq_n_u8(0x30);
     uint8x16_t q0, q1;
-    switch (k) { // shift counts must be literals
-        case 0:
-            q0 = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(h0, 4), m6));
-            q1 = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(h1, 4), m6));
+    switch (k) { // shift counts must be literals. SLI/SRI insert the shifted bits and keep the rest of the first operand
+        case 0: // (qh << 4 | ql & 15) & 63
+            q0 = vandq_u8(vsliq_n_u8(l0, h0, 4), m6);
+            q1 = vandq_u8(vsliq_n_u8(l1, h1, 4), m6);
             break;
-        case 1:
-            q0 = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(h0, 2), m6));
-            q1 = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(h1, 2), m6));
+        case 1: // bits 4, 5 from qh << 2, the rest from ql, & 63
+            q0 = vandq_u8(vbslq_u8(m2, vshlq_n_u8(h0, 2), l0), m6);
+            q1 = vandq_u8(vbslq_u8(m2, vshlq_n_u8(h1, 2), l1), m6);
             break;
-        case 2:
-            q0 = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(h0, m6));
-            q1 = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(h1, m6));
+        case 2: // qh & 48 | ql >> 4
+            q0 = vsriq_n_u8(vandq_u8(h0, m2), l0, 4);
+            q1 = vsriq_n_u8(vandq_u8(h1, m2), l1, 4);
             break;
-        default:
-            q0 = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(vshrq_n_u8(h0, 2), m6));
-            q1 = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(h1, 2), m6));
+        default: // (qh >> 2) & 48 | ql >> 4
+            q0 = vsriq_n_u8(vandq_u8(vshrq_n_u8(h0, 2), m2), l0, 4);
+            q1 = vsriq_n_u8(vandq_u8(vshrq_n_u8(h1, 2), m2), l1, 4);
             break;
     }
     w[0] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(q0)));
@@ -520,38 +515,61 @@ ZZ_INLINE void zz_q6_K_widen(const block_q6_K * b, const int g, int16x8_t * w) {
     w[3] = vreinterpretq_s16_u16(vmovl_high_u8(q1));
 }
 
+// rows 32g .. 32g+31 (w[0..3]) and, with two, 32(g + 2) .. (w[4..7]): the same ql and qh bytes
+ZZ_INLINE void zz_q6_K_widen(const block_q6_K * b, const int g, const bool two, int16x8_t * w) {
+    const int n = g >> 2, k = g & 3;
+    const uint8x16_t l0 = vld1q_u8(b->ql + 64*n + 32*(k & 1));
+    const uint8x16_t l1 = vld1q_u8(b->ql + 64*n + 32*(k & 1) + 16);
+    const uint8x16_t h0 = vld1q_u8(b->qh + 32*n);
+    const uint8x16_t h1 = vld1q_u8(b->qh + 32*n + 16);
+    zz_q6_K_unpack(l0, l1, h0, h1, k, w);
+    if (two) {
+        zz_q6_K_unpack(l0, l1, h0, h1, k + 2, w + 4);
+    }
+}
+
+// ZZ_Q6_K_MLA(a, wq, cv, s): rows 16 (s & 1) .. + 15 of the run, four int32x4 of a, lane s of cv (a literal for clang)
+#define ZZ_Q6_K_MLA(a, wq, cv, s)                                                                         \
+    do {                                                                                                  \
+        (a)[0] = vmlal_laneq_s16((a)[0], vget_low_s16((wq)[0]), cv, (s));                                \
+        (a)[1] = vmlal_high_laneq_s16((a)[1], (wq)[0], cv, (s));                                         \
+        (a)[2] = vmlal_laneq_s16((a)[2], vget_low_s16((wq)[1]), cv, (s));                                \
+        (a)[3] = vmlal_high_laneq_s16((a)[3], (wq)[1], cv, (s));                                         \
+    } while (0)
+
 // G (constant) tokens, rows 32g .. 32g+31 of a chunk's nc blocks: int32 sums of the quants times the s16 coefficients
-// cq[t][c][2g], [2g + 1] (lanes of the column's coefficient vector; a literal g for clang), flushed into acc[t] less
-// c32[t][s] (32 times the chunk's sum of the coefficients of sub-block s) with sf[t]
+// cq[t][c][2g], [2g + 1] (lanes of the column's coefficient vector), flushed into acc[t] less c32[t][s] (32 times the
+// chunk's sum of the coefficients of sub-block s) with sf[t]. One token and g & 2 == 0: rows 32(g + 2) .. too, from the
+// same loads, in a[1]
 #define ZZ_Q6_K_RUN(g)                                                                                    \
 ZZ_INLINE void zz_q6_K_run##g(const block_q6_K * const * blk, int nc, const int G,                       \
                               const int16_t (* cq)[ZZ_CHUNK][QK_K/16], const int32_t (* c32)[QK_K/16],   \
                               const float * sf, float (* acc)[QK_K]) {                                  \
+    const bool two = G == 1 && ((g) & 2) == 0;                                                            \
     int32x4_t a[2][8];                                                                                    \
-    for (int t = 0; t < G; ++t) {                                                                         \
+    for (int t = 0; t < 2; ++t) {                                                                         \
         for (int i = 0; i < 8; ++i) {                                                                     \
             a[t][i] = vdupq_n_s32(0);                                                                     \
         }                                                                                                 \
     }                                                                                                     \
     ZZ_UNROLL(2)                                                                                          \
     for (int c = 0; c < nc; ++c) {                                                                        \
-        int16x8_t wq[4];                                                                                  \
-        zz_q6_K_widen(blk[c], g, wq);                                                                     \
+        int16x8_t wq[8];                                                                                  \
+        zz_q6_K_widen(blk[c], g, two, wq);                                                                \
         for (int t = 0; t < G; ++t) {                                                                     \
             const int16x8_t cv = vld1q_s16(cq[t][c] + 8*((g) >> 2));                                     \
-            a[t][0] = vmlal_laneq_s16(a[t][0], vget_low_s16(wq[0]), cv, (2*(g) + 0) & 7);               \
-            a[t][1] = vmlal_high_laneq_s16(a[t][1], wq[0], cv, (2*(g) + 0) & 7);                        \
-            a[t][2] = vmlal_laneq_s16(a[t][2], vget_low_s16(wq[1]), cv, (2*(g) + 0) & 7);               \
-            a[t][3] = vmlal_high_laneq_s16(a[t][3], wq[1], cv, (2*(g) + 0) & 7);                        \
-            a[t][4] = vmlal_laneq_s16(a[t][4], vget_low_s16(wq[2]), cv, (2*(g) + 1) & 7);               \
-            a[t][5] = vmlal_high_laneq_s16(a[t][5], wq[2], cv, (2*(g) + 1) & 7);                        \
-            a[t][6] = vmlal_laneq_s16(a[t][6], vget_low_s16(wq[3]), cv, (2*(g) + 1) & 7);               \
-            a[t][7] = vmlal_high_laneq_s16(a[t][7], wq[3], cv, (2*(g) + 1) & 7);                        \
+            ZZ_Q6_K_MLA(a[t] + 0, wq + 0, cv, (2*(g) + 0) & 7);                                          \
+            ZZ_Q6_K_MLA(a[t] + 4, wq + 2, cv, (2*(g) + 1) & 7);                                          \
+            if (two) {                                                                                    \
+                ZZ_Q6_K_MLA(a[1] + 0, wq + 4, cv, (2*(g) + 4) & 7);                                      \
+                ZZ_Q6_K_MLA(a[1] + 4, wq + 6, cv, (2*(g) + 5) & 7);                                      \
+            }                                                                                             \
         }                                                                                                 \
     }                                                                                                     \
-    for (int t = 0; t < G; ++t) {                                                                         \
+    for (int t = 0; t < (two ? 2 : G); ++t) {                                                             \
+        const int gt = two ? (g) + 2*t : (g), tt = two ? 0 : t;                                           \
         for (int i = 0; i < 8; ++i) {                                                                     \
-            zz_flush_s32(acc[t] + 32*(g) + 4*i, vsubq_s32(a[t][i], vdupq_n_s32(c32[t][2*(g) + i/4])), sf[t]); \
+            zz_flush_s32(acc[tt] + 32*gt + 4*i, vsubq_s32(a[t][i], vdupq_n_s32(c32[tt][2*gt + i/4])), sf[tt]); \
         }                                                                                                 \
     }                                                                                                     \
 }
@@ -618,15 +636,11 @@ ZZ_INLINE void zz_gemv_q6_K_int_impl(const void * wrow, const int32_t * cols, in
             zz_q6_K_run6(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
             zz_q6_K_run7(blk, nc, 2, cq + t, c32 + t, sf + t, acc + t);
         }
-        if (t < nt) {
+        if (t < nt) { // one token: runs g and g + 2 in one pass
             zz_q6_K_run0(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
             zz_q6_K_run1(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
-            zz_q6_K_run2(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
-            zz_q6_K_run3(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
             zz_q6_K_run4(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
             zz_q6_K_run5(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
-            zz_q6_K_run6(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
-            zz_q6_K_run7(blk, nc, 1, cq + t, c32 + t, sf + t, acc + t);
         }
     }
     for (int t = 0; t < nt; ++t) {
