@@ -428,15 +428,15 @@ ZZ_INLINE void name(const btype * const * blk, int nc, const int G, const int16_
 ZZ_B32_RUN(zz_q4_0_run, block_q4_0, zz_q4_0_widen)
 ZZ_B32_RUN(zz_q8_0_run, block_q8_0, zz_q8_0_widen)
 
-// Q4_0 and Q8_0: per chunk the coefficients of every token, then the products in pairs of tokens. As on x86, s16
-// coefficients: within ~1e-5 of fp32
-#define ZZ_B32_KERNEL(name, btype, run)                                                                   \
+// Q4_0 and Q8_0: per chunk the coefficients of every token (ctype, rounded by coefs), then the products in pairs of
+// tokens
+#define ZZ_B32_KERNEL(name, btype, run, ctype, coefs)                                                     \
 ZZ_INLINE void name##_impl(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,               \
                            const float * x, int64_t ldx, const int nt, float * y, int64_t ldy) {         \
     const btype * w = wrow;                                                                               \
     float   acc[ZZ_MAX_T][32];                                                                            \
     float   cf[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
-    int16_t cq[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
+    ctype   cq[ZZ_MAX_T][ZZ_CHUNK];                                                                       \
     float   sf[ZZ_MAX_T];                                                                                 \
     const btype * blk[ZZ_CHUNK];                                                                          \
     memset(acc, 0, sizeof(acc[0])*nt);                                                                    \
@@ -457,7 +457,7 @@ ZZ_INLINE void name##_impl(const void * wrow, const int32_t * cols, int64_t k0, 
             for (int c = nc; c < ZZ_CHUNK; ++c) {                                                         \
                 cf[t][c] = 0.0f;                                                                          \
             }                                                                                             \
-            sf[t] = zz_b32_coefs(cf[t], cq[t]);                                                           \
+            sf[t] = coefs(cf[t], cq[t]);                                                                  \
         }                                                                                                 \
         int t = 0;                                                                                        \
         for (; t + 2 <= nt; t += 2) {                                                                     \
@@ -481,8 +481,93 @@ static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1
     }                                                                                                     \
 }
 
-ZZ_B32_KERNEL(zz_gemv_q4_0_int, block_q4_0, zz_q4_0_run)
-ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_run)
+#if defined(__ARM_FEATURE_DOTPROD)
+// With dot products (Apple M1 and later, Graviton 2 and later): s8 coefficients, the blocks of four columns
+// interleaved by byte (two levels of ZIP) so that one SDOT by lane sums four columns into four rows' int32 sums
+
+// a chunk's 16 coefficients rounded to s8 with one scale, which it returns
+ZZ_INLINE float zz_b32_coefs8(const float * cf, int8_t * cq) {
+    const float amax = zz_amax(cf, ZZ_CHUNK);
+    const float inv  = amax > 0.0f ? 127.0f/amax : 0.0f;
+    int32x4_t r[4];
+    for (int i = 0; i < 4; ++i) {
+        r[i] = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(cf + 4*i), inv));
+    }
+    const int16x8_t lo = vcombine_s16(vmovn_s32(r[0]), vmovn_s32(r[1]));
+    const int16x8_t hi = vcombine_s16(vmovn_s32(r[2]), vmovn_s32(r[3]));
+    vst1q_s8(cq, vcombine_s8(vmovn_s16(lo), vmovn_s16(hi)));
+    return amax/127.0f;
+}
+
+// rows 16h .. 16h+15 of a block as bytes: Q8_0 its quants, Q4_0 its nibbles (0..15; the offset of 8 per flush)
+ZZ_INLINE int8x16_t zz_q8_0_half(const block_q8_0 * b, const int h) {
+    return vld1q_s8(b->qs + 16*h);
+}
+
+ZZ_INLINE int8x16_t zz_q4_0_half(const block_q4_0 * b, const int h) {
+    const uint8x16_t v = vld1q_u8(b->qs);
+    return vreinterpretq_s8_u8(h ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(0x0F)));
+}
+
+// columns 4q .. 4q+3 of the chunk (ZZ_B32_DOT_RUN's locals), rows 16h ..: bytes 4i .. 4i+3 of tq[r] are the four
+// columns of row 4r + i; lane q of the coefficients (a literal for clang)
+#define ZZ_B32_DOT4(half, q, h)                                                                           \
+    do {                                                                                                  \
+        const int8x16_t v0_ = half(blk[4*(q) + 0], h), v1_ = half(blk[4*(q) + 1], h);                    \
+        const int8x16_t v2_ = half(blk[4*(q) + 2], h), v3_ = half(blk[4*(q) + 3], h);                    \
+        const int16x8_t z0_ = vreinterpretq_s16_s8(vzip1q_s8(v0_, v1_));                                 \
+        const int16x8_t z1_ = vreinterpretq_s16_s8(vzip2q_s8(v0_, v1_));                                 \
+        const int16x8_t z2_ = vreinterpretq_s16_s8(vzip1q_s8(v2_, v3_));                                 \
+        const int16x8_t z3_ = vreinterpretq_s16_s8(vzip2q_s8(v2_, v3_));                                 \
+        const int8x16_t tq_[4] = {                                                                        \
+            vreinterpretq_s8_s16(vzip1q_s16(z0_, z2_)), vreinterpretq_s8_s16(vzip2q_s16(z0_, z2_)),       \
+            vreinterpretq_s8_s16(vzip1q_s16(z1_, z3_)), vreinterpretq_s8_s16(vzip2q_s16(z1_, z3_)) };     \
+        for (int g = 0; g < G; ++g) {                                                                     \
+            for (int i = 0; i < 4; ++i) {                                                                 \
+                a[g][4*(h) + i] = vdotq_laneq_s32(a[g][4*(h) + i], tq_[i], cv[g], (q));                   \
+            }                                                                                             \
+        }                                                                                                 \
+    } while (0)
+
+// G (constant) tokens, a chunk of nc 32-row blocks (padded to a multiple of 8 with coefficients 0): int32 sums of
+// the bytes times the s8 coefficients cq[g], less bias times the coefficients' sum, flushed into acc[g] with sf[g]
+#define ZZ_B32_DOT_RUN(name, btype, half, bias)                                                           \
+ZZ_INLINE void name(const btype * const * blk, int nc, const int G, const int8_t (* cq)[ZZ_CHUNK],       \
+                    const float * sf, float (* acc)[32]) {                                                \
+    int32x4_t a[2][8];                                                                                    \
+    int8x16_t cv[2];                                                                                      \
+    for (int g = 0; g < G; ++g) {                                                                         \
+        cv[g] = vld1q_s8(cq[g]);                                                                          \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            a[g][i] = vdupq_n_s32(0);                                                                     \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int h = 0; h < 2; ++h) {                                                                         \
+        ZZ_B32_DOT4(half, 0, h);                                                                          \
+        ZZ_B32_DOT4(half, 1, h);                                                                          \
+        if (nc > 8) {                                                                                     \
+            ZZ_B32_DOT4(half, 2, h);                                                                      \
+            ZZ_B32_DOT4(half, 3, h);                                                                      \
+        }                                                                                                 \
+    }                                                                                                     \
+    for (int g = 0; g < G; ++g) {                                                                         \
+        const int32x4_t off = vdupq_n_s32((bias)*vaddlvq_s8(cv[g]));                                     \
+        for (int i = 0; i < 8; ++i) {                                                                     \
+            zz_flush_s32(acc[g] + 4*i, vsubq_s32(a[g][i], off), sf[g]);                                   \
+        }                                                                                                 \
+    }                                                                                                     \
+}
+
+ZZ_B32_DOT_RUN(zz_q4_0_dot_run, block_q4_0, zz_q4_0_half, 8)
+ZZ_B32_DOT_RUN(zz_q8_0_dot_run, block_q8_0, zz_q8_0_half, 0)
+
+ZZ_B32_KERNEL(zz_gemv_q4_0_int, block_q4_0, zz_q4_0_dot_run, int8_t, zz_b32_coefs8)
+ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_dot_run, int8_t, zz_b32_coefs8)
+#else
+// s16 coefficients: within ~1e-5 of fp32
+ZZ_B32_KERNEL(zz_gemv_q4_0_int, block_q4_0, zz_q4_0_run, int16_t, zz_b32_coefs)
+ZZ_B32_KERNEL(zz_gemv_q8_0_int, block_q8_0, zz_q8_0_run, int16_t, zz_b32_coefs)
+#endif
 
 // Q6_K: the 6-bit quants (0..63; their offset of 32 is taken off at the flush) of rows 32g .. 32g+31 of a block,
 // widened to s16: w[0], w[1] rows 0..15 (sub-block 2g), w[2], w[3] rows 16..31 (2g + 1). Rows 32g + l: low 4 bits

@@ -30,7 +30,7 @@ ops=("$root/ggml-sparse/ggml-sparse-cpu.c" "$root/ggml-sparse/zigzag-gemv-x86.c"
      "$root/ggml-sparse/zigzag-gemv-arm.c" "$root/ggml-sparse/zigzag-gemm.c")
 cross_cc() {
     local name=$1; shift
-    aarch64-linux-gnu-gcc -std=c11 -O2 -march=$march -static -Wall -Werror \
+    aarch64-linux-gnu-gcc -std=c11 -O2 -march=${cc_march:-$march} -static -Wall -Werror \
         -Wno-unused-function -D_GNU_SOURCE "${inc[@]}" "$@" \
         -L"$build/ggml/src" -lggml-base -lpthread -lm -lstdc++ -o "$out/$name"
 }
@@ -49,10 +49,14 @@ else
 fi
 
 cross_cc test_zigzag_cross "$root/tests/c/test_zigzag_cross.c" "${ops[@]}"
+# the kernels without dot products (armv8.0: Q8_0 and Q4_0 take 16-bit coefficients there)
+cc_march=armv8-a cross_cc test_zigzag_cross_v80 "$root/tests/c/test_zigzag_cross.c" "${ops[@]}"
 cross_cc test_zigzag_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_zigzag_cpu.c" "${ops[@]}"
 cross_cc test_sparq_cpu -Dggml_barrier=zz_test_barrier "$root/tests/c/test_sparq_cpu.c" "$root/ggml-sparse/ggml-sparse-cpu-sparq.c"
 echo "aarch64 builds ($march): ok"
 
 qemu-aarch64 "$out/test_zigzag_cross"
+echo "without dot products (armv8-a):"
+qemu-aarch64 "$out/test_zigzag_cross_v80"
 qemu-aarch64 "$out/test_zigzag_cpu" --quick
 qemu-aarch64 "$out/test_sparq_cpu" --quick
