@@ -151,6 +151,18 @@ ZZ_NEON_KERNEL(zz_gemv_q6_K_neon, GGML_TYPE_Q6_K)
 #define ZZ_STR(x) #x
 #define ZZ_UNROLL(n) _Pragma(ZZ_STR(GCC unroll n))
 
+// name() calls name_impl() with the token count a constant where it is one: one token's per-column loop without
+// token loops
+#define ZZ_ONE_TOKEN_CONST(name)                                                                          \
+static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                        \
+                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                         \
+    if (nt == 1) {                                                                                        \
+        name##_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);                                               \
+    } else {                                                                                              \
+        name##_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);                                              \
+    }                                                                                                     \
+}
+
 static_assert(ZZ_CHUNK <= 16, "int16 sums of 4-bit quants with s8 coefficients are exact for at most 16 columns");
 
 // fp16 -> fp32 in one instruction (ggml's portable macro takes ~15)
@@ -347,15 +359,7 @@ ZZ_INLINE void zz_gemv_q4_K_int_impl(const void * wrow, const int32_t * cols, in
     }
 }
 
-// one token as a constant: its per-column loop without token loops
-static void zz_gemv_q4_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
-                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
-    if (nt == 1) {
-        zz_gemv_q4_K_int_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
-    } else {
-        zz_gemv_q4_K_int_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
-    }
-}
+ZZ_ONE_TOKEN_CONST(zz_gemv_q4_K_int)
 
 // Q4_0 / Q8_0: one coefficient x_j*d_j per block; a chunk's 16 coefficients of one token (zeros past the chunk's
 // columns) rounded to s16 with one scale, which it returns
@@ -471,15 +475,7 @@ ZZ_INLINE void name##_impl(const void * wrow, const int32_t * cols, int64_t k0, 
         memcpy(y + t*ldy, acc[t], sizeof(acc[t]));                                                        \
     }                                                                                                     \
 }                                                                                                         \
-/* one token as a constant: its per-column loop without token loops */                                    \
-static void name(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,                        \
-                 const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {                         \
-    if (nt == 1) {                                                                                        \
-        name##_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);                                               \
-    } else {                                                                                              \
-        name##_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);                                              \
-    }                                                                                                     \
-}
+ZZ_ONE_TOKEN_CONST(name)
 
 #if defined(__ARM_FEATURE_DOTPROD)
 // With dot products (Apple M1 and later, Graviton 2 and later): s8 coefficients, the blocks of four columns
@@ -733,15 +729,7 @@ ZZ_INLINE void zz_gemv_q6_K_int_impl(const void * wrow, const int32_t * cols, in
     }
 }
 
-// one token as a constant: its per-column loop without token loops
-static void zz_gemv_q6_K_int(const void * wrow, const int32_t * cols, int64_t k0, int64_t k1,
-                             const float * x, int64_t ldx, int nt, float * y, int64_t ldy) {
-    if (nt == 1) {
-        zz_gemv_q6_K_int_impl(wrow, cols, k0, k1, x, ldx, 1, y, ldy);
-    } else {
-        zz_gemv_q6_K_int_impl(wrow, cols, k0, k1, x, ldx, nt, y, ldy);
-    }
-}
+ZZ_ONE_TOKEN_CONST(zz_gemv_q6_K_int)
 
 // LLAMA_SPARSE_CPU_ARM_INT=0: the fp32 kernels for every type (comparisons)
 static bool zz_arm_int(void) {
