@@ -330,8 +330,8 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         const double e_sq = den > 0.0 ? sqrt(num/den) : 0.0;
 
         CHECK(e_ref < 1e-5, "%s: reference kernel rel err %.3g", desc, e_ref);
-        // fast kernels quantize the per-column coefficients to 8 (Q4_K; Q8_0/Q4_0 on ARM with dot products) or 16 bits, as stock quantizes x
-        // to 8 bits: allow twice stock's error on the same columns, and at least 1% (stock's own error
+        // fast kernels quantize the per-column coefficients to 8 (Q4_K; Q8_0/Q4_0 on ARM with dot products) or
+        // 16 bits, as stock quantizes x to 8 bits: allow twice stock's error on the same columns, and at least 1% (stock's own error
         // on dense heavy-tailed x): with few active columns (99% sparse) stock-like error is tiny, as
         // each active x is the maximum of its quantization block
         // Fewer than ~48 active columns: up to 2.1% seen (both layouts, 30 draws of n <= 40; the chunk's
