@@ -784,12 +784,14 @@ def write_levels(reader, src: Path, out: Path, levels: Sequence[LevelResult]) ->
     """Copy every key and tensor of reader to out, replacing the calibration keys with levels."""
     from gguf import GGUFValueType, GGUFWriter
 
-    from . import zigzag
+    from . import _signals, zigzag
 
     level_prefix = zigzag.KEY_THRESHOLDS_FMT.format(level="")
-    tmp = _temp_path(out)
+    tmp = None
     writer = None
     try:
+        with _signals.held():
+            tmp = _temp_path(out)
         arch = reader.get_field("general.architecture").contents()
         writer = GGUFWriter(tmp, arch)
         for fld in reader.fields.values():
@@ -828,12 +830,14 @@ def write_levels(reader, src: Path, out: Path, levels: Sequence[LevelResult]) ->
         os.replace(tmp, out)
         _fsync_dir(out.parent)
     except BaseException as exc:
-        if writer is not None:
-            try:
-                writer.close()
-            except OSError:
-                pass
-        tmp.unlink(missing_ok=True)
+        with _signals.held():  # a second Ctrl-C must not leave the temp file behind
+            if writer is not None:
+                try:
+                    writer.close()
+                except OSError:
+                    pass
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             if exc.errno == errno.ENOSPC:
                 raise CalibrationError(f"disk full while writing {out}; free space in {out.parent} or pass another -o path") from exc
@@ -892,17 +896,17 @@ def calibrate(
         out = Path(output).expanduser()
     target_levels, modes = _check_levels(levels, modes)
     if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 16:
-        raise CalibrationError(f"n_tokens must be an int >= 16, got {n_tokens!r}")
+        raise CalibrationError(f"n_tokens (-n) must be an int >= 16, got {n_tokens!r}")
     if not isinstance(ctx, int) or isinstance(ctx, bool) or not 32 <= ctx <= 1 << 16:
-        raise CalibrationError(f"ctx must be an int in [32, 65536], got {ctx!r}")
+        raise CalibrationError(f"ctx (-c) must be an int in [32, 65536], got {ctx!r}")
     if not isinstance(greedy_windows, int) or isinstance(greedy_windows, bool) or greedy_windows < 1:
-        raise CalibrationError(f"greedy_windows must be an int >= 1, got {greedy_windows!r}")
+        raise CalibrationError(f"greedy_windows (--greedy-windows) must be an int >= 1, got {greedy_windows!r}")
     if not isinstance(greedy_queries, int) or isinstance(greedy_queries, bool) or greedy_queries < 1:
         raise CalibrationError(f"greedy_queries must be an int >= 1, got {greedy_queries!r}")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise CalibrationError(f"threads must be an int >= 1 (or None: all cores), got {threads!r}")
+        raise CalibrationError(f"threads (-t) must be an int >= 1 (or None: all cores), got {threads!r}")
     if not 0.0 < float(greedy_increment) <= 0.25:
-        raise CalibrationError(f"greedy_increment must be in (0, 0.25], got {greedy_increment!r}")
+        raise CalibrationError(f"greedy_increment (--greedy-step) must be in (0, 0.25], got {greedy_increment!r}")
     # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary
     _check_model_path(src)
     _check_output(out, src, in_place)

@@ -89,8 +89,12 @@ def _check_run_args(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, **extra):
-    from .llama import Llama
+    from .llama import CTX_PAD, Llama
     _check_run_args(args)
+    if args.ctx_size % CTX_PAD:
+        padded = -(-args.ctx_size // CTX_PAD)*CTX_PAD
+        print(f"note: -c {args.ctx_size} raised to {padded} (llama.cpp sizes contexts in steps of {CTX_PAD} tokens)",
+              file=sys.stderr)
     return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
@@ -110,24 +114,44 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true")
 
 
+class _TokenCount:
+    """A logits processor that changes nothing and counts sampling steps: the tokens a completion generated,
+    its end-of-text token included (llama.cpp's timers count decode steps, one fewer when -n ends the text)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, input_ids, scores):
+        self.n += 1
+        return scores
+
+    def tokens(self, finish_reason: Optional[str]) -> int:
+        # "stop": the last sampled token ended the text and is not part of it (llama-cpp-python's usage count)
+        return max(0, self.n - 1) if finish_reason == "stop" else self.n
+
+
 def _stream_chat(llm, messages: list[dict], args: argparse.Namespace, out=sys.stdout) -> tuple[str, float, int]:
-    """Stream one assistant turn; returns (text, decode tokens/s, tokens)."""
+    """Stream one assistant turn; returns (text, decode tokens/s, tokens generated)."""
+    from llama_cpp import LogitsProcessorList
     llm.reset_stats()
     text = []
-    for chunk in llm.create_chat_completion(messages=messages, max_tokens=args.n_predict,
-                                            temperature=args.temp, stream=True):
-        delta = chunk["choices"][0]["delta"].get("content")
+    count = _TokenCount()
+    finish = None
+    for chunk in llm.create_chat_completion(messages=messages, max_tokens=args.n_predict, temperature=args.temp,
+                                            stream=True, logits_processor=LogitsProcessorList([count])):
+        choice = chunk["choices"][0]
+        finish = choice.get("finish_reason") or finish
+        delta = choice["delta"].get("content")
         if delta:
             text.append(delta)
             out.write(delta)
             out.flush()
-    perf = llm.perf()
-    return "".join(text), perf["gen_tps"], perf["gen_tokens"]
+    return "".join(text), llm.perf()["gen_tps"], count.tokens(finish)
 
 
-def _n_ctx(llm, args: argparse.Namespace) -> int:
-    """The context the run has: llama-cpp-python sizes its token arrays by -c, the library may round it up."""
-    return llm.n_ctx() if args.ctx_size == 0 else min(llm.n_ctx(), args.ctx_size)
+def _n_ctx(llm) -> int:
+    """The context the run has (-c rounded up to llama.cpp's step, or the model's own for -c 0)."""
+    return llm.n_ctx()
 
 
 def _context_hint(e: Exception, n_ctx: int) -> str:
@@ -142,22 +166,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty; pass some text with -p")
     llm = _load(args)
-    n_ctx = _n_ctx(llm, args)
+    n_ctx = _n_ctx(llm)
     n_prompt = len(llm.tokenize(args.prompt.encode("utf-8")))
     if n_prompt >= n_ctx:
         raise ValueError(f"the prompt is {n_prompt} tokens, which does not leave room in the context "
                          f"(-c {n_ctx}); raise -c")
+    from llama_cpp import LogitsProcessorList
     llm.reset_stats()
+    count = _TokenCount()
+    finish = None
     try:
-        for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp, stream=True):
+        for chunk in llm.create_completion(args.prompt, max_tokens=args.n_predict, temperature=args.temp, stream=True,
+                                           logits_processor=LogitsProcessorList([count])):
+            finish = chunk["choices"][0].get("finish_reason") or finish
             sys.stdout.write(chunk["choices"][0]["text"])
             sys.stdout.flush()
     except ValueError as e:
         raise ValueError(_context_hint(e, n_ctx)) from e
     perf = llm.perf()
-    print(f"\n[{perf['gen_tokens']} tokens, {perf['gen_tps']:.1f} tok/s, sparsity {llm.sparsity}, "
+    print(f"\n[{count.tokens(finish)} tokens, {perf['gen_tps']:.1f} tok/s, sparsity {llm.sparsity}, "
           f"{_sparq_name(llm.sparq)}]", file=sys.stderr)
     return 0
+
+
+CHAT_COMMANDS = "/sparsity [LEVEL], /sparq [r=R,k=K|off], /reset, /quit"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -169,7 +201,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if tty:
         print(f"llama-sparse chat: {args.model.name}, sparsity {llm.sparsity} "
               f"(levels: {', '.join(llm.sparsity_levels) or 'none'}), {_sparq_name(llm.sparq)}. "
-              f"/sparsity LEVEL, /sparq r=R,k=K|off, /reset, /quit")
+              f"{CHAT_COMMANDS}")
     while True:
         if tty:
             try:
@@ -184,34 +216,39 @@ def cmd_chat(args: argparse.Namespace) -> int:
         line = line.strip()
         if not line:
             continue
-        if line in ("/quit", "/exit"):
-            break
-        if line == "/reset":
-            messages = messages[:1] if args.system else []
-            print("[history cleared]")
-            continue
-        if line.startswith("/sparsity"):
-            parts = line.split(maxsplit=1)
-            try:
-                llm.set_sparsity(parts[1] if len(parts) > 1 else None)
-                print(f"[sparsity {llm.sparsity}]")
-            except (ValueError, TypeError) as e:
-                print(f"[error: {e}]")
-            continue
-        if line.startswith("/sparq"):
-            parts = line.split(maxsplit=1)
-            try:
-                llm.set_sparq(parts[1] if len(parts) > 1 else None)
-                print(f"[{_sparq_name(llm.sparq)}]")
-            except (ValueError, TypeError) as e:
-                print(f"[error: {e}]")
+        if line.startswith("//"):
+            line = line[1:]  # "//text" sends "/text"
+        elif line.startswith("/"):
+            cmd, _, arg = line.partition(" ")
+            arg = arg.strip()
+            if cmd in ("/quit", "/exit"):
+                break
+            if cmd == "/reset":
+                messages = messages[:1] if args.system else []
+                print("[history cleared]")
+            elif cmd == "/sparsity" and not arg:
+                print(f"[sparsity {llm.sparsity}; levels: {', '.join(llm.sparsity_levels) or 'none'} or dense]")
+            elif cmd == "/sparq" and not arg:
+                print(f"[{_sparq_name(llm.sparq)}; /sparq r=R,k=K sets it, /sparq off turns it off]")
+            elif cmd in ("/sparsity", "/sparq"):
+                try:
+                    if cmd == "/sparsity":
+                        llm.set_sparsity(arg)
+                        print(f"[sparsity {llm.sparsity}]")
+                    else:
+                        llm.set_sparq(arg)
+                        print(f"[{_sparq_name(llm.sparq)}]")
+                except (ValueError, TypeError) as e:
+                    print(f"[error: {e}]")
+            else:
+                print(f"[unknown command {cmd}: {CHAT_COMMANDS}; start a line with // to send it as text]")
             continue
         messages.append({"role": "user", "content": line})
         try:
             reply, tps, n = _stream_chat(llm, messages, args)
         except (ValueError, RuntimeError) as e:
             messages.pop()  # the turn did not happen; the conversation so far is kept
-            hint = _context_hint(e, _n_ctx(llm, args))
+            hint = _context_hint(e, _n_ctx(llm))
             more = "; /reset clears the history, or restart with a larger -c" if hint != str(e) else ""
             print(f"\n[error: {hint}{more}]", flush=True)
             continue
@@ -228,6 +265,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def _stock_bin(explicit: Optional[Path]) -> Optional[Path]:
     """The stock llama.cpp build's bin/ (tools/build_stock.sh), if there is one."""
     if explicit:
+        if not (explicit / "llama-bench").is_file():
+            raise FileNotFoundError(f"--stock-bin {explicit}: no llama-bench there; pass the bin/ folder of a stock "
+                                    "llama.cpp build (tools/build_stock.sh makes one)")
         return explicit
     env = os.environ.get("LLAMA_SPARSE_STOCK_BIN")
     cand = Path(env) if env else Path(os.environ.get("LLAMA_SPARSE_CACHE", Path.home() / ".cache" / "llama-sparse")) / "stock-build" / "bin"
@@ -243,7 +283,12 @@ def _levels_of(model: Path) -> list[str]:
 def _pick_levels(model: Path, wanted: Optional[str]) -> list[Optional[str]]:
     have = _levels_of(model)
     if wanted:
-        levels = [None if w in ("dense", "0") else w for w in wanted.split(",")]
+        from .llama import level_name
+        levels = []
+        for w in wanted.split(","):
+            level = None if level_name(w) is None else w
+            if level not in levels:  # "0,dense" is one dense row
+                levels.append(level)
     else:
         levels = [None] + have
     return levels
@@ -408,6 +453,7 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     _check_levels(args.model, args.levels)
     print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
+    noted = False
     for level, sparq in _rows(args.model, args.levels, args.sparq):
         r = _run_tool(exe, ["-m", str(args.model), "-f", str(args.text), "-c", str(args.ctx_size),
                             "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
@@ -417,6 +463,11 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
             tail = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-3:]
             raise RuntimeError(f"llama-perplexity gave no estimate (is {args.text.name} long enough for "
                                f"{args.chunks} chunk(s) of -c {args.ctx_size} tokens?): " + " | ".join(tail))
+        ran = re.search(r"calculating perplexity over (\d+) chunks", r.stdout + r.stderr)
+        if ran is not None and int(ran.group(1)) != args.chunks and not noted:
+            noted = True
+            print(f"note: {args.text.name} holds {ran.group(1)} chunk(s) of -c {args.ctx_size} tokens; every row "
+                  f"ran {ran.group(1)}, not {args.chunks}", file=sys.stderr, flush=True)
         name = (level or "dense") + (f" + {_sparq_name(sparq)}" if sparq else "")
         print(f"{name:36s} {float(m.group(1)):11.4f}", flush=True)
     return 0
@@ -450,6 +501,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(server_settings=ServerSettings(host=args.host, port=args.port),
                      model_settings=[ModelSettings(model=str(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
                                                    n_gpu_layers=args.n_gpu_layers, verbose=args.verbose)])
+    if not args.verbose:  # uvicorn's own startup lines are info-level
+        print(f"llama-sparse serve: {args.model.name}, sparsity {args.sparsity or 'dense'}, "
+              f"{_sparq_name(_sparq_on(args.sparq))}; OpenAI-compatible API at http://{args.host}:{args.port}/v1 "
+              "(Ctrl-C stops)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
 
@@ -524,7 +579,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="llama-sparse", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    from .convert import add_convert_args
+    from .convert import ConvertError, add_convert_args
     p = sub.add_parser("convert", help="convert a GGUF or a Hugging Face directory to a zigzag GGUF")
     add_convert_args(p)
     p.set_defaults(func=cmd_convert)
@@ -582,20 +637,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("model", type=Path)
     p.add_argument("--text", "-f", type=Path, required=True)
     p.add_argument("--levels", default=None, help="comma list (default: dense and every level in the file)")
-    p.add_argument("-c", "--ctx-size", type=int, default=512)
-    p.add_argument("--chunks", type=int, default=20)
+    p.add_argument("-c", "--ctx-size", type=int, default=512, help="tokens a chunk (default: 512)")
+    p.add_argument("--chunks", type=int, default=20, help="chunks to score, at most what the text holds (default: 20)")
     p.add_argument("-ub", "--ubatch", type=int, default=512,
-                   help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation)")
+                   help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation; default: 512)")
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each level with SparQ attention (needs -ub 1)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("demo", help="convert, calibrate and chat with the embedded default model")
-    p.add_argument("--type", default="q4_k", help="zigzag target type (default q4_k)")
-    p.add_argument("-p", "--prompt", default=DEMO_PROMPT)
-    p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    from .convert import SUPPORTED_TYPES
+    p.add_argument("--type", default="q4_k", choices=SUPPORTED_TYPES, help="zigzag target type (default: q4_k)")
+    p.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="the user message (default: a short question)")
+    p.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate a level (default: 64)")
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads (default: all cores)")
     p.set_defaults(func=cmd_demo)
 
     args = ap.parse_args(argv)
@@ -609,7 +665,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 143
     except KeyboardInterrupt:
         return 130
-    except (FileNotFoundError, ValueError, TypeError, NotImplementedError, RuntimeError) as e:
+    except (FileNotFoundError, ValueError, TypeError, NotImplementedError, RuntimeError, ConvertError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:

@@ -27,7 +27,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
 from gguf.constants import GGML_QUANT_VERSION
 
-from . import _ggml, zigzag
+from . import _ggml, _signals, zigzag
 from ._lib import LibraryNotFoundError
 
 Q = GGMLQuantizationType
@@ -310,6 +310,7 @@ def _check_output(out: Path, src: Path) -> None:
 
 
 def _temp_path(out: Path, tag: str) -> Path:
+    """A new temp file beside out; call it under _signals.held(), so that it is never made and then lost."""
     try:
         fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".{tag}.tmp")
     except OSError as exc:
@@ -386,10 +387,12 @@ def _convert_gguf(
     total_bytes = sum(p.nbytes for p in plans)
     _check_space(out.parent, total_bytes + (64 << 20), f"the output {out.name}")
 
-    tmp = _temp_path(out, "gguf")
+    tmp: Path | None = None
     writer: GGUFWriter | None = None
     bar = _Progress(sum(p.nbytes for p in plans), f"convert {src.name}", progress, log)
     try:
+        with _signals.held():
+            tmp = _temp_path(out, "gguf")
         writer = GGUFWriter(tmp, arch)
         _copy_metadata(reader, writer, target)
         _add_zigzag_keys(writer, plans)
@@ -413,13 +416,15 @@ def _convert_gguf(
         os.replace(tmp, out)
         _fsync_dir(out.parent)
     except BaseException as exc:
-        bar.close()
-        if writer is not None:
-            try:
-                writer.close()
-            except OSError:
-                pass
-        tmp.unlink(missing_ok=True)
+        with _signals.held():  # a second Ctrl-C must not leave the temp file behind
+            bar.close()
+            if writer is not None:
+                try:
+                    writer.close()
+                except OSError:
+                    pass
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise _os_error(exc, out) from exc
         raise
@@ -589,7 +594,7 @@ def convert(
         raise ConvertError(f"input {src_path} is not a regular file (a device or a FIFO?); pass a .gguf file or a "
                            "Hugging Face model directory")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConvertError(f"threads must be an int >= 1 (or None: all cores), got {threads!r}")
+        raise ConvertError(f"threads (-t) must be an int >= 1 (or None: all cores), got {threads!r}")
     _check_output(out_path, src_path)
     threads = threads or _ggml.default_threads()
     try:
@@ -602,7 +607,8 @@ def convert(
         upstream = upstream_dir()
         arch = _check_hf_dir(src_path, upstream)
         _check_space(out_path.parent, _estimate_hf_bytes(src_path, outtype_hf), f"the intermediate GGUF of {src_path.name}")
-        intermediate = _temp_path(out_path, "hf.gguf")
+        with _signals.held():
+            intermediate = _temp_path(out_path, "hf.gguf")
         try:
             if progress:
                 log(f"running llama.cpp convert_hf_to_gguf.py on {src_path} ({arch}, --outtype {outtype_hf})")
@@ -611,7 +617,8 @@ def convert(
             summary.hf_seconds = time.perf_counter() - hf_start
             _convert_gguf(intermediate, out_path, target, fallback_type, summary, progress, threads, log)
         finally:
-            intermediate.unlink(missing_ok=True)
+            with _signals.held():
+                intermediate.unlink(missing_ok=True)
     else:
         _convert_gguf(src_path, out_path, target, fallback_type, summary, progress, threads, log)
     summary.seconds = time.perf_counter() - start

@@ -19,6 +19,7 @@ SparsityLevel = Union[None, float, str]
 
 KT_TYPES = ("k", "q8_0")  # SparQ.kt: the K cache's type, or 8 bits
 _GGML_TYPE_Q8_0 = 8        # enum ggml_type
+CTX_PAD = 256              # llama.cpp rounds a context size up to a multiple of this (llama-context.cpp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,8 @@ class SparQ:
             if not sep or key not in ("r", "k", "mean_v", "kt", "min_kv"):
                 raise ValueError(f"bad SparQ setting {spec!r}: use r=INT,k=INT[,mean_v=0|1][,kt=k|q8_0]"
                                  f"[,min_kv=INT|auto]")
+            if key in fields:
+                raise ValueError(f"bad SparQ setting {spec!r}: {key} is given twice")
             if key == "min_kv" and val.strip() == "auto":
                 fields[key] = None
                 continue
@@ -114,7 +117,13 @@ def level_name(level: SparsityLevel) -> Optional[str]:
     if isinstance(level, (int, float)):
         if not 0.0 <= float(level) < 1.0:
             raise ValueError(f"sparsity must be in [0, 1), got {level}")
-        return None if float(level) == 0.0 else f"{float(level):.2f}"
+        if float(level) == 0.0:
+            return None
+        name = f"{float(level):.2f}"
+        if float(name) == 0.0:
+            raise ValueError(f"sparsity {level} rounds to 0.00 (levels have two decimals); use 0 for dense or a "
+                             "calibrated level such as 0.5")
+        return name
     if isinstance(level, str):
         s = level.strip()
         if s.lower() in ("", "0", "off", "dense", "none"):
@@ -151,6 +160,10 @@ class Llama(llama_cpp.Llama):
         if sparq is not None and not isinstance(sparq, SparQ):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
+        n_ctx = kwargs.get("n_ctx")
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 and n_ctx % CTX_PAD:
+            # llama.cpp pads the context anyway; llama-cpp-python would size its token arrays by the unpadded one
+            kwargs["n_ctx"] = -(-n_ctx // CTX_PAD)*CTX_PAD
         start = _log.mark()
         # contexts read LLAMA_SPARSE / LLAMA_SPARQ when made; here sparsity= always decides (set below) and sparq=
         # when given, so a bad value in the environment must not fail the context
@@ -176,21 +189,33 @@ class Llama(llama_cpp.Llama):
         """llama_cpp.Llama.tokenize, but a text the vocabulary cannot spell raises _native.TokenizeError (a
         RuntimeError) where llama.cpp's C++ exception would abort the process. Chat and completion calls
         tokenize through here too."""
+        self._check_open()
         return _native.tokenize(self._model.vocab, text, add_bos, special)
+
+    def eval(self, tokens) -> None:
+        self._check_open()
+        super().eval(tokens)
 
     def close(self) -> None:
         # __init__ may fail before llama_cpp.Llama set up its resources
         if hasattr(self, "_stack"):
             super().close()
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise RuntimeError(f"{self.model_path} was closed; make a new Llama to use it again")
 
     # --- sparsity -------------------------------------------------------------------------
 
     @property
     def is_zigzag(self) -> bool:
+        self._check_open()
         return _native.llama_sparse_model_n_zigzag(self._model.model) > 0
 
     @property
     def sparsity_levels(self) -> list[str]:
+        self._check_open()
         m = self._model.model
         return [_native.llama_sparse_model_level_name(m, i).decode()
                 for i in range(_native.llama_sparse_model_n_levels(m))]
@@ -198,11 +223,13 @@ class Llama(llama_cpp.Llama):
     @property
     def sparsity(self) -> str:
         """The active level's name, or "dense"."""
+        self._check_open()
         return _native.llama_sparse_get_level(self._ctx.ctx).decode()
 
     def set_sparsity(self, level: SparsityLevel) -> None:
         """Switch the sparsity level; it applies from the next decoded token."""
         name = level_name(level)
+        self._check_open()
         if name is not None and not self.is_zigzag:
             raise ValueError(f"{self.model_path} is not a zigzag GGUF, so it cannot run sparse; "
                              "convert it with `llama-sparse convert` and calibrate it first")
@@ -211,6 +238,7 @@ class Llama(llama_cpp.Llama):
 
     def set_emulate(self, on: bool) -> None:
         """Apply thresholds to large batches too (per-token masking), e.g. for perplexity runs."""
+        self._check_open()
         _native.llama_sparse_set_emulate(self._ctx.ctx, bool(on))
 
     # --- SparQ ----------------------------------------------------------------------------
@@ -234,6 +262,7 @@ class Llama(llama_cpp.Llama):
         if sparq is not None and not isinstance(sparq, SparQ):
             raise TypeError(f"sparq must be a llama_sparse.SparQ, a string like 'r=32,k=128' or None, "
                             f"not {type(sparq).__name__}")
+        self._check_open()
         if sparq is None:
             rc = _native.llama_sparse_set_sparq(self._ctx.ctx, 0, 0, False)
         else:
@@ -248,16 +277,19 @@ class Llama(llama_cpp.Llama):
         """Active-column sets found since the last reset (one per matmul input and decode step, on the CPU,
         CUDA or Metal; not counted: CUDA batches of 2-8 tokens through Q4_K weights), the columns examined and
         kept, and the share skipped."""
+        self._check_open()
         s = _native.llama_sparse_get_stats(self._ctx.ctx)
         skipped = 1.0 - s.n_active / s.n_cols if s.n_cols else 0.0
         return {"lists": s.n_lists, "columns": s.n_cols, "active": s.n_active, "skipped": skipped}
 
     def reset_stats(self) -> None:
+        self._check_open()
         _native.llama_sparse_reset_stats(self._ctx.ctx)
         llama_cpp.llama_perf_context_reset(self._ctx.ctx)
 
     def perf(self) -> dict[str, float]:
         """Prompt and generation throughput since the last reset (llama.cpp's own timers)."""
+        self._check_open()
         d = llama_cpp.llama_perf_context(self._ctx.ctx)
         # llama.cpp reports max(1, n): with no time on a timer nothing ran there (a reset, a cached prompt)
         n_p = d.n_p_eval if d.t_p_eval_ms > 0 else 0

@@ -113,6 +113,9 @@ def choose_zigzag_type(
             raise ValueError(f"fallback {fq.name.lower()} must be one of {', '.join(t.name.lower() for t in FALLBACK_TYPES)}")
         if m % fb == 0:
             return TypeChoice(fq, True, f"{m} rows is not a multiple of {tq.name.lower()}'s block size {tb}")
+    if fallback is None and m % 32 == 0:
+        return TypeChoice(None, True, f"{m} rows is not a multiple of {tq.name.lower()}'s block size {tb}, "
+                                      "and no fallback type was allowed (--fallback none)")
     return TypeChoice(None, True, f"{m} rows is not a multiple of any zigzag block size ({tb} or 32)")
 
 

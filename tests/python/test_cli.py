@@ -40,6 +40,17 @@ def test_chat_from_pipe(leveled: Path):
     assert "tok/s" in r.stdout
 
 
+def test_chat_commands(leveled: Path):
+    script = "/sparsity\n/sparq\n/sparsty 0.5\n//sparsity 0.5\n/quit\n"
+    r = subprocess.run(CLI + ["chat", str(leveled), "-n", "4", "-c", "256"], input=script,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "[sparsity dense; levels: 0.25, 0.50 or dense]" in r.stdout  # no argument: the setting, unchanged
+    assert "[sparq off;" in r.stdout
+    assert "[unknown command /sparsty:" in r.stdout  # a typo is not sent to the model
+    assert r.stdout.count("tok/s") == 1  # "//sparsity 0.5" went to the model as "/sparsity 0.5"
+
+
 def test_chat_interactive_pty(leveled: Path):
     pid, fd = pty.fork()
     if pid == 0:
@@ -59,7 +70,7 @@ def test_chat_interactive_pty(leveled: Path):
 
     try:
         read_until(b"> ")
-        assert b"/sparsity LEVEL" in out  # the interactive banner
+        assert b"/sparsity [LEVEL]" in out  # the interactive banner
         os.write(fd, b"/sparsity 0.25\n")
         read_until(b"[sparsity 0.25]")
         os.write(fd, b"Say hello.\n")
@@ -144,3 +155,9 @@ def test_perplexity_table(leveled: Path, tmp_path: Path):
     rows = {l.split()[0]: float(l.split()[1]) for l in r.stdout.splitlines()[1:] if l.strip()}
     assert set(rows) == {"dense", "0.50"}
     assert 1.0 < rows["dense"] < 1000 and rows["0.50"] >= rows["dense"] * 0.9
+    # more chunks than the text holds: said, and every spelling of dense is one dense row
+    r = subprocess.run(CLI + ["perplexity", str(leveled), "-f", str(text), "--levels", "0,off,dense",
+                              "-c", "128", "--chunks", "500"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "every row ran" in r.stderr and "not 500" in r.stderr
+    assert [l.split()[0] for l in r.stdout.splitlines()[1:] if l.strip()] == ["dense"]

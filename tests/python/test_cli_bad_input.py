@@ -71,15 +71,17 @@ def test_generate_bad_numbers(leveled: Path, args: list[str], needle: str):
 
 
 def test_prompt_longer_than_context(leveled: Path):
-    refused(run("generate", str(leveled), "-p", "Hello there my friend, how are you today?", "-n", "4", "-c", "4"),
-            "does not leave room in the context (-c 4)")
+    # llama.cpp sizes contexts in steps of 256 tokens: -c 4 becomes 256, and the CLI says so
+    refused(run("generate", str(leveled), "-p", "Hello there my friend, how are you today? " * 40, "-n", "4", "-c", "4"),
+            "-c 4 raised to 256", "does not leave room in the context (-c 256)")
 
 
 def test_chat_survives_a_full_context(leveled: Path):
-    script = "hi\nhello again, tell me a long story about a cat\ntell me more\nand more\n/reset\nhi\n/quit\n"
-    r = run("chat", str(leveled), "-n", "40", "-c", "64", stdin=script)
+    long = "Summarize: " + "the cat sat on the mat and " * 12  # ~90 tokens: the third turn cannot fit 256
+    script = f"hi\n{long}\n{long}\n{long}\n/reset\nhi\n/quit\n"
+    r = run("chat", str(leveled), "-n", "40", "-c", "256", stdin=script)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "no longer fits the context (-c 64" in r.stdout
+    assert "no longer fits the context (-c 256" in r.stdout
     assert "[history cleared]" in r.stdout
     assert r.stdout.rstrip().endswith("]")  # the last turn, after /reset, answered
 
@@ -193,8 +195,8 @@ def test_demo_bad_numbers(args: list[str], needle: str):
 
 
 def test_convert_and_calibrate_refuse_zero_threads(smollm2_gguf: Path, leveled: Path, tmp_path: Path):
-    refused(run("convert", str(smollm2_gguf), "-o", str(tmp_path / "a.gguf"), "-t", "0"), "threads must be an int >= 1")
-    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "b.gguf"), "-t", "-2"), "threads must be an int >= 1")
+    refused(run("convert", str(smollm2_gguf), "-o", str(tmp_path / "a.gguf"), "-t", "0"), "threads (-t) must be an int >= 1")
+    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "b.gguf"), "-t", "-2"), "threads (-t) must be an int >= 1")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -233,3 +235,63 @@ def test_bench_names_a_stock_crash(leveled: Path, tmp_path: Path, sig: signal.Si
     r = run("bench", str(leveled), "--stock-bin", str(fake), "--stock-model", str(leveled), "-p", "8", "-n", "4",
             "-r", "1", "--levels", "dense")
     refused(r, "llama-bench", needle)
+
+
+def test_small_context_is_raised_to_what_llama_cpp_makes(leveled: Path):
+    # -c 16 once reported "-c 16" in its errors while llama.cpp ran a 256-token context
+    r = run("generate", str(leveled), "-p", "Hi there", "-n", "40", "-c", "16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "-c 16 raised to 256" in r.stderr
+    assert "[40 tokens," in r.stderr  # the count is the tokens generated, not llama.cpp's decode steps (39)
+
+
+def test_demo_bad_type_is_a_usage_error():
+    r = run("demo", "--type", "bogus")
+    assert r.returncode == 2 and "invalid choice: 'bogus'" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("level", ["0.004", "1e-9"])
+def test_level_that_rounds_to_zero_refused(leveled: Path, level: str):
+    # levels have two decimals: 0.004 once ran dense without a word
+    refused(run("generate", str(leveled), "-p", "Hi", "-n", "2", f"--sparsity={level}"), "rounds to 0.00")
+
+
+def test_sparq_key_twice_refused(leveled: Path):
+    r = run("generate", str(leveled), "-p", "Hi", "-n", "2", "--sparq", "r=32,k=128,r=4")
+    assert r.returncode == 2 and "r is given twice" in r.stderr
+
+
+def test_stock_bin_without_llama_bench(leveled: Path, tmp_path: Path):
+    refused(run("bench", str(leveled), "-p", "8", "-n", "4", "-r", "1", "--stock-model", str(leveled),
+                "--stock-bin", str(tmp_path / "nowhere")), "no llama-bench there")
+
+
+def test_fallback_none_says_why(smollm2_gguf: Path, tmp_path: Path):
+    r = run("convert", str(smollm2_gguf), "-o", str(tmp_path / "n.gguf"), "--fallback", "none")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    assert "no fallback type was allowed (--fallback none)" in out
+    assert "not a multiple of any zigzag block size" not in out  # 576 and 192 are multiples of 32
+
+
+def test_closed_model_says_so(leveled: Path):
+    import llama_sparse
+    llm = llama_sparse.Llama(leveled, n_ctx=64, sparsity=0.5, verbose=False)
+    llm.close()
+    for call in (lambda: llm.sparsity, llm.sparse_stats, lambda: llm.set_sparsity(0.25),
+                 lambda: llm.create_completion("Hi", max_tokens=2), lambda: llm.tokenize(b"Hi"), lambda: llm.eval([1])):
+        with pytest.raises(RuntimeError, match="was closed"):
+            call()
+
+
+def test_signals_held_defers_ctrl_c():
+    # convert and calibrate remove their temp file under this, so that a second Ctrl-C cannot cut the removal short
+    from llama_sparse import _signals
+    done = False
+    with pytest.raises(KeyboardInterrupt):
+        with _signals.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done = True
+    assert done
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
