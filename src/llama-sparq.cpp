@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -839,6 +840,8 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
     ggml_type kt;
     const std::string err = sparq_parse(env, r, k, mean_v, kt, min_kv);
     if (!err.empty()) {
+        // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
+        fprintf(stderr, "llama-sparse: LLAMA_SPARQ='%s': %s\n", env, err.c_str());
         throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + err);
     }
     if (r == 0) {

@@ -569,6 +569,8 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
     const char * env_level = getenv("LLAMA_SPARSE");
     if (env_level && set_level(sctx, env_level) != 0) {
         delete sctx;
+        // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
+        fprintf(stderr, "llama-sparse: LLAMA_SPARSE: %s\n", g_last_error.c_str());
         throw std::runtime_error("LLAMA_SPARSE: " + g_last_error);
     }
     {

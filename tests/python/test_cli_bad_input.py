@@ -295,3 +295,12 @@ def test_signals_held_defers_ctrl_c():
             done = True
     assert done
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_fork_tool_says_why_an_environment_level_fails(leveled: Path):
+    # llama-bench mutes the library's log; it once said only "failed to create context"
+    env = dict(os.environ, LLAMA_SPARSE="0.3")
+    r = subprocess.run([sys.executable, "-m", "llama_sparse.tools", "bench", "-m", str(leveled), "-p", "8", "-n", "4",
+                        "-r", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0
+    assert "LLAMA_SPARSE: sparsity level '0.3' is not in the model" in r.stderr, r.stderr[-2000:]
