@@ -19,6 +19,9 @@ struct llm_graph_context;
 void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml);
 void llama_sparse_model_free(const llama_model * model);
 
+// quantize: throws when the input is a zigzag file (its stored rows are not weight rows)
+void llama_sparse_quantize_check(const llama_model_loader & ml);
+
 // true if cur is zigzag and its logical shape matches ne; throws if zigzag and it does not
 bool llama_sparse_check_dims(const ggml_tensor * cur, const std::vector<int64_t> & ne);
 

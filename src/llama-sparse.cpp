@@ -159,6 +159,7 @@ struct llama_sparse_context {
     int32_t   level   = -1; // index into the model's levels, -1 = dense
     bool      emulate = false;
     uint64_t  version = 0;  // bumped on every change, so graphs built for older settings are not reused
+    bool      told_dense = false; // the note that a large batch ran dense was logged
     std::vector<float> thresholds; // copy of the active level's thresholds
     ggml_sparse_stats  stats = {};
 };
@@ -166,18 +167,26 @@ struct llama_sparse_context {
 // per-graph state: index lists shared by weights that read the same input
 class llm_graph_input_sparse : public llm_graph_input_i {
 public:
-    llm_graph_input_sparse(const llama_sparse_context * sctx) : sctx(sctx), version(sctx ? sctx->version : 0) {}
+    llm_graph_input_sparse(llama_sparse_context * sctx) : sctx(sctx), version(sctx ? sctx->version : 0) {}
 
     void set_input(const llama_ubatch * ubatch) override {
-        GGML_UNUSED(ubatch);
+        // once per context, where a batch really runs (not at the graph reserve): a level set and a batch too
+        // large for it, e.g. a perplexity run with LLAMA_SPARSE but without LLAMA_SPARSE_EMULATE
+        if (dense_batch && sctx != nullptr && !sctx->told_dense) {
+            sctx->told_dense = true;
+            LLAMA_LOG_WARN("llama-sparse: sparsity acts on batches of up to %d tokens (decode); this batch of %u "
+                           "runs dense, as prompts do (LLAMA_SPARSE_EMULATE=1 applies the thresholds per token)\n",
+                           GGML_SPARSE_MAX_BATCH, ubatch->n_tokens);
+        }
     }
 
     bool can_reuse(const llm_graph_params & params) override {
         return params.cparams.sparse == sctx && (sctx == nullptr || sctx->version == version);
     }
 
-    const llama_sparse_context * sctx;
-    const uint64_t               version;
+    llama_sparse_context * sctx;
+    const uint64_t         version;
+    bool                   dense_batch = false; // a weight with thresholds ran dense: the batch is too large
 
     std::map<std::pair<const ggml_tensor *, int32_t>, ggml_tensor *> idx_cache; // (input, mode) -> op
 };
@@ -185,6 +194,13 @@ public:
 //
 // model load hooks
 //
+
+void llama_sparse_quantize_check(const llama_model_loader & ml) {
+    if (gguf_find_key(ml.metadata, "llama_sparse.format_version") >= 0) {
+        throw std::runtime_error("llama-sparse: the input is a zigzag GGUF, which cannot be requantized; quantize "
+                                 "the original model, or convert it again with `llama-sparse convert --type TYPE`");
+    }
+}
 
 void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml) {
     const gguf_context * meta = ml.metadata;
@@ -650,6 +666,7 @@ ggml_tensor * llama_sparse_build_mm(const llm_graph_context & g, ggml_tensor * w
         // by the batch, not the rows: the last layer of a prefill sees only its outputs' rows, and the graph's
         // shape must not depend on how many outputs a batch asks for (ggml-alloc reuses plans by node count)
         const bool decode = g.n_tokens <= GGML_SPARSE_MAX_BATCH && n_rows <= GGML_SPARSE_MAX_BATCH;
+        g.inp_sparse->dense_batch = !decode && !sctx->emulate;
         if (decode || sctx->emulate) {
             const auto mode = decode ? GGML_SPARSE_IDX_LIST : GGML_SPARSE_IDX_MASK;
             auto & cache = g.inp_sparse->idx_cache;

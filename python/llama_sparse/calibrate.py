@@ -96,7 +96,8 @@ class CalibrationSummary:
         lines = [
             f"calibrated {self.source} -> {self.output} in {self.seconds:.1f} s "
             f"(capture {self.seconds_capture:.1f} s{greedy}{gen})",
-            f"  text:   {self.n_tokens} tokens in {self.n_chunks} chunks ({self.text_source})",
+            f"  text:   {self.n_tokens} tokens in {self.n_chunks} window{'s' if self.n_chunks != 1 else ''} "
+            f"of {self.text_source})",
         ]
         if self.greedy_method:
             lines.append(f"  greedy: {self.greedy_method}")
@@ -168,6 +169,9 @@ def _check_levels(levels: Sequence[float], modes: Sequence[str]) -> tuple[list[f
             raise CalibrationError(f"sparsity level {lv!r} is outside (0, 1); pass levels like 0.25,0.5")
         if not 0.0 < round(t, 2) < 1.0:  # levels are named and matched at 2 decimals
             raise CalibrationError(f"sparsity level {lv!r} would be stored as {t:.2f}; pass levels from 0.01 to 0.99")
+        if abs(t - round(t, 2)) > 1e-9:
+            raise CalibrationError(f"sparsity level {lv!r} has more than two decimals; levels are named and chosen "
+                                   f"at two (it would be {t:.2f}), so pass {t:.2f} or another two-decimal level")
         if f"{t:.2f}" in {f"{o:.2f}" for o in out}:
             raise CalibrationError(f"sparsity level {t:.2f} is given twice")
         out.append(t)

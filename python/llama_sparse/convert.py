@@ -365,6 +365,20 @@ def _open_gguf(path: Path) -> GGUFReader:
 # GGUF -> zigzag GGUF
 
 
+def _check_block_count(reader: GGUFReader, src: Path, arch: str) -> None:
+    """{arch}.block_count against the blk.N tensors: a file that says more or fewer layers than it holds would
+    convert, then fail to load (or load without its last layers)."""
+    field = reader.get_field(f"{arch}.block_count")
+    if field is None:
+        return
+    declared = int(field.contents())
+    held = {int(m.group(1)) for t in reader.tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
+    if held and held != set(range(declared)):
+        have = f"blk.{min(held)}-{max(held)}" + ("" if len(held) == max(held) - min(held) + 1 else " with gaps")
+        raise ConvertError(f"{src} says {arch}.block_count = {declared} but holds tensors for {have}; "
+                           "the file or its config (num_hidden_layers) is inconsistent, fix it or download it again")
+
+
 def _convert_gguf(
     src: Path, out: Path, target: GGMLQuantizationType, fallback: GGMLQuantizationType | None,
     summary: ConvertSummary, progress: bool, threads: int, log: Callable[[str], None],
@@ -374,6 +388,7 @@ def _convert_gguf(
     if arch_field is None:
         raise ConvertError(f"{src} has no general.architecture key; it is not a llama.cpp model file")
     arch = arch_field.contents()
+    _check_block_count(reader, src, arch)
     plans = _plan(reader, target, fallback, summary)
     if not any(p.action == "zigzag" for p in plans):
         raise ConvertError(
@@ -479,6 +494,8 @@ def _check_hf_dir(model_dir: Path, upstream: Path) -> str:
         config = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConvertError(f"cannot read {config_path}: {exc}; fix or re-download config.json") from exc
+    if not isinstance(config, dict):
+        raise ConvertError(f"{config_path} holds a JSON {type(config).__name__}, not an object; fix or re-download it")
     weights = [p for pattern in ("*.safetensors", "pytorch_model*.bin", "consolidated*.pth") for p in model_dir.glob(pattern)]
     if not weights:
         raise ConvertError(f"{model_dir} has no weights (*.safetensors or pytorch_model*.bin); download the model files into it")
@@ -490,8 +507,11 @@ def _check_hf_dir(model_dir: Path, upstream: Path) -> str:
             f"{model_dir} has no tokenizer (tokenizer.json, tokenizer.model, or vocab.json + merges.txt); "
             f"save it there with AutoTokenizer.from_pretrained(...).save_pretrained('{model_dir}')"
         )
-    archs = config.get("architectures") or []
-    arch = archs[0] if archs else str(config.get("model_type", "?"))
+    archs = config.get("architectures")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ConvertError(f"{config_path} has no \"architectures\" list (such as [\"LlamaForCausalLM\"]), which "
+                           "llama.cpp's converter needs; fix or re-download config.json")
+    arch = archs[0]
     known = _upstream_architectures(upstream)
     if known is not None and archs and arch not in known:
         raise ConvertError(
@@ -546,7 +566,15 @@ def _run_upstream(
         )
     if "No space left on device" in text:
         raise ConvertError(f"disk full while writing {tmp_out}; free space in {tmp_out.parent} or pass an -o path on another disk")
-    raise ConvertError(f"llama.cpp's convert_hf_to_gguf.py failed on {model_dir} (exit {rc}); its last output:\n{text}")
+    # the exception's own line first, then the end of the traceback
+    last = next((ln.strip() for ln in reversed(tail) if re.match(r"\s*\w+(Error|Exception)\b", ln)), None)
+    hint = ""
+    if last and ("mmap length is greater than file size" in last or "incomplete metadata" in last.lower()
+                 or "HeaderTooLarge" in last or "invalid load key" in last):
+        hint = f"; a weight file in {model_dir} looks truncated or damaged, download it again"
+    short = "\n".join(list(tail)[-12:])
+    raise ConvertError(f"llama.cpp's convert_hf_to_gguf.py failed on {model_dir} (exit {rc}): {last or 'see below'}"
+                       f"{hint}. Its last output:\n{short}")
 
 
 def _estimate_hf_bytes(model_dir: Path, outtype: str) -> int:

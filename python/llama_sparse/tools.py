@@ -34,10 +34,16 @@ def tool_path(name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        print(f"\ninstalled in {bin_dir()}")
-        return 0
-    path = tool_path(argv[0])
+        print(__doc__.strip(), file=sys.stdout if argv else sys.stderr)
+        print(f"\ninstalled in {bin_dir()}", file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    try:
+        path = tool_path(argv[0])
+    except FileNotFoundError as e:
+        known = argv[0].removeprefix("llama-") in TOOLS + ("test-backend-ops",)
+        print(f"error: {e}" if known else f"error: no tool {argv[0]!r}; the tools are {', '.join(TOOLS)} and "
+              "test-backend-ops (python -m llama_sparse.tools --help)", file=sys.stderr)
+        return 2
     os.execv(str(path), [str(path), *argv[1:]])
     return 1  # not reached
 

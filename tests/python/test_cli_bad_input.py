@@ -304,3 +304,42 @@ def test_fork_tool_says_why_an_environment_level_fails(leveled: Path):
                         "-r", "1"], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode != 0
     assert "LLAMA_SPARSE: sparsity level '0.3' is not in the model" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args,rc,needle", [
+    ([], 2, "NAME is one of"), (["nosuch"], 2, "no tool 'nosuch'"), (["--help"], 0, ""),
+])
+def test_tools_entry_point(args: list[str], rc: int, needle: str):
+    r = subprocess.run([sys.executable, "-m", "llama_sparse.tools", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == rc and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert needle in r.stderr
+
+
+def test_calibrate_level_with_three_decimals(leveled: Path, tmp_path: Path):
+    # 0.125 was calibrated and stored under the name 0.12
+    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "c.gguf"), "--levels", "0.125", "--random-tokens", "1"),
+            "more than two decimals")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fork_tool_says_large_batches_run_dense(leveled: Path, tmp_path: Path):
+    # llama-perplexity with LLAMA_SPARSE alone once printed the dense perplexity with no word of it
+    text = tmp_path / "t.txt"
+    text.write_text("The tower is 324 metres tall , about the same height as an 81 @-@ storey building . " * 60)
+    base = [sys.executable, "-m", "llama_sparse.tools", "perplexity", "-m", str(leveled), "-f", str(text), "-c", "128",
+            "--chunks", "1", "-t", "2"]
+    for emulate, told in (("0", True), ("1", False)):
+        env = dict(os.environ, LLAMA_SPARSE="0.50", LLAMA_SPARSE_EMULATE=emulate)
+        r = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert ("runs dense, as prompts do" in r.stderr) == told, r.stderr[-2000:]
+
+
+def test_quantize_refuses_a_zigzag_file(leveled: Path, tmp_path: Path):
+    # llama-quantize --allow-requantize once rewrote zigzag tensors into a file that does not load
+    out = tmp_path / "q.gguf"
+    r = subprocess.run([sys.executable, "-m", "llama_sparse.tools", "quantize", "--allow-requantize", str(leveled),
+                        str(out), "Q4_K_M", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "zigzag GGUF, which cannot be requantized" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+    assert not out.exists()

@@ -205,3 +205,32 @@ def test_error_from_module_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize("declared", [1, 3])
+def test_block_count_that_lies(tiny_gguf: Path, tmp_path: Path, declared: int) -> None:
+    # a file declaring more layers than it holds once converted cleanly and then failed to load
+    from gguf import GGUFReader, GGUFValueType
+
+    from ggufedit import rewrite_gguf
+    arch = GGUFReader(tiny_gguf).get_field("general.architecture").contents()
+    src = rewrite_gguf(tiny_gguf, tmp_path / "lying.gguf", {f"{arch}.block_count": (declared, GGUFValueType.UINT32, None)})
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(ConvertError, match=rf"block_count = {declared} but holds tensors for blk\.0-1"):
+        convert(src, out_dir / "x.gguf", progress=False)
+    assert _leftovers(out_dir) == []
+
+
+@pytest.mark.parametrize("config,needle", [
+    ([1, 2], "holds a JSON list, not an object"),
+    ({"model_type": "llama"}, 'no "architectures" list'),
+])
+def test_hf_config_without_architectures(tmp_path: Path, config, needle: str) -> None:
+    src = _hf_dir(tmp_path / "hf")
+    (src / "config.json").write_text(json.dumps(config))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(ConvertError, match=needle):
+        convert(src, out_dir / "x.gguf", progress=False)
+    assert _leftovers(out_dir) == []
