@@ -32,3 +32,16 @@ def held() -> Iterator[None]:
             h(pending[0], None)
         elif h == signal.SIG_DFL and pending[0] == signal.SIGINT:
             raise KeyboardInterrupt
+
+
+def discard(writer, tmp) -> None:
+    """After a failed or interrupted write: close the GGUF writer (if any) and remove the temp file (if any), with
+    Ctrl-C held off so that a second one cannot leave the file behind."""
+    with held():
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

@@ -834,14 +834,7 @@ def write_levels(reader, src: Path, out: Path, levels: Sequence[LevelResult]) ->
         os.replace(tmp, out)
         _fsync_dir(out.parent)
     except BaseException as exc:
-        with _signals.held():  # a second Ctrl-C must not leave the temp file behind
-            if writer is not None:
-                try:
-                    writer.close()
-                except OSError:
-                    pass
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+        _signals.discard(writer, tmp)
         if isinstance(exc, OSError):
             if exc.errno == errno.ENOSPC:
                 raise CalibrationError(f"disk full while writing {out}; free space in {out.parent} or pass another -o path") from exc

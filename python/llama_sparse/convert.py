@@ -431,15 +431,8 @@ def _convert_gguf(
         os.replace(tmp, out)
         _fsync_dir(out.parent)
     except BaseException as exc:
-        with _signals.held():  # a second Ctrl-C must not leave the temp file behind
-            bar.close()
-            if writer is not None:
-                try:
-                    writer.close()
-                except OSError:
-                    pass
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+        bar.close()
+        _signals.discard(writer, tmp)
         if isinstance(exc, OSError):
             raise _os_error(exc, out) from exc
         raise
