@@ -85,6 +85,7 @@ class ConvertSummary:
     output_bytes: int   = 0
     seconds:      float = 0.0
     hf_seconds:   float = 0.0   # of which spent in upstream convert_hf_to_gguf.py
+    warnings:     list[str] = field(default_factory=list)
 
     def report(self) -> str:
         by_type = collections.Counter(self.zigzagged.values())
@@ -104,6 +105,7 @@ class ConvertSummary:
             target = f"zigzag {used}" if used else "standard layout"
             lines.append(f"  fallback:  {pattern} x{count} -> {target}: {reason}")
         lines.append(f"  output:    {self.output_bytes / 2**20:.1f} MiB")
+        lines += [f"  warning:   {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -570,6 +572,32 @@ def _run_upstream(
                        f"{hint}. Its last output:\n{short}")
 
 
+def _vocab_problem(path: Path) -> str | None:
+    """Why the converted file's vocabulary cannot tokenize a plain sentence, or None. A checkpoint whose tokenizer
+    files do not match its weights (transformers' GGUF export writes tokenizer.model as a copy of the GGUF)
+    converts cleanly and fails only at the first prompt."""
+    try:
+        import llama_cpp
+
+        from . import _log, _native
+        from . import llama as _llama  # noqa: F401  (the fork's library and its log callback)
+    except (ImportError, OSError):
+        return None
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    with _log.quiet():
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        return None  # the load's own errors are the loader's to report, at use
+    try:
+        _native.tokenize(llama_cpp.llama_model_get_vocab(model), b"Hello, world. The capital of France is", True, False)
+        return None
+    except RuntimeError as exc:
+        return str(exc).replace("the text", "a plain sentence")
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
 def _estimate_hf_bytes(model_dir: Path, outtype: str) -> int:
     weights = sum(p.stat().st_size for pattern in ("*.safetensors", "pytorch_model*.bin") for p in model_dir.glob(pattern))
     # 16-bit output of 16-bit weights is about the same size; f32 or f32 sources scale accordingly
@@ -642,9 +670,15 @@ def convert(
                 intermediate.unlink(missing_ok=True)
     else:
         _convert_gguf(src_path, out_path, target, fallback_type, summary, progress, threads, log)
+    problem = _vocab_problem(out_path)
+    if problem:
+        summary.warnings.append(f"{problem}; generation and calibration will fail on text. Check the tokenizer "
+                                f"{'files in ' + str(src_path) if src_path.is_dir() else 'of ' + src_path.name}")
     summary.seconds = time.perf_counter() - start
     if progress:
         log(summary.report())
+    for w in summary.warnings if not progress else ():
+        log(f"warning: {w}")
     return summary
 
 

@@ -234,3 +234,16 @@ def test_hf_config_without_architectures(tmp_path: Path, config, needle: str) ->
     with pytest.raises(ConvertError, match=needle):
         convert(src, out_dir / "x.gguf", progress=False)
     assert _leftovers(out_dir) == []
+
+
+def test_vocabulary_that_cannot_tokenize_is_reported(smollm2_gguf: Path, tmp_path: Path) -> None:
+    # a byte-level BPE vocabulary labelled SentencePiece (as transformers' GGUF export can leave an HF directory)
+    # converted cleanly and failed only at the first prompt
+    from gguf import GGUFValueType
+
+    from ggufedit import rewrite_gguf
+    bad = rewrite_gguf(smollm2_gguf, tmp_path / "spm.gguf", {"tokenizer.ggml.model": ("llama", GGUFValueType.STRING, None)})
+    summary = convert(bad, tmp_path / "bad.zz.gguf", "q8_0", progress=False)
+    assert len(summary.warnings) == 1 and "cannot tokenize a plain sentence" in summary.warnings[0]
+    assert "warning:" in summary.report()
+    assert convert(smollm2_gguf, tmp_path / "good.zz.gguf", "q8_0", progress=False).warnings == []
