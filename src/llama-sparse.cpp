@@ -159,6 +159,7 @@ struct llama_sparse_context {
     int32_t   level   = -1; // index into the model's levels, -1 = dense
     bool      emulate = false;
     uint64_t  version = 0;  // bumped on every change, so graphs built for older settings are not reused
+    bool      env_level  = false; // the level came from LLAMA_SPARSE (the C tools), not the API
     bool      told_dense = false; // the note that a large batch ran dense was logged
     std::vector<float> thresholds; // copy of the active level's thresholds
     ggml_sparse_stats  stats = {};
@@ -170,9 +171,9 @@ public:
     llm_graph_input_sparse(llama_sparse_context * sctx) : sctx(sctx), version(sctx ? sctx->version : 0) {}
 
     void set_input(const llama_ubatch * ubatch) override {
-        // once per context, where a batch really runs (not at the graph reserve): a level set and a batch too
-        // large for it, e.g. a perplexity run with LLAMA_SPARSE but without LLAMA_SPARSE_EMULATE
-        if (dense_batch && sctx != nullptr && !sctx->told_dense) {
+        // once per context, where a batch really runs (not at the graph reserve): a level from LLAMA_SPARSE and a
+        // batch too large for it, e.g. llama-perplexity without LLAMA_SPARSE_EMULATE (API users set levels knowingly)
+        if (dense_batch && sctx != nullptr && sctx->env_level && !sctx->told_dense) {
             sctx->told_dense = true;
             LLAMA_LOG_WARN("llama-sparse: sparsity acts on batches of up to %d tokens (decode); this batch of %u "
                            "runs dense, as prompts do (LLAMA_SPARSE_EMULATE=1 applies the thresholds per token)\n",
@@ -583,6 +584,7 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
     sctx->emulate = env_emulate && atoi(env_emulate) != 0;
 
     const char * env_level = getenv("LLAMA_SPARSE");
+    sctx->env_level = env_level != nullptr;
     if (env_level && set_level(sctx, env_level) != 0) {
         delete sctx;
         // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
@@ -752,7 +754,11 @@ int32_t llama_sparse_set_level(llama_context * ctx, const char * level) {
     if (sctx == nullptr) {
         return set_error("llama_sparse_set_level: unknown context");
     }
-    return set_level(sctx, level);
+    const int32_t rc = set_level(sctx, level);
+    if (rc == 0) {
+        sctx->env_level = false;
+    }
+    return rc;
 }
 
 const char * llama_sparse_get_level(const llama_context * ctx) {

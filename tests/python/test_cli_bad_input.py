@@ -333,6 +333,10 @@ def test_fork_tool_says_large_batches_run_dense(leveled: Path, tmp_path: Path):
         r = subprocess.run(base, capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr[-2000:]
         assert ("runs dense, as prompts do" in r.stderr) == told, r.stderr[-2000:]
+    # a level set through the API (the CLI, Python) is set knowingly: no note at the prompt
+    r = run("generate", str(leveled), "-p", "The tower is 324 metres tall, about the same height as", "-n", "2",
+            "--sparsity", "0.50")
+    assert r.returncode == 0 and "runs dense" not in r.stderr, r.stderr[-2000:]
 
 
 def test_quantize_refuses_a_zigzag_file(leveled: Path, tmp_path: Path):
