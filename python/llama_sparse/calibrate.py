@@ -763,11 +763,14 @@ def _level(cn, st: _Stats, mode: str, target: float, greedy: Optional[_Greedy] =
 
 
 def _temp_path(out: Path) -> Path:
-    try:
-        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".calib.tmp")
-    except OSError as exc:
-        raise CalibrationError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
-    os.close(fd)
+    """A new temp file beside out, made with Ctrl-C held off, so that it is never made and then lost."""
+    from . import _signals
+    with _signals.held():
+        try:
+            fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".calib.tmp")
+        except OSError as exc:
+            raise CalibrationError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
+        os.close(fd)
     return Path(name)
 
 
@@ -794,8 +797,7 @@ def write_levels(reader, src: Path, out: Path, levels: Sequence[LevelResult]) ->
     tmp = None
     writer = None
     try:
-        with _signals.held():
-            tmp = _temp_path(out)
+        tmp = _temp_path(out)
         arch = reader.get_field("general.architecture").contents()
         writer = GGUFWriter(tmp, arch)
         for fld in reader.fields.values():

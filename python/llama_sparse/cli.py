@@ -89,12 +89,11 @@ def _check_run_args(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, **extra):
-    from .llama import CTX_PAD, Llama
+    from .llama import CTX_PAD, Llama, padded_ctx
     _check_run_args(args)
     if args.ctx_size % CTX_PAD:
-        padded = -(-args.ctx_size // CTX_PAD)*CTX_PAD
-        print(f"note: -c {args.ctx_size} raised to {padded} (llama.cpp sizes contexts in steps of {CTX_PAD} tokens)",
-              file=sys.stderr)
+        print(f"note: -c {args.ctx_size} raised to {padded_ctx(args.ctx_size)} (llama.cpp sizes contexts in steps of "
+              f"{CTX_PAD} tokens)", file=sys.stderr)
     return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
@@ -149,11 +148,6 @@ def _stream_chat(llm, messages: list[dict], args: argparse.Namespace, out=sys.st
     return "".join(text), llm.perf()["gen_tps"], count.tokens(finish)
 
 
-def _n_ctx(llm) -> int:
-    """The context the run has (-c rounded up to llama.cpp's step, or the model's own for -c 0)."""
-    return llm.n_ctx()
-
-
 def _context_hint(e: Exception, n_ctx: int) -> str:
     """llama-cpp-python's messages when the context is full (or numpy's, from inside it) made readable."""
     text = str(e)
@@ -166,7 +160,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty; pass some text with -p")
     llm = _load(args)
-    n_ctx = _n_ctx(llm)
+    n_ctx = llm.n_ctx()  # -c rounded up to llama.cpp's step, or the model's own for -c 0
     n_prompt = len(llm.tokenize(args.prompt.encode("utf-8")))
     if n_prompt >= n_ctx:
         raise ValueError(f"the prompt is {n_prompt} tokens, which does not leave room in the context "
@@ -248,7 +242,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             reply, tps, n = _stream_chat(llm, messages, args)
         except (ValueError, RuntimeError) as e:
             messages.pop()  # the turn did not happen; the conversation so far is kept
-            hint = _context_hint(e, _n_ctx(llm))
+            hint = _context_hint(e, llm.n_ctx())
             more = "; /reset clears the history, or restart with a larger -c" if hint != str(e) else ""
             print(f"\n[error: {hint}{more}]", flush=True)
             continue

@@ -312,16 +312,17 @@ def _check_output(out: Path, src: Path) -> None:
 
 
 def _temp_path(out: Path, tag: str) -> Path:
-    """A new temp file beside out; call it under _signals.held(), so that it is never made and then lost."""
-    try:
-        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".{tag}.tmp")
-    except OSError as exc:
-        raise ConvertError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
-    os.close(fd)
-    # mkstemp makes 0600 files; give the output the mode a plain open() would
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)
+    """A new temp file beside out, made with Ctrl-C held off, so that it is never made and then lost."""
+    with _signals.held():
+        try:
+            fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".{tag}.tmp")
+        except OSError as exc:
+            raise ConvertError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
+        os.close(fd)
+        # mkstemp makes 0600 files; give the output the mode a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(name, 0o666 & ~umask)
     return Path(name)
 
 
@@ -408,8 +409,7 @@ def _convert_gguf(
     writer: GGUFWriter | None = None
     bar = _Progress(sum(p.nbytes for p in plans), f"convert {src.name}", progress, log)
     try:
-        with _signals.held():
-            tmp = _temp_path(out, "gguf")
+        tmp = _temp_path(out, "gguf")
         writer = GGUFWriter(tmp, arch)
         _copy_metadata(reader, writer, target)
         _add_zigzag_keys(writer, plans)
@@ -656,8 +656,7 @@ def convert(
         upstream = upstream_dir()
         arch = _check_hf_dir(src_path, upstream)
         _check_space(out_path.parent, _estimate_hf_bytes(src_path, outtype_hf), f"the intermediate GGUF of {src_path.name}")
-        with _signals.held():
-            intermediate = _temp_path(out_path, "hf.gguf")
+        intermediate = _temp_path(out_path, "hf.gguf")
         try:
             if progress:
                 log(f"running llama.cpp convert_hf_to_gguf.py on {src_path} ({arch}, --outtype {outtype_hf})")
@@ -677,8 +676,9 @@ def convert(
     summary.seconds = time.perf_counter() - start
     if progress:
         log(summary.report())
-    for w in summary.warnings if not progress else ():
-        log(f"warning: {w}")
+    else:
+        for w in summary.warnings:  # quiet runs still hear of an unusable vocabulary
+            log(f"warning: {w}")
     return summary
 
 

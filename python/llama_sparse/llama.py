@@ -22,6 +22,11 @@ _GGML_TYPE_Q8_0 = 8        # enum ggml_type
 CTX_PAD = 256              # llama.cpp rounds a context size up to a multiple of this (llama-context.cpp)
 
 
+def padded_ctx(n_ctx: int) -> int:
+    """The context llama.cpp makes for n_ctx (> 0)."""
+    return -(-n_ctx // CTX_PAD)*CTX_PAD
+
+
 @dataclasses.dataclass(frozen=True)
 class SparQ:
     """SparQ attention settings (docs/sparq.md), used at decode only.
@@ -163,7 +168,7 @@ class Llama(llama_cpp.Llama):
         n_ctx = kwargs.get("n_ctx")
         if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 and n_ctx % CTX_PAD:
             # llama.cpp pads the context anyway; llama-cpp-python would size its token arrays by the unpadded one
-            kwargs["n_ctx"] = -(-n_ctx // CTX_PAD)*CTX_PAD
+            kwargs["n_ctx"] = padded_ctx(n_ctx)
         start = _log.mark()
         # contexts read LLAMA_SPARSE / LLAMA_SPARQ when made; here sparsity= always decides (set below) and sparq=
         # when given, so a bad value in the environment must not fail the context
