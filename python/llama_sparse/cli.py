@@ -468,7 +468,6 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # the sparsity level applies to every context the server creates (read by the library at context creation)
     if not args.model.is_file():
         raise FileNotFoundError(f"model file not found: {args.model}")
     _check_threads(args.threads)
@@ -476,31 +475,62 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port {args.port}: use a TCP port in 0-65535")
     if args.ctx_size < 0:
         raise ValueError(f"-c {args.ctx_size}: the context size is a token count (0: the model's own)")
-    if args.sparsity:
-        _check_levels(args.model, args.sparsity)  # the server's plain llama_cpp.Llama would only say it failed
-        os.environ["LLAMA_SPARSE"] = args.sparsity
-    if args.sparq == "off":
-        os.environ.pop("LLAMA_SPARQ", None)
-    elif args.sparq is not None:
-        os.environ["LLAMA_SPARQ"] = args.sparq.spec  # read when each context's KV cache is made
-    import llama_sparse  # noqa: F401  (the server's llama_cpp must run on the fork)
+    import llama_cpp
+
+    from .llama import CTX_PAD, Llama, SparQ, level_name, padded_ctx
+    if args.sparsity is not None and "," in args.sparsity:
+        raise ValueError(f"--sparsity {args.sparsity}: the server runs one level (switching per request is not "
+                         "possible); give one, e.g. 0.5")
+    level = level_name(args.sparsity)  # the Python API's reading of a level, refused here if malformed
+    if args.sparsity is not None:
+        _check_levels(args.model, level)  # before the (slow) load
+    sparq = args.sparq
+    if sparq is None and os.environ.get("LLAMA_SPARQ"):
+        sparq = SparQ.parse(os.environ["LLAMA_SPARQ"])  # as generate/chat do: the environment's, unless --sparq
     try:
         import uvicorn
         from llama_cpp.server.app import create_app
         from llama_cpp.server.settings import ModelSettings, ServerSettings
     except ImportError as e:
         raise SystemExit(f"error: the server needs the [server] extra: pip install 'llama-sparse[server]' ({e})")
-    if not args.model.is_file():
-        raise FileNotFoundError(f"model file not found: {args.model}")
+    _check_port_free(args.host, args.port)
+    if args.ctx_size % CTX_PAD:
+        print(f"note: -c {args.ctx_size} raised to {padded_ctx(args.ctx_size)} (llama.cpp sizes contexts in steps of "
+              f"{CTX_PAD} tokens)", file=sys.stderr)
+
+    class ServeLlama(Llama):
+        """The server's model: llama_sparse.Llama at the command's level and SparQ setting."""
+
+        def __init__(self, model_path, **kwargs):
+            super().__init__(model_path, sparsity=level, sparq=sparq if sparq is not None else "off", **kwargs)
+
+    # llama-cpp-python's server makes its models through llama_cpp.Llama (this process serves only them)
+    llama_cpp.Llama = ServeLlama
     app = create_app(server_settings=ServerSettings(host=args.host, port=args.port),
                      model_settings=[ModelSettings(model=str(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
                                                    n_gpu_layers=args.n_gpu_layers, verbose=args.verbose)])
     if not args.verbose:  # uvicorn's own startup lines are info-level
-        print(f"llama-sparse serve: {args.model.name}, sparsity {args.sparsity or 'dense'}, "
-              f"{_sparq_name(_sparq_on(args.sparq))}; OpenAI-compatible API at http://{args.host}:{args.port}/v1 "
+        print(f"llama-sparse serve: {args.model.name}, sparsity {level or 'dense'}, "
+              f"{_sparq_name(_sparq_on(sparq))}; OpenAI-compatible API at http://{args.host}:{args.port}/v1 "
               "(Ctrl-C stops)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A taken port, found before the model loads (uvicorn would say so only after it)."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host}: {e.strerror}") from e
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise ValueError(f"cannot listen on {host}:{port}: {e.strerror} (another server there? pick --port)") from e
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

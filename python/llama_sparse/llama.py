@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import llama_cpp
+import numpy as np
 
 from . import _log, _native
 
@@ -197,9 +198,32 @@ class Llama(llama_cpp.Llama):
         self._check_open()
         return _native.tokenize(self._model.vocab, text, add_bos, special)
 
+    def detokenize(self, tokens, prev_tokens=None, special: bool = False) -> bytes:
+        """llama_cpp.Llama.detokenize, but an id outside the vocabulary raises ValueError where llama.cpp's C++
+        exception would abort the process (the server's /extras/detokenize passes ids from the request)."""
+        self._check_open()
+        n = self.n_vocab()
+        for ids in (tokens, prev_tokens):
+            if ids is None or len(ids) == 0:
+                continue
+            a = np.asarray(ids)
+            if a.dtype.kind not in "iu" or a.ndim != 1:
+                raise ValueError(f"token ids must be a list of integers, got {list(ids)[:8]!r}")
+            if a.min() < 0 or a.max() >= n:
+                bad = int(a[(a < 0) | (a >= n)][0])
+                raise ValueError(f"token id {bad} is not in the vocabulary (0..{n - 1})")
+        return super().detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
     def eval(self, tokens) -> None:
         self._check_open()
         super().eval(tokens)
+
+    def __getstate__(self) -> dict:
+        # pickle and copy.deepcopy rebuild the object from llama-cpp-python's settings: the knobs go along
+        state = super().__getstate__()
+        state["sparsity"] = None if self.sparsity == "dense" else self.sparsity
+        state["sparq"] = self._sparq if self._sparq is not None else "off"
+        return state
 
     def close(self) -> None:
         # __init__ may fail before llama_cpp.Llama set up its resources

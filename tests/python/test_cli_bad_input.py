@@ -188,6 +188,46 @@ def test_serve_bad_numbers(leveled: Path, args: list[str], needle: str):
     refused(run("serve", str(leveled), "--port", "8799", *args, timeout=120), needle)
 
 
+def test_serve_one_level_and_a_free_port(leveled: Path):
+    refused(run("serve", str(leveled), "--port", "8799", "--sparsity", "0.25,0.5", timeout=120), "one level")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run("serve", str(leveled), "--port", str(port), timeout=120)
+    refused(r, f"cannot listen on 127.0.0.1:{port}")
+    assert "OpenAI-compatible API at" not in r.stderr
+
+
+def test_copies_keep_the_settings(leveled: Path):
+    import copy
+    import pickle
+
+    import llama_sparse
+    llm = llama_sparse.Llama(leveled, n_ctx=64, sparsity=0.5, sparq="r=16,k=32", n_threads=2, verbose=False)
+    for other in (pickle.loads(pickle.dumps(llm)), copy.deepcopy(llm)):
+        assert (other.sparsity, other.sparq, other.n_ctx()) == ("0.50", llama_sparse.SparQ(r=16, k=32), 256)
+        other.close()
+    llm.set_sparsity(None)
+    llm.set_sparq("off")
+    other = pickle.loads(pickle.dumps(llm))
+    assert (other.sparsity, other.sparq) == ("dense", None)
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary(leveled: Path):
+    import llama_sparse
+    llm = llama_sparse.Llama(leveled, n_ctx=64, verbose=False)
+    ids = llm.tokenize(b"Hello world")
+    assert llm.detokenize(ids) == b"Hello world"
+    for bad, needle in (([llm.n_vocab()], "not in the vocabulary"), ([-1], "not in the vocabulary"),
+                        ([1.5], "list of integers")):
+        with pytest.raises(ValueError, match=needle):
+            llm.detokenize(ids + bad)
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        llm.detokenize(ids, prev_tokens=[10**7])
+
+
 @pytest.mark.parametrize("args,needle", [(["-t", "0"], "-t 0"), (["-n", "0"], "-n 0")])
 def test_demo_bad_numbers(args: list[str], needle: str):
     # -n 0 once ran to the end of the context (llama-cpp-python's max_tokens=0)
