@@ -566,13 +566,19 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     float * mins0    = partial0 + nth*pstride;
     float * mins     = mins0 + ith*mstride;
 
-    int64_t k0, k1;
-    zz_chunk_range(count, ith, nth, &k0, &k1);
-
-    if (nth == 1) {
-        fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, y, ldy, mins, false);
+    if (nth == 1 || zz_split_env() == 1) {
+        // block-rows split over threads (LLAMA_SPARSE_CPU_SPLIT=rows): every output from one thread, in the list's
+        // order, so the same sums at any thread count
+        const int64_t r0 = s->nr*ith/nth;
+        const int64_t r1 = s->nr*(ith + 1)/nth;
+        if (r0 < r1) {
+            fast(w + r0*s->bs, s->nr, r1 - r0, cols, 0, count, x, ldx, nt, y + r0*s->bk, ldy, mins, false);
+        }
         return;
     }
+
+    int64_t k0, k1;
+    zz_chunk_range(count, ith, nth, &k0, &k1);
     // partial sums left in the kernel's raw form, put in order once while reducing, by every thread for its
     // own block-rows (the kernel's final pass over all nr block-rows would run on every thread)
     fast(w, s->nr, s->nr, cols, k0, k1, x, ldx, nt, partial0 + ith*pstride, s->m, mins, true);

@@ -340,9 +340,12 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && nt <= ggml_sparse_zz_cm_slice_max_x86(type);
         const double tol_fast = nt > GGML_SPARSE_MAX_BATCH && !sliced ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
         CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
+        // LLAMA_SPARSE_CPU_SPLIT=rows: each output from one thread, so the same bits at any thread count
+        const char * split = getenv("LLAMA_SPARSE_CPU_SPLIT");
+        const double tol_thr = split != NULL && strcmp(split, "rows") == 0 ? 0.0 : 1e-5;
         for (int v = 1; v < 3; ++v) {
             const double e_thr = rel_err_f(y[v], y[0], m, nt);
-            CHECK(e_thr < 1e-5, "%s: nth=%d differs from nth=1 by %.3g", desc, nths[v], e_thr);
+            CHECK(e_thr <= tol_thr, "%s: nth=%d differs from nth=1 by %.3g", desc, nths[v], e_thr);
         }
         if (cm && !sliced && ggml_sparse_zz_cpu_colmajor_fast(type)) {
             // one thread: the same chunks and coefficients as the row-layout kernel, so the same sums (where this

@@ -345,3 +345,32 @@ def test_prefill_is_dense_whatever_its_outputs(leveled: Path):
             n_lists = _native.llama_sparse_get_stats(ctx).n_lists
             assert n_lists == 0, (level, n_lists)   # no index list built for a prefill
         np.testing.assert_array_equal(out["0.50"], out[None])
+
+
+_SAME_AT_ANY_THREADS = r"""
+import sys, numpy as np, llama_sparse
+out = []
+for nt in (1, 2, 3):
+    l = llama_sparse.Llama(sys.argv[1], n_ctx=256, n_threads=nt, n_threads_batch=nt, logits_all=True,
+                           sparsity=sys.argv[2], verbose=False)
+    toks = l.tokenize(b"Write a short story about a cat who learns to fly. Once upon a time,")
+    l.eval(toks)                      # 17 tokens: prefill (token slices on column-major Q4_K)
+    for _ in range(6):                # then decode steps, greedy
+        l.eval([int(np.argmax(l.scores[l.n_tokens - 1]))])
+    out.append(np.array(l.scores[:l.n_tokens]))
+    l.close()
+print(max(float(np.abs(o - out[0]).max()) for o in out[1:]))
+"""
+
+
+@pytest.mark.parametrize("level", ["dense", "0.50"])
+def test_split_rows_gives_the_same_logits_at_any_thread_count(leveled_q4k: Path, level: str):
+    # LLAMA_SPARSE_CPU_SPLIT=rows: every output of a zigzag matmul from one thread (by default the active list is
+    # split and partial sums added, whose order, and the int8 rounding after it, moves with the thread count)
+    import subprocess
+    import sys
+    env = {**os.environ, "LLAMA_SPARSE_CPU_SPLIT": "rows"}
+    r = subprocess.run([sys.executable, "-c", _SAME_AT_ANY_THREADS, str(leveled_q4k), level], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert float(r.stdout.split()[-1]) == 0.0, r.stdout
