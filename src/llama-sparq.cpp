@@ -110,7 +110,8 @@ std::string sparq_unsupported(llama_kv_cache & kv, ggml_type kt) {
         }
         if ((k->type != GGML_TYPE_F16 && k->type != GGML_TYPE_F32) || (v->type != GGML_TYPE_F16 && v->type != GGML_TYPE_F32)) {
             return std::string("the K/V cache type is ") + ggml_type_name(k->type) + "/" + ggml_type_name(v->type) +
-                   "; SparQ needs f16 or f32 (drop --cache-type-k/-v)";
+                   "; SparQ needs f16 or f32 (leave the cache types at their default: --cache-type-k/-v in the C tools, "
+                   "type_k/type_v in Python)";
         }
         const uint32_t il = acc::layer_il(kv, i);
         if (n_embd_k >= 0 && n_embd_k != (int64_t) hp.n_embd_k_gqa(il)) {

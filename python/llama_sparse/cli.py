@@ -274,6 +274,11 @@ def _levels_of(model: Path) -> list[str]:
     return list(f.contents()) if f is not None else []
 
 
+def _is_zigzag(model: Path) -> bool:
+    from . import zigzag
+    return zigzag.open_gguf(model, bad_magic_hint="pass a model .gguf").get_field(zigzag.KEY_ZIGZAG_TENSORS) is not None
+
+
 def _pick_levels(model: Path, wanted: Optional[str]) -> list[Optional[str]]:
     have = _levels_of(model)
     if wanted:
@@ -354,6 +359,9 @@ def _check_levels(model: Path, wanted: Optional[str]) -> None:
         if name is None:
             continue
         if not any(h == w or _same_level(h, name) for h in have):
+            if not have and not _is_zigzag(model):
+                raise ValueError(f"sparsity level '{w}': {model.name} is not a zigzag model (llama-sparse convert "
+                                 "it, then calibrate it), so it runs dense only")
             raise ValueError(f"sparsity level '{w}' is not in {model.name}; it has: "
                              f"{', '.join(have) or 'none (calibrate it first)'} (or dense)")
 

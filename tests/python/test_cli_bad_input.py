@@ -200,6 +200,11 @@ def test_serve_one_level_and_a_free_port(leveled: Path):
     assert "OpenAI-compatible API at" not in r.stderr
 
 
+def test_level_on_a_standard_model_says_convert(smollm2_gguf: Path):
+    refused(run("serve", str(smollm2_gguf), "--sparsity", "0.5", "--port", "8799", timeout=120),
+            "is not a zigzag model (llama-sparse convert")
+
+
 def test_copies_keep_the_settings(leveled: Path):
     import copy
     import pickle
