@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import tempfile
 import threading
-from typing import Iterator
+from pathlib import Path
+from typing import Iterator, Optional, Type
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 
@@ -32,6 +35,23 @@ def held() -> Iterator[None]:
             h(pending[0], None)
         elif h == signal.SIG_DFL and pending[0] == signal.SIGINT:
             raise KeyboardInterrupt
+
+
+def temp_beside(out: Path, suffix: str, error: Type[Exception], plain_mode: bool = False) -> Path:
+    """A new temp file beside out, made with Ctrl-C held off so that it is never made and then lost; error (with a
+    message naming -o) where the folder refuses it. plain_mode: the mode a plain open() would give (mkstemp's is
+    0600)."""
+    with held():
+        try:
+            fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=suffix)
+        except OSError as exc:
+            raise error(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
+        os.close(fd)
+        if plain_mode:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(name, 0o666 & ~umask)
+    return Path(name)
 
 
 def discard(writer, tmp) -> None:

@@ -763,15 +763,8 @@ def _level(cn, st: _Stats, mode: str, target: float, greedy: Optional[_Greedy] =
 
 
 def _temp_path(out: Path) -> Path:
-    """A new temp file beside out, made with Ctrl-C held off, so that it is never made and then lost."""
     from . import _signals
-    with _signals.held():
-        try:
-            fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".calib.tmp")
-        except OSError as exc:
-            raise CalibrationError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
-        os.close(fd)
-    return Path(name)
+    return _signals.temp_beside(out, ".calib.tmp", CalibrationError)  # its mode: the source's, set when written
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -88,12 +88,17 @@ def _check_run_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--temp {args.temp}: the temperature is >= 0 (0: greedy)")
 
 
+def _note_ctx_pad(ctx_size: int) -> None:
+    from .llama import CTX_PAD, padded_ctx
+    if ctx_size % CTX_PAD:
+        print(f"note: -c {ctx_size} raised to {padded_ctx(ctx_size)} (llama.cpp sizes contexts in steps of {CTX_PAD} "
+              "tokens)", file=sys.stderr)
+
+
 def _load(args: argparse.Namespace, **extra):
-    from .llama import CTX_PAD, Llama, padded_ctx
+    from .llama import Llama
     _check_run_args(args)
-    if args.ctx_size % CTX_PAD:
-        print(f"note: -c {args.ctx_size} raised to {padded_ctx(args.ctx_size)} (llama.cpp sizes contexts in steps of "
-              f"{CTX_PAD} tokens)", file=sys.stderr)
+    _note_ctx_pad(args.ctx_size)
     return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
@@ -485,7 +490,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"-c {args.ctx_size}: the context size is a token count (0: the model's own)")
     import llama_cpp
 
-    from .llama import CTX_PAD, Llama, SparQ, level_name, padded_ctx
+    from .llama import Llama, SparQ, level_name
     if args.sparsity is not None and "," in args.sparsity:
         raise ValueError(f"--sparsity {args.sparsity}: the server runs one level (switching per request is not "
                          "possible); give one, e.g. 0.5")
@@ -502,9 +507,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise SystemExit(f"error: the server needs the [server] extra: pip install 'llama-sparse[server]' ({e})")
     _check_port_free(args.host, args.port)
-    if args.ctx_size % CTX_PAD:
-        print(f"note: -c {args.ctx_size} raised to {padded_ctx(args.ctx_size)} (llama.cpp sizes contexts in steps of "
-              f"{CTX_PAD} tokens)", file=sys.stderr)
+    _note_ctx_pad(args.ctx_size)
 
     class ServeLlama(Llama):
         """The server's model: llama_sparse.Llama at the command's level and SparQ setting."""

@@ -312,18 +312,7 @@ def _check_output(out: Path, src: Path) -> None:
 
 
 def _temp_path(out: Path, tag: str) -> Path:
-    """A new temp file beside out, made with Ctrl-C held off, so that it is never made and then lost."""
-    with _signals.held():
-        try:
-            fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=f".{tag}.tmp")
-        except OSError as exc:
-            raise ConvertError(f"cannot create a temp file in {out.parent}: {exc.strerror}; pass a writable -o path") from exc
-        os.close(fd)
-        # mkstemp makes 0600 files; give the output the mode a plain open() would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(name, 0o666 & ~umask)
-    return Path(name)
+    return _signals.temp_beside(out, f".{tag}.tmp", ConvertError, plain_mode=True)
 
 
 def _check_space(directory: Path, needed: int, what: str) -> None:
