@@ -47,7 +47,7 @@ if [ "${NO_SAVE:-0}" != "1" ]; then
     [ -f "$res" ] || printf '# %s\n' "$title" > "$res"
     {
         echo
-        echo "## $(date -u +%H:%MZ): \`${LLAMA_SPARSE_CPU_SLICE_MAX:+LLAMA_SPARSE_CPU_SLICE_MAX=$LLAMA_SPARSE_CPU_SLICE_MAX }${LLAMA_SPARSE_STOCK_BIN:+LLAMA_SPARSE_STOCK_BIN=$LLAMA_SPARSE_STOCK_BIN }${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }OMP_WAIT_POLICY=$OMP_WAIT_POLICY bench/$prog.sh $*\`"
+        echo "## $(date -u +%H:%MZ): \`${LLAMA_SPARSE_CPU_SLICE_MAX:+LLAMA_SPARSE_CPU_SLICE_MAX=$LLAMA_SPARSE_CPU_SLICE_MAX }${LLAMA_SPARSE_CPU_GEMM:+LLAMA_SPARSE_CPU_GEMM=$LLAMA_SPARSE_CPU_GEMM }${LLAMA_SPARSE_STOCK_BIN:+LLAMA_SPARSE_STOCK_BIN=$LLAMA_SPARSE_STOCK_BIN }${ZZ_CFLAGS:+ZZ_CFLAGS=\"$ZZ_CFLAGS\" }OMP_WAIT_POLICY=$OMP_WAIT_POLICY bench/$prog.sh $*\`"
         echo
         echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores visible," \
              "flags: $(grep -o 'avx[^ ]*\|f16c\|fma' /proc/cpuinfo | sort -u | tr '\n' ' ')"

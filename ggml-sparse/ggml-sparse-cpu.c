@@ -366,6 +366,11 @@ static size_t zz_gemv_work_size(const struct zz_shape * s, int n_tasks) {
     return n_tasks > 1 ? (size_t) n_tasks*zz_round16(s->m*s->nt)*sizeof(float) + 64 : 0;
 }
 
+bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type) {
+    const int64_t need = ggml_sparse_zz_gemm_int16_floats(type);
+    return need > 0 && need <= ZZ_GEMM_PANEL_FLOATS;
+}
+
 static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
@@ -474,7 +479,7 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         }
         const char * wr = zz_block_row(s, wdata0, wnb1, r, &cs);
         ggml_sparse_zz_gemm_block_rows(s->type, wr, cs, rs, nb, s->n, x + t0*ldx, ldx, t1 - t0,
-                                       y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS);
+                                       y + t0*ldy + r*s->bk, ldy, panel, ZZ_GEMM_PANEL_FLOATS, !zz_use_ref(params));
     }
     free(panel_own);
 }

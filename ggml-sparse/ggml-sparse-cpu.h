@@ -87,10 +87,17 @@ bool ggml_sparse_zz_cpu_colmajor_fast(enum ggml_type type);
 // prefill: y[t*ldy + i] = sum_{j < n} x[t*ldx + j] * W[i][j] for i < nb*B and any nt, dense, over nb (1 or 2)
 // consecutive block-rows: W[b*B + i'][j] = deq(block at wrow + j*cs + b*rs)[i'] (cs: the block size in the row
 // layout, nr blocks in the column-major one; rs: from one block-row to the next); each weight block is dequantized
-// once into panel (panel_floats floats, >= 8*nb*B) for all nt tokens
+// once into panel (panel_floats floats, >= 8*nb*B) for all nt tokens; int16: the 16-bit integer path where this build
+// has one for the type (ggml_sparse_zz_gemm_int16_floats), else fp32
 void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size_t cs, size_t rs, int nb, int64_t n,
                                     const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
-                                    float * panel, int64_t panel_floats);
+                                    float * panel, int64_t panel_floats, bool int16);
+
+// prefill of a type on 16-bit integers (x d rounded to int16 per token and 128 columns; AVX512-VNNI Q4_K) instead
+// of fp32 panels: the panel floats that needs, 0 where this build (or LLAMA_SPARSE_CPU_GEMM=f32) has no such path
+int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
+// whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
+bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);
 
 // dequantize one block (B values) exactly as ggml's dequantize_row_* does
 void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out);

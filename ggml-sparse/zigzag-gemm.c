@@ -1,10 +1,15 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
 // is dequantized once into an fp32 panel and reused by every token, in register tiles of tokens x outputs:
 // AVX-512 6 x 64 (32-row blocks two block-rows at once; 12 x 32 for a lone one), AVX2 6 x 16, NEON 4 x 16.
+// Q4_K on AVX512-VNNI instead takes 16-bit integer panels (zz_gemm_q4_K_i16 below).
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h"
+
 #include "ggml-sparse-cpu.h"
 #include "ggml-impl.h"
 
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -168,14 +173,347 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 }
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
+#define ZZ_GEMM_I16 1
+// Q4_K on 16-bit integers (AVX512-VNNI): y_t[i] = sum_j x_tj d_j sc_js q_ij - sum_j x_tj dmin_j m_js, s = i/32.
+// The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per output as dwords (q_a sc_a,
+// q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G columns, as large as the
+// int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd then takes two columns
+// (32 products) per instruction against the fp32 GEMM's one (16). The min term stays in fp32.
+#define ZZ_I16_JC 256 // columns per panel pass (the x rows of the tile's asm are 512 bytes apart)
+#ifndef ZZ_I16_G
+#define ZZ_I16_G ZZ_I16_JC // columns per x scale (divides JC)
+#endif
+#ifndef ZZ_I16_TS
+#define ZZ_I16_TS 256 // tokens per x slab
+#endif
+#define ZZ_I16_NT 6 // tokens per register tile (24 sums, 4 weight vectors, 1 broadcast)
+#define ZZ_I16_XMAX ((float) (INT32_MAX/(ZZ_I16_G*945) < 32767 ? INT32_MAX/(ZZ_I16_G*945) : 32767))
+static_assert(ZZ_I16_JC % ZZ_I16_G == 0 && ZZ_I16_G % 16 == 0, "x scale groups");
+
+// work floats: panel (16 vectors x JC/2 pairs x 16 dwords), min table (8 x JC), d (JC), x ((TS + NT) x JC int16),
+// x scales (TS x JC/G), min terms (TS x 8)
+#define ZZ_I16_WORK_FLOATS (16*(ZZ_I16_JC/2)*16 + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
+
+// get_scale_min_k4 of ggml-quants.c for every sub-block
+static inline void zz_i16_scales(const uint8_t * q, uint8_t * sc, uint8_t * m) {
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = q[j] & 63;
+        m[j]  = q[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; ++j) {
+        sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m[j]  = (q[j + 4] >> 4)  | ((q[j] >> 6) << 4);
+    }
+}
+
+// column pair p of the pass: blocks a, b (b NULL past the last column) -> the 16 output vectors v of the pair at
+// panel[(v/4)*4*np + 4p + v%4] (dword l of vector v: the int16 q sc of output 16v + l in a, then in b), the min table
+// dm[s][2p + c] = dmin m_s and d[2p + c]
+static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, __m512i * panel, int64_t np,
+                                    int64_t p, float * dm, float * d) {
+    uint8_t sca[8], ma[8], scb[8] = {0}, mb[8] = {0};
+    zz_i16_scales(a->scales, sca, ma);
+    // d and dmin of both blocks (the first 4 bytes of each) in one conversion
+    int32_t hb[2] = { 0, 0 };
+    memcpy(&hb[0], a, sizeof(int32_t));
+    if (b != NULL) {
+        zz_i16_scales(b->scales, scb, mb);
+        memcpy(&hb[1], b, sizeof(int32_t));
+    }
+    float h[4];
+    _mm_storeu_ps(h, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) hb)));
+    const float da = h[0], dmina = h[1], db = h[2], dminb = h[3];
+    d[2*p] = da;
+    d[2*p + 1] = db;
+    for (int s = 0; s < 8; ++s) {
+        dm[s*ZZ_I16_JC + 2*p]     = dmina*ma[s];
+        dm[s*ZZ_I16_JC + 2*p + 1] = dminb*mb[s];
+    }
+    // output byte 4l = quant byte 16h + l of column a, 4l + 2 = the same of column b (32 bytes on); odd bytes zero
+    static const int8_t idx_src[2][64] = {
+#define ZZ_I16_IDX(h, l) (h)*16 + (l), 0, 32 + (h)*16 + (l), 0
+#define ZZ_I16_IDX4(h, l) ZZ_I16_IDX(h, l), ZZ_I16_IDX(h, l + 1), ZZ_I16_IDX(h, l + 2), ZZ_I16_IDX(h, l + 3)
+        { ZZ_I16_IDX4(0, 0), ZZ_I16_IDX4(0, 4), ZZ_I16_IDX4(0, 8), ZZ_I16_IDX4(0, 12) },
+        { ZZ_I16_IDX4(1, 0), ZZ_I16_IDX4(1, 4), ZZ_I16_IDX4(1, 8), ZZ_I16_IDX4(1, 12) },
+#undef ZZ_I16_IDX4
+#undef ZZ_I16_IDX
+    };
+    const __m512i idx0 = _mm512_loadu_si512(idx_src[0]);
+    const __m512i idx1 = _mm512_loadu_si512(idx_src[1]);
+    const __mmask64 even = 0x5555555555555555ull;
+    const __m512i   m4   = _mm512_set1_epi8(0x0F);
+    for (int r = 0; r < 4; ++r) { // 32-byte run r: outputs 64r .. 64r + 63, sub-blocks 2r (low), 2r + 1 (high)
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) (a->qs + 32*r));
+        const __m256i qb = b != NULL ? _mm256_loadu_si256((const __m256i *) (b->qs + 32*r)) : _mm256_setzero_si256();
+        const __m512i z  = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
+        const __m512i lo = _mm512_and_si512(z, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+        const __m512i sl = _mm512_set1_epi32((int32_t) ((uint32_t) sca[2*r]     | (uint32_t) scb[2*r] << 16));
+        const __m512i sh = _mm512_set1_epi32((int32_t) ((uint32_t) sca[2*r + 1] | (uint32_t) scb[2*r + 1] << 16));
+        __m512i * pr = panel + r*4*np + 4*p; // vectors 4r .. 4r + 3 of pair p, side by side
+        pr[0] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx0, lo), sl);
+        pr[1] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx1, lo), sl);
+        pr[2] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx0, hi), sh);
+        pr[3] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx1, hi), sh);
+    }
+}
+
+// y[t*ldy + 16v + ...] (+)= S[t*sst] * sum over pairs [0, npair) of panel[4p + v] . xq[t*256 + 2p .. +1], for the
+// 4 output vectors v of the tile and nt <= 6 tokens (missing ones read other rows of xq and are not stored).
+// The sums live in zmm8-31 through one asm block: gcc keeps most of 24 vpdpwssd sums on the stack, however the C
+// is put
+static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
+                        const float * S, int64_t sst, int nt, float * y, int64_t ldy, bool first) {
+    static_assert(ZZ_I16_NT == 6 && ZZ_I16_JC == 256, "the asm's tile");
+    __m512i      sums[ZZ_I16_NT*4];
+    const char * w = (const char *) panel;
+    const char * x = (const char *) xq;
+    int64_t      n = npair;
+    GGML_ASSERT(n > 0);
+    __asm__ volatile(
+        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
+        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
+        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
+        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
+        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
+        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
+        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
+        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
+        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
+        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
+        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
+        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
+        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
+        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
+        "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"
+        "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"
+        "vpxord %%zmm26, %%zmm26, %%zmm26\n\t"
+        "vpxord %%zmm27, %%zmm27, %%zmm27\n\t"
+        "vpxord %%zmm28, %%zmm28, %%zmm28\n\t"
+        "vpxord %%zmm29, %%zmm29, %%zmm29\n\t"
+        "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
+        "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+        "1:\n\t"
+        "vmovdqa64 0(%[w]), %%zmm0\n\t"
+        "vmovdqa64 64(%[w]), %%zmm1\n\t"
+        "vmovdqa64 128(%[w]), %%zmm2\n\t"
+        "vmovdqa64 192(%[w]), %%zmm3\n\t"
+        "vpbroadcastd 0(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm8\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm9\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm10\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm11\n\t"
+        "vpbroadcastd 512(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm12\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm13\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm14\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm15\n\t"
+        "vpbroadcastd 1024(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm16\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm17\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm18\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm19\n\t"
+        "vpbroadcastd 1536(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm20\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm21\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm22\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm23\n\t"
+        "vpbroadcastd 2048(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm24\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm25\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm26\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm27\n\t"
+        "vpbroadcastd 2560(%[x]), %%zmm4\n\t"
+        "vpdpwssd %%zmm0, %%zmm4, %%zmm28\n\t"
+        "vpdpwssd %%zmm1, %%zmm4, %%zmm29\n\t"
+        "vpdpwssd %%zmm2, %%zmm4, %%zmm30\n\t"
+        "vpdpwssd %%zmm3, %%zmm4, %%zmm31\n\t"
+        "add $256, %[w]\n\t"
+        "add $4, %[x]\n\t"
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
+        "vmovdqa64 %%zmm8, 0(%[o])\n\t"
+        "vmovdqa64 %%zmm9, 64(%[o])\n\t"
+        "vmovdqa64 %%zmm10, 128(%[o])\n\t"
+        "vmovdqa64 %%zmm11, 192(%[o])\n\t"
+        "vmovdqa64 %%zmm12, 256(%[o])\n\t"
+        "vmovdqa64 %%zmm13, 320(%[o])\n\t"
+        "vmovdqa64 %%zmm14, 384(%[o])\n\t"
+        "vmovdqa64 %%zmm15, 448(%[o])\n\t"
+        "vmovdqa64 %%zmm16, 512(%[o])\n\t"
+        "vmovdqa64 %%zmm17, 576(%[o])\n\t"
+        "vmovdqa64 %%zmm18, 640(%[o])\n\t"
+        "vmovdqa64 %%zmm19, 704(%[o])\n\t"
+        "vmovdqa64 %%zmm20, 768(%[o])\n\t"
+        "vmovdqa64 %%zmm21, 832(%[o])\n\t"
+        "vmovdqa64 %%zmm22, 896(%[o])\n\t"
+        "vmovdqa64 %%zmm23, 960(%[o])\n\t"
+        "vmovdqa64 %%zmm24, 1024(%[o])\n\t"
+        "vmovdqa64 %%zmm25, 1088(%[o])\n\t"
+        "vmovdqa64 %%zmm26, 1152(%[o])\n\t"
+        "vmovdqa64 %%zmm27, 1216(%[o])\n\t"
+        "vmovdqa64 %%zmm28, 1280(%[o])\n\t"
+        "vmovdqa64 %%zmm29, 1344(%[o])\n\t"
+        "vmovdqa64 %%zmm30, 1408(%[o])\n\t"
+        "vmovdqa64 %%zmm31, 1472(%[o])\n\t"
+        : [w] "+r" (w), [x] "+r" (x), [n] "+r" (n)
+        : [o] "r" (sums)
+        : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "zmm30", "zmm31", "cc", "memory");
+    for (int t = 0; t < nt; ++t) {
+        const __m512 st = _mm512_set1_ps(S[t*sst]);
+        for (int v = 0; v < 4; ++v) {
+            const __m512 f  = _mm512_cvtepi32_ps(sums[4*t + v]);
+            float      * yv = y + t*ldy + 16*v;
+            _mm512_storeu_ps(yv, first ? _mm512_mul_ps(f, st) : _mm512_fmadd_ps(f, st, _mm512_loadu_ps(yv)));
+        }
+    }
+}
+
+// LLAMA_SPARSE_CPU_GEMM=f32 keeps Q4_K prefill on the fp32 GEMM (comparisons)
+static bool zz_gemm_i16_on(void) {
+    static int on = -1; // benign race: every thread computes the same value
+    if (on < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_GEMM");
+        on = e == NULL || strcmp(e, "f32") != 0;
+    }
+    return on;
+}
+
+static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const float * x, int64_t ldx, int64_t nt,
+                             float * y, int64_t ldy, float * work) {
+    const int64_t np  = ZZ_I16_JC/2;
+    const int64_t ldq = ZZ_I16_JC;
+    const int64_t ngr = ZZ_I16_JC/ZZ_I16_G;
+    __m512i * panel = (__m512i *) work;                     // [4][np][4]: vectors 4r .. 4r+3 of a pair side by side
+    float   * dm    = (float *) (panel + 16*np);            // [8][JC]
+    float   * dcol  = dm + 8*ZZ_I16_JC;                     // [JC]
+    int16_t * xq    = (int16_t *) (dcol + ZZ_I16_JC);       // [TS + NT][JC] (a last tile reads past the slab)
+    float   * xs    = (float *) (xq + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC); // [TS][JC/G]
+    float   * mns   = xs + ZZ_I16_TS*ngr;                   // [TS][8]
+
+    for (int64_t j0 = 0; j0 < n; j0 += ZZ_I16_JC) {
+        const int64_t nj    = n - j0 < ZZ_I16_JC ? n - j0 : ZZ_I16_JC;
+        const int64_t npair = (nj + 1)/2;
+        const int64_t nc    = (2*npair + 15) & ~(int64_t) 15; // columns the x loops touch
+        for (int64_t p = 0; p < npair; ++p) {
+            const char * a = wrow + (j0 + 2*p)*cs;
+            if (j0 + 2*p + 16 < n) {
+                // column-major blocks are nr blocks apart: fetch ahead of the hardware prefetcher
+                const char * pf = a + 16*cs;
+                for (int k = 0; k < 2; ++k) {
+                    __builtin_prefetch(pf + k*cs);
+                    __builtin_prefetch(pf + k*cs + 64);
+                    __builtin_prefetch(pf + k*cs + 128);
+                }
+            }
+            zz_i16_pack_pair((const block_q4_K *) a, 2*p + 1 < nj ? (const block_q4_K *) (a + cs) : NULL, panel, np, p,
+                             dm, dcol);
+        }
+        for (int64_t c = 2*npair; c < nc; ++c) {
+            dcol[c] = 0.0f;
+            for (int s = 0; s < 8; ++s) {
+                dm[s*ZZ_I16_JC + c] = 0.0f;
+            }
+        }
+
+        for (int64_t ts = 0; ts < nt; ts += ZZ_I16_TS) {
+            const int64_t tn = nt - ts < ZZ_I16_TS ? nt - ts : ZZ_I16_TS;
+            // x d to int16 with one scale per token and group, and the pass's min terms
+            for (int64_t t = 0; t < tn; ++t) {
+                const float * xt = x + (ts + t)*ldx + j0;
+                if (t + 2 < tn) {
+                    // the pass's x of a token two ahead (x rows are ldx apart: no stream for the prefetcher)
+                    const char * pf = (const char *) (xt + 2*ldx);
+                    for (int64_t c = 0; c < 4*nj; c += 64) {
+                        __builtin_prefetch(pf + c);
+                    }
+                }
+                __m512 mn[8];
+                for (int s = 0; s < 8; ++s) {
+                    mn[s] = _mm512_setzero_ps();
+                }
+                for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
+                    const int64_t c0 = g*ZZ_I16_G;
+                    const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
+                    __m512 amax = _mm512_setzero_ps();
+                    for (int64_t c = c0; c < c1; c += 16) {
+                        const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
+                        const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
+                        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c))));
+                        for (int s = 0; s < 8; ++s) {
+                            mn[s] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(dm + s*ZZ_I16_JC + c), mn[s]);
+                        }
+                    }
+                    const float am = _mm512_reduce_max_ps(amax);
+                    xs[t*ngr + g] = am/ZZ_I16_XMAX;
+                    const __m512 iv = _mm512_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
+                    for (int64_t c = c0; c < c1; c += 16) {
+                        const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
+                        const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
+                        const __m512i   qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c)), iv));
+                        _mm256_storeu_si256((__m256i *) (xq + t*ldq + c), _mm512_cvtsepi32_epi16(qi));
+                    }
+                }
+                for (int s = 0; s < 8; ++s) {
+                    mns[t*8 + s] = _mm512_reduce_add_ps(mn[s]);
+                }
+            }
+            // the products, group by group (the first pass's first group stores y), the next pass's blocks
+            // fetched into L2 meanwhile, spread over the tiles
+            const int64_t ntile = 4*((tn + ZZ_I16_NT - 1)/ZZ_I16_NT);
+            const int64_t pf_n  = ts + ZZ_I16_TS >= nt && j0 + ZZ_I16_JC < n ? (n - j0 - ZZ_I16_JC < ZZ_I16_JC ? n - j0 - ZZ_I16_JC : ZZ_I16_JC) : 0;
+            const int64_t pf_per = (pf_n + ntile - 1)/ntile;
+            int64_t       pf_c   = 0;
+            for (int v0 = 0; v0 < 16; v0 += 4) {
+                for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
+                    const int tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
+                    for (int64_t e = pf_c + pf_per; pf_c < e && pf_c < pf_n; ++pf_c) {
+                        const char * pb = wrow + (j0 + ZZ_I16_JC + pf_c)*cs;
+                        _mm_prefetch(pb, _MM_HINT_T1);
+                        _mm_prefetch(pb + 64, _MM_HINT_T1);
+                        _mm_prefetch(pb + 128, _MM_HINT_T1);
+                    }
+                    for (int64_t g = 0; 2*g*(ZZ_I16_G/2) < 2*npair; ++g) {
+                        const int64_t p0 = g*(ZZ_I16_G/2);
+                        const int     pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
+                        zz_i16_tile(panel + v0*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr, tt,
+                                      y + (ts + t0)*ldy + 16*v0, ldy, j0 == 0 && g == 0);
+                    }
+                }
+            }
+            for (int64_t t = 0; t < tn; ++t) {
+                float * yt = y + (ts + t)*ldy;
+                for (int s = 0; s < 8; ++s) {
+                    const __m512 ms = _mm512_set1_ps(mns[t*8 + s]);
+                    _mm512_storeu_ps(yt + 32*s,      _mm512_sub_ps(_mm512_loadu_ps(yt + 32*s),      ms));
+                    _mm512_storeu_ps(yt + 32*s + 16, _mm512_sub_ps(_mm512_loadu_ps(yt + 32*s + 16), ms));
+                }
+            }
+        }
+    }
+}
+#endif
+
 void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size_t cs, size_t rs, int nb, int64_t n,
                                     const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
-                                    float * panel, int64_t panel_floats) {
+                                    float * panel, int64_t panel_floats, bool int16) {
     const int64_t bk = ggml_blck_size(type);
     const int64_t no = nb*bk; // outputs
     const int64_t jp = panel_floats/no;
     const size_t  bs = ggml_type_size(type);
     GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && (nb == 1 || nb == 2) && jp >= 8);
+
+#if ZZ_GEMM_I16
+    if (int16 && type == GGML_TYPE_Q4_K && nb == 1 && n > 0 && panel_floats >= ZZ_I16_WORK_FLOATS && zz_gemm_i16_on()) {
+        zz_gemm_q4_K_i16((const char *) wrow, cs, n, x, ldx, nt, y, ldy, panel);
+        return;
+    }
+#else
+    GGML_UNUSED(int16);
+#endif
 
     const ggml_sparse_zz_dequant_t dequant = ggml_sparse_zz_dequant_x86(type);
 
@@ -236,4 +574,13 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
             }
         }
     }
+}
+
+int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type) {
+#if ZZ_GEMM_I16
+    return type == GGML_TYPE_Q4_K && zz_gemm_i16_on() ? ZZ_I16_WORK_FLOATS : 0;
+#else
+    GGML_UNUSED(type);
+    return 0;
+#endif
 }

@@ -16,6 +16,9 @@ LLAMA_SPARSE_CPU_SPLIT=rows "$out/test_zigzag_cpu" --quick
 # target both, with its AVX2 tiles on an AVX-512 machine
 CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048" cc_test test_zigzag_cpu_panel "${srcs[@]}"
 "$out/test_zigzag_cpu_panel" --quick
+# the int16 Q4_K GEMM (AVX512-VNNI builds) with small token slabs and x scale groups: many slabs, several groups a pass
+CC_TEST_FLAGS="-DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test test_zigzag_cpu_i16 "${srcs[@]}"
+"$out/test_zigzag_cpu_i16" --quick
 if grep -q avx512f /proc/cpuinfo 2>/dev/null; then
     CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048 -mno-avx512f" cc_test test_zigzag_cpu_avx2 "${srcs[@]}"
     "$out/test_zigzag_cpu_avx2" --quick

@@ -338,7 +338,14 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         // largest coefficient sets the 8-bit scale of all 16 columns), so 2.5% there
         // a few more tokens on a column-major Q4_K weight run the batch kernel in slices (int8 coefficients too)
         const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && nt <= ggml_sparse_zz_cm_slice_max_x86(type);
-        const double tol_fast = nt > GGML_SPARSE_MAX_BATCH && !sliced ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
+        // the int16 GEMM rounds x d to 13 bits per token and 256 columns: up to 6e-4 seen on this heavy-tailed x,
+        // against stock's 8-bit x at 1.3-1.7e-2
+        const bool gemm16 = nt > GGML_SPARSE_MAX_BATCH && !sliced && ggml_sparse_zz_cpu_gemm_int16(type);
+        const double tol_fast = gemm16 ? 2e-3 : nt > GGML_SPARSE_MAX_BATCH && !sliced ? 1e-5 : fmax(2.0*e_sq, count < 48 ? 2.5e-2 : 1e-2);
+        if (gemm16) {
+            printf("  int16 GEMM %s m=%lld n=%lld nt=%d: rel err %.3g (stock-like %.3g)\n", ggml_type_name(type),
+                   (long long) m, (long long) n, nt, e_fast, e_sq);
+        }
         CHECK(e_fast < tol_fast, "%s: fast rel err %.3g (stock-like x quantization %.3g)", desc, e_fast, e_sq);
         // LLAMA_SPARSE_CPU_SPLIT=rows: each output from one thread, so the same bits at any thread count
         const char * split = getenv("LLAMA_SPARSE_CPU_SPLIT");
