@@ -174,26 +174,39 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
-#define ZZ_GEMM_I16 1
-// Q4_K on 16-bit integers (AVX512-VNNI): y_t[i] = sum_j x_tj d_j sc_js q_ij - sum_j x_tj dmin_j m_js, s = i/32.
-// The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per output as dwords (q_a sc_a,
-// q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G columns, as large as the
-// int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd then takes two columns
-// (32 products) per instruction against the fp32 GEMM's one (16). The min term stays in fp32.
-#define ZZ_I16_JC 256 // columns per panel pass (the x rows of the tile's asm are 512 bytes apart)
+#define ZZ_GEMM_I16 512
+#elif defined(__AVXVNNI__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ZZ_GEMM_I16 256
+#else
+#define ZZ_GEMM_I16 0
+#endif
+
+#if ZZ_GEMM_I16
+// Q4_K on 16-bit integers (AVX512-VNNI, or AVX-VNNI on 256-bit vectors): y_t[i] = sum_j x_tj d_j sc_js q_ij -
+// sum_j x_tj dmin_j m_js, s = i/32. The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per
+// output as dwords (q_a sc_a, q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G
+// columns, as large as the int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd
+// then takes two columns per lane and instruction against the fp32 GEMM's one. The min term stays in fp32.
+#define ZZ_I16_JC 256 // columns per panel pass (the x rows of the AVX-512 tile's asm are 512 bytes apart)
 #ifndef ZZ_I16_G
 #define ZZ_I16_G ZZ_I16_JC // columns per x scale (divides JC)
 #endif
 #ifndef ZZ_I16_TS
 #define ZZ_I16_TS 256 // tokens per x slab
 #endif
-#define ZZ_I16_NT 6 // tokens per register tile (24 sums, 4 weight vectors, 1 broadcast)
+#if ZZ_GEMM_I16 == 512
+#define ZZ_I16_NT     6 // tokens per register tile: 24 sums, 4 weight vectors, 1 broadcast
+#define ZZ_I16_GROUPS 4 // output groups (tiles of 64 outputs)
+#else
+#define ZZ_I16_NT     2 // 8 sums, 4 weight vectors, 2 broadcasts (16 registers)
+#define ZZ_I16_GROUPS 8 // of 32 outputs
+#endif
 #define ZZ_I16_XMAX ((float) (INT32_MAX/(ZZ_I16_G*945) < 32767 ? INT32_MAX/(ZZ_I16_G*945) : 32767))
 static_assert(ZZ_I16_JC % ZZ_I16_G == 0 && ZZ_I16_G % 16 == 0, "x scale groups");
 
-// work floats: panel (16 vectors x JC/2 pairs x 16 dwords), min table (8 x JC), d (JC), x ((TS + NT) x JC int16),
+// work floats: panel (256 outputs x JC/2 pairs, a dword each), min table (8 x JC), d (JC), x ((TS + NT) x JC int16),
 // x scales (TS x JC/G), min terms (TS x 8)
-#define ZZ_I16_WORK_FLOATS (16*(ZZ_I16_JC/2)*16 + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
+#define ZZ_I16_WORK_FLOATS (256*(ZZ_I16_JC/2) + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
 
 // get_scale_min_k4 of ggml-quants.c for every sub-block
 static inline void zz_i16_scales(const uint8_t * q, uint8_t * sc, uint8_t * m) {
@@ -207,13 +220,13 @@ static inline void zz_i16_scales(const uint8_t * q, uint8_t * sc, uint8_t * m) {
     }
 }
 
-// column pair p of the pass: blocks a, b (b NULL past the last column) -> the 16 output vectors v of the pair at
-// panel[(v/4)*4*np + 4p + v%4] (dword l of vector v: the int16 q sc of output 16v + l in a, then in b), the min table
-// dm[s][2p + c] = dmin m_s and d[2p + c]
-static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, __m512i * panel, int64_t np,
-                                    int64_t p, float * dm, float * d) {
-    uint8_t sca[8], ma[8], scb[8] = {0}, mb[8] = {0};
+// the scalar part of a column pair: scales (scb/mb zero when b is NULL), d[2p + c] and the min table
+// dm[s][2p + c] = dmin m_s
+static inline void zz_i16_pair_head(const block_q4_K * a, const block_q4_K * b, int64_t p, float * dm, float * d,
+                                    uint8_t * sca, uint8_t * scb) {
+    uint8_t ma[8], mb[8] = {0};
     zz_i16_scales(a->scales, sca, ma);
+    memset(scb, 0, 8);
     // d and dmin of both blocks (the first 4 bytes of each) in one conversion
     int32_t hb[2] = { 0, 0 };
     memcpy(&hb[0], a, sizeof(int32_t));
@@ -223,13 +236,34 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
     }
     float h[4];
     _mm_storeu_ps(h, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) hb)));
-    const float da = h[0], dmina = h[1], db = h[2], dminb = h[3];
-    d[2*p] = da;
-    d[2*p + 1] = db;
+    d[2*p]     = h[0];
+    d[2*p + 1] = h[2];
     for (int s = 0; s < 8; ++s) {
-        dm[s*ZZ_I16_JC + 2*p]     = dmina*ma[s];
-        dm[s*ZZ_I16_JC + 2*p + 1] = dminb*mb[s];
+        dm[s*ZZ_I16_JC + 2*p]     = h[1]*ma[s];
+        dm[s*ZZ_I16_JC + 2*p + 1] = h[3]*mb[s];
     }
+}
+
+// next-pass weight blocks [c, c + k) of the row into L2 (3 lines cover a 144-byte block)
+static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k) {
+    for (int64_t e = c; e < c + k; ++e) {
+        const char * pb = wrow + e*cs;
+        _mm_prefetch(pb, _MM_HINT_T1);
+        _mm_prefetch(pb + 64, _MM_HINT_T1);
+        _mm_prefetch(pb + 128, _MM_HINT_T1);
+    }
+}
+#endif
+
+#if ZZ_GEMM_I16 == 512
+// column pair p of the pass: blocks a, b (b NULL past the last column) -> the 16 output vectors v of the pair at
+// panel[(v/4)*4*np + 4p + v%4] (dword l of vector v: the int16 q sc of output 16v + l in a, then in b), the min table
+// dm[s][2p + c] = dmin m_s and d[2p + c]
+static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, void * panel_v, int64_t np,
+                                    int64_t p, float * dm, float * d) {
+    __m512i * panel = (__m512i *) panel_v;
+    uint8_t sca[8], scb[8];
+    zz_i16_pair_head(a, b, p, dm, d, sca, scb);
     // output byte 4l = quant byte 16h + l of column a, 4l + 2 = the same of column b (32 bytes on); odd bytes zero
     static const int8_t idx_src[2][64] = {
 #define ZZ_I16_IDX(h, l) (h)*16 + (l), 0, 32 + (h)*16 + (l), 0
@@ -372,6 +406,217 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
     }
 }
 
+// token row xt of the pass (nj columns; nc: nj rounded up to 16): x d rounded to int16 into xq (nc entries), the
+// group scales into xs, and the 8 min sums sum_j x_j dm[s][j] into mn
+static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, const float * dcol, const float * dm,
+                                  int16_t * xq, float * xs, float * mn) {
+    __m512 ms[8];
+    for (int s = 0; s < 8; ++s) {
+        ms[s] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
+        const int64_t c0 = g*ZZ_I16_G;
+        const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
+        __m512 amax = _mm512_setzero_ps();
+        for (int64_t c = c0; c < c1; c += 16) {
+            const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
+            const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c))));
+            for (int s = 0; s < 8; ++s) {
+                ms[s] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+            }
+        }
+        const float am = _mm512_reduce_max_ps(amax);
+        xs[g] = am/ZZ_I16_XMAX;
+        const __m512 iv = _mm512_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
+        for (int64_t c = c0; c < c1; c += 16) {
+            const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
+            const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
+            const __m512i   qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c)), iv));
+            _mm256_storeu_si256((__m256i *) (xq + c), _mm512_cvtsepi32_epi16(qi));
+        }
+    }
+    for (int s = 0; s < 8; ++s) {
+        mn[s] = _mm512_reduce_add_ps(ms[s]);
+    }
+}
+
+// the tile of output group gr (64 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
+static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
+                                  int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
+                                  int64_t ldy, bool first) {
+    zz_i16_tile((const __m512i *) panel + 4*gr*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr, tt,
+                y + t0*ldy + 64*gr, ldy, first);
+}
+#endif
+
+#if ZZ_GEMM_I16 == 256
+// AVX-VNNI (256-bit): groups gr = 2r + h of 32 outputs (run r's low (h = 0) or high nibbles), 4 vectors of 8 a
+// group per pair at panel[(gr*np + p)*4 + k]; unpacking in 128-bit lanes puts outputs 16L + 4k + e of the group in
+// lane L, dword e of vector k (zz_i16_put_group undoes it)
+static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, void * panel_v, int64_t np,
+                                    int64_t p, float * dm, float * d) {
+    __m256i * panel = (__m256i *) panel_v;
+    uint8_t sca[8], scb[8];
+    zz_i16_pair_head(a, b, p, dm, d, sca, scb);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i z  = _mm256_setzero_si256();
+    for (int r = 0; r < 4; ++r) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *) (a->qs + 32*r));
+        const __m256i qb = b != NULL ? _mm256_loadu_si256((const __m256i *) (b->qs + 32*r)) : z;
+        for (int h = 0; h < 2; ++h) {
+            const __m256i na = _mm256_and_si256(h ? _mm256_srli_epi16(qa, 4) : qa, m4);
+            const __m256i nb = _mm256_and_si256(h ? _mm256_srli_epi16(qb, 4) : qb, m4);
+            const __m256i al = _mm256_unpacklo_epi8(na, z), ah = _mm256_unpackhi_epi8(na, z);
+            const __m256i bl = _mm256_unpacklo_epi8(nb, z), bh = _mm256_unpackhi_epi8(nb, z);
+            const __m256i sc = _mm256_set1_epi32((int32_t) ((uint32_t) sca[2*r + h] | (uint32_t) scb[2*r + h] << 16));
+            __m256i * pr = panel + ((2*r + h)*np + p)*4;
+            pr[0] = _mm256_mullo_epi16(_mm256_unpacklo_epi16(al, bl), sc);
+            pr[1] = _mm256_mullo_epi16(_mm256_unpackhi_epi16(al, bl), sc);
+            pr[2] = _mm256_mullo_epi16(_mm256_unpacklo_epi16(ah, bh), sc);
+            pr[3] = _mm256_mullo_epi16(_mm256_unpackhi_epi16(ah, bh), sc);
+        }
+    }
+}
+
+static inline float zz_i16_hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float zz_i16_hsum8(__m256 v) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// x[c .. c + 8) with zeros past nj
+static inline __m256 zz_i16_load8(const float * xt, int64_t c, int64_t nj) {
+    static const int32_t lanes[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+    if (nj - c >= 8) {
+        return _mm256_loadu_ps(xt + c);
+    }
+    const int64_t k = nj > c ? nj - c : 0;
+    return _mm256_maskload_ps(xt + c, _mm256_loadu_si256((const __m256i *) (lanes + 8 - k)));
+}
+
+// as the AVX-512 zz_i16_quant_x
+static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, const float * dcol, const float * dm,
+                                  int16_t * xq, float * xs, float * mn) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 ms[8];
+    for (int s = 0; s < 8; ++s) {
+        ms[s] = _mm256_setzero_ps();
+    }
+    for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
+        const int64_t c0 = g*ZZ_I16_G;
+        const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
+        __m256 amax = _mm256_setzero_ps();
+        for (int64_t c = c0; c < c1; c += 8) {
+            const __m256 xv = zz_i16_load8(xt, c, nj);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_mul_ps(xv, _mm256_loadu_ps(dcol + c))));
+            for (int s = 0; s < 8; ++s) {
+                ms[s] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+            }
+        }
+        const float am = zz_i16_hmax8(amax);
+        xs[g] = am/ZZ_I16_XMAX;
+        const __m256 iv = _mm256_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
+        for (int64_t c = c0; c < c1; c += 16) {
+            const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(zz_i16_load8(xt, c, nj),     _mm256_loadu_ps(dcol + c)),     iv));
+            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(zz_i16_load8(xt, c + 8, nj), _mm256_loadu_ps(dcol + c + 8)), iv));
+            _mm256_storeu_si256((__m256i *) (xq + c), _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8));
+        }
+    }
+    for (int s = 0; s < 8; ++s) {
+        mn[s] = zz_i16_hsum8(ms[s]);
+    }
+}
+
+// y[0 .. 32) (+)= s * the group's 4 vectors of sums, in output order
+static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256 s, bool first) {
+    const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0), s), f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1), s);
+    const __m256 f2 = _mm256_mul_ps(_mm256_cvtepi32_ps(a2), s), f3 = _mm256_mul_ps(_mm256_cvtepi32_ps(a3), s);
+    const __m256 o[4] = {
+        _mm256_permute2f128_ps(f0, f1, 0x20), _mm256_permute2f128_ps(f2, f3, 0x20),
+        _mm256_permute2f128_ps(f0, f1, 0x31), _mm256_permute2f128_ps(f2, f3, 0x31),
+    };
+    for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(y + 8*i, first ? o[i] : _mm256_add_ps(o[i], _mm256_loadu_ps(y + 8*i)));
+    }
+}
+
+// one group of 32 outputs, ZZ_I16_NT (2) tokens: xq0, xq1 the tokens' x rows (the same row when nt = 1). In asm as
+// the AVX-512 tile: gcc moved the sums between registers every step and spilled one
+static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, const int16_t * xq1,
+                        float s0, float s1, int nt, float * y, int64_t ldy, bool first) {
+    static_assert(ZZ_I16_NT == 2, "the asm's tile");
+    __m256i      sums[8];
+    const char * w  = (const char *) panel;
+    const char * x0 = (const char *) xq0;
+    const char * x1 = (const char *) xq1;
+    int64_t      n  = npair;
+    GGML_ASSERT(n > 0);
+    __asm__ volatile(
+        "vpxor %%ymm8, %%ymm8, %%ymm8\n\t"
+        "vpxor %%ymm9, %%ymm9, %%ymm9\n\t"
+        "vpxor %%ymm10, %%ymm10, %%ymm10\n\t"
+        "vpxor %%ymm11, %%ymm11, %%ymm11\n\t"
+        "vpxor %%ymm12, %%ymm12, %%ymm12\n\t"
+        "vpxor %%ymm13, %%ymm13, %%ymm13\n\t"
+        "vpxor %%ymm14, %%ymm14, %%ymm14\n\t"
+        "vpxor %%ymm15, %%ymm15, %%ymm15\n\t"
+        "1:\n\t"
+        "vmovdqa 0(%[w]), %%ymm0\n\t"
+        "vmovdqa 32(%[w]), %%ymm1\n\t"
+        "vmovdqa 64(%[w]), %%ymm2\n\t"
+        "vmovdqa 96(%[w]), %%ymm3\n\t"
+        "vpbroadcastd (%[x0]), %%ymm4\n\t"
+        "vpbroadcastd (%[x1]), %%ymm5\n\t"
+        "%{vex%} vpdpwssd %%ymm0, %%ymm4, %%ymm8\n\t"
+        "%{vex%} vpdpwssd %%ymm1, %%ymm4, %%ymm9\n\t"
+        "%{vex%} vpdpwssd %%ymm2, %%ymm4, %%ymm10\n\t"
+        "%{vex%} vpdpwssd %%ymm3, %%ymm4, %%ymm11\n\t"
+        "%{vex%} vpdpwssd %%ymm0, %%ymm5, %%ymm12\n\t"
+        "%{vex%} vpdpwssd %%ymm1, %%ymm5, %%ymm13\n\t"
+        "%{vex%} vpdpwssd %%ymm2, %%ymm5, %%ymm14\n\t"
+        "%{vex%} vpdpwssd %%ymm3, %%ymm5, %%ymm15\n\t"
+        "add $128, %[w]\n\t"
+        "add $4, %[x0]\n\t"
+        "add $4, %[x1]\n\t"
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
+        "vmovdqu %%ymm8, 0(%[o])\n\t"
+        "vmovdqu %%ymm9, 32(%[o])\n\t"
+        "vmovdqu %%ymm10, 64(%[o])\n\t"
+        "vmovdqu %%ymm11, 96(%[o])\n\t"
+        "vmovdqu %%ymm12, 128(%[o])\n\t"
+        "vmovdqu %%ymm13, 160(%[o])\n\t"
+        "vmovdqu %%ymm14, 192(%[o])\n\t"
+        "vmovdqu %%ymm15, 224(%[o])\n\t"
+        : [w] "+r" (w), [x0] "+r" (x0), [x1] "+r" (x1), [n] "+r" (n)
+        : [o] "r" (sums)
+        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory");
+    zz_i16_put_group(y, sums[0], sums[1], sums[2], sums[3], _mm256_set1_ps(s0), first);
+    if (nt > 1) {
+        zz_i16_put_group(y + ldy, sums[4], sums[5], sums[6], sums[7], _mm256_set1_ps(s1), first);
+    }
+}
+
+// the tile of output group gr (32 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
+static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
+                                  int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
+                                  int64_t ldy, bool first) {
+    const int64_t t1 = tt > 1 ? t0 + 1 : t0;
+    zz_i16_tile((const __m256i *) panel + (gr*np + p0)*4, pn, xq + t0*ldq + 2*p0, xq + t1*ldq + 2*p0,
+                xs[t0*ngr + g], xs[t1*ngr + g], tt, y + t0*ldy + 32*gr, ldy, first);
+}
+#endif
+
+#if ZZ_GEMM_I16
 // LLAMA_SPARSE_CPU_GEMM=f32 keeps Q4_K prefill on the fp32 GEMM (comparisons)
 static bool zz_gemm_i16_on(void) {
     static int on = -1; // benign race: every thread computes the same value
@@ -382,17 +627,40 @@ static bool zz_gemm_i16_on(void) {
     return on;
 }
 
+// every tile of a slab: the output groups (ZZ_I16_GROUPS of them), tokens ZZ_I16_NT at a time, x groups in order
+// (the first pass's first group stores y), the next pass's blocks [pf_c0, pf_c0 + pf_n) fetched meanwhile
+static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const int16_t * xq, int64_t ldq,
+                         const float * xs, int64_t ngr, int64_t tn, float * y, int64_t ldy, bool first_pass,
+                         const char * wrow, size_t cs, int64_t pf_c0, int64_t pf_n) {
+    const int64_t ntile  = ZZ_I16_GROUPS*((tn + ZZ_I16_NT - 1)/ZZ_I16_NT);
+    const int64_t pf_per = (pf_n + ntile - 1)/ntile;
+    int64_t       pf_c   = 0;
+    for (int gr = 0; gr < ZZ_I16_GROUPS; ++gr) {
+        for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
+            const int     tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
+            const int64_t k  = pf_n - pf_c < pf_per ? pf_n - pf_c : pf_per;
+            zz_i16_pf(wrow, cs, pf_c0 + pf_c, k);
+            pf_c += k;
+            for (int64_t g = 0; g*ZZ_I16_G < 2*npair; ++g) {
+                const int64_t p0 = g*(ZZ_I16_G/2);
+                const int     pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
+                zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0);
+            }
+        }
+    }
+}
+
 static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const float * x, int64_t ldx, int64_t nt,
                              float * y, int64_t ldy, float * work) {
     const int64_t np  = ZZ_I16_JC/2;
     const int64_t ldq = ZZ_I16_JC;
     const int64_t ngr = ZZ_I16_JC/ZZ_I16_G;
-    __m512i * panel = (__m512i *) work;                     // [4][np][4]: vectors 4r .. 4r+3 of a pair side by side
-    float   * dm    = (float *) (panel + 16*np);            // [8][JC]
-    float   * dcol  = dm + 8*ZZ_I16_JC;                     // [JC]
-    int16_t * xq    = (int16_t *) (dcol + ZZ_I16_JC);       // [TS + NT][JC] (a last tile reads past the slab)
+    void    * panel = work;                                  // 256 outputs x np pairs, a dword each (ISA's order)
+    float   * dm    = work + 256*np;                         // [8][JC]
+    float   * dcol  = dm + 8*ZZ_I16_JC;                      // [JC]
+    int16_t * xq    = (int16_t *) (dcol + ZZ_I16_JC);        // [TS + NT][JC] (a last tile reads past the slab)
     float   * xs    = (float *) (xq + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC); // [TS][JC/G]
-    float   * mns   = xs + ZZ_I16_TS*ngr;                   // [TS][8]
+    float   * mns   = xs + ZZ_I16_TS*ngr;                    // [TS][8]
 
     for (int64_t j0 = 0; j0 < n; j0 += ZZ_I16_JC) {
         const int64_t nj    = n - j0 < ZZ_I16_JC ? n - j0 : ZZ_I16_JC;
@@ -431,65 +699,19 @@ static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const floa
                         __builtin_prefetch(pf + c);
                     }
                 }
-                __m512 mn[8];
-                for (int s = 0; s < 8; ++s) {
-                    mn[s] = _mm512_setzero_ps();
-                }
-                for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
-                    const int64_t c0 = g*ZZ_I16_G;
-                    const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
-                    __m512 amax = _mm512_setzero_ps();
-                    for (int64_t c = c0; c < c1; c += 16) {
-                        const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
-                        const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
-                        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c))));
-                        for (int s = 0; s < 8; ++s) {
-                            mn[s] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(dm + s*ZZ_I16_JC + c), mn[s]);
-                        }
-                    }
-                    const float am = _mm512_reduce_max_ps(amax);
-                    xs[t*ngr + g] = am/ZZ_I16_XMAX;
-                    const __m512 iv = _mm512_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
-                    for (int64_t c = c0; c < c1; c += 16) {
-                        const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
-                        const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
-                        const __m512i   qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c)), iv));
-                        _mm256_storeu_si256((__m256i *) (xq + t*ldq + c), _mm512_cvtsepi32_epi16(qi));
-                    }
-                }
-                for (int s = 0; s < 8; ++s) {
-                    mns[t*8 + s] = _mm512_reduce_add_ps(mn[s]);
-                }
+                zz_i16_quant_x(xt, nj, nc, dcol, dm, xq + t*ldq, xs + t*ngr, mns + 8*t);
             }
-            // the products, group by group (the first pass's first group stores y), the next pass's blocks
-            // fetched into L2 meanwhile, spread over the tiles
-            const int64_t ntile = 4*((tn + ZZ_I16_NT - 1)/ZZ_I16_NT);
-            const int64_t pf_n  = ts + ZZ_I16_TS >= nt && j0 + ZZ_I16_JC < n ? (n - j0 - ZZ_I16_JC < ZZ_I16_JC ? n - j0 - ZZ_I16_JC : ZZ_I16_JC) : 0;
-            const int64_t pf_per = (pf_n + ntile - 1)/ntile;
-            int64_t       pf_c   = 0;
-            for (int v0 = 0; v0 < 16; v0 += 4) {
-                for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
-                    const int tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
-                    for (int64_t e = pf_c + pf_per; pf_c < e && pf_c < pf_n; ++pf_c) {
-                        const char * pb = wrow + (j0 + ZZ_I16_JC + pf_c)*cs;
-                        _mm_prefetch(pb, _MM_HINT_T1);
-                        _mm_prefetch(pb + 64, _MM_HINT_T1);
-                        _mm_prefetch(pb + 128, _MM_HINT_T1);
-                    }
-                    for (int64_t g = 0; 2*g*(ZZ_I16_G/2) < 2*npair; ++g) {
-                        const int64_t p0 = g*(ZZ_I16_G/2);
-                        const int     pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
-                        zz_i16_tile(panel + v0*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr, tt,
-                                      y + (ts + t0)*ldy + 16*v0, ldy, j0 == 0 && g == 0);
-                    }
-                }
-            }
+            // the products; the next pass's blocks go to L2 meanwhile (during the last slab)
+            const int64_t pf_n = ts + ZZ_I16_TS >= nt && j0 + ZZ_I16_JC < n ?
+                (n - j0 - ZZ_I16_JC < ZZ_I16_JC ? n - j0 - ZZ_I16_JC : ZZ_I16_JC) : 0;
+            zz_i16_tiles(panel, np, npair, xq, ldq, xs, ngr, tn, y + ts*ldy, ldy, j0 == 0, wrow, cs, j0 + ZZ_I16_JC, pf_n);
             for (int64_t t = 0; t < tn; ++t) {
                 float * yt = y + (ts + t)*ldy;
                 for (int s = 0; s < 8; ++s) {
-                    const __m512 ms = _mm512_set1_ps(mns[t*8 + s]);
-                    _mm512_storeu_ps(yt + 32*s,      _mm512_sub_ps(_mm512_loadu_ps(yt + 32*s),      ms));
-                    _mm512_storeu_ps(yt + 32*s + 16, _mm512_sub_ps(_mm512_loadu_ps(yt + 32*s + 16), ms));
+                    const float m = mns[8*t + s]; // (a local: no aliasing with y, so the loop vectorizes)
+                    for (int i = 0; i < 32; ++i) {
+                        yt[32*s + i] -= m;
+                    }
                 }
             }
         }

@@ -20,8 +20,14 @@ CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048" cc_test test_zigzag_cpu_panel "${src
 CC_TEST_FLAGS="-DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test test_zigzag_cpu_i16 "${srcs[@]}"
 "$out/test_zigzag_cpu_i16" --quick
 if grep -q avx512f /proc/cpuinfo 2>/dev/null; then
+    # (small panels leave Q4_K on the fp32 tiles)
     CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048 -mno-avx512f" cc_test test_zigzag_cpu_avx2 "${srcs[@]}"
     "$out/test_zigzag_cpu_avx2" --quick
+fi
+if grep -q avx_vnni /proc/cpuinfo 2>/dev/null; then
+    # the int16 GEMM's 256-bit AVX-VNNI form, as on CPUs with AVX-VNNI and no AVX-512
+    CC_TEST_FLAGS="-mno-avx512f -mavxvnni -DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test test_zigzag_cpu_avxvnni "${srcs[@]}"
+    "$out/test_zigzag_cpu_avxvnni" --quick
 fi
 
 cc_test test_zz_siblings "$root/tests/c/test_zz_siblings.c" "$root/ggml-sparse/ggml-sparse.c"
