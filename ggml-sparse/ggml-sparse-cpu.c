@@ -462,9 +462,18 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
     size_t cs;
     const size_t rs = rpu > 1 ? (size_t) (zz_block_row(s, wdata0, wnb1, 1, &cs) - wdata0) : 0; // block-row stride
 
-    // split tokens too when there are few units, so every thread gets work; each split re-dequantizes
+    // split tokens too when there are few units, so every thread gets work; each split re-dequantizes. The int16
+    // GEMM aims at one unit a thread, the fp32 one at 4 (LLAMA_SPARSE_CPU_GEMM_UNITS=N overrides): 16 threads of a
+    // 16-core Xeon, int16, 7B shapes, 4 against 1 a thread: 0.25-0.57x stock against 0.45-0.89x at 16 tokens,
+    // 0.43-0.86x against 0.60-1.07x at 32, 0.88-1.30x against 0.91-1.29x at 128 (bench/results/cpu_prefill_i16_2026-12-06.md)
+    static int env_upt = -2; // benign race: every thread computes the same value
+    if (env_upt == -2) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_UNITS");
+        env_upt = e != NULL && atoi(e) > 0 ? atoi(e) : -1;
+    }
+    const int upt = env_upt > 0 ? env_upt : rpu == 1 && !zz_use_ref(params) && ggml_sparse_zz_cpu_gemm_int16(s->type) ? 1 : 4;
     int64_t ng = 1;
-    while (nu*ng < 4*nth && ng*8 < s->nt) {
+    while (nu*ng < upt*nth && ng*8 < s->nt) {
         ng++;
     }
     const int64_t tpg = (s->nt + ng - 1)/ng;
