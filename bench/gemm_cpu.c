@@ -148,10 +148,8 @@ int main(int argc, char ** argv) {
     const int64_t (*shapes)[2] = shape_set == 1 ? shapes_smol : shapes_7b;
     const ggml_backend_buffer_type_t buft = stock_repack_buft(type, shapes[0][1]);
 
-    // the path ggml-sparse-cpu.c takes (zz_slice_tokens: slices on column-major Q4_K up to the bound)
-    const char * smax_env = getenv("LLAMA_SPARSE_CPU_SLICE_MAX");
-    const int    smax     = smax_env != NULL ? atoi(smax_env) : ggml_sparse_zz_cm_slice_max_x86(type);
-    const bool   sliced   = cm && ggml_sparse_zz_cm_slice_max_x86(type) > 0 && nt <= smax;
+    // the path ggml-sparse-cpu.c takes (zz_slice_tokens: slices on column-major weights up to the bound)
+    const bool sliced = cm && nt <= ggml_sparse_zz_cpu_slice_max(type);
     printf("zigzag path: %s%s\n", nt <= GGML_SPARSE_MAX_BATCH ? "decode GEMV, dense (T <= GGML_SPARSE_MAX_BATCH)" :
            sliced ? "decode kernel over token slices" :
            ggml_sparse_zz_cpu_gemm_int16(type) ? "prefill GEMM (int16 panels)" : "prefill GEMM (fp32 panels)",

@@ -39,15 +39,6 @@ static int64_t zz_round16(int64_t v) {
 // reference: dequantization (mirrors ggml-quants.c dequantize_row_*) and GEMV
 //
 
-static inline void zz_get_scale_min_k4(int j, const uint8_t * q, uint8_t * d, uint8_t * m) {
-    if (j < 4) {
-        *d = q[j] & 63; *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4);
-        *m = (q[j+4] >>  4) | ((q[j-0] >> 6) << 4);
-    }
-}
-
 void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out) {
     switch (type) {
         case GGML_TYPE_Q4_0: {
@@ -375,19 +366,32 @@ static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
 
-// prefill with few tokens on a column-major weight: the batch (decode) kernel over token slices where that beats
-// the fp32 GEMM (ggml_sparse_zz_cm_slice_max_x86; LLAMA_SPARSE_CPU_SLICE_MAX=N overrides, 0: never)
-static bool zz_slice_tokens(const struct zz_shape * s) {
+// against the int16 GEMM (ggml_sparse_zz_gemm_int16_floats; 4096x11008, two rounds): slices 3.8-4.0 ms against
+// 4.0-5.4 at 9 tokens, 4.6-4.8 against 4.2-4.4 at 12, 6.0-6.1 against 4.9-5.1 at 16; end to end (7B-shaped, 8
+// layers) slices 72.3 t/s against the GEMM's 67.9 at 12 tokens, 70.7 against 82.2 at 16
+// (bench/results/cpu_prefill_i16_2026-12-06.md)
+#ifndef ZZ_CM_SLICE_MAX_I16
+#define ZZ_CM_SLICE_MAX_I16 12
+#endif
+
+int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {
     static int env_max = -2; // benign race: every thread computes the same value
     if (env_max == -2) {
         const char * e = getenv("LLAMA_SPARSE_CPU_SLICE_MAX");
         env_max = e == NULL ? -1 : atoi(e);
     }
-    const int smax = ggml_sparse_zz_cm_slice_max_x86(s->type); // 0 where the type has no batch kernel
-    if (s->nt <= GGML_SPARSE_MAX_BATCH || s->layout != GGML_SPARSE_ZZ_LAYOUT_COLS || smax == 0) {
-        return false;
+    const int smax = ggml_sparse_zz_cm_slice_max_x86(type); // 0 where the type has no batch kernel
+    if (smax == 0 || env_max >= 0) {
+        return smax == 0 ? 0 : env_max;
     }
-    return s->nt <= (env_max >= 0 ? env_max : smax);
+    return ggml_sparse_zz_cpu_gemm_int16(type) && ZZ_CM_SLICE_MAX_I16 < smax ? ZZ_CM_SLICE_MAX_I16 : smax;
+}
+
+// prefill with few tokens on a column-major weight: the batch (decode) kernel over token slices where that beats
+// the GEMM (ggml_sparse_zz_cpu_slice_max)
+static bool zz_slice_tokens(const struct zz_shape * s) {
+    return s->nt > GGML_SPARSE_MAX_BATCH && s->layout == GGML_SPARSE_ZZ_LAYOUT_COLS &&
+           s->nt <= ggml_sparse_zz_cpu_slice_max(s->type);
 }
 
 // balanced token slices of at most GGML_SPARSE_MAX_BATCH tokens
@@ -471,7 +475,7 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_UNITS");
         env_upt = e != NULL && atoi(e) > 0 ? atoi(e) : -1;
     }
-    const int upt = env_upt > 0 ? env_upt : rpu == 1 && !zz_use_ref(params) && ggml_sparse_zz_cpu_gemm_int16(s->type) ? 1 : 4;
+    const int upt = env_upt > 0 ? env_upt : !zz_use_ref(params) && ggml_sparse_zz_cpu_gemm_int16(s->type) ? 1 : 4;
     int64_t ng = 1;
     while (nu*ng < upt*nth && ng*8 < s->nt) {
         ng++;

@@ -93,11 +93,26 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
                                     const float * x, int64_t ldx, int64_t nt, float * y, int64_t ldy,
                                     float * panel, int64_t panel_floats, bool int16);
 
-// prefill of a type on 16-bit integers (x d rounded to int16 per token and 128 columns; AVX512-VNNI Q4_K) instead
-// of fp32 panels: the panel floats that needs, 0 where this build (or LLAMA_SPARSE_CPU_GEMM=f32) has no such path
+// prefill of a type on 16-bit integers (x d rounded to int16 per token and 256 columns; Q4_K with AVX512-VNNI or
+// AVX-VNNI) instead of fp32 panels: the panel floats that needs, 0 where this build (or LLAMA_SPARSE_CPU_GEMM=f32) has
+// no such path
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
 // whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
 bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);
+// the most tokens a column-major prefill runs as token slices of the batch kernel instead of the GEMM (0: never):
+// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM, lower against the int16 one, LLAMA_SPARSE_CPU_SLICE_MAX=N
+// overriding both
+int ggml_sparse_zz_cpu_slice_max(enum ggml_type type);
+
+// get_scale_min_k4 of ggml-quants.c: the 6-bit scale d and min m of Q4_K sub-block j from the 12 scale bytes q
+static inline void zz_get_scale_min_k4(int j, const uint8_t * q, uint8_t * d, uint8_t * m) {
+    if (j < 4) {
+        *d = q[j] & 63; *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4);
+        *m = (q[j+4] >>  4) | ((q[j-0] >> 6) << 4);
+    }
+}
 
 // dequantize one block (B values) exactly as ggml's dequantize_row_* does
 void ggml_sparse_zz_dequant_block(enum ggml_type type, const void * blk, float * out);

@@ -208,15 +208,10 @@ static_assert(ZZ_I16_JC % ZZ_I16_G == 0 && ZZ_I16_G % 16 == 0, "x scale groups")
 // x scales (TS x JC/G), min terms (TS x 8)
 #define ZZ_I16_WORK_FLOATS (256*(ZZ_I16_JC/2) + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
 
-// get_scale_min_k4 of ggml-quants.c for every sub-block
+// the scales and mins of every sub-block
 static inline void zz_i16_scales(const uint8_t * q, uint8_t * sc, uint8_t * m) {
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = q[j] & 63;
-        m[j]  = q[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; ++j) {
-        sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m[j]  = (q[j + 4] >> 4)  | ((q[j] >> 6) << 4);
+    for (int j = 0; j < 8; ++j) {
+        zz_get_scale_min_k4(j, q, sc + j, m + j);
     }
 }
 
@@ -244,13 +239,18 @@ static inline void zz_i16_pair_head(const block_q4_K * a, const block_q4_K * b, 
     }
 }
 
-// next-pass weight blocks [c, c + k) of the row into L2 (3 lines cover a 144-byte block)
-static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k) {
+// weight blocks [c, c + k) of the row (3 lines cover a 144-byte block) into L1, or L2 with l2 (a constant where
+// inlined)
+static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k, const bool l2) {
     for (int64_t e = c; e < c + k; ++e) {
         const char * pb = wrow + e*cs;
-        _mm_prefetch(pb, _MM_HINT_T1);
-        _mm_prefetch(pb + 64, _MM_HINT_T1);
-        _mm_prefetch(pb + 128, _MM_HINT_T1);
+        for (int l = 0; l < 3; ++l) {
+            if (l2) {
+                _mm_prefetch(pb + 64*l, _MM_HINT_T1);
+            } else {
+                _mm_prefetch(pb + 64*l, _MM_HINT_T0);
+            }
+        }
     }
 }
 #endif
@@ -639,7 +639,7 @@ static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const in
         for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
             const int     tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
             const int64_t k  = pf_n - pf_c < pf_per ? pf_n - pf_c : pf_per;
-            zz_i16_pf(wrow, cs, pf_c0 + pf_c, k);
+            zz_i16_pf(wrow, cs, pf_c0 + pf_c, k, true);
             pf_c += k;
             for (int64_t g = 0; g*ZZ_I16_G < 2*npair; ++g) {
                 const int64_t p0 = g*(ZZ_I16_G/2);
@@ -668,15 +668,8 @@ static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const floa
         const int64_t nc    = (2*npair + 15) & ~(int64_t) 15; // columns the x loops touch
         for (int64_t p = 0; p < npair; ++p) {
             const char * a = wrow + (j0 + 2*p)*cs;
-            if (j0 + 2*p + 16 < n) {
-                // column-major blocks are nr blocks apart: fetch ahead of the hardware prefetcher
-                const char * pf = a + 16*cs;
-                for (int k = 0; k < 2; ++k) {
-                    __builtin_prefetch(pf + k*cs);
-                    __builtin_prefetch(pf + k*cs + 64);
-                    __builtin_prefetch(pf + k*cs + 128);
-                }
-            }
+            // column-major blocks are nr blocks apart: fetch the pair 16 columns ahead of the hardware prefetcher
+            zz_i16_pf(wrow, cs, j0 + 2*p + 16, j0 + 2*p + 16 < n ? 2 : 0, false);
             zz_i16_pack_pair((const block_q4_K *) a, 2*p + 1 < nj ? (const block_q4_K *) (a + cs) : NULL, panel, np, p,
                              dm, dcol);
         }
@@ -729,7 +722,8 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
     GGML_ASSERT(bk % ZZ_GEMM_TI == 0 && bk <= 256 && (nb == 1 || nb == 2) && jp >= 8);
 
 #if ZZ_GEMM_I16
-    if (int16 && type == GGML_TYPE_Q4_K && nb == 1 && n > 0 && panel_floats >= ZZ_I16_WORK_FLOATS && zz_gemm_i16_on()) {
+    const int64_t need16 = int16 && nb == 1 && n > 0 ? ggml_sparse_zz_gemm_int16_floats(type) : 0;
+    if (need16 > 0 && panel_floats >= need16) {
         zz_gemm_q4_K_i16((const char *) wrow, cs, n, x, ldx, nt, y, ldy, panel);
         return;
     }

@@ -51,15 +51,6 @@ static inline void zz_scale_f32(float * out, int n, float d, float m) {
     }
 }
 
-static inline void zz_get_scale_min_k4(int j, const uint8_t * q, uint8_t * d, uint8_t * m) {
-    if (j < 4) {
-        *d = q[j] & 63; *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4);
-        *m = (q[j+4] >>  4) | ((q[j-0] >> 6) << 4);
-    }
-}
-
 static inline void zz_dequant_neon(enum ggml_type type, const void * blk, float * w) {
     switch (type) {
         case GGML_TYPE_Q4_0: {

@@ -1253,19 +1253,8 @@ ggml_sparse_zz_cm_reduce_t ggml_sparse_zz_cm_reduce_x86(enum ggml_type type) {
 #endif
 #endif
 
-// against the int16 GEMM (ggml_sparse_zz_gemm_int16_floats; 4096x11008, two rounds): slices 3.8-4.0 ms against
-// 4.0-5.4 at 9 tokens, 4.6-4.8 against 4.2-4.4 at 12, 6.0-6.1 against 4.9-5.1 at 16; end to end (7B-shaped, 8
-// layers) slices 72.3 t/s against the GEMM's 67.9 at 12 tokens, 70.7 against 82.2 at 16
-// (bench/results/cpu_prefill_i16_2026-12-06.md)
-#ifndef ZZ_CM_SLICE_MAX_I16
-#define ZZ_CM_SLICE_MAX_I16 12
-#endif
-
 int ggml_sparse_zz_cm_slice_max_x86(enum ggml_type type) {
-    if (type != GGML_TYPE_Q4_K) {
-        return 0;
-    }
-    return ggml_sparse_zz_gemm_int16_floats(type) > 0 && ZZ_CM_SLICE_MAX_I16 < ZZ_CM_SLICE_MAX ? ZZ_CM_SLICE_MAX_I16 : ZZ_CM_SLICE_MAX;
+    return type == GGML_TYPE_Q4_K ? ZZ_CM_SLICE_MAX : 0;
 }
 
 //

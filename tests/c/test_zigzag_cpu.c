@@ -337,7 +337,7 @@ static void test_mul_mat_one(enum ggml_type type, int64_t m, int64_t n, int nt, 
         // Fewer than ~48 active columns: up to 2.1% seen (both layouts, 30 draws of n <= 40; the chunk's
         // largest coefficient sets the 8-bit scale of all 16 columns), so 2.5% there
         // a few more tokens on a column-major Q4_K weight run the batch kernel in slices (int8 coefficients too)
-        const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && nt <= ggml_sparse_zz_cm_slice_max_x86(type);
+        const bool sliced = cm && nt > GGML_SPARSE_MAX_BATCH && nt <= ggml_sparse_zz_cpu_slice_max(type);
         // the int16 GEMM rounds x d to 13 bits per token and 256 columns: up to 6e-4 seen on this heavy-tailed x,
         // against stock's 8-bit x at 1.3-1.7e-2
         const bool gemm16 = nt > GGML_SPARSE_MAX_BATCH && !sliced && ggml_sparse_zz_cpu_gemm_int16(type);
@@ -472,9 +472,9 @@ static void test_colmajor(bool quick) {
 }
 
 // prefill of a few more tokens than a decode batch on a column-major Q4_K weight: the batch kernel over token slices
-// up to ggml_sparse_zz_cm_slice_max_x86, the fp32 GEMM past it; both sides of the boundary, every slice split
+// up to ggml_sparse_zz_cpu_slice_max, the GEMM past it; both sides of the boundary, every slice split
 static void test_slices(void) {
-    const int smax = ggml_sparse_zz_cm_slice_max_x86(GGML_TYPE_Q4_K);
+    const int smax = ggml_sparse_zz_cpu_slice_max(GGML_TYPE_Q4_K);
     printf("prefill token slices (column-major Q4_K): up to %d tokens\n", smax);
     if (smax <= GGML_SPARSE_MAX_BATCH) {
         return;
