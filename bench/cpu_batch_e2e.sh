@@ -44,11 +44,11 @@ for ((r = 1; r <= ROUNDS; ++r)); do
         extra=()
         [ "$level" = "$row" ] || extra=("${row#*@}")
         if [ "$row" = stock ]; then
-            env -u LLAMA_SPARSE "$stock_bin/llama-bench" -m "$stock_model" "${args[@]}" > "$tmp/$row.$r.jsonl"
+            env -u LLAMA_SPARSE "$stock_bin/llama-bench" -m "$stock_model" "${args[@]}" > "$tmp/${row//\//_}.$r.jsonl"
         elif [ "$level" = dense ]; then
-            env -u LLAMA_SPARSE "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
+            env -u LLAMA_SPARSE "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/${row//\//_}.$r.jsonl"
         else
-            env LLAMA_SPARSE="$level" "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/$row.$r.jsonl"
+            env LLAMA_SPARSE="$level" "${extra[@]}" "$fork_bench" -m "$zz" "${args[@]}" > "$tmp/${row//\//_}.$r.jsonl"
         fi
     done
 done
@@ -59,7 +59,7 @@ tmp, rounds, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 best = {}
 for row in rows:
     for r in range(1, rounds + 1):
-        for line in open(f"{tmp}/{row}.{r}.jsonl"):
+        for line in open(f"{tmp}/{row.replace('/', '_')}.{r}.jsonl"):
             if line.strip():
                 d = json.loads(line)
                 k = (row, d["n_prompt"])

@@ -366,12 +366,11 @@ static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
 
-// against the int16 GEMM (ggml_sparse_zz_gemm_int16_floats; 4096x11008, two rounds): slices 3.8-4.0 ms against
-// 4.0-5.4 at 9 tokens, 4.6-4.8 against 4.2-4.4 at 12, 6.0-6.1 against 4.9-5.1 at 16; end to end (7B-shaped, 8
-// layers) slices 72.3 t/s against the GEMM's 67.9 at 12 tokens, 70.7 against 82.2 at 16
-// (bench/results/cpu_prefill_i16_2026-12-06.md)
+// against the int16 GEMM (ggml_sparse_zz_gemm_int16_floats) with its 2- and 4-token tiles, end to end (7B-shaped,
+// 8 layers): the GEMM 68.9-89.9 t/s against the slices' 65.1-73.1 at 9-12 tokens, so none
+// (bench/results/cpu_prefill_i16_2026-12-06b.md)
 #ifndef ZZ_CM_SLICE_MAX_I16
-#define ZZ_CM_SLICE_MAX_I16 12
+#define ZZ_CM_SLICE_MAX_I16 8
 #endif
 
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {

@@ -208,34 +208,46 @@ static_assert(ZZ_I16_JC % ZZ_I16_G == 0 && ZZ_I16_G % 16 == 0, "x scale groups")
 // x scales (TS x JC/G), min terms (TS x 8)
 #define ZZ_I16_WORK_FLOATS (256*(ZZ_I16_JC/2) + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
 
-// the scales and mins of every sub-block
-static inline void zz_i16_scales(const uint8_t * q, uint8_t * sc, uint8_t * m) {
-    for (int j = 0; j < 8; ++j) {
-        zz_get_scale_min_k4(j, q, sc + j, m + j);
-    }
+// the 8 scales (bytes of *sc) and 8 mins (*m) of a Q4_K block, as zz_get_scale_min_k4 gives them
+static inline void zz_i16_scales(const uint8_t * q, uint64_t * sc, uint64_t * m) {
+    uint32_t u[3];
+    memcpy(u, q, sizeof(u));
+    const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    const uint32_t s03 = u[0] & k6;                                    // q[j] & 63
+    const uint32_t s47 = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);      // q[j+4] & 15 | q[j-4] >> 6 << 4
+    const uint32_t m03 = u[1] & k6;                                    // q[j+4] & 63
+    const uint32_t m47 = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4); // q[j+4] >> 4 | q[j] >> 6 << 4
+    *sc = s03 | (uint64_t) s47 << 32;
+    *m  = m03 | (uint64_t) m47 << 32;
 }
 
-// the scalar part of a column pair: scales (scb/mb zero when b is NULL), d[2p + c] and the min table
-// dm[s][2p + c] = dmin m_s
+// the scalar part of a column pair (b NULL: zeros for it): the scale words scw[s] = sc_a,s | sc_b,s << 16,
+// d[2p + c] and the min table dm[s][2p + c] = dmin_c m_c,s
 static inline void zz_i16_pair_head(const block_q4_K * a, const block_q4_K * b, int64_t p, float * dm, float * d,
-                                    uint8_t * sca, uint8_t * scb) {
-    uint8_t ma[8], mb[8] = {0};
-    zz_i16_scales(a->scales, sca, ma);
-    memset(scb, 0, 8);
+                                    int32_t * scw) {
+    uint64_t sa, ma, sb = 0, mb = 0;
+    zz_i16_scales(a->scales, &sa, &ma);
     // d and dmin of both blocks (the first 4 bytes of each) in one conversion
     int32_t hb[2] = { 0, 0 };
     memcpy(&hb[0], a, sizeof(int32_t));
     if (b != NULL) {
-        zz_i16_scales(b->scales, scb, mb);
+        zz_i16_scales(b->scales, &sb, &mb);
         memcpy(&hb[1], b, sizeof(int32_t));
     }
-    float h[4];
-    _mm_storeu_ps(h, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) hb)));
-    d[2*p]     = h[0];
-    d[2*p + 1] = h[2];
-    for (int s = 0; s < 8; ++s) {
-        dm[s*ZZ_I16_JC + 2*p]     = h[1]*ma[s];
-        dm[s*ZZ_I16_JC + 2*p + 1] = h[3]*mb[s];
+    const __m128 h = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) hb)); // d_a, dmin_a, d_b, dmin_b
+    _mm_storel_pi((__m64 *) (d + 2*p), _mm_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm256_storeu_si256((__m256i *) scw,
+                        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi64_si128((int64_t) sa), _mm_cvtsi64_si128((int64_t) sb))));
+    const __m128i mi   = _mm_unpacklo_epi8(_mm_cvtsi64_si128((int64_t) ma), _mm_cvtsi64_si128((int64_t) mb));
+    const __m128  dmn  = _mm_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m256  dmn8 = _mm256_insertf128_ps(_mm256_castps128_ps256(dmn), dmn, 1);
+    const __m256  lo   = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mi)), dmn8);                    // s 0-3
+    const __m256  hi   = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(mi, 8))), dmn8); // s 4-7
+    const __m128  v[4] = { _mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1),
+                           _mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1) };
+    for (int k = 0; k < 4; ++k) {
+        _mm_storel_pi((__m64 *) (dm + (2*k)*ZZ_I16_JC + 2*p),     v[k]);
+        _mm_storeh_pi((__m64 *) (dm + (2*k + 1)*ZZ_I16_JC + 2*p), v[k]);
     }
 }
 
@@ -253,6 +265,13 @@ static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k,
         }
     }
 }
+
+// blocks [p, p + k*cs) in steps of cs that a tile asks into L2 while it runs (k 0: none)
+typedef struct {
+    const char * p;
+    size_t       cs;
+    int64_t      k;
+} zz_i16_pfq;
 #endif
 
 #if ZZ_GEMM_I16 == 512
@@ -262,8 +281,8 @@ static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k,
 static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, void * panel_v, int64_t np,
                                     int64_t p, float * dm, float * d) {
     __m512i * panel = (__m512i *) panel_v;
-    uint8_t sca[8], scb[8];
-    zz_i16_pair_head(a, b, p, dm, d, sca, scb);
+    int32_t scw[8];
+    zz_i16_pair_head(a, b, p, dm, d, scw);
     // output byte 4l = quant byte 16h + l of column a, 4l + 2 = the same of column b (32 bytes on); odd bytes zero
     static const int8_t idx_src[2][64] = {
 #define ZZ_I16_IDX(h, l) (h)*16 + (l), 0, 32 + (h)*16 + (l), 0
@@ -283,8 +302,8 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
         const __m512i z  = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
         const __m512i lo = _mm512_and_si512(z, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-        const __m512i sl = _mm512_set1_epi32((int32_t) ((uint32_t) sca[2*r]     | (uint32_t) scb[2*r] << 16));
-        const __m512i sh = _mm512_set1_epi32((int32_t) ((uint32_t) sca[2*r + 1] | (uint32_t) scb[2*r + 1] << 16));
+        const __m512i sl = _mm512_set1_epi32(scw[2*r]);
+        const __m512i sh = _mm512_set1_epi32(scw[2*r + 1]);
         __m512i * pr = panel + r*4*np + 4*p; // vectors 4r .. 4r + 3 of pair p, side by side
         pr[0] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx0, lo), sl);
         pr[1] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx1, lo), sl);
@@ -293,109 +312,62 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
     }
 }
 
+// the AVX-512 tile's asm: sums of token row t in zmm(8 + 4t) .. zmm(11 + 4t), x rows 512 bytes apart
+#define ZZ_I16_Z4(a, b, c, d) "vpxord %%zmm" #a ", %%zmm" #a ", %%zmm" #a "\n\tvpxord %%zmm" #b ", %%zmm" #b ", %%zmm" #b "\n\t" \
+    "vpxord %%zmm" #c ", %%zmm" #c ", %%zmm" #c "\n\tvpxord %%zmm" #d ", %%zmm" #d ", %%zmm" #d "\n\t"
+#define ZZ_I16_ROW(off, a, b, c, d) "vpbroadcastd " #off "(%[x]), %%zmm4\n\t" \
+    "vpdpwssd %%zmm0, %%zmm4, %%zmm" #a "\n\tvpdpwssd %%zmm1, %%zmm4, %%zmm" #b "\n\t" \
+    "vpdpwssd %%zmm2, %%zmm4, %%zmm" #c "\n\tvpdpwssd %%zmm3, %%zmm4, %%zmm" #d "\n\t"
+#define ZZ_I16_ST4(off, a, b, c, d) "vmovdqa64 %%zmm" #a ", " #off "+0(%[o])\n\tvmovdqa64 %%zmm" #b ", " #off "+64(%[o])\n\t" \
+    "vmovdqa64 %%zmm" #c ", " #off "+128(%[o])\n\tvmovdqa64 %%zmm" #d ", " #off "+192(%[o])\n\t"
+// one step a pair; every ev steps, while pk > 0, the 3 lines of the block at pf go to L2 (a burst of them before a
+// tile stalled on fill buffers)
+#define ZZ_I16_LOOP(rows) "1:\n\t" \
+    "vmovdqa64 0(%[w]), %%zmm0\n\tvmovdqa64 64(%[w]), %%zmm1\n\tvmovdqa64 128(%[w]), %%zmm2\n\tvmovdqa64 192(%[w]), %%zmm3\n\t" \
+    rows "dec %[cd]\n\tjnz 2f\n\tmov %[ev], %[cd]\n\ttest %[pk], %[pk]\n\tjz 2f\n\t" \
+    "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tprefetcht1 128(%[pf])\n\tadd %[cs], %[pf]\n\tdec %[pk]\n\t" \
+    "2:\n\tadd $256, %[w]\n\tadd $4, %[x]\n\tdec %[n]\n\tjnz 1b\n\t"
+#define ZZ_I16_OPS [w] "+&r" (w), [x] "+&r" (x), [n] "+&r" (n), [cd] "+&r" (cd), [pk] "+&r" (pk), [pf] "+&r" (pf) \
+    : [o] "r" (sums), [ev] "r" (ev), [cs] "r" (pq.cs)
+#define ZZ_I16_R01 ZZ_I16_ROW(0, 8, 9, 10, 11) ZZ_I16_ROW(512, 12, 13, 14, 15)
+#define ZZ_I16_R23 ZZ_I16_ROW(1024, 16, 17, 18, 19) ZZ_I16_ROW(1536, 20, 21, 22, 23)
+#define ZZ_I16_R45 ZZ_I16_ROW(2048, 24, 25, 26, 27) ZZ_I16_ROW(2560, 28, 29, 30, 31)
+#define ZZ_I16_Z01 ZZ_I16_Z4(8, 9, 10, 11) ZZ_I16_Z4(12, 13, 14, 15)
+#define ZZ_I16_Z23 ZZ_I16_Z4(16, 17, 18, 19) ZZ_I16_Z4(20, 21, 22, 23)
+#define ZZ_I16_Z45 ZZ_I16_Z4(24, 25, 26, 27) ZZ_I16_Z4(28, 29, 30, 31)
+#define ZZ_I16_S01 ZZ_I16_ST4(0, 8, 9, 10, 11) ZZ_I16_ST4(256, 12, 13, 14, 15)
+#define ZZ_I16_S23 ZZ_I16_ST4(512, 16, 17, 18, 19) ZZ_I16_ST4(768, 20, 21, 22, 23)
+#define ZZ_I16_S45 ZZ_I16_ST4(1024, 24, 25, 26, 27) ZZ_I16_ST4(1280, 28, 29, 30, 31)
+#define ZZ_I16_CLOBBER "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", \
+    "zmm14", "zmm15", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", "zmm25", \
+    "zmm26", "zmm27", "zmm28", "zmm29", "zmm30", "zmm31", "cc", "memory"
+
 // y[t*ldy + 16v + ...] (+)= S[t*sst] * sum over pairs [0, npair) of panel[4p + v] . xq[t*256 + 2p .. +1], for the
-// 4 output vectors v of the tile and nt <= 6 tokens (missing ones read other rows of xq and are not stored).
-// The sums live in zmm8-31 through one asm block: gcc keeps most of 24 vpdpwssd sums on the stack, however the C
-// is put
+// 4 output vectors v of the tile and nt <= 6 tokens, in a tile of 2, 4 or 6 token rows (rows past nt read other rows
+// of xq and are not stored); pq's blocks go to L2 meanwhile. The sums live in zmm8-31 through asm: gcc keeps most of
+// 24 vpdpwssd sums on the stack, however the C is put
 static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
-                        const float * S, int64_t sst, int nt, float * y, int64_t ldy, bool first) {
+                        const float * S, int64_t sst, int nt, float * y, int64_t ldy, bool first, zz_i16_pfq pq) {
     static_assert(ZZ_I16_NT == 6 && ZZ_I16_JC == 256, "the asm's tile");
     __m512i      sums[ZZ_I16_NT*4];
-    const char * w = (const char *) panel;
-    const char * x = (const char *) xq;
-    int64_t      n = npair;
-    GGML_ASSERT(n > 0);
-    __asm__ volatile(
-        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-        "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"
-        "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"
-        "vpxord %%zmm26, %%zmm26, %%zmm26\n\t"
-        "vpxord %%zmm27, %%zmm27, %%zmm27\n\t"
-        "vpxord %%zmm28, %%zmm28, %%zmm28\n\t"
-        "vpxord %%zmm29, %%zmm29, %%zmm29\n\t"
-        "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
-        "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
-        "1:\n\t"
-        "vmovdqa64 0(%[w]), %%zmm0\n\t"
-        "vmovdqa64 64(%[w]), %%zmm1\n\t"
-        "vmovdqa64 128(%[w]), %%zmm2\n\t"
-        "vmovdqa64 192(%[w]), %%zmm3\n\t"
-        "vpbroadcastd 0(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm8\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm9\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm10\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm11\n\t"
-        "vpbroadcastd 512(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm12\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm13\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm14\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm15\n\t"
-        "vpbroadcastd 1024(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm16\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm17\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm18\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm19\n\t"
-        "vpbroadcastd 1536(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm20\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm21\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm22\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm23\n\t"
-        "vpbroadcastd 2048(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm24\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm25\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm26\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm27\n\t"
-        "vpbroadcastd 2560(%[x]), %%zmm4\n\t"
-        "vpdpwssd %%zmm0, %%zmm4, %%zmm28\n\t"
-        "vpdpwssd %%zmm1, %%zmm4, %%zmm29\n\t"
-        "vpdpwssd %%zmm2, %%zmm4, %%zmm30\n\t"
-        "vpdpwssd %%zmm3, %%zmm4, %%zmm31\n\t"
-        "add $256, %[w]\n\t"
-        "add $4, %[x]\n\t"
-        "dec %[n]\n\t"
-        "jnz 1b\n\t"
-        "vmovdqa64 %%zmm8, 0(%[o])\n\t"
-        "vmovdqa64 %%zmm9, 64(%[o])\n\t"
-        "vmovdqa64 %%zmm10, 128(%[o])\n\t"
-        "vmovdqa64 %%zmm11, 192(%[o])\n\t"
-        "vmovdqa64 %%zmm12, 256(%[o])\n\t"
-        "vmovdqa64 %%zmm13, 320(%[o])\n\t"
-        "vmovdqa64 %%zmm14, 384(%[o])\n\t"
-        "vmovdqa64 %%zmm15, 448(%[o])\n\t"
-        "vmovdqa64 %%zmm16, 512(%[o])\n\t"
-        "vmovdqa64 %%zmm17, 576(%[o])\n\t"
-        "vmovdqa64 %%zmm18, 640(%[o])\n\t"
-        "vmovdqa64 %%zmm19, 704(%[o])\n\t"
-        "vmovdqa64 %%zmm20, 768(%[o])\n\t"
-        "vmovdqa64 %%zmm21, 832(%[o])\n\t"
-        "vmovdqa64 %%zmm22, 896(%[o])\n\t"
-        "vmovdqa64 %%zmm23, 960(%[o])\n\t"
-        "vmovdqa64 %%zmm24, 1024(%[o])\n\t"
-        "vmovdqa64 %%zmm25, 1088(%[o])\n\t"
-        "vmovdqa64 %%zmm26, 1152(%[o])\n\t"
-        "vmovdqa64 %%zmm27, 1216(%[o])\n\t"
-        "vmovdqa64 %%zmm28, 1280(%[o])\n\t"
-        "vmovdqa64 %%zmm29, 1344(%[o])\n\t"
-        "vmovdqa64 %%zmm30, 1408(%[o])\n\t"
-        "vmovdqa64 %%zmm31, 1472(%[o])\n\t"
-        : [w] "+r" (w), [x] "+r" (x), [n] "+r" (n)
-        : [o] "r" (sums)
-        : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "zmm30", "zmm31", "cc", "memory");
+    const char * w  = (const char *) panel;
+    const char * x  = (const char *) xq;
+    int64_t      n  = npair;
+    const char * pf = pq.p;
+    int64_t      pk = pq.k < npair ? pq.k : npair; // the rest in a burst below
+    int64_t      ev = pk > 0 ? npair/pk : npair;   // steps between blocks
+    int64_t      cd = ev;
+    GGML_ASSERT(n > 0 && nt > 0 && nt <= 6);
+    if (nt > 4) {
+        __asm__ volatile(ZZ_I16_Z01 ZZ_I16_Z23 ZZ_I16_Z45 ZZ_I16_LOOP(ZZ_I16_R01 ZZ_I16_R23 ZZ_I16_R45)
+                         ZZ_I16_S01 ZZ_I16_S23 ZZ_I16_S45 : ZZ_I16_OPS : ZZ_I16_CLOBBER);
+    } else if (nt > 2) {
+        __asm__ volatile(ZZ_I16_Z01 ZZ_I16_Z23 ZZ_I16_LOOP(ZZ_I16_R01 ZZ_I16_R23) ZZ_I16_S01 ZZ_I16_S23
+                         : ZZ_I16_OPS : ZZ_I16_CLOBBER);
+    } else {
+        __asm__ volatile(ZZ_I16_Z01 ZZ_I16_LOOP(ZZ_I16_R01) ZZ_I16_S01 : ZZ_I16_OPS : ZZ_I16_CLOBBER);
+    }
+    zz_i16_pf(pf, pq.cs, 0, pk + (pq.k > npair ? pq.k - npair : 0), true);
     for (int t = 0; t < nt; ++t) {
         const __m512 st = _mm512_set1_ps(S[t*sst]);
         for (int v = 0; v < 4; ++v) {
@@ -444,9 +416,9 @@ static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, cons
 // the tile of output group gr (64 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
 static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
                                   int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
-                                  int64_t ldy, bool first) {
+                                  int64_t ldy, bool first, zz_i16_pfq pq) {
     zz_i16_tile((const __m512i *) panel + 4*gr*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr, tt,
-                y + t0*ldy + 64*gr, ldy, first);
+                y + t0*ldy + 64*gr, ldy, first, pq);
 }
 #endif
 
@@ -457,8 +429,8 @@ static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_
 static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, void * panel_v, int64_t np,
                                     int64_t p, float * dm, float * d) {
     __m256i * panel = (__m256i *) panel_v;
-    uint8_t sca[8], scb[8];
-    zz_i16_pair_head(a, b, p, dm, d, sca, scb);
+    int32_t scw[8];
+    zz_i16_pair_head(a, b, p, dm, d, scw);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i z  = _mm256_setzero_si256();
     for (int r = 0; r < 4; ++r) {
@@ -469,7 +441,7 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
             const __m256i nb = _mm256_and_si256(h ? _mm256_srli_epi16(qb, 4) : qb, m4);
             const __m256i al = _mm256_unpacklo_epi8(na, z), ah = _mm256_unpackhi_epi8(na, z);
             const __m256i bl = _mm256_unpacklo_epi8(nb, z), bh = _mm256_unpackhi_epi8(nb, z);
-            const __m256i sc = _mm256_set1_epi32((int32_t) ((uint32_t) sca[2*r + h] | (uint32_t) scb[2*r + h] << 16));
+            const __m256i sc = _mm256_set1_epi32(scw[2*r + h]);
             __m256i * pr = panel + ((2*r + h)*np + p)*4;
             pr[0] = _mm256_mullo_epi16(_mm256_unpacklo_epi16(al, bl), sc);
             pr[1] = _mm256_mullo_epi16(_mm256_unpackhi_epi16(al, bl), sc);
@@ -609,8 +581,9 @@ static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, c
 // the tile of output group gr (32 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
 static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
                                   int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
-                                  int64_t ldy, bool first) {
+                                  int64_t ldy, bool first, zz_i16_pfq pq) {
     const int64_t t1 = tt > 1 ? t0 + 1 : t0;
+    zz_i16_pf(pq.p, pq.cs, 0, pq.k, true); // (short tiles: small bursts)
     zz_i16_tile((const __m256i *) panel + (gr*np + p0)*4, pn, xq + t0*ldq + 2*p0, xq + t1*ldq + 2*p0,
                 xs[t0*ngr + g], xs[t1*ngr + g], tt, y + t0*ldy + 32*gr, ldy, first);
 }
@@ -639,13 +612,13 @@ static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const in
         for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
             const int     tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
             const int64_t k  = pf_n - pf_c < pf_per ? pf_n - pf_c : pf_per;
-            zz_i16_pf(wrow, cs, pf_c0 + pf_c, k, true);
-            pf_c += k;
             for (int64_t g = 0; g*ZZ_I16_G < 2*npair; ++g) {
-                const int64_t p0 = g*(ZZ_I16_G/2);
-                const int     pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
-                zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0);
+                const int64_t    p0 = g*(ZZ_I16_G/2);
+                const int        pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
+                const zz_i16_pfq pq = { wrow + (pf_c0 + pf_c)*cs, cs, g == 0 ? k : 0 }; // the first group's tile
+                zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0, pq);
             }
+            pf_c += k;
         }
     }
 }
