@@ -236,8 +236,8 @@ static inline void zz_i16_pair_head(const block_q4_K * a, const block_q4_K * b, 
     }
     const __m128 h = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) hb)); // d_a, dmin_a, d_b, dmin_b
     _mm_storel_pi((__m64 *) (d + 2*p), _mm_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm256_storeu_si256((__m256i *) scw,
-                        _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_cvtsi64_si128((int64_t) sa), _mm_cvtsi64_si128((int64_t) sb))));
+    const __m128i si = _mm_unpacklo_epi8(_mm_cvtsi64_si128((int64_t) sa), _mm_cvtsi64_si128((int64_t) sb));
+    _mm256_storeu_si256((__m256i *) scw, _mm256_cvtepu8_epi16(si));
     const __m128i mi   = _mm_unpacklo_epi8(_mm_cvtsi64_si128((int64_t) ma), _mm_cvtsi64_si128((int64_t) mb));
     const __m128  dmn  = _mm_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1));
     const __m256  dmn8 = _mm256_insertf128_ps(_mm256_castps128_ps256(dmn), dmn, 1);
@@ -313,17 +313,18 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
 }
 
 // the AVX-512 tile's asm: sums of token row t in zmm(8 + 4t) .. zmm(11 + 4t), x rows 512 bytes apart
-#define ZZ_I16_Z4(a, b, c, d) "vpxord %%zmm" #a ", %%zmm" #a ", %%zmm" #a "\n\tvpxord %%zmm" #b ", %%zmm" #b ", %%zmm" #b "\n\t" \
-    "vpxord %%zmm" #c ", %%zmm" #c ", %%zmm" #c "\n\tvpxord %%zmm" #d ", %%zmm" #d ", %%zmm" #d "\n\t"
+#define ZZ_I16_Z1(a) "vpxord %%zmm" #a ", %%zmm" #a ", %%zmm" #a "\n\t"
+#define ZZ_I16_Z4(a, b, c, d) ZZ_I16_Z1(a) ZZ_I16_Z1(b) ZZ_I16_Z1(c) ZZ_I16_Z1(d)
 #define ZZ_I16_ROW(off, a, b, c, d) "vpbroadcastd " #off "(%[x]), %%zmm4\n\t" \
     "vpdpwssd %%zmm0, %%zmm4, %%zmm" #a "\n\tvpdpwssd %%zmm1, %%zmm4, %%zmm" #b "\n\t" \
     "vpdpwssd %%zmm2, %%zmm4, %%zmm" #c "\n\tvpdpwssd %%zmm3, %%zmm4, %%zmm" #d "\n\t"
-#define ZZ_I16_ST4(off, a, b, c, d) "vmovdqa64 %%zmm" #a ", " #off "+0(%[o])\n\tvmovdqa64 %%zmm" #b ", " #off "+64(%[o])\n\t" \
-    "vmovdqa64 %%zmm" #c ", " #off "+128(%[o])\n\tvmovdqa64 %%zmm" #d ", " #off "+192(%[o])\n\t"
+#define ZZ_I16_ST1(off, a) "vmovdqa64 %%zmm" #a ", " #off "(%[o])\n\t"
+#define ZZ_I16_ST4(off, a, b, c, d) ZZ_I16_ST1(off+0, a) ZZ_I16_ST1(off+64, b) ZZ_I16_ST1(off+128, c) ZZ_I16_ST1(off+192, d)
 // one step a pair; every ev steps, while pk > 0, the 3 lines of the block at pf go to L2 (a burst of them before a
 // tile stalled on fill buffers)
 #define ZZ_I16_LOOP(rows) "1:\n\t" \
-    "vmovdqa64 0(%[w]), %%zmm0\n\tvmovdqa64 64(%[w]), %%zmm1\n\tvmovdqa64 128(%[w]), %%zmm2\n\tvmovdqa64 192(%[w]), %%zmm3\n\t" \
+    "vmovdqa64 0(%[w]), %%zmm0\n\tvmovdqa64 64(%[w]), %%zmm1\n\t" \
+    "vmovdqa64 128(%[w]), %%zmm2\n\tvmovdqa64 192(%[w]), %%zmm3\n\t" \
     rows "dec %[cd]\n\tjnz 2f\n\tmov %[ev], %[cd]\n\ttest %[pk], %[pk]\n\tjz 2f\n\t" \
     "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tprefetcht1 128(%[pf])\n\tadd %[cs], %[pf]\n\tdec %[pk]\n\t" \
     "2:\n\tadd $256, %[w]\n\tadd $4, %[x]\n\tdec %[n]\n\tjnz 1b\n\t"
@@ -344,10 +345,11 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
 
 // y[t*ldy + 16v + ...] (+)= S[t*sst] * sum over pairs [0, npair) of panel[4p + v] . xq[t*256 + 2p .. +1], for the
 // 4 output vectors v of the tile and nt <= 6 tokens, in a tile of 2, 4 or 6 token rows (rows past nt read other rows
-// of xq and are not stored); pq's blocks go to L2 meanwhile. The sums live in zmm8-31 through asm: gcc keeps most of
-// 24 vpdpwssd sums on the stack, however the C is put
-static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
-                        const float * S, int64_t sst, int nt, float * y, int64_t ldy, bool first, zz_i16_pfq pq) {
+// of xq and are not stored); pq's blocks go to L2 meanwhile. mn (or NULL): the min terms to take off, mn[8t] from
+// vectors 0-1 (one sub-block), mn[8t + 1] from 2-3. The sums live in zmm8-31 through asm: gcc keeps most of 24
+// vpdpwssd sums on the stack, however the C is put
+static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq, const float * S, int64_t sst,
+                        const float * mn, int nt, float * y, int64_t ldy, bool first, zz_i16_pfq pq) {
     static_assert(ZZ_I16_NT == 6 && ZZ_I16_JC == 256, "the asm's tile");
     __m512i      sums[ZZ_I16_NT*4];
     const char * w  = (const char *) panel;
@@ -358,6 +360,14 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
     int64_t      ev = pk > 0 ? npair/pk : npair;   // steps between blocks
     int64_t      cd = ev;
     GGML_ASSERT(n > 0 && nt > 0 && nt <= 6);
+    if (!first) {
+        // the tile's y lines (L2 from the last pass) arrive during the loop
+        for (int t = 0; t < nt; ++t) {
+            for (int v = 0; v < 4; ++v) {
+                _mm_prefetch((const char *) (y + t*ldy + 16*v), _MM_HINT_T0);
+            }
+        }
+    }
     if (nt > 4) {
         __asm__ volatile(ZZ_I16_Z01 ZZ_I16_Z23 ZZ_I16_Z45 ZZ_I16_LOOP(ZZ_I16_R01 ZZ_I16_R23 ZZ_I16_R45)
                          ZZ_I16_S01 ZZ_I16_S23 ZZ_I16_S45 : ZZ_I16_OPS : ZZ_I16_CLOBBER);
@@ -373,7 +383,12 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq,
         for (int v = 0; v < 4; ++v) {
             const __m512 f  = _mm512_cvtepi32_ps(sums[4*t + v]);
             float      * yv = y + t*ldy + 16*v;
-            _mm512_storeu_ps(yv, first ? _mm512_mul_ps(f, st) : _mm512_fmadd_ps(f, st, _mm512_loadu_ps(yv)));
+            if (mn != NULL) {
+                const __m512 m = _mm512_set1_ps(mn[8*t + v/2]);
+                _mm512_storeu_ps(yv, _mm512_fmadd_ps(f, st, first ? -m : _mm512_sub_ps(_mm512_loadu_ps(yv), m)));
+            } else {
+                _mm512_storeu_ps(yv, first ? _mm512_mul_ps(f, st) : _mm512_fmadd_ps(f, st, _mm512_loadu_ps(yv)));
+            }
         }
     }
 }
@@ -416,9 +431,9 @@ static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, cons
 // the tile of output group gr (64 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
 static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
                                   int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
-                                  int64_t ldy, bool first, zz_i16_pfq pq) {
-    zz_i16_tile((const __m512i *) panel + 4*gr*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr, tt,
-                y + t0*ldy + 64*gr, ldy, first, pq);
+                                  int64_t ldy, bool first, const float * mns, zz_i16_pfq pq) {
+    zz_i16_tile((const __m512i *) panel + 4*gr*np + 4*p0, pn, xq + t0*ldq + 2*p0, xs + t0*ngr + g, ngr,
+                mns != NULL ? mns + 8*t0 + 2*gr : NULL, tt, y + t0*ldy + 64*gr, ldy, first, pq);
 }
 #endif
 
@@ -509,7 +524,8 @@ static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, cons
 }
 
 // y[0 .. 32) (+)= s * the group's 4 vectors of sums, in output order
-static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256 s, bool first) {
+static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256 s, float m,
+                                    bool first) {
     const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0), s), f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1), s);
     const __m256 f2 = _mm256_mul_ps(_mm256_cvtepi32_ps(a2), s), f3 = _mm256_mul_ps(_mm256_cvtepi32_ps(a3), s);
     const __m256 o[4] = {
@@ -517,14 +533,16 @@ static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a
         _mm256_permute2f128_ps(f0, f1, 0x31), _mm256_permute2f128_ps(f2, f3, 0x31),
     };
     for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(y + 8*i, first ? o[i] : _mm256_add_ps(o[i], _mm256_loadu_ps(y + 8*i)));
+        const __m256 b = _mm256_set1_ps(m);
+        _mm256_storeu_ps(y + 8*i, _mm256_sub_ps(first ? o[i] : _mm256_add_ps(o[i], _mm256_loadu_ps(y + 8*i)), b));
     }
 }
 
-// one group of 32 outputs, ZZ_I16_NT (2) tokens: xq0, xq1 the tokens' x rows (the same row when nt = 1). In asm as
-// the AVX-512 tile: gcc moved the sums between registers every step and spilled one
+// one group of 32 outputs, ZZ_I16_NT (2) tokens: xq0, xq1 the tokens' x rows (the same row when nt = 1), m0, m1
+// their min terms to take off. In asm as the AVX-512 tile: gcc moved the sums between registers every step and
+// spilled one
 static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, const int16_t * xq1,
-                        float s0, float s1, int nt, float * y, int64_t ldy, bool first) {
+                        float s0, float s1, float m0, float m1, int nt, float * y, int64_t ldy, bool first) {
     static_assert(ZZ_I16_NT == 2, "the asm's tile");
     __m256i      sums[8];
     const char * w  = (const char *) panel;
@@ -572,20 +590,21 @@ static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, c
         : [w] "+r" (w), [x0] "+r" (x0), [x1] "+r" (x1), [n] "+r" (n)
         : [o] "r" (sums)
         : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory");
-    zz_i16_put_group(y, sums[0], sums[1], sums[2], sums[3], _mm256_set1_ps(s0), first);
+    zz_i16_put_group(y, sums[0], sums[1], sums[2], sums[3], _mm256_set1_ps(s0), m0, first);
     if (nt > 1) {
-        zz_i16_put_group(y + ldy, sums[4], sums[5], sums[6], sums[7], _mm256_set1_ps(s1), first);
+        zz_i16_put_group(y + ldy, sums[4], sums[5], sums[6], sums[7], _mm256_set1_ps(s1), m1, first);
     }
 }
 
 // the tile of output group gr (32 outputs) and tokens [t0, t0 + tt) over pairs [p0, p0 + pn) of x group g
 static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_t p0, int pn, const int16_t * xq,
                                   int64_t ldq, const float * xs, int64_t ngr, int64_t g, int64_t t0, int tt, float * y,
-                                  int64_t ldy, bool first, zz_i16_pfq pq) {
+                                  int64_t ldy, bool first, const float * mns, zz_i16_pfq pq) {
     const int64_t t1 = tt > 1 ? t0 + 1 : t0;
     zz_i16_pf(pq.p, pq.cs, 0, pq.k, true); // (short tiles: small bursts)
     zz_i16_tile((const __m256i *) panel + (gr*np + p0)*4, pn, xq + t0*ldq + 2*p0, xq + t1*ldq + 2*p0,
-                xs[t0*ngr + g], xs[t1*ngr + g], tt, y + t0*ldy + 32*gr, ldy, first);
+                xs[t0*ngr + g], xs[t1*ngr + g], mns != NULL ? mns[8*t0 + gr] : 0.0f,
+                mns != NULL ? mns[8*t1 + gr] : 0.0f, tt, y + t0*ldy + 32*gr, ldy, first);
 }
 #endif
 
@@ -601,10 +620,11 @@ static bool zz_gemm_i16_on(void) {
 }
 
 // every tile of a slab: the output groups (ZZ_I16_GROUPS of them), tokens ZZ_I16_NT at a time, x groups in order
-// (the first pass's first group stores y), the next pass's blocks [pf_c0, pf_c0 + pf_n) fetched meanwhile
+// (the first pass's first group stores y; every pass's first group takes off its min terms mns[t][s]), the next pass's
+// blocks [pf_c0, pf_c0 + pf_n) fetched meanwhile
 static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const int16_t * xq, int64_t ldq,
-                         const float * xs, int64_t ngr, int64_t tn, float * y, int64_t ldy, bool first_pass,
-                         const char * wrow, size_t cs, int64_t pf_c0, int64_t pf_n) {
+                         const float * xs, int64_t ngr, const float * mns, int64_t tn, float * y, int64_t ldy,
+                         bool first_pass, const char * wrow, size_t cs, int64_t pf_c0, int64_t pf_n) {
     const int64_t ntile  = ZZ_I16_GROUPS*((tn + ZZ_I16_NT - 1)/ZZ_I16_NT);
     const int64_t pf_per = (pf_n + ntile - 1)/ntile;
     int64_t       pf_c   = 0;
@@ -616,7 +636,8 @@ static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const in
                 const int64_t    p0 = g*(ZZ_I16_G/2);
                 const int        pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
                 const zz_i16_pfq pq = { wrow + (pf_c0 + pf_c)*cs, cs, g == 0 ? k : 0 }; // the first group's tile
-                zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0, pq);
+                zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0,
+                               g == 0 ? mns : NULL, pq);
             }
             pf_c += k;
         }
@@ -670,16 +691,9 @@ static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const floa
             // the products; the next pass's blocks go to L2 meanwhile (during the last slab)
             const int64_t pf_n = ts + ZZ_I16_TS >= nt && j0 + ZZ_I16_JC < n ?
                 (n - j0 - ZZ_I16_JC < ZZ_I16_JC ? n - j0 - ZZ_I16_JC : ZZ_I16_JC) : 0;
-            zz_i16_tiles(panel, np, npair, xq, ldq, xs, ngr, tn, y + ts*ldy, ldy, j0 == 0, wrow, cs, j0 + ZZ_I16_JC, pf_n);
-            for (int64_t t = 0; t < tn; ++t) {
-                float * yt = y + (ts + t)*ldy;
-                for (int s = 0; s < 8; ++s) {
-                    const float m = mns[8*t + s]; // (a local: no aliasing with y, so the loop vectorizes)
-                    for (int i = 0; i < 32; ++i) {
-                        yt[32*s + i] -= m;
-                    }
-                }
-            }
+            // (the min terms come off in each sub-block's tiles of the first x group)
+            zz_i16_tiles(panel, np, npair, xq, ldq, xs, ngr, mns, tn, y + ts*ldy, ldy, j0 == 0, wrow, cs,
+                         j0 + ZZ_I16_JC, pf_n);
         }
     }
 }
