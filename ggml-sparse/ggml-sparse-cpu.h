@@ -100,7 +100,7 @@ int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
 // whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
 bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);
 // the most tokens a column-major prefill runs as token slices of the batch kernel instead of the GEMM (0: never):
-// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM, lower against the int16 one, LLAMA_SPARSE_CPU_SLICE_MAX=N
+// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM, none (8) against the int16 one, LLAMA_SPARSE_CPU_SLICE_MAX=N
 // overriding both
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type);
 
