@@ -1,7 +1,7 @@
 // llama-sparse: CPU prefill GEMM microbenchmark. Stock ggml mul_mat (CPU backend, ggml graph, weights in
 // CPU_REPACK as llama.cpp loads them, x quantized inside) against zigzag MUL_MAT_ZZ dense, T tokens at once
 // (T > GGML_SPARSE_MAX_BATCH: the prefill path; smaller T times the decode GEMV dense). Prints a markdown table (ratio = stock time / zigzag time).
-// usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1] [-L rows|cols]
+// usage: gemm_cpu [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q6_k|q8_0] [-S 0|1] [-L rows|cols]
 // -L cols: zigzag weights column-major, the layout llama-sparse gives Q4_K/Q8_0/Q4_0 weights on x86 (decode and prefill).
 // -S 1: SmolLM2-135M shapes instead of Llama-2-7B's. Each side runs in its own processes, procs of each,
 // alternating (stock, zigzag, zigzag, stock, ...), so neither side's spinning threads slow the other's calls.
@@ -130,7 +130,8 @@ int main(int argc, char ** argv) {
         if (strcmp(argv[i], "-r") == 0) rounds    = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-P") == 0) n_procs   = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-T") == 0) nt        = atoll(argv[i + 1]);
-        if (strcmp(argv[i], "-q") == 0) type      = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_K;
+        if (strcmp(argv[i], "-q") == 0) type      = strcmp(argv[i + 1], "q8_0") == 0 ? GGML_TYPE_Q8_0 :
+                                                    strcmp(argv[i + 1], "q6_k") == 0 ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
         if (strcmp(argv[i], "-S") == 0) shape_set = atoi(argv[i + 1]);
         if (strcmp(argv[i], "-L") == 0) cm        = strcmp(argv[i + 1], "cols") == 0;
     }

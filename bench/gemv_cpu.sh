@@ -2,7 +2,7 @@
 # llama-sparse: builds bench/gemv_cpu.c (decode GEMV) or, run as bench/gemm_cpu.sh (a link to this file),
 # bench/gemm_cpu.c (prefill GEMM) against the stock ggml build and runs it; the table, the command and the
 # CPU model go to bench/results/<program>_<date>.md.
-# usage: bench/gemm_cpu.sh [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q8_0] [-S 0|1] [-L rows|cols] (gemm_cpu.c's header)
+# usage: bench/gemm_cpu.sh [-t n_threads] [-r rounds] [-P procs] [-T tokens] [-q q4_k|q6_k|q8_0] [-S 0|1] [-L rows|cols] (gemm_cpu.c's header)
 #        bench/gemv_cpu.sh [-t n_threads] [-r reps] [-s min|median] [-m hot|cold] [-q q4_k|q8_0] [-S 0|1 (1: SmolLM2 shapes)]
 #                          [-L rows|cols|both] [-P procs (default 6; 0: both sides in one process, the old way)]
 #   env: NO_SAVE=1 to only print; GEMV_RES=file to append to another results file; ZZ_CFLAGS="-DZZ_GROUP=4" to build the kernels with other tuning macros

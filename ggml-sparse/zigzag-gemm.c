@@ -187,6 +187,8 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 // output as dwords (q_a sc_a, q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G
 // columns, as large as the int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd
 // then takes two columns per lane and instruction against the fp32 GEMM's one. The min term stays in fp32.
+// Q6_K (AVX-512 only) the same way with q*sc = (q6 - 32)*sc8, |q*sc| <= 4096, s = i/16, no min term, and x groups of
+// ZZ_I16_G6 columns (XMAX 4096 for 128: 12 bits; 2048 for 256 would be 11).
 #define ZZ_I16_JC 256 // columns per panel pass (the x rows of the AVX-512 tile's asm are 512 bytes apart)
 #ifndef ZZ_I16_G
 #define ZZ_I16_G ZZ_I16_JC // columns per x scale (divides JC)
@@ -201,12 +203,20 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 #define ZZ_I16_NT     2 // 8 sums, 4 weight vectors, 2 broadcasts (16 registers)
 #define ZZ_I16_GROUPS 8 // of 32 outputs
 #endif
-#define ZZ_I16_XMAX ((float) (INT32_MAX/(ZZ_I16_G*945) < 32767 ? INT32_MAX/(ZZ_I16_G*945) : 32767))
+#define ZZ_I16_G6 (ZZ_I16_G < 128 ? ZZ_I16_G : 128) // Q6_K's x groups
+#define ZZ_I16_XMAX(g, wmax) ((float) (INT32_MAX/((g)*(wmax)) < 32767 ? INT32_MAX/((g)*(wmax)) : 32767))
 static_assert(ZZ_I16_JC % ZZ_I16_G == 0 && ZZ_I16_G % 16 == 0, "x scale groups");
 
+// what a type's panels need from the x side: columns per x scale, the rounding's bound, whether there are mins
+typedef struct {
+    int64_t g;
+    float   xmax;
+    bool    mins;
+} zz_i16_kind;
+
 // work floats: panel (256 outputs x JC/2 pairs, a dword each), min table (8 x JC), d (JC), x ((TS + NT) x JC int16),
-// x scales (TS x JC/G), min terms (TS x 8)
-#define ZZ_I16_WORK_FLOATS (256*(ZZ_I16_JC/2) + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G + 8))
+// x scales (TS x JC/G6, the smaller group), min terms (TS x 8)
+#define ZZ_I16_WORK_FLOATS (256*(ZZ_I16_JC/2) + 9*ZZ_I16_JC + (ZZ_I16_TS + ZZ_I16_NT)*ZZ_I16_JC/2 + ZZ_I16_TS*(ZZ_I16_JC/ZZ_I16_G6 + 8))
 
 // the 8 scales (bytes of *sc) and 8 mins (*m) of a Q4_K block, as zz_get_scale_min_k4 gives them
 static inline void zz_i16_scales(const uint8_t * q, uint64_t * sc, uint64_t * m) {
@@ -312,6 +322,61 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
     }
 }
 
+// Q6_K column pair p (b NULL past the last column): the 16 output vectors of the pair at panel[(v/4)*4*np + 4p + v%4]
+// as zz_i16_pack_pair's, dword l of vector v the int16 (q - 32) sc of output 16v + l in a, then in b; d[2p + c]
+static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * b, void * panel_v, int64_t np,
+                                       int64_t p, float * d) {
+    __m512i * panel = (__m512i *) panel_v;
+    // the scale words scw[v] = sc_a,v | sc_b,v << 16 (sign-extended int8 scales, one a 16 outputs)
+    int32_t scw[16];
+    const __m128i sa = _mm_loadu_si128((const __m128i *) a->scales);
+    const __m128i sb = b != NULL ? _mm_loadu_si128((const __m128i *) b->scales) : _mm_setzero_si128();
+    _mm256_storeu_si256((__m256i *) scw,       _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sb)));
+    _mm256_storeu_si256((__m256i *) (scw + 8), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(sa, sb)));
+    d[2*p]     = GGML_FP16_TO_FP32(a->d);
+    d[2*p + 1] = b != NULL ? GGML_FP16_TO_FP32(b->d) : 0.0f;
+    // word 2l of vector k of a 64-output run: byte 16k + l of a's run, word 2l + 1 the same of b's (index 64 on)
+    static const int8_t idx_src[4][64] = {
+#define ZZ_I16_IDX(k, l) 16*(k) + (l), 0, 64 + 16*(k) + (l), 0
+#define ZZ_I16_IDX4(k, l) ZZ_I16_IDX(k, l), ZZ_I16_IDX(k, l + 1), ZZ_I16_IDX(k, l + 2), ZZ_I16_IDX(k, l + 3)
+#define ZZ_I16_IDX16(k) { ZZ_I16_IDX4(k, 0), ZZ_I16_IDX4(k, 4), ZZ_I16_IDX4(k, 8), ZZ_I16_IDX4(k, 12) }
+        ZZ_I16_IDX16(0), ZZ_I16_IDX16(1), ZZ_I16_IDX16(2), ZZ_I16_IDX16(3),
+#undef ZZ_I16_IDX16
+#undef ZZ_I16_IDX4
+#undef ZZ_I16_IDX
+    };
+    const __mmask64 even = 0x5555555555555555ull;
+    const __m512i   m4   = _mm512_set1_epi8(0x0F);
+    const __m512i   m2   = _mm512_set1_epi8(0x03);
+    const __m512i   o32  = _mm512_set1_epi16(32);
+    const block_q6_K * blk[2] = { a, b };
+    __m512i q[2][4]; // the 6-bit values (0-63) of outputs 64r .. 64r + 63, run r, per column
+    for (int c = 0; c < 2; ++c) {
+        for (int h = 0; h < 2; ++h) {
+            if (blk[c] == NULL) {
+                q[c][2*h] = q[c][2*h + 1] = _mm512_setzero_si512();
+                continue;
+            }
+            // half h: ql[64h + l] low nibbles are outputs 128h + l, high nibbles 128h + 64 + l; qh[32h + l] holds the
+            // top bits of outputs 128h + l (bits 0-1), + 32 (2-3), + 64 (4-5), + 96 (6-7)
+            const __m512i l  = _mm512_loadu_si512(blk[c]->ql + 64*h);
+            const __m256i hb = _mm256_loadu_si256((const __m256i *) (blk[c]->qh + 32*h));
+            const __m512i h0 = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            const __m512i h1 = _mm512_srli_epi16(h0, 4);
+            q[c][2*h]     = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(h0, m2), 4));
+            q[c][2*h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                            _mm512_slli_epi16(_mm512_and_si512(h1, m2), 4));
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        __m512i * pr = panel + r*4*np + 4*p; // vectors 4r .. 4r + 3 of pair p, side by side
+        for (int k = 0; k < 4; ++k) {
+            const __m512i w = _mm512_maskz_permutex2var_epi8(even, q[0][r], _mm512_loadu_si512(idx_src[k]), q[1][r]);
+            pr[k] = _mm512_mullo_epi16(_mm512_sub_epi16(w, o32), _mm512_set1_epi32(scw[4*r + k]));
+        }
+    }
+}
+
 // the AVX-512 tile's asm: sums of token row t in zmm(8 + 4t) .. zmm(11 + 4t), x rows 512 bytes apart
 #define ZZ_I16_Z1(a) "vpxord %%zmm" #a ", %%zmm" #a ", %%zmm" #a "\n\t"
 #define ZZ_I16_Z4(a, b, c, d) ZZ_I16_Z1(a) ZZ_I16_Z1(b) ZZ_I16_Z1(c) ZZ_I16_Z1(d)
@@ -394,28 +459,30 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq, co
 }
 
 // token row xt of the pass (nj columns; nc: nj rounded up to 16): x d rounded to int16 into xq (nc entries), the
-// group scales into xs, and the 8 min sums sum_j x_j dm[s][j] into mn
+// group scales into xs, and (kd->mins) the 8 min sums sum_j x_j dm[s][j] into mn
 static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, const float * dcol, const float * dm,
-                                  int16_t * xq, float * xs, float * mn) {
+                                  int16_t * xq, float * xs, float * mn, const zz_i16_kind * kd) {
     __m512 ms[8];
     for (int s = 0; s < 8; ++s) {
         ms[s] = _mm512_setzero_ps();
     }
-    for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
-        const int64_t c0 = g*ZZ_I16_G;
-        const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
+    for (int64_t g = 0; g*kd->g < nc; ++g) {
+        const int64_t c0 = g*kd->g;
+        const int64_t c1 = c0 + kd->g < nc ? c0 + kd->g : nc;
         __m512 amax = _mm512_setzero_ps();
         for (int64_t c = c0; c < c1; c += 16) {
             const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
             const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
             amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(xv, _mm512_loadu_ps(dcol + c))));
-            for (int s = 0; s < 8; ++s) {
-                ms[s] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+            if (kd->mins) {
+                for (int s = 0; s < 8; ++s) {
+                    ms[s] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+                }
             }
         }
         const float am = _mm512_reduce_max_ps(amax);
-        xs[g] = am/ZZ_I16_XMAX;
-        const __m512 iv = _mm512_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
+        xs[g] = am/kd->xmax;
+        const __m512 iv = _mm512_set1_ps(am > 0.0f ? kd->xmax/am : 0.0f);
         for (int64_t c = c0; c < c1; c += 16) {
             const __mmask16 k  = nj - c >= 16 ? 0xFFFF : nj > c ? (__mmask16) ((1u << (nj - c)) - 1) : 0;
             const __m512    xv = _mm512_maskz_loadu_ps(k, xt + c);
@@ -492,26 +559,28 @@ static inline __m256 zz_i16_load8(const float * xt, int64_t c, int64_t nj) {
 
 // as the AVX-512 zz_i16_quant_x
 static inline void zz_i16_quant_x(const float * xt, int64_t nj, int64_t nc, const float * dcol, const float * dm,
-                                  int16_t * xq, float * xs, float * mn) {
+                                  int16_t * xq, float * xs, float * mn, const zz_i16_kind * kd) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 ms[8];
     for (int s = 0; s < 8; ++s) {
         ms[s] = _mm256_setzero_ps();
     }
-    for (int64_t g = 0; g*ZZ_I16_G < nc; ++g) {
-        const int64_t c0 = g*ZZ_I16_G;
-        const int64_t c1 = c0 + ZZ_I16_G < nc ? c0 + ZZ_I16_G : nc;
+    for (int64_t g = 0; g*kd->g < nc; ++g) {
+        const int64_t c0 = g*kd->g;
+        const int64_t c1 = c0 + kd->g < nc ? c0 + kd->g : nc;
         __m256 amax = _mm256_setzero_ps();
         for (int64_t c = c0; c < c1; c += 8) {
             const __m256 xv = zz_i16_load8(xt, c, nj);
             amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_mul_ps(xv, _mm256_loadu_ps(dcol + c))));
-            for (int s = 0; s < 8; ++s) {
-                ms[s] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+            if (kd->mins) {
+                for (int s = 0; s < 8; ++s) {
+                    ms[s] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(dm + s*ZZ_I16_JC + c), ms[s]);
+                }
             }
         }
         const float am = zz_i16_hmax8(amax);
-        xs[g] = am/ZZ_I16_XMAX;
-        const __m256 iv = _mm256_set1_ps(am > 0.0f ? ZZ_I16_XMAX/am : 0.0f);
+        xs[g] = am/kd->xmax;
+        const __m256 iv = _mm256_set1_ps(am > 0.0f ? kd->xmax/am : 0.0f);
         for (int64_t c = c0; c < c1; c += 16) {
             const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(zz_i16_load8(xt, c, nj),     _mm256_loadu_ps(dcol + c)),     iv));
             const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(zz_i16_load8(xt, c + 8, nj), _mm256_loadu_ps(dcol + c + 8)), iv));
@@ -619,12 +688,12 @@ static bool zz_gemm_i16_on(void) {
     return on;
 }
 
-// every tile of a slab: the output groups (ZZ_I16_GROUPS of them), tokens ZZ_I16_NT at a time, x groups in order
+// every tile of a slab: the output groups (ZZ_I16_GROUPS of them), tokens ZZ_I16_NT at a time, x groups (gx columns) in order
 // (the first pass's first group stores y; every pass's first group takes off its min terms mns[t][s]), the next pass's
 // blocks [pf_c0, pf_c0 + pf_n) fetched meanwhile
 static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const int16_t * xq, int64_t ldq,
-                         const float * xs, int64_t ngr, const float * mns, int64_t tn, float * y, int64_t ldy,
-                         bool first_pass, const char * wrow, size_t cs, int64_t pf_c0, int64_t pf_n) {
+                         const float * xs, int64_t ngr, int64_t gx, const float * mns, int64_t tn, float * y,
+                         int64_t ldy, bool first_pass, const char * wrow, size_t cs, int64_t pf_c0, int64_t pf_n) {
     const int64_t ntile  = ZZ_I16_GROUPS*((tn + ZZ_I16_NT - 1)/ZZ_I16_NT);
     const int64_t pf_per = (pf_n + ntile - 1)/ntile;
     int64_t       pf_c   = 0;
@@ -632,9 +701,9 @@ static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const in
         for (int64_t t0 = 0; t0 < tn; t0 += ZZ_I16_NT) {
             const int     tt = tn - t0 < ZZ_I16_NT ? (int) (tn - t0) : ZZ_I16_NT;
             const int64_t k  = pf_n - pf_c < pf_per ? pf_n - pf_c : pf_per;
-            for (int64_t g = 0; g*ZZ_I16_G < 2*npair; ++g) {
-                const int64_t    p0 = g*(ZZ_I16_G/2);
-                const int        pn = (int) (npair - p0 < ZZ_I16_G/2 ? npair - p0 : ZZ_I16_G/2);
+            for (int64_t g = 0; g*gx < 2*npair; ++g) {
+                const int64_t    p0 = g*(gx/2);
+                const int        pn = (int) (npair - p0 < gx/2 ? npair - p0 : gx/2);
                 const zz_i16_pfq pq = { wrow + (pf_c0 + pf_c)*cs, cs, g == 0 ? k : 0 }; // the first group's tile
                 zz_i16_tile_at(panel, np, gr, p0, pn, xq, ldq, xs, ngr, g, t0, tt, y, ldy, first_pass && g == 0,
                                g == 0 ? mns : NULL, pq);
@@ -644,11 +713,14 @@ static void zz_i16_tiles(const void * panel, int64_t np, int64_t npair, const in
     }
 }
 
-static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const float * x, int64_t ldx, int64_t nt,
-                             float * y, int64_t ldy, float * work) {
-    const int64_t np  = ZZ_I16_JC/2;
-    const int64_t ldq = ZZ_I16_JC;
-    const int64_t ngr = ZZ_I16_JC/ZZ_I16_G;
+static void zz_gemm_i16(enum ggml_type type, const char * wrow, size_t cs, int64_t n, const float * x, int64_t ldx,
+                        int64_t nt, float * y, int64_t ldy, float * work) {
+    const bool        q6  = type == GGML_TYPE_Q6_K;
+    const zz_i16_kind kd  = q6 ? (zz_i16_kind) { ZZ_I16_G6, ZZ_I16_XMAX(ZZ_I16_G6, 4096), false } :
+                                 (zz_i16_kind) { ZZ_I16_G, ZZ_I16_XMAX(ZZ_I16_G, 945), true };
+    const int64_t     np  = ZZ_I16_JC/2;
+    const int64_t     ldq = ZZ_I16_JC;
+    const int64_t     ngr = ZZ_I16_JC/kd.g;
     void    * panel = work;                                  // 256 outputs x np pairs, a dword each (ISA's order)
     float   * dm    = work + 256*np;                         // [8][JC]
     float   * dcol  = dm + 8*ZZ_I16_JC;                      // [JC]
@@ -664,8 +736,14 @@ static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const floa
             const char * a = wrow + (j0 + 2*p)*cs;
             // column-major blocks are nr blocks apart: fetch the pair 16 columns ahead of the hardware prefetcher
             zz_i16_pf(wrow, cs, j0 + 2*p + 16, j0 + 2*p + 16 < n ? 2 : 0, false);
-            zz_i16_pack_pair((const block_q4_K *) a, 2*p + 1 < nj ? (const block_q4_K *) (a + cs) : NULL, panel, np, p,
-                             dm, dcol);
+            const char * b = 2*p + 1 < nj ? a + cs : NULL;
+#if ZZ_GEMM_I16 == 512
+            if (q6) {
+                zz_i16_pack_pair_q6((const block_q6_K *) a, (const block_q6_K *) b, panel, np, p, dcol);
+                continue;
+            }
+#endif
+            zz_i16_pack_pair((const block_q4_K *) a, (const block_q4_K *) b, panel, np, p, dm, dcol);
         }
         for (int64_t c = 2*npair; c < nc; ++c) {
             dcol[c] = 0.0f;
@@ -686,14 +764,14 @@ static void zz_gemm_q4_K_i16(const char * wrow, size_t cs, int64_t n, const floa
                         __builtin_prefetch(pf + c);
                     }
                 }
-                zz_i16_quant_x(xt, nj, nc, dcol, dm, xq + t*ldq, xs + t*ngr, mns + 8*t);
+                zz_i16_quant_x(xt, nj, nc, dcol, dm, xq + t*ldq, xs + t*ngr, mns + 8*t, &kd);
             }
             // the products; the next pass's blocks go to L2 meanwhile (during the last slab)
             const int64_t pf_n = ts + ZZ_I16_TS >= nt && j0 + ZZ_I16_JC < n ?
                 (n - j0 - ZZ_I16_JC < ZZ_I16_JC ? n - j0 - ZZ_I16_JC : ZZ_I16_JC) : 0;
             // (the min terms come off in each sub-block's tiles of the first x group)
-            zz_i16_tiles(panel, np, npair, xq, ldq, xs, ngr, mns, tn, y + ts*ldy, ldy, j0 == 0, wrow, cs,
-                         j0 + ZZ_I16_JC, pf_n);
+            zz_i16_tiles(panel, np, npair, xq, ldq, xs, ngr, kd.g, kd.mins ? mns : NULL, tn, y + ts*ldy, ldy, j0 == 0,
+                         wrow, cs, j0 + ZZ_I16_JC, pf_n);
         }
     }
 }
@@ -711,7 +789,7 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
 #if ZZ_GEMM_I16
     const int64_t need16 = int16 && nb == 1 && n > 0 ? ggml_sparse_zz_gemm_int16_floats(type) : 0;
     if (need16 > 0 && panel_floats >= need16) {
-        zz_gemm_q4_K_i16((const char *) wrow, cs, n, x, ldx, nt, y, ldy, panel);
+        zz_gemm_i16(type, (const char *) wrow, cs, n, x, ldx, nt, y, ldy, panel);
         return;
     }
 #else
@@ -781,7 +859,8 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
 
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type) {
 #if ZZ_GEMM_I16
-    return type == GGML_TYPE_Q4_K && zz_gemm_i16_on() ? ZZ_I16_WORK_FLOATS : 0;
+    const bool q6 = ZZ_GEMM_I16 == 512 && type == GGML_TYPE_Q6_K; // (the Q6_K pack is AVX-512 only)
+    return (type == GGML_TYPE_Q4_K || q6) && zz_gemm_i16_on() ? ZZ_I16_WORK_FLOATS : 0;
 #else
     GGML_UNUSED(type);
     return 0;

@@ -31,7 +31,9 @@ lscpu > "$out/lscpu.txt" 2>&1 || true
 
 sides=(new)
 if [ -n "$old" ]; then
-    rm -rf /tmp/ls-old && cp -r "$repo" /tmp/ls-old && cp "$old"/* /tmp/ls-old/ggml-sparse/
+    # what bench/gemm_cpu.sh compiles, with the old kernels
+    rm -rf /tmp/ls-old && mkdir -p /tmp/ls-old/tests && cp -r "$repo/bench" "$repo/ggml-sparse" /tmp/ls-old/ &&
+        cp -r "$repo/tests/c" /tmp/ls-old/tests/ && cp "$old"/* /tmp/ls-old/ggml-sparse/
     sides+=(old)
 fi
 for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
