@@ -187,7 +187,7 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 // output as dwords (q_a sc_a, q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G
 // columns, as large as the int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd
 // then takes two columns per lane and instruction against the fp32 GEMM's one. The min term stays in fp32.
-// Q6_K (AVX-512 only) the same way with q*sc = (q6 - 32)*sc8, |q*sc| <= 4096, s = i/16, no min term, and x groups of
+// Q6_K the same way with q*sc = (q6 - 32)*sc8, |q*sc| <= 4096, s = i/16, no min term, and x groups of
 // ZZ_I16_G6 columns (XMAX 4096 for 128: 12 bits; 2048 for 256 would be 11).
 #define ZZ_I16_JC 256 // columns per panel pass (the x rows of the AVX-512 tile's asm are 512 bytes apart)
 #ifndef ZZ_I16_G
@@ -276,6 +276,17 @@ static inline void zz_i16_pf(const char * wrow, size_t cs, int64_t c, int64_t k,
     }
 }
 
+// a Q6_K column pair's scalar part (b NULL: zeros for it): the scale words scw[v] = sc_a,v | sc_b,v << 16 of each 16
+// outputs (the int8 scales sign-extended) and d[2p + c]
+static inline void zz_i16_q6_head(const block_q6_K * a, const block_q6_K * b, int64_t p, float * d, int32_t * scw) {
+    const __m128i sa = _mm_loadu_si128((const __m128i *) a->scales);
+    const __m128i sb = b != NULL ? _mm_loadu_si128((const __m128i *) b->scales) : _mm_setzero_si128();
+    _mm256_storeu_si256((__m256i *) scw,       _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sb)));
+    _mm256_storeu_si256((__m256i *) (scw + 8), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(sa, sb)));
+    d[2*p]     = GGML_FP16_TO_FP32(a->d);
+    d[2*p + 1] = b != NULL ? GGML_FP16_TO_FP32(b->d) : 0.0f;
+}
+
 // blocks [p, p + k*cs) in steps of cs that a tile asks into L2 while it runs (k 0: none)
 typedef struct {
     const char * p;
@@ -327,14 +338,8 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
 static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * b, void * panel_v, int64_t np,
                                        int64_t p, float * d) {
     __m512i * panel = (__m512i *) panel_v;
-    // the scale words scw[v] = sc_a,v | sc_b,v << 16 (sign-extended int8 scales, one a 16 outputs)
     int32_t scw[16];
-    const __m128i sa = _mm_loadu_si128((const __m128i *) a->scales);
-    const __m128i sb = b != NULL ? _mm_loadu_si128((const __m128i *) b->scales) : _mm_setzero_si128();
-    _mm256_storeu_si256((__m256i *) scw,       _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sb)));
-    _mm256_storeu_si256((__m256i *) (scw + 8), _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(sa, sb)));
-    d[2*p]     = GGML_FP16_TO_FP32(a->d);
-    d[2*p + 1] = b != NULL ? GGML_FP16_TO_FP32(b->d) : 0.0f;
+    zz_i16_q6_head(a, b, p, d, scw);
     // word 2l of vector k of a 64-output run: byte 16k + l of a's run, word 2l + 1 the same of b's (index 64 on)
     static const int8_t idx_src[4][64] = {
 #define ZZ_I16_IDX(k, l) 16*(k) + (l), 0, 64 + 16*(k) + (l), 0
@@ -529,6 +534,50 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
             pr[1] = _mm256_mullo_epi16(_mm256_unpackhi_epi16(al, bl), sc);
             pr[2] = _mm256_mullo_epi16(_mm256_unpacklo_epi16(ah, bh), sc);
             pr[3] = _mm256_mullo_epi16(_mm256_unpackhi_epi16(ah, bh), sc);
+        }
+    }
+}
+
+// Q6_K column pair p in the order of the Q4_K pack above: group gr holds outputs 32gr .. 32gr + 31, so lane 0 of
+// each of its vectors holds outputs of scale 2gr and lane 1 of scale 2gr + 1
+static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * b, void * panel_v, int64_t np,
+                                       int64_t p, float * d) {
+    __m256i * panel = (__m256i *) panel_v;
+    int32_t scw[16];
+    zz_i16_q6_head(a, b, p, d, scw);
+    const __m256i m4  = _mm256_set1_epi8(0x0F);
+    const __m256i m2  = _mm256_set1_epi8(0x03);
+    const __m256i z   = _mm256_setzero_si256();
+    const __m256i o32 = _mm256_set1_epi16(32);
+    const block_q6_K * blk[2] = { a, b };
+    for (int h = 0; h < 2; ++h) {
+        __m256i q[2][4]; // the 6-bit values (0-63) of group 4h + k, per column
+        for (int c = 0; c < 2; ++c) {
+            if (blk[c] == NULL) {
+                q[c][0] = q[c][1] = q[c][2] = q[c][3] = z;
+                continue;
+            }
+            // as the AVX-512 pack: ql[64h + l] and ql[64h + 32 + l] low then high nibbles, qh[32h + l] 2 bits each
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *) (blk[c]->ql + 64*h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *) (blk[c]->ql + 64*h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *) (blk[c]->qh + 32*h));
+            for (int k = 0; k < 4; ++k) {
+                const __m256i lk = k % 2 ? l1 : l0;
+                const __m256i lo = _mm256_and_si256(k < 2 ? lk : _mm256_srli_epi16(lk, 4), m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 2*k), m2);
+                q[c][k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            }
+        }
+        for (int k = 0; k < 4; ++k) {
+            const int     gr = 4*h + k;
+            const __m256i al = _mm256_unpacklo_epi8(q[0][k], z), ah = _mm256_unpackhi_epi8(q[0][k], z);
+            const __m256i bl = _mm256_unpacklo_epi8(q[1][k], z), bh = _mm256_unpackhi_epi8(q[1][k], z);
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi32(scw[2*gr + 1]), _mm_set1_epi32(scw[2*gr]));
+            __m256i * pr = panel + (gr*np + p)*4;
+            pr[0] = _mm256_mullo_epi16(_mm256_sub_epi16(_mm256_unpacklo_epi16(al, bl), o32), sc);
+            pr[1] = _mm256_mullo_epi16(_mm256_sub_epi16(_mm256_unpackhi_epi16(al, bl), o32), sc);
+            pr[2] = _mm256_mullo_epi16(_mm256_sub_epi16(_mm256_unpacklo_epi16(ah, bh), o32), sc);
+            pr[3] = _mm256_mullo_epi16(_mm256_sub_epi16(_mm256_unpackhi_epi16(ah, bh), o32), sc);
         }
     }
 }
@@ -737,12 +786,10 @@ static void zz_gemm_i16(enum ggml_type type, const char * wrow, size_t cs, int64
             // column-major blocks are nr blocks apart: fetch the pair 16 columns ahead of the hardware prefetcher
             zz_i16_pf(wrow, cs, j0 + 2*p + 16, j0 + 2*p + 16 < n ? 2 : 0, false);
             const char * b = 2*p + 1 < nj ? a + cs : NULL;
-#if ZZ_GEMM_I16 == 512
             if (q6) {
                 zz_i16_pack_pair_q6((const block_q6_K *) a, (const block_q6_K *) b, panel, np, p, dcol);
                 continue;
             }
-#endif
             zz_i16_pack_pair((const block_q4_K *) a, (const block_q4_K *) b, panel, np, p, dm, dcol);
         }
         for (int64_t c = 2*npair; c < nc; ++c) {
@@ -859,8 +906,7 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
 
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type) {
 #if ZZ_GEMM_I16
-    const bool q6 = ZZ_GEMM_I16 == 512 && type == GGML_TYPE_Q6_K; // (the Q6_K pack is AVX-512 only)
-    return (type == GGML_TYPE_Q4_K || q6) && zz_gemm_i16_on() ? ZZ_I16_WORK_FLOATS : 0;
+    return (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q6_K) && zz_gemm_i16_on() ? ZZ_I16_WORK_FLOATS : 0;
 #else
     GGML_UNUSED(type);
     return 0;
