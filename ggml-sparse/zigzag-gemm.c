@@ -426,7 +426,8 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq, co
     const char * x  = (const char *) xq;
     int64_t      n  = npair;
     const char * pf = pq.p;
-    int64_t      pk = pq.k < npair ? pq.k : npair; // the rest in a burst below
+    const int64_t nin = pq.k < npair ? pq.k : npair; // blocks asked inside the loop, the rest in a burst after it
+    int64_t      pk = nin;
     int64_t      ev = pk > 0 ? npair/pk : npair;   // steps between blocks
     int64_t      cd = ev;
     GGML_ASSERT(n > 0 && nt > 0 && nt <= 6);
@@ -447,7 +448,7 @@ static void zz_i16_tile(const __m512i * panel, int npair, const int16_t * xq, co
     } else {
         __asm__ volatile(ZZ_I16_Z01 ZZ_I16_LOOP(ZZ_I16_R01) ZZ_I16_S01 : ZZ_I16_OPS : ZZ_I16_CLOBBER);
     }
-    zz_i16_pf(pf, pq.cs, 0, pk + (pq.k > npair ? pq.k - npair : 0), true);
+    zz_i16_pf(pf, pq.cs, 0, pq.k - nin, true); // (pf is past the loop's blocks)
     for (int t = 0; t < nt; ++t) {
         const __m512 st = _mm512_set1_ps(S[t*sst]);
         for (int v = 0; v < 4; ++v) {
