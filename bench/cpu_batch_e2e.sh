@@ -7,8 +7,8 @@
 #
 #   bench/cpu_batch_e2e.sh ZIGZAG_GGUF STOCK_GGUF
 #
-# env: BATCHES=1,2,3,4,6,8 LEVELS=0.50 (an entry LEVEL@VAR=VALUE runs that level, or dense, with VAR=VALUE in the
-#      environment, e.g. dense@LLAMA_SPARSE_CPU_SLICE_MAX=0) ROUNDS=2 REPS=3 THREADS=2 LLAMA_SPARSE_STOCK_BIN=<stock bin/>
+# env: BATCHES=1,2,3,4,6,8 LEVELS=0.50 (an entry LEVEL@VAR=VALUE[+VAR=VALUE...] runs that level, or dense, with those
+#      variables in the environment, e.g. dense@LLAMA_SPARSE_CPU_SLICE_MAX=0) ROUNDS=2 REPS=3 THREADS=2 LLAMA_SPARSE_STOCK_BIN=<stock bin/>
 #      RES=<results file> (default bench/results/cpu_batch_e2e_DATE.md; - to only print)
 set -euo pipefail
 
@@ -42,7 +42,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
         args=(-p "$BATCHES" -n 0 -r "$REPS" -t "$THREADS" -o jsonl)
         level=${row%%@*}
         extra=()
-        [ "$level" = "$row" ] || extra=("${row#*@}")
+        [ "$level" = "$row" ] || IFS=+ read -r -a extra <<< "${row#*@}"
         if [ "$row" = stock ]; then
             env -u LLAMA_SPARSE "$stock_bin/llama-bench" -m "$stock_model" "${args[@]}" > "$tmp/${row//\//_}.$r.jsonl"
         elif [ "$level" = dense ]; then

@@ -370,7 +370,11 @@ static size_t zz_gemm_work_size(int n_tasks) {
 // 8 layers): the GEMM 68.9-89.9 t/s against the slices' 65.1-73.1 at 9-12 tokens, so none
 // (bench/results/cpu_prefill_i16_2026-12-06b.md)
 #ifndef ZZ_CM_SLICE_MAX_I16
+#if defined(__x86_64__) && !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
+#define ZZ_CM_SLICE_MAX_I16 11 // plain AVX2 (vpmaddwd): slices 1.05-1.10x stock at 9 tokens, the GEMM 0.92-0.96x; even at 12
+#else
 #define ZZ_CM_SLICE_MAX_I16 8
+#endif
 #endif
 
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {

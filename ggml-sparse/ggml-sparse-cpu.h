@@ -94,14 +94,14 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
                                     float * panel, int64_t panel_floats, bool int16);
 
 // prefill of a type on 16-bit integers (x d rounded to int16 per token and 256 columns, 128 for Q6_K; Q4_K and Q6_K
-// with AVX512-VNNI or AVX-VNNI) instead of fp32 panels: the panel floats that needs, 0 where this build (or
+// with AVX512-VNNI, AVX-VNNI, or AVX2 without AVX-512) instead of fp32 panels: the panel floats that needs, 0 where this build (or
 // LLAMA_SPARSE_CPU_GEMM=f32) has no such path
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
 // whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
 bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);
 // the most tokens a column-major prefill runs as token slices of the batch kernel instead of the GEMM (0: never):
-// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM, none (8) against the int16 one, LLAMA_SPARSE_CPU_SLICE_MAX=N
-// overriding both
+// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM; against the int16 one none (8) with VNNI, 11 on plain AVX2;
+// LLAMA_SPARSE_CPU_SLICE_MAX=N overriding both
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type);
 
 // get_scale_min_k4 of ggml-quants.c: the 6-bit scale d and min m of Q4_K sub-block j from the 12 scale bytes q

@@ -1,7 +1,7 @@
 // llama-sparse: prefill GEMM on zigzag weights (T > GGML_SPARSE_MAX_BATCH, dense). Each weight block
 // is dequantized once into an fp32 panel and reused by every token, in register tiles of tokens x outputs:
 // AVX-512 6 x 64 (32-row blocks two block-rows at once; 12 x 32 for a lone one), AVX2 6 x 16, NEON 4 x 16.
-// Q4_K on AVX512-VNNI instead takes 16-bit integer panels (zz_gemm_q4_K_i16 below).
+// Q4_K and Q6_K on AVX2 and AVX-512 VNNI instead take 16-bit integer panels (zz_gemm_i16 below).
 #define GGML_COMMON_DECL_C
 #include "ggml-common.h"
 
@@ -175,18 +175,20 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
 #define ZZ_GEMM_I16 512
-#elif defined(__AVXVNNI__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && (defined(__AVXVNNI__) || !defined(__AVX512F__))
+// AVX-VNNI's vpdpwssd where there is one, else vpmaddwd + vpaddd (AVX-512 without VNNI keeps its fp32 tiles: at
+// 128 tokens they ran 1.35-1.5x the speed of these, bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
 #define ZZ_GEMM_I16 256
 #else
 #define ZZ_GEMM_I16 0
 #endif
 
 #if ZZ_GEMM_I16
-// Q4_K on 16-bit integers (AVX512-VNNI, or AVX-VNNI on 256-bit vectors): y_t[i] = sum_j x_tj d_j sc_js q_ij -
+// Q4_K on 16-bit integers (AVX512-VNNI; AVX-VNNI or plain AVX2 on 256-bit vectors): y_t[i] = sum_j x_tj d_j sc_js q_ij -
 // sum_j x_tj dmin_j m_js, s = i/32. The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per
 // output as dwords (q_a sc_a, q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G
 // columns, as large as the int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd
-// then takes two columns per lane and instruction against the fp32 GEMM's one. The min term stays in fp32.
+// (AVX2: vpmaddwd + vpaddd) then takes two columns per lane against the fp32 GEMM's one. The min term stays in fp32.
 // Q6_K the same way with q*sc = (q6 - 32)*sc8, |q*sc| <= 4096, s = i/16, no min term, and x groups of
 // ZZ_I16_G6 columns (XMAX 4096 for 128: 12 bits; 2048 for 256 would be 11).
 #define ZZ_I16_JC 256 // columns per panel pass (the x rows of the AVX-512 tile's asm are 512 bytes apart)
@@ -511,7 +513,7 @@ static inline void zz_i16_tile_at(const void * panel, int64_t np, int gr, int64_
 #endif
 
 #if ZZ_GEMM_I16 == 256
-// AVX-VNNI (256-bit): groups gr = 2r + h of 32 outputs (run r's low (h = 0) or high nibbles), 4 vectors of 8 a
+// 256-bit (AVX-VNNI or AVX2): groups gr = 2r + h of 32 outputs (run r's low (h = 0) or high nibbles), 4 vectors of 8 a
 // group per pair at panel[(gr*np + p)*4 + k]; unpacking in 128-bit lanes puts outputs 16L + 4k + e of the group in
 // lane L, dword e of vector k (zz_i16_put_group undoes it)
 static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, void * panel_v, int64_t np,
@@ -657,6 +659,15 @@ static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a
     }
 }
 
+// ymm acc += the dword sums of ymm w's and ymm x's int16 pairs (t: a free register where there is no vpdpwssd)
+#if defined(__AVXVNNI__)
+#define ZZ_I16_MAC(w, x, acc, t) "%{vex%} vpdpwssd %%ymm" #w ", %%ymm" #x ", %%ymm" #acc "\n\t"
+#else
+// (the same sums: vpmaddwd wraps only for two products of -32768 x -32768, and the panels stay within +-4096)
+#define ZZ_I16_MAC(w, x, acc, t) "vpmaddwd %%ymm" #w ", %%ymm" #x ", %%ymm" #t "\n\t" \
+                                 "vpaddd %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
+#endif
+
 // one group of 32 outputs, ZZ_I16_NT (2) tokens: xq0, xq1 the tokens' x rows (the same row when nt = 1), m0, m1
 // their min terms to take off. In asm as the AVX-512 tile: gcc moved the sums between registers every step and
 // spilled one
@@ -685,14 +696,8 @@ static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, c
         "vmovdqa 96(%[w]), %%ymm3\n\t"
         "vpbroadcastd (%[x0]), %%ymm4\n\t"
         "vpbroadcastd (%[x1]), %%ymm5\n\t"
-        "%{vex%} vpdpwssd %%ymm0, %%ymm4, %%ymm8\n\t"
-        "%{vex%} vpdpwssd %%ymm1, %%ymm4, %%ymm9\n\t"
-        "%{vex%} vpdpwssd %%ymm2, %%ymm4, %%ymm10\n\t"
-        "%{vex%} vpdpwssd %%ymm3, %%ymm4, %%ymm11\n\t"
-        "%{vex%} vpdpwssd %%ymm0, %%ymm5, %%ymm12\n\t"
-        "%{vex%} vpdpwssd %%ymm1, %%ymm5, %%ymm13\n\t"
-        "%{vex%} vpdpwssd %%ymm2, %%ymm5, %%ymm14\n\t"
-        "%{vex%} vpdpwssd %%ymm3, %%ymm5, %%ymm15\n\t"
+        ZZ_I16_MAC(0, 4, 8, 6) ZZ_I16_MAC(1, 4, 9, 7) ZZ_I16_MAC(2, 4, 10, 6) ZZ_I16_MAC(3, 4, 11, 7)
+        ZZ_I16_MAC(0, 5, 12, 6) ZZ_I16_MAC(1, 5, 13, 7) ZZ_I16_MAC(2, 5, 14, 6) ZZ_I16_MAC(3, 5, 15, 7)
         "add $128, %[w]\n\t"
         "add $4, %[x0]\n\t"
         "add $4, %[x1]\n\t"
@@ -708,7 +713,8 @@ static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, c
         "vmovdqu %%ymm15, 224(%[o])\n\t"
         : [w] "+r" (w), [x0] "+r" (x0), [x1] "+r" (x1), [n] "+r" (n)
         : [o] "r" (sums)
-        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory");
+        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13",
+          "ymm14", "ymm15", "cc", "memory");
     zz_i16_put_group(y, sums[0], sums[1], sums[2], sums[3], _mm256_set1_ps(s0), m0, first);
     if (nt > 1) {
         zz_i16_put_group(y + ldy, sums[4], sums[5], sums[6], sums[7], _mm256_set1_ps(s1), m1, first);
