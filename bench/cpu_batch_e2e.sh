@@ -8,7 +8,8 @@
 #   bench/cpu_batch_e2e.sh ZIGZAG_GGUF STOCK_GGUF
 #
 # env: BATCHES=1,2,3,4,6,8 LEVELS=0.50 (an entry LEVEL@VAR=VALUE[+VAR=VALUE...] runs that level, or dense, with those
-#      variables in the environment, e.g. dense@LLAMA_SPARSE_CPU_SLICE_MAX=0) ROUNDS=2 REPS=3 THREADS=2 LLAMA_SPARSE_STOCK_BIN=<stock bin/>
+#      variables in the environment, e.g. dense@LLAMA_SPARSE_CPU_SLICE_MAX=0) ROUNDS=2 REPS=3 THREADS=2
+#      LLAMA_SPARSE_STOCK_BIN=<stock bin/>
 #      RES=<results file> (default bench/results/cpu_batch_e2e_DATE.md; - to only print)
 set -euo pipefail
 

@@ -371,7 +371,9 @@ static size_t zz_gemm_work_size(int n_tasks) {
 // (bench/results/cpu_prefill_i16_2026-12-06b.md)
 #ifndef ZZ_CM_SLICE_MAX_I16
 #if defined(__x86_64__) && !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
-#define ZZ_CM_SLICE_MAX_I16 11 // plain AVX2 (vpmaddwd): slices 1.05-1.10x stock at 9 tokens, the GEMM 0.92-0.96x; even at 12
+// plain AVX2 (vpmaddwd): slices 1.05-1.10x stock at 9 tokens, the GEMM 0.92-0.96x; even at 12
+// (bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
+#define ZZ_CM_SLICE_MAX_I16 11
 #else
 #define ZZ_CM_SLICE_MAX_I16 8
 #endif

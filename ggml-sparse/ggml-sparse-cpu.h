@@ -94,8 +94,8 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
                                     float * panel, int64_t panel_floats, bool int16);
 
 // prefill of a type on 16-bit integers (x d rounded to int16 per token and 256 columns, 128 for Q6_K; Q4_K and Q6_K
-// with AVX512-VNNI, AVX-VNNI, or AVX2 without AVX-512) instead of fp32 panels: the panel floats that needs, 0 where this build (or
-// LLAMA_SPARSE_CPU_GEMM=f32) has no such path
+// with AVX512-VNNI, AVX-VNNI, or AVX2 without AVX-512) instead of fp32 panels: the panel floats that needs, 0 where
+// this build (or LLAMA_SPARSE_CPU_GEMM=f32) has no such path
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
 // whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
 bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);

@@ -184,8 +184,8 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 #endif
 
 #if ZZ_GEMM_I16
-// Q4_K on 16-bit integers (AVX512-VNNI; AVX-VNNI or plain AVX2 on 256-bit vectors): y_t[i] = sum_j x_tj d_j sc_js q_ij -
-// sum_j x_tj dmin_j m_js, s = i/32. The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per
+// Q4_K on 16-bit integers (AVX512-VNNI; AVX-VNNI or plain AVX2 on 256-bit vectors):
+// y_t[i] = sum_j x_tj d_j sc_js q_ij - sum_j x_tj dmin_j m_js, s = i/32. The weights of a column pair become int16 q*sc (<= 15*63 = 945), interleaved per
 // output as dwords (q_a sc_a, q_b sc_b); x_tj d_j is rounded to int16 with one float scale per token and ZZ_I16_G
 // columns, as large as the int32 sums of those G products allow (G*945*XMAX < 2^31: 8876 for G = 256). vpdpwssd
 // (AVX2: vpmaddwd + vpaddd) then takes two columns per lane against the fp32 GEMM's one. The min term stays in fp32.
@@ -713,8 +713,8 @@ static void zz_i16_tile(const __m256i * panel, int npair, const int16_t * xq0, c
         "vmovdqu %%ymm15, 224(%[o])\n\t"
         : [w] "+r" (w), [x0] "+r" (x0), [x1] "+r" (x1), [n] "+r" (n)
         : [o] "r" (sums)
-        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12", "ymm13",
-          "ymm14", "ymm15", "cc", "memory");
+        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10", "ymm11", "ymm12",
+          "ymm13", "ymm14", "ymm15", "cc", "memory");
     zz_i16_put_group(y, sums[0], sums[1], sums[2], sums[3], _mm256_set1_ps(s0), m0, first);
     if (nt > 1) {
         zz_i16_put_group(y + ldy, sums[4], sums[5], sums[6], sums[7], _mm256_set1_ps(s1), m1, first);

@@ -25,8 +25,9 @@ if [ ! -d /tmp/ls-u/stock ]; then
     fi
 fi
 t0=$(date +%s)
-cmake -S /tmp/ls-u/stock -B /tmp/ls-bc -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF ${STOCK_CMAKE:--DGGML_NATIVE=ON} \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$out/cmake-stock.log" 2>&1
+cmake -S /tmp/ls-u/stock -B /tmp/ls-bc -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
+    ${STOCK_CMAKE:--DGGML_NATIVE=ON} -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    > "$out/cmake-stock.log" 2>&1
 cmake --build /tmp/ls-bc -j "$(nproc)" --target ggml-cpu ggml-base > "$out/build-stock.log" 2>&1 ||
     { tail -30 "$out/build-stock.log"; exit 1; }
 echo "stock ggml-cpu built in $(( $(date +%s) - t0 )) s"
@@ -51,9 +52,10 @@ for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
             echo "round $r, T=$T, $side"
             extra=()
             [ -z "${side_env[$side]:-}" ] || IFS=+ read -r -a extra <<< "${side_env[$side]}"
-            env "${extra[@]}" LLAMA_SPARSE_UPSTREAM=/tmp/ls-u/stock LLAMA_SPARSE_STOCK_BIN=/tmp/ls-bc/bin GEMV_RES="$out/$side.md" \
-                TMPDIR=/tmp/ls-t-$side OMP_WAIT_POLICY=active \
-                bash "$root/bench/gemm_cpu.sh" -t "${THREADS:-16}" -r "${REPS:-3}" -P 2 -T "$T" -L cols -q "${QTYPE:-q4_k}" 2>&1 |
+            env "${extra[@]}" LLAMA_SPARSE_UPSTREAM=/tmp/ls-u/stock LLAMA_SPARSE_STOCK_BIN=/tmp/ls-bc/bin \
+                GEMV_RES="$out/$side.md" TMPDIR=/tmp/ls-t-$side OMP_WAIT_POLICY=active \
+                bash "$root/bench/gemm_cpu.sh" -t "${THREADS:-16}" -r "${REPS:-3}" -P 2 -T "$T" -L cols \
+                -q "${QTYPE:-q4_k}" 2>&1 |
                 grep -E "^\| [0-9]" | sed "s/^/$side T=$T: /"
         done
     done
