@@ -173,8 +173,8 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 }
 #endif
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
-#define ZZ_GEMM_I16 512
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ZZ_GEMM_I16 512 // (the packs take vpermb with AVX512-VBMI, byte unpacks without: Cascade Lake)
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && (defined(__AVXVNNI__) || !defined(__AVX512F__))
 // AVX-VNNI's vpdpwssd where there is one, else vpmaddwd + vpaddd (AVX-512 without VNNI keeps its fp32 tiles: at
 // 128 tokens they ran 1.35-1.5x the speed of these, bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
@@ -298,6 +298,16 @@ typedef struct {
 #endif
 
 #if ZZ_GEMM_I16 == 512
+#if !defined(__AVX512VBMI__)
+// without vpermb: bytes a[0..16), b[0..16) -> w0 words (a0, b0, a1, b1, ..., a15, b15), the same of bytes 16..31 -> w1
+static inline void zz_i16_bw_pairs(__m256i a, __m256i b, __m512i * w0, __m512i * w1) {
+    const __m256i ul = _mm256_unpacklo_epi8(a, b); // lanes: a0 b0 .. a7 b7 | a16 b16 .. a23 b23
+    const __m256i uh = _mm256_unpackhi_epi8(a, b); // a8 b8 .. a15 b15 | a24 b24 .. a31 b31
+    *w0 = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(ul, uh, 0x20));
+    *w1 = _mm512_cvtepu8_epi16(_mm256_permute2x128_si256(ul, uh, 0x31));
+}
+#endif
+
 // column pair p of the pass: blocks a, b (b NULL past the last column) -> the 16 output vectors v of the pair at
 // panel[(v/4)*4*np + 4p + v%4] (dword l of vector v: the int16 q sc of output 16v + l in a, then in b), the min table
 // dm[s][2p + c] = dmin m_s and d[2p + c]
@@ -315,23 +325,39 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
 #undef ZZ_I16_IDX4
 #undef ZZ_I16_IDX
     };
+#if defined(__AVX512VBMI__)
     const __m512i idx0 = _mm512_loadu_si512(idx_src[0]);
     const __m512i idx1 = _mm512_loadu_si512(idx_src[1]);
     const __mmask64 even = 0x5555555555555555ull;
     const __m512i   m4   = _mm512_set1_epi8(0x0F);
+#else
+    GGML_UNUSED(idx_src);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#endif
     for (int r = 0; r < 4; ++r) { // 32-byte run r: outputs 64r .. 64r + 63, sub-blocks 2r (low), 2r + 1 (high)
         const __m256i qa = _mm256_loadu_si256((const __m256i *) (a->qs + 32*r));
         const __m256i qb = b != NULL ? _mm256_loadu_si256((const __m256i *) (b->qs + 32*r)) : _mm256_setzero_si256();
-        const __m512i z  = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
-        const __m512i lo = _mm512_and_si512(z, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
         const __m512i sl = _mm512_set1_epi32(scw[2*r]);
         const __m512i sh = _mm512_set1_epi32(scw[2*r + 1]);
         __m512i * pr = panel + r*4*np + 4*p; // vectors 4r .. 4r + 3 of pair p, side by side
+#if defined(__AVX512VBMI__)
+        const __m512i z  = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
+        const __m512i lo = _mm512_and_si512(z, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
         pr[0] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx0, lo), sl);
         pr[1] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx1, lo), sl);
         pr[2] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx0, hi), sh);
         pr[3] = _mm512_mullo_epi16(_mm512_maskz_permutexvar_epi8(even, idx1, hi), sh);
+#else
+        __m512i w[4];
+        zz_i16_bw_pairs(_mm256_and_si256(qa, m4), _mm256_and_si256(qb, m4), &w[0], &w[1]);
+        zz_i16_bw_pairs(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                        &w[2], &w[3]);
+        pr[0] = _mm512_mullo_epi16(w[0], sl);
+        pr[1] = _mm512_mullo_epi16(w[1], sl);
+        pr[2] = _mm512_mullo_epi16(w[2], sh);
+        pr[3] = _mm512_mullo_epi16(w[3], sh);
+#endif
     }
 }
 
@@ -353,6 +379,10 @@ static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * 
 #undef ZZ_I16_IDX
     };
     const __mmask64 even = 0x5555555555555555ull;
+#if !defined(__AVX512VBMI__)
+    GGML_UNUSED(even);
+    GGML_UNUSED(idx_src);
+#endif
     const __m512i   m4   = _mm512_set1_epi8(0x0F);
     const __m512i   m2   = _mm512_set1_epi8(0x03);
     const __m512i   o32  = _mm512_set1_epi16(32);
@@ -377,8 +407,17 @@ static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * 
     }
     for (int r = 0; r < 4; ++r) {
         __m512i * pr = panel + r*4*np + 4*p; // vectors 4r .. 4r + 3 of pair p, side by side
+#if !defined(__AVX512VBMI__)
+        __m512i wk[4];
+        zz_i16_bw_pairs(_mm512_castsi512_si256(q[0][r]), _mm512_castsi512_si256(q[1][r]), &wk[0], &wk[1]);
+        zz_i16_bw_pairs(_mm512_extracti64x4_epi64(q[0][r], 1), _mm512_extracti64x4_epi64(q[1][r], 1), &wk[2], &wk[3]);
+#endif
         for (int k = 0; k < 4; ++k) {
+#if defined(__AVX512VBMI__)
             const __m512i w = _mm512_maskz_permutex2var_epi8(even, q[0][r], _mm512_loadu_si512(idx_src[k]), q[1][r]);
+#else
+            const __m512i w = wk[k];
+#endif
             pr[k] = _mm512_mullo_epi16(_mm512_sub_epi16(w, o32), _mm512_set1_epi32(scw[4*r + k]));
         }
     }

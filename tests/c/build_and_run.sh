@@ -24,19 +24,27 @@ if grep -q avx512f /proc/cpuinfo 2>/dev/null; then
     CC_TEST_FLAGS="-DZZ_GEMM_PANEL_FLOATS=2048 -mno-avx512f" cc_test test_zigzag_cpu_avx2 "${srcs[@]}"
     "$out/test_zigzag_cpu_avx2" --quick
 fi
+# int16_variant NAME FLAGS: the test built with FLAGS (small token slabs and x groups), which must take the int16 GEMM
+int16_variant() {
+    CC_TEST_FLAGS="$2 -DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test "$1" "${srcs[@]}"
+    local log
+    log=$("$out/$1" --quick)
+    echo "$log"
+    grep -q "int16 GEMM q4_K" <<< "$log" && grep -q "int16 GEMM q6_K" <<< "$log" ||
+        { echo "build_and_run: $1 ($2) did not take the int16 GEMM" >&2; exit 1; }
+}
 if grep -q avx2 /proc/cpuinfo 2>/dev/null && grep -q fma /proc/cpuinfo 2>/dev/null &&
         echo 'int x;' | "${CC:-gcc}" -mno-avxvnni -x c -c - -o /dev/null 2>/dev/null; then
     # the int16 GEMM's 256-bit form on plain AVX2 (vpmaddwd + vpaddd), as on CPUs without VNNI or AVX-512
-    CC_TEST_FLAGS="-mno-avx512f -mno-avxvnni -DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test test_zigzag_cpu_avx2i16 "${srcs[@]}"
-    log=$("$out/test_zigzag_cpu_avx2i16" --quick)
-    echo "$log"
-    grep -q "int16 GEMM q4_K" <<< "$log" && grep -q "int16 GEMM q6_K" <<< "$log" ||
-        { echo "build_and_run: the plain AVX2 build did not take the int16 GEMM" >&2; exit 1; }
+    int16_variant test_zigzag_cpu_avx2i16 "-mno-avx512f -mno-avxvnni"
+fi
+if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null && grep -q avx512bw /proc/cpuinfo 2>/dev/null; then
+    # the AVX-512 int16 GEMM without AVX512-VBMI (Cascade Lake): its packs on byte unpacks instead of vpermb
+    int16_variant test_zigzag_cpu_novbmi "-mno-avx512vbmi -mno-avx512vbmi2"
 fi
 if grep -q avx_vnni /proc/cpuinfo 2>/dev/null; then
     # the int16 GEMM's 256-bit AVX-VNNI form, as on CPUs with AVX-VNNI and no AVX-512
-    CC_TEST_FLAGS="-mno-avx512f -mavxvnni -DZZ_I16_TS=8 -DZZ_I16_G=64" cc_test test_zigzag_cpu_avxvnni "${srcs[@]}"
-    "$out/test_zigzag_cpu_avxvnni" --quick
+    int16_variant test_zigzag_cpu_avxvnni "-mno-avx512f -mavxvnni"
 fi
 
 cc_test test_zz_siblings "$root/tests/c/test_zz_siblings.c" "$root/ggml-sparse/ggml-sparse.c"
