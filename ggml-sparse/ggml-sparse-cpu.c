@@ -366,19 +366,6 @@ static size_t zz_gemm_work_size(int n_tasks) {
     return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
 }
 
-// against the int16 GEMM (ggml_sparse_zz_gemm_int16_floats) with its 2- and 4-token tiles, end to end (7B-shaped,
-// 8 layers): the GEMM 68.9-89.9 t/s against the slices' 65.1-73.1 at 9-12 tokens, so none
-// (bench/results/cpu_prefill_i16_2026-12-06b.md)
-#ifndef ZZ_CM_SLICE_MAX_I16
-#if defined(__x86_64__) && !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
-// plain AVX2 (vpmaddwd): slices 1.05-1.10x stock at 9 tokens, the GEMM 0.92-0.96x; even at 12
-// (bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
-#define ZZ_CM_SLICE_MAX_I16 11
-#else
-#define ZZ_CM_SLICE_MAX_I16 8
-#endif
-#endif
-
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {
     static int env_max = -2; // benign race: every thread computes the same value
     if (env_max == -2) {
@@ -389,7 +376,8 @@ int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {
     if (smax == 0 || env_max >= 0) {
         return smax == 0 ? 0 : env_max;
     }
-    return ggml_sparse_zz_cpu_gemm_int16(type) && ZZ_CM_SLICE_MAX_I16 < smax ? ZZ_CM_SLICE_MAX_I16 : smax;
+    const int imax = ggml_sparse_zz_gemm_int16_slice_max();
+    return ggml_sparse_zz_cpu_gemm_int16(type) && imax < smax ? imax : smax;
 }
 
 // prefill with few tokens on a column-major weight: the batch (decode) kernel over token slices where that beats

@@ -99,8 +99,10 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type);
 // whether the prefill GEMM of this build runs a type on 16-bit integers (the above with this build's panel)
 bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type);
+// the most tokens a column-major prefill runs as token slices rather than on the int16 GEMM of this build
+int ggml_sparse_zz_gemm_int16_slice_max(void);
 // the most tokens a column-major prefill runs as token slices of the batch kernel instead of the GEMM (0: never):
-// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM; against the int16 one none (8) with VNNI, 11 on plain AVX2;
+// ggml_sparse_zz_cm_slice_max_x86 against the fp32 GEMM, ggml_sparse_zz_gemm_int16_slice_max against the int16 one,
 // LLAMA_SPARSE_CPU_SLICE_MAX=N overriding both
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type);
 

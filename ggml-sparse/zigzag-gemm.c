@@ -174,13 +174,28 @@ static void zz_gemm_tile_wide(const float * panel, int64_t ss, int64_t nj, const
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define ZZ_GEMM_I16 512 // (the packs take vpermb with AVX512-VBMI, byte unpacks without: Cascade Lake)
+// the packs take vpermb with AVX512-VBMI, byte unpacks without (Cascade Lake): the same panels, vpermb 2-10 % faster at
+// 16 tokens (bench/results/cpu_prefill_novbmi_i16_2026-12-06.md)
+#define ZZ_GEMM_I16 512
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && (defined(__AVXVNNI__) || !defined(__AVX512F__))
 // AVX-VNNI's vpdpwssd where there is one, else vpmaddwd + vpaddd (AVX-512 without VNNI keeps its fp32 tiles: at
 // 128 tokens they ran 1.35-1.5x the speed of these, bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
 #define ZZ_GEMM_I16 256
 #else
 #define ZZ_GEMM_I16 0
+#endif
+// 1 where the int16 form has a dot instruction (vpdpwssd), 0 for plain AVX2
+#if ZZ_GEMM_I16 == 512 || (ZZ_GEMM_I16 == 256 && defined(__AVXVNNI__))
+#define ZZ_I16_VNNI 1
+#else
+#define ZZ_I16_VNNI 0
+#endif
+
+// token slices against the int16 GEMM: with VNNI none (7B-shaped end to end, 8 layers: the GEMM 68.9-89.9 t/s against
+// the slices' 65.1-73.1 at 9-12 tokens, bench/results/cpu_prefill_i16_2026-12-06b.md); plain AVX2 up to 11 (slices
+// 1.05-1.10x stock at 9 tokens, the GEMM 0.92-0.96x; even at 12, bench/results/cpu_prefill_avx2_i16_2026-12-06.md)
+#ifndef ZZ_CM_SLICE_MAX_I16
+#define ZZ_CM_SLICE_MAX_I16 (ZZ_I16_VNNI ? 8 : 11)
 #endif
 
 #if ZZ_GEMM_I16
@@ -699,7 +714,7 @@ static inline void zz_i16_put_group(float * y, __m256i a0, __m256i a1, __m256i a
 }
 
 // ymm acc += the dword sums of ymm w's and ymm x's int16 pairs (t: a free register where there is no vpdpwssd)
-#if defined(__AVXVNNI__)
+#if ZZ_I16_VNNI
 #define ZZ_I16_MAC(w, x, acc, t) "%{vex%} vpdpwssd %%ymm" #w ", %%ymm" #x ", %%ymm" #acc "\n\t"
 #else
 // (the same sums: vpmaddwd wraps only for two products of -32768 x -32768, and the panels stay within +-4096)
@@ -948,6 +963,10 @@ void ggml_sparse_zz_gemm_block_rows(enum ggml_type type, const void * wrow, size
             }
         }
     }
+}
+
+int ggml_sparse_zz_gemm_int16_slice_max(void) {
+    return ZZ_CM_SLICE_MAX_I16;
 }
 
 int64_t ggml_sparse_zz_gemm_int16_floats(enum ggml_type type) {
