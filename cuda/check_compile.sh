@@ -78,6 +78,7 @@ compile attn-decode-standalone -DGGML_SPARSE_CUDA_STANDALONE "$here/attn-decode.
 compile test_attn_cuda -DGGML_SPARSE_CUDA_STANDALONE "$here/tests/test_attn_cuda.cu"
 compile sparq_probe "$here/tests/sparq_probe.cu"
 compile gemv_probe "$here/tests/gemv_probe.cu"
+compile gemv_rowsplit "$here/tests/gemv_rowsplit.cu"
 
 # host-only: the pair-form Q4_K scale extraction against the format, run here (no GPU needed)
 if "$nvcc" -std=c++17 -O2 -I "$here" "$here/tests/test_q4k_pair.cu" -o "$tmp/test_q4k_pair" > "$tmp/test_q4k_pair.log" 2>&1 &&
