@@ -160,13 +160,17 @@ pack() {
     ls -la "$out"
 }
 
+# LS_DEVICE_CUDA=OFF: CPU-only builds of the fork and stock (the cpu-rounds step: minutes less to build)
+cuda_flags() {
+    if [ "${LS_DEVICE_CUDA:-ON}" = OFF ]; then echo "-DGGML_CUDA=OFF"; else echo "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"; fi
+}
+
 build_stock() {
     if [ ! -d $stock ]; then
         cp -a $fork $stock
         for p in $(ls -r "$repo"/patches/*.patch); do patch -p1 -R -s -d $stock -i "$p"; done
     fi
-    cmake -S $stock -B /tmp/b-stock -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+    cmake -S $stock -B /tmp/b-stock -G Ninja -DCMAKE_BUILD_TYPE=Release $(cuda_flags) -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON > "$out/cmake-stock.log"
     cmake --build /tmp/b-stock -j "$jobs" --target llama ggml test-backend-ops llama-bench > "$out/build-stock.log" 2>&1 ||
         { grep -E -B3 -A12 "error|Error" "$out/build-stock.log" | head -80; exit 1; }
@@ -324,14 +328,14 @@ remote() {
         case "$step" in
         build-base)
             # configure, and libggml-base first: the model step needs only it and can run beside the rest
-            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-                -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
+            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release $(cuda_flags) \
+                -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
             cmake --build /tmp/b-fork -j "$jobs" --target ggml-base > "$out/build-base.log" 2>&1 ||
                 { tail -40 "$out/build-base.log"; exit 1; }
             ;;
         build)
-            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-                -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
+            cmake -S "$repo" -B /tmp/b-fork -G Ninja -DCMAKE_BUILD_TYPE=Release $(cuda_flags) \
+                -DLLAMA_SPARSE_UPSTREAM_DIR=$fork -DGGML_NATIVE=ON > "$out/cmake-fork.log"
             cmake --build /tmp/b-fork -j "$jobs" --target ${BUILD_TARGETS:-llama ggml test-backend-ops llama-bench} > "$out/build-fork.log" 2>&1 ||
                 { grep -E -B3 -A12 "error|Error" "$out/build-fork.log" | head -80; exit 1; }
             tail -2 "$out/build-fork.log"
@@ -421,6 +425,24 @@ remote() {
             local cs=() c
             for c in ${SPARQ_ROUNDS:?set SPARQ_ROUNDS}; do cs+=("${c//+/ }"); done
             sparq8b_rounds sparq-rounds "${cs[@]}"
+            ;;
+        cpu-rounds)
+            # decode (tg32) and prefill (pp128) on the host CPU, no layer on a GPU, of the 7B-shaped zigzag model
+            # (modelzz) against stock on the standard Q4_K, at each of CPU_THREADS (default "8 16") threads, in
+            # CPU_ROUNDS_N rounds (default 2) alternating stock and CPU_LEVELS (default "dense 0.50")
+            [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
+            lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Socket|^NUMA node\(s\)|^L3" | tr -s ' '
+            local i t c
+            for i in $(seq 1 "${CPU_ROUNDS_N:-2}"); do
+                for t in ${CPU_THREADS:-8 16}; do
+                    for c in stock ${CPU_LEVELS:-dense 0.50}; do
+                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                        [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
+                        echo "round $i t $t $c: $(LLAMA_SPARSE=$c $bin -m "$m" -ngl 0 -t "$t" -p 128 -n 32 -r "${CPU_REPS:-3}" -o md 2>&1 |
+                            tee -a "$out/cpu-rounds-$c-t$t.log" | grep -E "pp128|tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
+                    done
+                done
+            done
             ;;
         zz-rounds)
             # tg128 of the 7B-shaped zigzag model (modelzz) in alternating rounds over $ZZ_ROUNDS: configurations
