@@ -363,7 +363,7 @@ bool ggml_sparse_zz_cpu_gemm_int16(enum ggml_type type) {
 }
 
 static size_t zz_gemm_work_size(int n_tasks) {
-    return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64;
+    return (size_t) n_tasks*ZZ_GEMM_PANEL_FLOATS*sizeof(float) + 64 + 64; // panels, alignment, the units' counter
 }
 
 int ggml_sparse_zz_cpu_slice_max(enum ggml_type type) {
@@ -468,14 +468,46 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_UNITS");
         env_upt = e != NULL && atoi(e) > 0 ? atoi(e) : -1;
     }
+    // LLAMA_SPARSE_CPU_GEMM_DYN=N (N > 0; off by default): units taken as threads finish, about N a thread where token
+    // groups of at least 32 allow it, so a slow core hands work to the others. For many-core prefill, which ran below
+    // stock on a 16-core host; not yet timed there (bench/results/cpu_threads_host_2026-12-06.md)
+    static int env_dyn = -2; // benign race
+    if (env_dyn == -2) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_DYN");
+        env_dyn = e != NULL && atoi(e) > 0 ? atoi(e) : 0;
+    }
     const int upt = env_upt > 0 ? env_upt : !zz_use_ref(params) && ggml_sparse_zz_cpu_gemm_int16(s->type) ? 1 : 4;
     int64_t ng = 1;
     while (nu*ng < upt*nth && ng*8 < s->nt) {
         ng++;
     }
+    if (env_dyn > 0 && nth > 1) {
+        // at least env_dyn units a thread where groups of >= 32 tokens allow it, then of the next few counts the
+        // one whose last round leaves the fewest threads idle
+        int64_t g0 = ng;
+        while (nu*g0 < env_dyn*nth && (s->nt + g0)/(g0 + 1) >= 32) {
+            g0++;
+        }
+        double best = -1.0;
+        for (int64_t g = g0; g <= g0 + 4 && (g == g0 || (s->nt + g - 1)/g >= 32); ++g) {
+            const double eff = (double) (nu*g)/(double) (((nu*g + nth - 1)/nth)*nth);
+            if (eff > best + 1e-9) {
+                best = eff;
+                ng   = g;
+            }
+        }
+    }
     const int64_t tpg = (s->nt + ng - 1)/ng;
+    const bool dyn = env_dyn > 0 && nth > 1 && nu*ng > nth && panel_own == NULL;
+    atomic_int * next = dyn ? (atomic_int *) ((char *) zz_align64(params->wdata) + (size_t) nth*ZZ_GEMM_PANEL_FLOATS*sizeof(float)) : NULL;
+    if (dyn) {
+        if (ith == 0) {
+            atomic_store_explicit(next, nth, memory_order_relaxed);
+        }
+        ggml_barrier(params->threadpool);
+    }
 
-    for (int64_t u = ith; u < nu*ng; u += nth) {
+    for (int64_t u = ith; u < nu*ng; u = dyn ? atomic_fetch_add_explicit(next, 1, memory_order_relaxed) : u + nth) {
         const int64_t r  = (u/ng)*rpu;
         const int     nb = r + rpu <= s->nr ? (int) rpu : 1;
         const int64_t t0 = (u%ng)*tpg;

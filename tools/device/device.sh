@@ -107,6 +107,10 @@
 #   e2e        llama-bench stock Q4_K vs fork dense and every level (E2E_LEVELS to pick); with E2E_AB_ENV=VAR=V also
 #              tg128 of the levels E2E_AB_LEVELS (default 0.50 0.65) side by side, default | with the variable; then
 #              tg128 at depth E2E_DEPTH (default 512, 0: none) for stock and E2E_DEPTH_LEVELS (default dense 0.50)
+#   cpu-rounds the host CPU, no GPU layer: llama-bench pp CPU_PP (128) + tg32 of stock Q4_K against the fork's
+#              CPU_LEVELS (LEVEL or LEVEL:NAME:VAR=V+VAR2=V2; default dense 0.50) at CPU_THREADS (8 16), CPU_ROUNDS_N
+#              rounds; with LS_DEVICE_CUDA=OFF every build is CPU-only (~2 min): LS_DEVICE_CUDA=OFF MODELZZ_LAYERS=8
+#              device.sh remote build-base model-bg stock-bg build model-wait modelzz-bg stock-wait modelzz-wait cpu-rounds
 #   fuse-check decode logits, fused SwiGLU / residual adds against LLAMA_SPARSE_CUDA_FUSE_OPS=0 (bench/decode_logits.py)
 #   fa-check   decode logits with each attention path (flash attention on) against llama's attention without it
 #              (FA_CHECK_ENVS paths, FA_CHECK_RUNS level:prompt pairs)
@@ -427,19 +431,22 @@ remote() {
             sparq8b_rounds sparq-rounds "${cs[@]}"
             ;;
         cpu-rounds)
-            # decode (tg32) and prefill (pp128) on the host CPU, no layer on a GPU, of the 7B-shaped zigzag model
-            # (modelzz) against stock on the standard Q4_K, at each of CPU_THREADS (default "8 16") threads, in
-            # CPU_ROUNDS_N rounds (default 2) alternating stock and CPU_LEVELS (default "dense 0.50")
+            # prefill (pp CPU_PP, default 128) and decode (tg32) on the host CPU, no layer on a GPU, of the 7B-shaped
+            # zigzag model (modelzz) against stock on the standard Q4_K, at each of CPU_THREADS (default "8 16")
+            # threads, in CPU_ROUNDS_N rounds (default 2) alternating stock and CPU_LEVELS (default "dense 0.50"):
+            # LEVEL or LEVEL:NAME:VAR=V+VAR2=V2 (a fork configuration with its environment)
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
             lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^Socket|^NUMA node\(s\)|^L3" | tr -s ' '
-            local i t c
+            local i t c pp=${CPU_PP:-128}
             for i in $(seq 1 "${CPU_ROUNDS_N:-2}"); do
                 for t in ${CPU_THREADS:-8 16}; do
                     for c in stock ${CPU_LEVELS:-dense 0.50}; do
-                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b lv=${c%%:*} name=$c envs=() ev=
+                        [ "$c" = "$lv" ] || { name=${c#*:}; ev=${name#*:}; name=${name%%:*}; [ "$ev" != "$name" ] || ev=; }
+                        read -r -a envs <<< "${ev//+/ }"
                         [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
-                        echo "round $i t $t $c: $(LLAMA_SPARSE=$c $bin -m "$m" -ngl 0 -t "$t" -p 128 -n 32 -r "${CPU_REPS:-3}" -o md 2>&1 |
-                            tee -a "$out/cpu-rounds-$c-t$t.log" | grep -E "pp128|tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
+                        echo "round $i t $t $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 0 -t "$t" -p "$pp" -n 32 -r "${CPU_REPS:-3}" -o md 2>&1 |
+                            tee -a "$out/cpu-rounds-$name-t$t.log" | grep -E "pp$pp|tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
                     done
                 done
             done
