@@ -426,6 +426,19 @@ static bool zz_split_rows(const struct zz_shape * s, int nth) {
     return s->nr % nth == 0;
 }
 
+// work units that threads take as they finish: thread i starts on unit i, then draws the next from a counter that
+// thread 0 sets to nth before a barrier (every thread must call zz_units_start)
+static void zz_units_start(const struct ggml_compute_params * params, atomic_int * next) {
+    if (params->ith == 0) {
+        atomic_store_explicit(next, params->nth, memory_order_relaxed);
+    }
+    ggml_barrier(params->threadpool);
+}
+
+static int64_t zz_units_next(atomic_int * next) {
+    return atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+}
+
 // decode on the row layout: block-rows in chunks that threads take as they finish (LLAMA_SPARSE_CPU_ROW_CHUNKS
 // chunks per thread, default 4, as ggml's mul_mat; 0: an even static split). A thread slowed down (a busy core of a
 // VM) then hands part of its share to the others instead of holding the op up
@@ -499,15 +512,12 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
     }
     const int64_t tpg = (s->nt + ng - 1)/ng;
     const bool dyn = env_dyn > 0 && nth > 1 && nu*ng > nth && panel_own == NULL;
-    atomic_int * next = dyn ? (atomic_int *) ((char *) zz_align64(params->wdata) + (size_t) nth*ZZ_GEMM_PANEL_FLOATS*sizeof(float)) : NULL;
+    atomic_int * next = dyn ? (atomic_int *) (panel + (size_t) (nth - ith)*ZZ_GEMM_PANEL_FLOATS) : NULL; // past the panels
     if (dyn) {
-        if (ith == 0) {
-            atomic_store_explicit(next, nth, memory_order_relaxed);
-        }
-        ggml_barrier(params->threadpool);
+        zz_units_start(params, next);
     }
 
-    for (int64_t u = ith; u < nu*ng; u = dyn ? atomic_fetch_add_explicit(next, 1, memory_order_relaxed) : u + nth) {
+    for (int64_t u = ith; u < nu*ng; u = dyn ? zz_units_next(next) : u + nth) {
         const int64_t r  = (u/ng)*rpu;
         const int     nb = r + rpu <= s->nr ? (int) rpu : 1;
         const int64_t t0 = (u%ng)*tpg;
@@ -713,12 +723,9 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
         const int64_t npiece = dyn ? (s.nr < (int64_t) chunks*nth ? s.nr : (int64_t) chunks*nth) : nth;
         atomic_int  * next   = dyn ? (atomic_int *) zz_align64(params->wdata) : NULL;
         if (dyn) {
-            if (ith == 0) {
-                atomic_store_explicit(next, nth, memory_order_relaxed);
-            }
-            ggml_barrier(params->threadpool);
+            zz_units_start(params, next);
         }
-        for (int64_t c = ith; c < npiece; c = dyn ? atomic_fetch_add_explicit(next, 1, memory_order_relaxed) : npiece) {
+        for (int64_t c = ith; c < npiece; c = dyn ? zz_units_next(next) : npiece) {
             const int64_t r0 = s.nr*c/npiece;
             const int64_t r1 = s.nr*(c + 1)/npiece;
             if (rows) {

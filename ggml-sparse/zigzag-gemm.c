@@ -331,6 +331,7 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
     __m512i * panel = (__m512i *) panel_v;
     int32_t scw[8];
     zz_i16_pair_head(a, b, p, dm, d, scw);
+#if defined(__AVX512VBMI__)
     // output byte 4l = quant byte 16h + l of column a, 4l + 2 = the same of column b (32 bytes on); odd bytes zero
     static const int8_t idx_src[2][64] = {
 #define ZZ_I16_IDX(h, l) (h)*16 + (l), 0, 32 + (h)*16 + (l), 0
@@ -340,13 +341,11 @@ static inline void zz_i16_pack_pair(const block_q4_K * a, const block_q4_K * b, 
 #undef ZZ_I16_IDX4
 #undef ZZ_I16_IDX
     };
-#if defined(__AVX512VBMI__)
     const __m512i idx0 = _mm512_loadu_si512(idx_src[0]);
     const __m512i idx1 = _mm512_loadu_si512(idx_src[1]);
     const __mmask64 even = 0x5555555555555555ull;
     const __m512i   m4   = _mm512_set1_epi8(0x0F);
 #else
-    GGML_UNUSED(idx_src);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
 #endif
     for (int r = 0; r < 4; ++r) { // 32-byte run r: outputs 64r .. 64r + 63, sub-blocks 2r (low), 2r + 1 (high)
@@ -383,6 +382,7 @@ static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * 
     __m512i * panel = (__m512i *) panel_v;
     int32_t scw[16];
     zz_i16_q6_head(a, b, p, d, scw);
+#if defined(__AVX512VBMI__)
     // word 2l of vector k of a 64-output run: byte 16k + l of a's run, word 2l + 1 the same of b's (index 64 on)
     static const int8_t idx_src[4][64] = {
 #define ZZ_I16_IDX(k, l) 16*(k) + (l), 0, 64 + 16*(k) + (l), 0
@@ -394,9 +394,6 @@ static inline void zz_i16_pack_pair_q6(const block_q6_K * a, const block_q6_K * 
 #undef ZZ_I16_IDX
     };
     const __mmask64 even = 0x5555555555555555ull;
-#if !defined(__AVX512VBMI__)
-    GGML_UNUSED(even);
-    GGML_UNUSED(idx_src);
 #endif
     const __m512i   m4   = _mm512_set1_epi8(0x0F);
     const __m512i   m2   = _mm512_set1_epi8(0x03);

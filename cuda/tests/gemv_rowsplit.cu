@@ -70,6 +70,18 @@ static __device__ __forceinline__ float h2f_hi(const uint32_t v) {
     return __half2float(__ushort_as_half((unsigned short) (v >> 16)));
 }
 
+// inclusive prefix sum of v over the warp's lanes
+static __device__ __forceinline__ int warp_incl_sum(int v, const int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xFFFFFFFF, v, o);
+        if (lane >= o) {
+            v += t;
+        }
+    }
+    return v;
+}
+
 // one step's loads: the quant word and (lanes g < 2) the header of each of the lane's 4 columns
 struct rs_step {
     uint32_t q[4];
@@ -105,28 +117,14 @@ static __global__ void __launch_bounds__(W*32, 1) k_rowsplit(const rs_args a) {
             const float4 v = *(const float4 *) (a.x + c);
             cnt += !(fabsf(v.x) < a.thr) + !(fabsf(v.y) < a.thr) + !(fabsf(v.z) < a.thr) + !(fabsf(v.w) < a.thr);
         }
-        int incl = cnt;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int t = __shfl_up_sync(0xFFFFFFFF, incl, o);
-            if (lane >= o) {
-                incl += t;
-            }
-        }
+        const int incl = warp_incl_sum(cnt, lane);
         if (lane == 31) {
             s_woff[warp] = incl;
         }
         __syncthreads();
         if (warp == 0) {
             const int v = lane < W ? s_woff[lane] : 0;
-            int e = v;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int t = __shfl_up_sync(0xFFFFFFFF, e, o);
-                if (lane >= o) {
-                    e += t;
-                }
-            }
+            const int e = warp_incl_sum(v, lane);
             if (lane < W) {
                 s_woff[lane] = e - v;
             }

@@ -326,6 +326,16 @@ remote() {
     thr_r7b()     { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --thresholds "${LS_THRESHOLDS:-0.1540,0.2967,0.4196,0.6640}"; }
     calib_r7b()   { calib_random "$z7b" "$zc7b" 0.25,0.4,0.5,0.65; }
     json_r7b()    { python3 "$repo/bench/r7b_thresholds.py" "$z7b" -o "$zc7b" --levels-from "$dev/r7b-levels.json"; }
+    # a rounds row LEVEL[:NAME[:VAR=V+VAR2=V2]] into the caller's lv, name (default LEVEL) and envs (an array)
+    split_row() {
+        local rest=${1#*:} ev=
+        lv=${1%%:*} name=$lv envs=()
+        if [ "$1" != "$lv" ]; then
+            name=${rest%%:*}
+            [ "$rest" = "$name" ] || ev=${rest#*:}
+        fi
+        read -r -a envs <<< "${ev//+/ }"
+    }
     for step in "$@"; do
         local t0=$(date +%s)
         echo "== step $step"
@@ -441,9 +451,8 @@ remote() {
             for i in $(seq 1 "${CPU_ROUNDS_N:-2}"); do
                 for t in ${CPU_THREADS:-8 16}; do
                     for c in stock ${CPU_LEVELS:-dense 0.50}; do
-                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b lv=${c%%:*} name=$c envs=() ev=
-                        [ "$c" = "$lv" ] || { name=${c#*:}; ev=${name#*:}; name=${name%%:*}; [ "$ev" != "$name" ] || ev=; }
-                        read -r -a envs <<< "${ev//+/ }"
+                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b lv name envs
+                        split_row "$c"
                         [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
                         echo "round $i t $t $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 0 -t "$t" -p "$pp" -n 32 -r "${CPU_REPS:-3}" -o md 2>&1 |
                             tee -a "$out/cpu-rounds-$name-t$t.log" | grep -E "pp$pp|tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
@@ -460,10 +469,8 @@ remote() {
             local i c
             for i in $(seq 1 "${ZZ_ROUNDS_N:-2}"); do
                 for c in ${ZZ_ROUNDS:?set ZZ_ROUNDS}; do
-                    local lv=${c%%:*} rest=${c#*:} envs=() bin=/tmp/b-fork/bin/llama-bench m=$zc7b
-                    local name=${rest%%:*} ev=
-                    [ "$rest" = "$name" ] || ev=${rest#*:}
-                    read -r -a envs <<< "${ev//+/ }"
+                    local lv name envs bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                    split_row "$c"
                     [ "$lv" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
                     echo "round $i $lv $name: $(env LLAMA_SPARSE=$lv "${envs[@]}" $bin -m "$m" -ngl 99 -p 0 -n 128 -r "${ZZ_REPS:-5}" -o md 2>&1 |
                         tee -a "$out/zz-rounds-$lv-$name.log" | grep -E "tg128|error" | awk -F'|' '{print $(NF-1)}')"
