@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #if defined(__AVX2__)
@@ -643,7 +644,7 @@ static void zz_mul_mat_gemv_cm(const struct ggml_compute_params * params, const 
     ggml_sparse_zz_cm_reduce_x86(s->type)(partial0, nth, pstride, s->m, mins0, mstride, s->nr, nt, r0, r1, y, ldy);
 }
 
-void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+static void zz_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
     const struct ggml_tensor * w   = dst->src[0];
     const struct ggml_tensor * xt  = dst->src[1];
     const struct ggml_tensor * idx = dst->src[2];
@@ -764,6 +765,87 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
     ggml_barrier(params->threadpool);
 
     zz_reduce_partials(params, &s, partial0, pstride, y, ldy);
+}
+
+// LLAMA_SPARSE_CPU_PROF=1 (measurement only): per batch class (decode <= 8 tokens, prefill), the op's wall time (first
+// thread in to last thread out), its threads' mean busy time and the number of calls, printed at exit. Thread 0
+// closes a call at the next one: ggml runs a barrier between nodes, so every thread is out of it by then, and the
+// threads of the new call write the other slot (thread i counts the calls it ran; all run every call)
+#define ZZ_PROF_MAX_THREADS 256
+static struct {
+    double        start[2][ZZ_PROF_MAX_THREADS], end[2][ZZ_PROF_MAX_THREADS];
+    const void *  dst[2][ZZ_PROF_MAX_THREADS];
+    int64_t       seen[ZZ_PROF_MAX_THREADS]; // calls thread i ran
+    int           nth, cls, slot;
+    int64_t       calls[2];
+    double        wall[2], busy[2];
+} zz_prof;
+
+static double zz_prof_now(void) {
+    return 1e-6*(double) ggml_time_us();
+}
+
+static void zz_prof_close(void) {
+    if (zz_prof.nth == 0) {
+        return;
+    }
+    const double * st = zz_prof.start[zz_prof.slot];
+    const double * en = zz_prof.end[zz_prof.slot];
+    double t0 = st[0], t1 = en[0], busy = 0.0;
+    for (int i = 0; i < zz_prof.nth; ++i) {
+        if (zz_prof.dst[zz_prof.slot][i] != zz_prof.dst[zz_prof.slot][0]) {
+            zz_prof.nth = 0; // a thread's count is off (the thread count changed): call dropped
+            return;
+        }
+        t0 = st[i] < t0 ? st[i] : t0;
+        t1 = en[i] > t1 ? en[i] : t1;
+        busy += en[i] - st[i];
+    }
+    zz_prof.calls[zz_prof.cls]++;
+    zz_prof.wall[zz_prof.cls] += t1 - t0;
+    zz_prof.busy[zz_prof.cls] += busy/zz_prof.nth;
+    zz_prof.nth = 0;
+}
+
+static void zz_prof_report(void) {
+    zz_prof_close();
+    static const char * names[2] = { "decode", "prefill" };
+    for (int c = 0; c < 2; ++c) {
+        if (zz_prof.calls[c] > 0) {
+            fprintf(stderr, "llama-sparse prof: MUL_MAT_ZZ %s: %lld calls, wall %.3f s, mean thread busy %.3f s (%.1f %%)\n",
+                    names[c], (long long) zz_prof.calls[c], zz_prof.wall[c], zz_prof.busy[c],
+                    100.0*zz_prof.busy[c]/zz_prof.wall[c]);
+        }
+    }
+}
+
+void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    static int on = -1; // benign race: every thread computes the same value
+    if (on < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_PROF");
+        on = e != NULL && atoi(e) > 0;
+    }
+    if (!on || params->nth > ZZ_PROF_MAX_THREADS) {
+        zz_forward_mul_mat_zz(params, dst);
+        return;
+    }
+    const int    slot = (int) (zz_prof.seen[params->ith]++ & 1);
+    const double t0   = zz_prof_now();
+    if (params->ith == 0) {
+        static bool registered = false;
+        if (!registered) {
+            registered = true;
+            atexit(zz_prof_report);
+        }
+        zz_prof_close();
+        zz_prof.nth = params->nth;
+        zz_prof.cls  = dst->src[1]->ne[1] > GGML_SPARSE_MAX_BATCH;
+        zz_prof.slot = slot;
+    }
+    zz_prof.start[slot][params->ith] = t0;
+    zz_prof.dst[slot][params->ith]   = dst;
+    zz_forward_mul_mat_zz(params, dst);
+    zz_prof.end[slot][params->ith] = zz_prof_now();
 }
 
 int ggml_sparse_cpu_n_tasks(const struct ggml_tensor * node, int n_threads) {

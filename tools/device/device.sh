@@ -459,6 +459,17 @@ remote() {
                     done
                 done
             done
+            # the fork's prefill GEMM time against the whole prefill (LLAMA_SPARSE_CPU_PROF), and stock's weight buffers
+            echo "cpu flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E 'amx|vnni|avx512f' | tr '\n' ' ')"
+            /tmp/b-stock/bin/llama-bench -m "$r7b" -ngl 0 -t 16 -p 16 -n 0 -r 1 -v 2>&1 | grep -iE "buffer size|AMX|REPACK" | sort | uniq -c | head
+            for t in ${CPU_THREADS:-8 16}; do
+                for c in ${CPU_LEVELS:-dense 0.50}; do
+                    local lv name envs
+                    split_row "$c"
+                    echo "prof t $t $name: $(env LLAMA_SPARSE=$lv LLAMA_SPARSE_CPU_PROF=1 "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 0 \
+                        -t "$t" -p "$pp" -n 0 -r 3 -o md 2>&1 | grep -E "pp$pp|prof: MUL_MAT_ZZ prefill" | awk -F'|' '{printf "%s ", NF > 2 ? $(NF-1) : $0}')"
+                done
+            done
             ;;
         zz-rounds)
             # tg128 of the 7B-shaped zigzag model (modelzz) in alternating rounds over $ZZ_ROUNDS: configurations
