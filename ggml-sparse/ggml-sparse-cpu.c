@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -482,13 +483,15 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
         const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_UNITS");
         env_upt = e != NULL && atoi(e) > 0 ? atoi(e) : -1;
     }
-    // LLAMA_SPARSE_CPU_GEMM_DYN=N (N > 0; off by default): units taken as threads finish, about N a thread where token
-    // groups of at least 32 allow it, so a slow core hands work to the others. For many-core prefill, which ran below
-    // stock on a 16-core host; not yet timed there (bench/results/cpu_threads_host_2026-12-06.md)
+    // units taken as threads finish, about LLAMA_SPARSE_CPU_GEMM_DYN (default 6; 0: one static unit a thread) a
+    // thread where token groups of at least 32 allow it, so a slow core hands work to the others. 16 threads of a
+    // 16-core Xeon VM, pp512 of an 8-layer 7B-shaped model: the static split kept the threads busy 70-72 % of the
+    // op, 6 a thread 94-95 % (1.17-1.31x the prefill, 2 and 3 less, 8 and 12 no better in both rounds;
+    // bench/results/cpu_gemm_dyn_host_2026-12-06.md)
     static int env_dyn = -2; // benign race
     if (env_dyn == -2) {
         const char * e = getenv("LLAMA_SPARSE_CPU_GEMM_DYN");
-        env_dyn = e != NULL && atoi(e) > 0 ? atoi(e) : 0;
+        env_dyn = e == NULL ? 6 : atoi(e) > 0 ? atoi(e) : 0;
     }
     const int upt = env_upt > 0 ? env_upt : !zz_use_ref(params) && ggml_sparse_zz_cpu_gemm_int16(s->type) ? 1 : 4;
     int64_t ng = 1;
@@ -781,8 +784,11 @@ static struct {
     double        wall[2], busy[2];
 } zz_prof;
 
+// C11's clock (also MSVC's): ggml_time_us would pull ggml.c into the kernel tests' static links
 static double zz_prof_now(void) {
-    return 1e-6*(double) ggml_time_us();
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double) ts.tv_sec + 1e-9*(double) ts.tv_nsec;
 }
 
 static void zz_prof_close(void) {

@@ -668,6 +668,28 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 // unroll factors of the column-major loops over a chunk's 8 column pairs: contiguous (strided) products,
 // scattered (pointer) products and the coefficients. Rolled (1) costs loop overhead, fully unrolled (8) the
 // strided addresses are hoisted and spilled (1.2x the time of 2 or 4 in L2, 1 thread)
+// dense one-token chunks: the strided pair products (maddubs), or the scattered-column path, which runs VNNI quads.
+// Quads take 8 shuffles per 4 columns where pairs take 4 unpacks: Zen 4 has two shuffle pipes, Intel's cores one.
+// On a 2-core Zen 4 guest the quads decoded a 4-layer 7B-shaped model 1.16-1.25x as fast dense (best of 4 and 6
+// rounds, bench/results/cpu_zen4_2026-12-06.md), so AMD CPUs take them; others keep the pairs, unmeasured since.
+// LLAMA_SPARSE_CPU_CM_STRIDED=0/1 or -DZZ_CM_STRIDED=0/1 overrides
+static bool zz_cm_strided(void) {
+    static int v = -1; // benign race: every thread computes the same value
+    if (v < 0) {
+        const char * e = getenv("LLAMA_SPARSE_CPU_CM_STRIDED");
+#if defined(ZZ_CM_STRIDED)
+        const int def = ZZ_CM_STRIDED;
+#elif ZZ_CM_VNNI && defined(__GNUC__)
+        __builtin_cpu_init();
+        const int def = !__builtin_cpu_is("amd");
+#else
+        const int def = 1;
+#endif
+        v = e != NULL ? atoi(e) != 0 : def;
+    }
+    return v != 0;
+}
+
 #ifndef ZZ_CM_UNROLL_S
 #define ZZ_CM_UNROLL_S 2
 #endif
@@ -1205,7 +1227,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
         struct zz_cm_pf pf;
         zz_cm_pf_init(&pf, pf_lin, pf_cols, ncol_next, nr);
         if (ncol == NG) {
-            zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, NG, nt, dense && nt == 1, &pf, y, ldy, mins);
+            zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, NG, nt, zz_cm_strided() && dense && nt == 1, &pf, y, ldy, mins);
         } else {
             zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, ncol, nt, false, &pf, y, ldy, mins);
         }

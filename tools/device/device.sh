@@ -467,7 +467,7 @@ remote() {
                     local lv name envs
                     split_row "$c"
                     echo "prof t $t $name: $(env LLAMA_SPARSE=$lv LLAMA_SPARSE_CPU_PROF=1 "${envs[@]}" /tmp/b-fork/bin/llama-bench -m "$zc7b" -ngl 0 \
-                        -t "$t" -p "$pp" -n 0 -r 3 -o md 2>&1 | grep -E "pp$pp|prof: MUL_MAT_ZZ prefill" | awk -F'|' '{printf "%s ", NF > 2 ? $(NF-1) : $0}')"
+                        -t "$t" -p "$pp" -n 0 -r 3 -o md 2>&1 | grep -E "pp$pp|prof: MUL_MAT_ZZ prefill" | awk -F'|' '{printf "%s ", (NF > 2 ? $(NF-1) : $0)}')"
                 done
             done
             ;;
