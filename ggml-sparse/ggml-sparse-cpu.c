@@ -11,8 +11,8 @@
 
 #include <math.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -486,7 +486,7 @@ static void zz_mul_mat_gemm(const struct ggml_compute_params * params, const str
     // units taken as threads finish, about LLAMA_SPARSE_CPU_GEMM_DYN (default 6; 0: one static unit a thread) a
     // thread where token groups of at least 32 allow it, so a slow core hands work to the others. 16 threads of a
     // 16-core Xeon VM, pp512 of an 8-layer 7B-shaped model: the static split kept the threads busy 70-72 % of the
-    // op, 6 a thread 94-95 % (1.17-1.31x the prefill, 2 and 3 less, 8 and 12 no better in both rounds;
+    // op, 6 a thread 94-95 % (1.27-1.63x the prefill; 2 and 3 less, 8 and 12 no better in both rounds;
     // bench/results/cpu_gemm_dyn_host_2026-12-06.md)
     static int env_dyn = -2; // benign race
     if (env_dyn == -2) {

@@ -191,7 +191,8 @@ static const uint8_t zz_q4_K_slot_out[64] = {
 // against 2x20 for two maddubs pairs. Sums are the same integers, so results match the maddubs path bit for bit.
 // Column-major, scattered columns, one token: paired against maddubs (2 threads, cold, 4096x4096 / 11008x4096 /
 // 4096x11008 at 50 %) 0.96 / 0.88 / 0.95x the time (bench/results/gemv_cpu_vnni_2026-11-24.md); its contiguous
-// (dense) chunks keep maddubs (VNNI there: 1.01-1.05x the time). The row layout's one-token kernel: ZZ_ROW_VNNI.
+// (dense) chunks kept maddubs (VNNI there, strided: 1.01-1.05x the time), except on AMD since 2026-12-06
+// (zz_cm_strided). The row layout's one-token kernel: ZZ_ROW_VNNI.
 // Accumulator slot i = 32h + 8k + 4L + e holds output 32h + 16L + 4k + e (e < 4 of lane L of sum k)
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #ifndef ZZ_CM_VNNI
@@ -665,13 +666,11 @@ static void zz_gemv_q4_K(const void * wrow, const int32_t * cols, int64_t k0, in
 #define ZZ_CM_PF_HINT _MM_HINT_T1
 #endif
 
-// unroll factors of the column-major loops over a chunk's 8 column pairs: contiguous (strided) products,
-// scattered (pointer) products and the coefficients. Rolled (1) costs loop overhead, fully unrolled (8) the
-// strided addresses are hoisted and spilled (1.2x the time of 2 or 4 in L2, 1 thread)
 // dense one-token chunks: the strided pair products (maddubs), or the scattered-column path, which runs VNNI quads.
 // Quads take 8 shuffles per 4 columns where pairs take 4 unpacks: Zen 4 has two shuffle pipes, Intel's cores one.
-// On a 2-core Zen 4 guest the quads decoded a 4-layer 7B-shaped model 1.16-1.25x as fast dense (best of 4 and 6
-// rounds, bench/results/cpu_zen4_2026-12-06.md), so AMD CPUs take them; others keep the pairs, unmeasured since.
+// On a 2-core Zen 4 guest the quads decoded a 4-layer 7B-shaped model 1.08-1.25x as fast dense (best of the rounds
+// of three runs, bench/results/cpu_zen4_2026-12-06.md), so AMD CPUs take them; others keep the pairs (not measured
+// against quads on Intel).
 // LLAMA_SPARSE_CPU_CM_STRIDED=0/1 or -DZZ_CM_STRIDED=0/1 overrides
 static bool zz_cm_strided(void) {
     static int v = -1; // benign race: every thread computes the same value
@@ -690,6 +689,9 @@ static bool zz_cm_strided(void) {
     return v != 0;
 }
 
+// unroll factors of the column-major loops over a chunk's 8 column pairs: contiguous (strided) products,
+// scattered (pointer) products and the coefficients. Rolled (1) costs loop overhead, fully unrolled (8) the
+// strided addresses are hoisted and spilled (1.2x the time of 2 or 4 in L2, 1 thread)
 #ifndef ZZ_CM_UNROLL_S
 #define ZZ_CM_UNROLL_S 2
 #endif
