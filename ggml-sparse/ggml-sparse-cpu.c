@@ -771,17 +771,14 @@ static void zz_forward_mul_mat_zz(const struct ggml_compute_params * params, str
 }
 
 // LLAMA_SPARSE_CPU_PROF=1 (measurement only): per batch class (decode <= 8 tokens, prefill), the op's wall time (first
-// thread in to last thread out), its threads' mean busy time and the number of calls, printed at exit. Thread 0
-// closes a call at the next one: ggml runs a barrier between nodes, so every thread is out of it by then, and the
-// threads of the new call write the other slot (thread i counts the calls it ran; all run every call)
+// thread in to last thread out), its threads' mean busy time and the number of calls, printed at exit. The last
+// thread out of a call adds it up; ggml's barrier between nodes keeps the next call's threads out until then
 #define ZZ_PROF_MAX_THREADS 256
 static struct {
-    double        start[2][ZZ_PROF_MAX_THREADS], end[2][ZZ_PROF_MAX_THREADS];
-    const void *  dst[2][ZZ_PROF_MAX_THREADS];
-    int64_t       seen[ZZ_PROF_MAX_THREADS]; // calls thread i ran
-    int           nth, cls, slot;
-    int64_t       calls[2];
-    double        wall[2], busy[2];
+    double     start[ZZ_PROF_MAX_THREADS], end[ZZ_PROF_MAX_THREADS];
+    atomic_int done; // threads out of the current call
+    int64_t    calls[2];
+    double     wall[2], busy[2];
 } zz_prof;
 
 // C11's clock (also MSVC's): ggml_time_us would pull ggml.c into the kernel tests' static links
@@ -791,30 +788,7 @@ static double zz_prof_now(void) {
     return (double) ts.tv_sec + 1e-9*(double) ts.tv_nsec;
 }
 
-static void zz_prof_close(void) {
-    if (zz_prof.nth == 0) {
-        return;
-    }
-    const double * st = zz_prof.start[zz_prof.slot];
-    const double * en = zz_prof.end[zz_prof.slot];
-    double t0 = st[0], t1 = en[0], busy = 0.0;
-    for (int i = 0; i < zz_prof.nth; ++i) {
-        if (zz_prof.dst[zz_prof.slot][i] != zz_prof.dst[zz_prof.slot][0]) {
-            zz_prof.nth = 0; // a thread's count is off (the thread count changed): call dropped
-            return;
-        }
-        t0 = st[i] < t0 ? st[i] : t0;
-        t1 = en[i] > t1 ? en[i] : t1;
-        busy += en[i] - st[i];
-    }
-    zz_prof.calls[zz_prof.cls]++;
-    zz_prof.wall[zz_prof.cls] += t1 - t0;
-    zz_prof.busy[zz_prof.cls] += busy/zz_prof.nth;
-    zz_prof.nth = 0;
-}
-
 static void zz_prof_report(void) {
-    zz_prof_close();
     static const char * names[2] = { "decode", "prefill" };
     for (int c = 0; c < 2; ++c) {
         if (zz_prof.calls[c] > 0) {
@@ -831,27 +805,35 @@ void ggml_sparse_cpu_forward_mul_mat_zz(const struct ggml_compute_params * param
         const char * e = getenv("LLAMA_SPARSE_CPU_PROF");
         on = e != NULL && atoi(e) > 0;
     }
-    if (!on || params->nth > ZZ_PROF_MAX_THREADS) {
+    const int ith = params->ith;
+    const int nth = params->nth;
+    if (!on || nth > ZZ_PROF_MAX_THREADS) {
         zz_forward_mul_mat_zz(params, dst);
         return;
     }
-    const int    slot = (int) (zz_prof.seen[params->ith]++ & 1);
-    const double t0   = zz_prof_now();
-    if (params->ith == 0) {
-        static bool registered = false;
-        if (!registered) {
-            registered = true;
-            atexit(zz_prof_report);
-        }
-        zz_prof_close();
-        zz_prof.nth = params->nth;
-        zz_prof.cls  = dst->src[1]->ne[1] > GGML_SPARSE_MAX_BATCH;
-        zz_prof.slot = slot;
-    }
-    zz_prof.start[slot][params->ith] = t0;
-    zz_prof.dst[slot][params->ith]   = dst;
+    zz_prof.start[ith] = zz_prof_now();
     zz_forward_mul_mat_zz(params, dst);
-    zz_prof.end[slot][params->ith] = zz_prof_now();
+    zz_prof.end[ith] = zz_prof_now();
+    if (atomic_fetch_add_explicit(&zz_prof.done, 1, memory_order_acq_rel) + 1 < nth) {
+        return;
+    }
+    // the last thread out: every thread's times are written
+    static bool registered = false;
+    if (!registered) {
+        registered = true;
+        atexit(zz_prof_report);
+    }
+    double t0 = zz_prof.start[0], t1 = zz_prof.end[0], busy = 0.0;
+    for (int i = 0; i < nth; ++i) {
+        t0 = zz_prof.start[i] < t0 ? zz_prof.start[i] : t0;
+        t1 = zz_prof.end[i]   > t1 ? zz_prof.end[i]   : t1;
+        busy += zz_prof.end[i] - zz_prof.start[i];
+    }
+    const int cls = dst->src[1]->ne[1] > GGML_SPARSE_MAX_BATCH;
+    zz_prof.calls[cls]++;
+    zz_prof.wall[cls] += t1 - t0;
+    zz_prof.busy[cls] += busy/nth;
+    atomic_store_explicit(&zz_prof.done, 0, memory_order_relaxed);
 }
 
 int ggml_sparse_cpu_n_tasks(const struct ggml_tensor * node, int n_threads) {

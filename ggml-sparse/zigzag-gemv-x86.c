@@ -1197,6 +1197,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
     // per chunk: first block of each column (padding repeats the last), x per column; the next chunk's first
     // blocks for the prefetches
     const block_q4_K * cb[NG], * cb_next[NG];
+    const bool strided = dense && nt == 1 && zz_cm_strided(); // full chunks' products
 
     for (int64_t kg = k0; kg < k1; kg += NG) {
         const int ncol = k1 - kg < NG ? (int) (k1 - kg) : NG;
@@ -1229,7 +1230,7 @@ ZZ_INLINE void zz_q4_K_cm_impl(const block_q4_K * w, int64_t ldc, int64_t nr, co
         struct zz_cm_pf pf;
         zz_cm_pf_init(&pf, pf_lin, pf_cols, ncol_next, nr);
         if (ncol == NG) {
-            zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, NG, nt, zz_cm_strided() && dense && nt == 1, &pf, y, ldy, mins);
+            zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, NG, nt, strided, &pf, y, ldy, mins);
         } else {
             zz_q4_K_cm_chunk(ldc, nr, cb, (const float (*)[NG]) xs, ncol, nt, false, &pf, y, ldy, mins);
         }
