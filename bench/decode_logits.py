@@ -6,7 +6,7 @@ that both runs see the same inputs whatever they predict). Works with random-wei
 cannot tokenize text.
 
 usage: python bench/decode_logits.py save MODEL.gguf OUT.npy [--level 0.50] [--ngl 99] [--prompt 64] [--gen 16]
-                                         [--flash-attn] [--verbose]
+                                         [--split-mode 1] [--flash-attn] [--verbose]
        python bench/decode_logits.py compare A.npy B.npy [--max-rel 1e-2]
 """
 from __future__ import annotations
@@ -23,18 +23,22 @@ def save(a: argparse.Namespace) -> int:
     import numpy as np
 
     llm = llama_sparse.Llama(a.model, sparsity=a.level, n_ctx=a.prompt + a.gen + 16, n_batch=512,
-                             n_gpu_layers=a.ngl, flash_attn=a.flash_attn, verbose=a.verbose)
+                             n_gpu_layers=a.ngl, split_mode=a.split_mode, flash_attn=a.flash_attn,
+                             verbose=a.verbose)
     vocab = llm.n_vocab()
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(10, vocab, a.prompt)]
     gen = [int(t) for t in rng.integers(10, vocab, a.gen)]
     llm.eval(prompt)
+    llm.reset_stats()
     out = []
     for t in gen:
         llm.eval([t])
         out.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,)).copy())
     np.save(a.out, np.stack(out))
-    print(f"saved {len(out)} decode steps x {vocab} logits, level {a.level or 'dense'}: {a.out}")
+    st = llm.sparse_stats()
+    print(f"saved {len(out)} decode steps x {vocab} logits, level {a.level or 'dense'}, ngl {a.ngl}: {a.out}; "
+          f"decode column sets {st['lists']}, skipped {st['skipped']:.3f}")
     return 0
 
 
@@ -63,6 +67,7 @@ def main() -> int:
     s.add_argument("--ngl", type=int, default=99)
     s.add_argument("--prompt", type=int, default=64)
     s.add_argument("--gen", type=int, default=16)
+    s.add_argument("--split-mode", type=int, default=1, help="llama_split_mode: 0 none, 1 layer (default), 3 tensor")
     s.add_argument("--flash-attn", action="store_true", help="flash attention on (llama_cpp.Llama's default is off)")
     s.add_argument("--verbose", action="store_true", help="the library's log (which fusions ran) on stderr")
     c = sub.add_parser("compare")

@@ -65,6 +65,7 @@ struct llama_sparq_access {
     static const llama_kv_cache::slot_info & sinfo(const llama_kv_cache_context * mctx) { return mctx->sinfos[mctx->i_cur]; }
     static std::shared_ptr<llama_sparq_kv> & state(llama_kv_cache & kv) { return kv.sparq; }
     static const llama_hparams & hparams(const llama_kv_cache & kv) { return kv.hparams; }
+    static llama_split_mode split_mode(const llama_kv_cache & kv) { return kv.model.split_mode(); }
     static uint32_t n_stream (const llama_kv_cache & kv) { return kv.n_stream; }
     static uint32_t n_seq_max(const llama_kv_cache & kv) { return kv.n_seq_max; }
     static bool     v_trans  (const llama_kv_cache & kv) { return kv.v_trans; }
@@ -99,6 +100,10 @@ int32_t sparq_error(const std::string & msg) {
 std::string sparq_unsupported(llama_kv_cache & kv, ggml_type kt) {
     if (acc::shared(kv)) {
         return "the KV cache shares its cells with another cache";
+    }
+    if (acc::split_mode(kv) == LLAMA_SPLIT_MODE_TENSOR) {
+        // the meta device aborts on any op it cannot split
+        return "the model is split by tensor across GPUs (-sm tensor), which has no SparQ op; use -sm layer";
     }
     const auto & hp = acc::hparams(kv);
     int64_t n_embd_k = -1;

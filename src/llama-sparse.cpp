@@ -257,6 +257,12 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
         info.n_zigzag++;
     }
 
+    // upstream's tensor parallelism (a meta device) aborts on any op it cannot split, MUL_MAT_ZZ among them
+    if (info.n_zigzag > 0 && model.split_mode() == LLAMA_SPLIT_MODE_TENSOR) {
+        throw std::runtime_error("llama-sparse: zigzag weights cannot be split by tensor across GPUs (-sm tensor, "
+                                 "LLAMA_SPLIT_MODE_TENSOR); use -sm layer (the default) or none");
+    }
+
     // calibrate rewrites every level: an old, broken calibration must not stop it (LLAMA_SPARSE_IGNORE_LEVELS=1)
     const char * env_ignore    = getenv("LLAMA_SPARSE_IGNORE_LEVELS");
     const bool   ignore_levels = env_ignore && atoi(env_ignore) != 0;

@@ -1410,6 +1410,53 @@ remote() {
             echo "fusions in the fused runs: $(grep -h -o -E "llama-sparse: CUDA (fuses|runs the RoPE|runs one-token|folds)" "$out"/fuse-check-*.log | sort -u | tr '\n' ';')"
             [ $rc = 0 ]
             ;;
+        offload-check)
+            # partial offload: OFFLOAD_NGL (default 16) of the 32 layers on the GPU, the rest on the host CPU. Decode
+            # logits (bench/decode_logits.py: 64 prompt tokens, 16 decode steps) at -ngl 99, N and 0 of the standard
+            # file (stock's kernels inside the fork: how far CPU and GPU arithmetic alone move this random model's
+            # logits) and of the zigzag one, dense and at 0.50, each against -ngl 99 of the same file and level; then
+            # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds
+            [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
+            local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i
+            for spec in "std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50"; do
+                tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
+                local la=(); [ "$lv" = dense ] || la=(--level "$lv")
+                for g in 99 "$ngl" 0; do
+                    python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
+                        >> "$out/offload-check.log" 2>&1 || { echo "$tag $lv ngl $g: failed"; tail -5 "$out/offload-check.log"; continue; }
+                    echo "$tag $lv ngl $g: $(grep "saved" "$out/offload-check.log" | tail -1 | sed 's/.*logits, //')"
+                done
+                for g in "$ngl" 0; do
+                    [ -f "$work/logits-off-$tag-$lv-$g.npy" ] || continue
+                    echo "$tag $lv, ngl $g against 99: $(python3 "$repo/bench/decode_logits.py" compare \
+                        "$work/logits-off-$tag-$lv-99.npy" "$work/logits-off-$tag-$lv-$g.npy" || true)"
+                done
+            done
+            # tensor parallelism (-sm tensor: upstream's meta device, here over the one GPU): the standard file (works),
+            # the zigzag one and SparQ on the standard one (both refused with a message)
+            for spec in "std:$r7b:dense" "zz:$zc7b:0.50" "sparq:$r7b:dense"; do
+                tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
+                local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
+                [ "$tag" = sparq ] && sq=(LLAMA_SPARQ=r=32,k=128,min_kv=0)
+                echo "== $tag $lv" >> "$out/offload-check-smt.log"
+                if env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-smt.npy" --split-mode 3 \
+                        "${la[@]}" >> "$out/offload-check-smt.log" 2>&1; then
+                    echo "$tag $lv -sm tensor against -sm layer: $(python3 "$repo/bench/decode_logits.py" compare \
+                        "$work/logits-off-$tag-$lv-99.npy" "$work/logits-off-$tag-$lv-smt.npy" || true)"
+                else
+                    echo "$tag $lv -sm tensor: failed"; sed -n "/^== $tag $lv/,\$p" "$out/offload-check-smt.log" |
+                        grep -iE "error|abort|llama-sparse" | tail -4
+                fi
+            done
+            for i in $(seq 1 "${OFFLOAD_ROUNDS:-2}"); do
+                for c in stock dense 0.50; do
+                    local bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                    [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
+                    echo "round $i ngl $ngl $c: $(env LLAMA_SPARSE=$c $bin -m "$m" -ngl "$ngl" -p 0 -n 32 -r 3 -o md 2>&1 |
+                        tee -a "$out/offload-bench-$c.log" | grep -E "tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
+                done
+            done
+            ;;
         fa-check)
             # decode logits of the 7B-shaped model, deterministic reductions: every attention path with flash attention
             # on against llama's attention without it (the reference). Rounding and f16 scores alone move this model's
