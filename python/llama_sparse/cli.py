@@ -464,7 +464,9 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     for level, sparq in _rows(args.model, args.levels, args.sparq):
         r = _run_tool(exe, ["-m", str(args.model), "-f", str(args.text), "-c", str(args.ctx_size),
                             "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
-                            "-b", str(max(args.ubatch, args.ctx_size))], level, emulate=args.ubatch > 8, sparq=sparq)
+                            "-b", str(max(args.ubatch, args.ctx_size))] +
+                           ([] if args.n_gpu_layers is None else ["-ngl", str(args.n_gpu_layers)]),
+                      level, emulate=args.ubatch > 8, sparq=sparq)
         m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
         if m is None:
             tail = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-3:]
@@ -700,6 +702,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each level with SparQ attention (needs -ub 1)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
+                   help="layers on the GPU (default: llama-perplexity's own, every layer that fits)")
     p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("demo", help="convert, calibrate and chat with the embedded default model")

@@ -177,9 +177,9 @@ def test_perplexity_table(leveled: Path, tmp_path: Path):
     rows = {l.split()[0]: float(l.split()[1]) for l in r.stdout.splitlines()[1:] if l.strip()}
     assert set(rows) == {"dense", "0.50"}
     assert 1.0 < rows["dense"] < 1000 and rows["0.50"] >= rows["dense"] * 0.9
-    # more chunks than the text holds: said, and every spelling of dense is one dense row
+    # more chunks than the text holds: said, and every spelling of dense is one dense row (with -ngl given)
     r = subprocess.run(CLI + ["perplexity", str(leveled), "-f", str(text), "--levels", "0,off,dense",
-                              "-c", "128", "--chunks", "500"], capture_output=True, text=True, timeout=600)
+                              "-c", "128", "--chunks", "500", "-ngl", "0"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "every row ran" in r.stderr and "not 500" in r.stderr
     assert [l.split()[0] for l in r.stdout.splitlines()[1:] if l.strip()] == ["dense"]
