@@ -1418,11 +1418,13 @@ remote() {
             # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
             local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i
-            for spec in "std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50"; do
+            # (zzsq: SparQ with k below the 80 positions, so that it selects, on CPU and GPU layers alike)
+            for spec in "std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50" "zzsq:$zc7b:0.50"; do
                 tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
-                local la=(); [ "$lv" = dense ] || la=(--level "$lv")
+                local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
+                [ "$tag" = zzsq ] && sq=(LLAMA_SPARQ=r=16,k=16,min_kv=0)
                 for g in 99 "$ngl" 0; do
-                    python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
+                    env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
                         >> "$out/offload-check.log" 2>&1 || { echo "$tag $lv ngl $g: failed"; tail -5 "$out/offload-check.log"; continue; }
                     echo "$tag $lv ngl $g: $(grep "saved" "$out/offload-check.log" | tail -1 | sed 's/.*logits, //')"
                 done
