@@ -1415,7 +1415,8 @@ remote() {
             # logits (bench/decode_logits.py: 64 prompt tokens, 16 decode steps) at -ngl 99, N and 0 of the standard
             # file (stock's kernels inside the fork: how far CPU and GPU arithmetic alone move this random model's
             # logits) and of the zigzag one, dense and at 0.50, each against -ngl 99 of the same file and level; then
-            # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds
+            # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds. OFFLOAD_CPU=
+            # (empty) skips the -ngl 0 runs
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
             local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i
             # (zzsq: SparQ with k below the 80 positions, so that it selects, on CPU and GPU layers alike)
@@ -1423,12 +1424,12 @@ remote() {
                 tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
                 local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
                 [ "$tag" = zzsq ] && sq=(LLAMA_SPARQ=r=16,k=16,min_kv=0)
-                for g in 99 "$ngl" 0; do
+                for g in 99 "$ngl" ${OFFLOAD_CPU-0}; do
                     env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
                         >> "$out/offload-check.log" 2>&1 || { echo "$tag $lv ngl $g: failed"; tail -5 "$out/offload-check.log"; continue; }
                     echo "$tag $lv ngl $g: $(grep "saved" "$out/offload-check.log" | tail -1 | sed 's/.*logits, //')"
                 done
-                for g in "$ngl" 0; do
+                for g in "$ngl" ${OFFLOAD_CPU-0}; do
                     [ -f "$work/logits-off-$tag-$lv-$g.npy" ] || continue
                     echo "$tag $lv, ngl $g against 99: $(python3 "$repo/bench/decode_logits.py" compare \
                         "$work/logits-off-$tag-$lv-99.npy" "$work/logits-off-$tag-$lv-$g.npy" || true)"
