@@ -1435,15 +1435,16 @@ remote() {
                         "$work/logits-off-$tag-$lv-99.npy" "$work/logits-off-$tag-$lv-$g.npy" || true)"
                 done
             done
-            # tensor parallelism (-sm tensor: upstream's meta device, here over the one GPU): the standard file (works),
-            # the zigzag one and SparQ on the standard one (both refused with a message)
+            # tensor parallelism (-sm tensor: upstream's meta device, here over the one GPU; it needs flash attention,
+            # which llama_cpp.Llama turns off unless asked, so the comparison with -sm layer includes that change):
+            # the standard file (works), the zigzag one and SparQ on the standard one (both refused with a message)
             for spec in "std:$r7b:dense" "zz:$zc7b:0.50" "sparq:$r7b:dense"; do
                 tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
                 local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
                 [ "$tag" = sparq ] && sq=(LLAMA_SPARQ=r=32,k=128,min_kv=0)
                 echo "== $tag $lv" >> "$out/offload-check-smt.log"
                 if env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-smt.npy" --split-mode 3 \
-                        "${la[@]}" >> "$out/offload-check-smt.log" 2>&1; then
+                        --flash-attn "${la[@]}" >> "$out/offload-check-smt.log" 2>&1; then
                     echo "$tag $lv -sm tensor against -sm layer: $(python3 "$repo/bench/decode_logits.py" compare \
                         "$work/logits-off-$tag-$lv-99.npy" "$work/logits-off-$tag-$lv-smt.npy" || true)"
                 else
