@@ -1418,12 +1418,16 @@ remote() {
             # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds. OFFLOAD_CPU=
             # (empty) skips the -ngl 0 runs
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
-            local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i
-            # (zzsq: SparQ with k below the 80 positions, so that it selects, on CPU and GPU layers alike)
+            local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i la sq
+            # TAG:MODEL:LEVEL -> tag, m, lv, la (decode_logits' level flags), sq (the run's environment: zzsq SparQ
+            # with k below the 80 positions, so that it selects, on CPU and GPU layers alike; sparq k 128)
+            offload_spec() {
+                tag=${1%%:*}; lv=${1##*:}; m=${1#*:}; m=${m%:*}
+                la=(); [ "$lv" = dense ] || la=(--level "$lv")
+                case $tag in zzsq) sq=(LLAMA_SPARQ=r=16,k=16,min_kv=0) ;; sparq) sq=(LLAMA_SPARQ=r=32,k=128,min_kv=0) ;; *) sq=() ;; esac
+            }
             for spec in "std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50" "zzsq:$zc7b:0.50"; do
-                tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
-                local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
-                [ "$tag" = zzsq ] && sq=(LLAMA_SPARQ=r=16,k=16,min_kv=0)
+                offload_spec "$spec"
                 for g in 99 "$ngl" ${OFFLOAD_CPU-0}; do
                     env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
                         >> "$out/offload-check.log" 2>&1 || { echo "$tag $lv ngl $g: failed"; tail -5 "$out/offload-check.log"; continue; }
@@ -1439,9 +1443,7 @@ remote() {
             # which llama_cpp.Llama turns off unless asked, so the comparison with -sm layer includes that change):
             # the standard file (works), the zigzag one and SparQ on the standard one (both refused with a message)
             for spec in "std:$r7b:dense" "zz:$zc7b:0.50" "sparq:$r7b:dense"; do
-                tag=${spec%%:*}; lv=${spec##*:}; m=${spec#*:}; m=${m%:*}
-                local la=() sq=(); [ "$lv" = dense ] || la=(--level "$lv")
-                [ "$tag" = sparq ] && sq=(LLAMA_SPARQ=r=32,k=128,min_kv=0)
+                offload_spec "$spec"
                 echo "== $tag $lv" >> "$out/offload-check-smt.log"
                 if env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-smt.npy" --split-mode 3 \
                         --flash-attn "${la[@]}" >> "$out/offload-check-smt.log" 2>&1; then
