@@ -99,6 +99,20 @@ def test_generate_and_errors(leveled: Path, tmp_path: Path):
     assert r.returncode == 1 and "0.77" in r.stderr and "it has: 0.25, 0.50" in r.stderr
 
 
+def test_gpu_layers_without_gpu(leveled: Path):
+    """-ngl on a build without a GPU backend (CI's) is said to do nothing, instead of passing silently."""
+    probe = subprocess.run([sys.executable, "-c", "import llama_sparse, llama_cpp; "
+                            "print(int(llama_cpp.llama_supports_gpu_offload()))"], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    gpu = probe.stdout.strip() == "1"
+    for ngl in ("2", "0"):
+        r = subprocess.run(CLI + ["generate", str(leveled), "-p", "Hi", "-n", "2", "-c", "256", "-ngl", ngl],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        said = f"-ngl {ngl} has no effect" in r.stderr
+        assert said == (ngl != "0" and not gpu), r.stderr[-2000:]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
