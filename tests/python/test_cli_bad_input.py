@@ -331,15 +331,20 @@ def test_closed_model_says_so(leveled: Path):
 
 def test_signals_held_defers_ctrl_c():
     # convert and calibrate remove their temp file under this, so that a second Ctrl-C cannot cut the removal short
+    # (Python's own handler set first: a shell starts background jobs with SIGINT ignored, which held() keeps)
     from llama_sparse import _signals
     done = False
-    with pytest.raises(KeyboardInterrupt):
-        with _signals.held():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
-            done = True
-    assert done
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with _signals.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                done = True
+        assert done
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_fork_tool_says_why_an_environment_level_fails(leveled: Path):
