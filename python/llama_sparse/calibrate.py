@@ -1121,8 +1121,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
             levels = [float(x) for x in str(args.levels).split(",") if x.strip()]
         except ValueError:
             raise CalibrationError(f"--levels {args.levels}: pass comma-separated numbers such as 0.25,0.5") from None
-        from .cli import note_gpu_layers
-        note_gpu_layers(args.n_gpu_layers)
         calibrate(
             args.model, output=args.outfile, in_place=args.in_place, texts=args.text, levels=levels,
             modes=MODES if args.mode == "both" else (args.mode,), n_tokens=args.n_tokens, ctx=args.ctx_size,

@@ -95,7 +95,7 @@ def _note_ctx_pad(ctx_size: int) -> None:
               "tokens)", file=sys.stderr)
 
 
-def note_gpu_layers(n_gpu_layers: Optional[int]) -> None:
+def _note_gpu_layers(n_gpu_layers: Optional[int]) -> None:
     """-ngl N on a build without GPU offload: llama.cpp drops it without a word when called from Python."""
     if not n_gpu_layers:
         return
@@ -110,7 +110,6 @@ def _load(args: argparse.Namespace, **extra):
     from .llama import Llama
     _check_run_args(args)
     _note_ctx_pad(args.ctx_size)
-    note_gpu_layers(args.n_gpu_layers)
     return Llama(args.model, sparsity=args.sparsity, sparq=getattr(args, "sparq", None), n_ctx=args.ctx_size,
                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, verbose=args.verbose, **extra)
 
@@ -401,7 +400,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _check_threads(args.threads)
     if args.depth < 0:
         raise ValueError(f"-d {args.depth}: the depth is a count of context tokens >= 0")
-    note_gpu_layers(args.n_gpu_layers)
     if args.n_prompt < 0 or args.n_gen < 0 or args.n_prompt + args.n_gen == 0:
         raise ValueError("-p and -n are token counts >= 0, and at least one of them must be positive")
     if args.plot:
@@ -471,7 +469,6 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     except UnicodeDecodeError:
         raise ValueError(f"{args.text} is a binary file, not text; pass a plain text file with -f") from None
     _check_levels(args.model, args.levels)
-    note_gpu_layers(args.n_gpu_layers)
     print(f"{'level':36s} {'perplexity':>11s}  (c={args.ctx_size}, {args.chunks} chunks, "
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
     noted = False
@@ -524,7 +521,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: the server needs the [server] extra: pip install 'llama-sparse[server]' ({e})")
     _check_port_free(args.host, args.port)
     _note_ctx_pad(args.ctx_size)
-    note_gpu_layers(args.n_gpu_layers)
 
     class ServeLlama(Llama):
         """The server's model: llama_sparse.Llama at the command's level and SparQ setting."""
@@ -734,6 +730,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)  # so that convert / calibrate clean up their temp files
     try:
+        _note_gpu_layers(getattr(args, "n_gpu_layers", None))  # every command that takes -ngl
         return args.func(args)
     except _Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)
