@@ -1415,8 +1415,8 @@ remote() {
             # logits (bench/decode_logits.py: 64 prompt tokens, 16 decode steps) at -ngl 99, N and 0 of the standard
             # file (stock's kernels inside the fork: how far CPU and GPU arithmetic alone move this random model's
             # logits) and of the zigzag one, dense and at 0.50, each against -ngl 99 of the same file and level; then
-            # tg32 at -ngl N of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2) alternating rounds. OFFLOAD_CPU=
-            # (empty) skips the -ngl 0 runs
+            # tg32 at -ngl N (or each of OFFLOAD_BENCH_NGL) of stock and the fork (dense, 0.50) in OFFLOAD_ROUNDS (2)
+            # alternating rounds. OFFLOAD_CPU= (empty) skips the -ngl 0 runs, OFFLOAD_LOGITS=0 every logits run
             [ -f "$zc7b" ] || { echo "no model with levels (modelzz-bg / modelzz-wait)"; exit 1; }
             local ngl=${OFFLOAD_NGL:-16} spec tag m lv g i la sq
             # TAG:MODEL:LEVEL -> tag, m, lv, la (decode_logits' level flags), sq (the run's environment: zzsq SparQ
@@ -1426,7 +1426,9 @@ remote() {
                 la=(); [ "$lv" = dense ] || la=(--level "$lv")
                 case $tag in zzsq) sq=(LLAMA_SPARQ=r=16,k=16,min_kv=0) ;; sparq) sq=(LLAMA_SPARQ=r=32,k=128,min_kv=0) ;; *) sq=() ;; esac
             }
-            for spec in "std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50" "zzsq:$zc7b:0.50"; do
+            local specs=("std:$r7b:dense" "zz:$zc7b:dense" "zz:$zc7b:0.50" "zzsq:$zc7b:0.50")
+            [ "${OFFLOAD_LOGITS:-1}" = 1 ] || specs=()
+            for spec in "${specs[@]}"; do
                 offload_spec "$spec"
                 for g in 99 "$ngl" ${OFFLOAD_CPU-0}; do
                     env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-$g.npy" --ngl "$g" "${la[@]}" \
@@ -1442,7 +1444,9 @@ remote() {
             # tensor parallelism (-sm tensor: upstream's meta device, here over the one GPU; it needs flash attention,
             # which llama_cpp.Llama turns off unless asked, so the comparison with -sm layer includes that change):
             # the standard file (works), the zigzag one and SparQ on the standard one (both refused with a message)
-            for spec in "std:$r7b:dense" "zz:$zc7b:0.50" "sparq:$r7b:dense"; do
+            specs=("std:$r7b:dense" "zz:$zc7b:0.50" "sparq:$r7b:dense")
+            [ "${OFFLOAD_LOGITS:-1}" = 1 ] || specs=()
+            for spec in "${specs[@]}"; do
                 offload_spec "$spec"
                 echo "== $tag $lv" >> "$out/offload-check-smt.log"
                 if env "${sq[@]}" python3 "$repo/bench/decode_logits.py" save "$m" "$work/logits-off-$tag-$lv-smt.npy" --split-mode 3 \
@@ -1455,11 +1459,13 @@ remote() {
                 fi
             done
             for i in $(seq 1 "${OFFLOAD_ROUNDS:-2}"); do
-                for c in stock dense 0.50; do
-                    local bin=/tmp/b-fork/bin/llama-bench m=$zc7b
-                    [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
-                    echo "round $i ngl $ngl $c: $(env LLAMA_SPARSE=$c $bin -m "$m" -ngl "$ngl" -p 0 -n 32 -r 3 -o md 2>&1 |
-                        tee -a "$out/offload-bench-$c.log" | grep -E "tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
+                for g in ${OFFLOAD_BENCH_NGL:-$ngl}; do
+                    for c in stock dense 0.50; do
+                        local bin=/tmp/b-fork/bin/llama-bench m=$zc7b
+                        [ "$c" = stock ] && { bin=/tmp/b-stock/bin/llama-bench; m=$r7b; }
+                        echo "round $i ngl $g $c: $(env LLAMA_SPARSE=$c $bin -m "$m" -ngl "$g" -p 0 -n 32 -r 3 -o md 2>&1 |
+                            tee -a "$out/offload-bench-$c.log" | grep -E "tg32|error" | awk -F'|' '{printf "%s ", $(NF-1)}')"
+                    done
                 done
             done
             ;;
