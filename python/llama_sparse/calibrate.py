@@ -886,6 +886,8 @@ def calibrate(
         out = src
     else:
         out = Path(output).expanduser()
+    if out.is_symlink() and out.exists():
+        out = out.resolve()  # write where the link points (a hub snapshot's blob), keeping the link
     target_levels, modes = _check_levels(levels, modes)
     if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 16:
         raise CalibrationError(f"n_tokens (-n) must be an int >= 16, got {n_tokens!r}")
@@ -902,6 +904,11 @@ def calibrate(
     # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary
     _check_model_path(src)
     _check_output(out, src, in_place)
+    text_items = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts or [])
+    for t in text_items:
+        if isinstance(t, os.PathLike) and out.exists() and Path(t).expanduser().exists() \
+                and os.path.samefile(Path(t).expanduser(), out):
+            raise CalibrationError(f"output {out} is the calibration text {t}; pass another -o path")
     summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
     text_list = None
     if random_tokens is not None:

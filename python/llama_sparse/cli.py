@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,9 +74,23 @@ def _sparq_name(sparq) -> str:
             f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv is not None else ''}")
 
 
+MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool crashes above it
+
+
 def _check_threads(threads: Optional[int]) -> None:
     if threads is not None and threads < 1:  # ggml asserts on 0 threads; negative ones reach it too
         raise ValueError(f"-t {threads}: use at least 1 thread")
+    if threads is not None and threads > MAX_THREADS:
+        raise ValueError(f"-t {threads}: ggml runs at most {MAX_THREADS} threads (this machine has {os.cpu_count()} "
+                         "cores)")
+
+
+def _check_stdio(stdin: bool = False) -> None:
+    """generate/chat write to standard output (and chat reads standard input): refuse closed ones before loading."""
+    if sys.stdout is None:
+        raise ValueError("standard output is closed; the text is written there (redirect it to a file instead)")
+    if stdin and sys.stdin is None:
+        raise ValueError("standard input is closed; chat reads its messages there (use </dev/null for none)")
 
 
 def _check_run_args(args: argparse.Namespace) -> None:
@@ -84,8 +100,8 @@ def _check_run_args(args: argparse.Namespace) -> None:
     _check_threads(args.threads)
     if args.n_predict == 0 or args.n_predict < -1:
         raise ValueError(f"-n {args.n_predict}: use a positive number of tokens, or -1 to run until the context is full")
-    if args.temp < 0:
-        raise ValueError(f"--temp {args.temp}: the temperature is >= 0 (0: greedy)")
+    if not math.isfinite(args.temp) or args.temp < 0:
+        raise ValueError(f"--temp {args.temp}: the temperature is a number >= 0 (0: greedy)")
 
 
 def _note_ctx_pad(ctx_size: int) -> None:
@@ -175,6 +191,11 @@ def _context_hint(e: Exception, n_ctx: int) -> str:
 def cmd_generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty; pass some text with -p")
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the locale could not decode arrive as lone surrogates
+        raise ValueError(f"the prompt is not UTF-8 text (character {e.start} of it); pass UTF-8") from None
+    _check_stdio()
     llm = _load(args)
     n_ctx = llm.n_ctx()  # -c rounded up to llama.cpp's step, or the model's own for -c 0
     n_prompt = len(llm.tokenize(args.prompt.encode("utf-8")))
@@ -203,6 +224,7 @@ CHAT_COMMANDS = "/sparsity [LEVEL], /sparq [r=R,k=K|off], /reset, /quit"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    _check_stdio(stdin=True)
     llm = _load(args)
     tty = sys.stdin.isatty()
     messages: list[dict] = []
@@ -286,8 +308,8 @@ def _stock_bin(explicit: Optional[Path]) -> Optional[Path]:
 
 def _levels_of(model: Path) -> list[str]:
     from . import zigzag
-    f = zigzag.open_gguf(model, bad_magic_hint="pass a model .gguf").get_field(zigzag.KEY_LEVELS)
-    return list(f.contents()) if f is not None else []
+    reader = zigzag.open_gguf(model, bad_magic_hint="pass a model .gguf")
+    return zigzag.string_list(reader, zigzag.KEY_LEVELS, model) or []
 
 
 def _is_zigzag(model: Path) -> bool:
@@ -310,7 +332,7 @@ def _pick_levels(model: Path, wanted: Optional[str]) -> list[Optional[str]]:
 
 
 def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = False,
-              sparq=None) -> subprocess.CompletedProcess:
+              sparq=None, progress=None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("LLAMA_SPARSE", None)
     env.pop("LLAMA_SPARSE_EMULATE", None)
@@ -321,11 +343,43 @@ def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = 
         env["LLAMA_SPARSE_EMULATE"] = "1"
     if sparq is not None:
         env["LLAMA_SPARQ"] = sparq.spec
-    r = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+    r = _run_watched([str(exe), *args], env, progress) if progress else \
+        subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
     if r.returncode != 0:
+        why = r.stderr[-2000:]
+        if exe.name == "llama-bench" and "-v" not in args and re.search(r"failed to (load model|create context)", why):
+            # llama-bench mutes the log that says why; run it again with the log on and keep its error lines
+            v = subprocess.run([str(exe), *args, "-v"], capture_output=True, text=True, env=env)
+            lines = [ln for ln in v.stderr.splitlines() if re.search(r"error|llama-sparse:|failed", ln)]
+            why = "\n".join(lines[-6:]) or why
         raise RuntimeError(f"{exe.name} {' '.join(args)} (LLAMA_SPARSE={level}, LLAMA_SPARQ={env.get('LLAMA_SPARQ')}) "
-                           f"{_exit_reason(r.returncode, exe)}:\n{r.stderr[-2000:]}")
+                           f"{_exit_reason(r.returncode, exe)}:\n{why}")
     return r
+
+
+def _run_watched(cmd: list[str], env: dict, progress) -> subprocess.CompletedProcess:
+    """subprocess.run(capture_output=True, text=True), calling progress(stdout so far, stderr so far) as output
+    arrives (llama-perplexity writes a chunk's estimate without a newline)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    err: list[bytes] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read1(4096), b"")), daemon=True)
+    reader.start()
+    out: list[bytes] = []
+    try:
+        while chunk := p.stdout.read1(4096):
+            out.append(chunk)
+            progress(b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
+        p.wait()
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    finally:
+        reader.join()
+        p.stdout.close()
+        p.stderr.close()
+    return subprocess.CompletedProcess(cmd, p.returncode, b"".join(out).decode(errors="replace"),
+                                       b"".join(err).decode(errors="replace"))
 
 
 def _exit_reason(rc: int, exe: Path) -> str:
@@ -447,8 +501,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+class _PerplexityProgress:
+    """Shows llama-perplexity's chunks as they finish, on stderr: one line rewritten on a terminal, else a line
+    every 30 s."""
+
+    def __init__(self, name: str, chunks: int) -> None:
+        self.name, self.chunks = name, chunks
+        self.start = self.last = time.monotonic()
+        self.seen = 0
+        self.tty = sys.stderr is not None and sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, out: str, err: str) -> None:
+        done = re.findall(r"\[(\d+)\]([^,\s]+),", out)
+        if not done or int(done[-1][0]) == self.seen:
+            return
+        self.seen = int(done[-1][0])
+        total = re.search(r"calculating perplexity over (\d+) chunks", err)
+        n = int(total.group(1)) if total else self.chunks
+        now = time.monotonic()
+        if not self.tty and now - self.last < 30:
+            return
+        self.last = now
+        line = f"  {self.name}: chunk {self.seen}/{n}, running estimate {done[-1][1]}, {now - self.start:.0f} s"
+        print(("\r\033[K" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
 def cmd_perplexity(args: argparse.Namespace) -> int:
-    import re
     from .tools import tool_path
     exe = tool_path("perplexity")
     if not args.text.is_file():
@@ -473,11 +557,14 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
           f"{'batch-1 decode' if args.ubatch == 1 else 'per-token masking in batches'})")
     noted = False
     for level, sparq in _rows(args.model, args.levels, args.sparq):
+        name = (level or "dense") + (f" + {_sparq_name(sparq)}" if sparq else "")
+        shown = _PerplexityProgress(name, args.chunks)
         r = _run_tool(exe, ["-m", str(args.model), "-f", str(args.text), "-c", str(args.ctx_size),
                             "--chunks", str(args.chunks), "-t", str(args.threads), "-ub", str(args.ubatch),
                             "-b", str(max(args.ubatch, args.ctx_size))] +
                            ([] if args.n_gpu_layers is None else ["-ngl", str(args.n_gpu_layers)]),
-                      level, emulate=args.ubatch > 8, sparq=sparq)
+                      level, emulate=args.ubatch > 8, sparq=sparq, progress=shown)
+        shown.done()
         m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
         if m is None:
             tail = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()][-3:]
@@ -488,7 +575,6 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
             noted = True
             print(f"note: {args.text.name} holds {ran.group(1)} chunk(s) of -c {args.ctx_size} tokens; every row "
                   f"ran {ran.group(1)}, not {args.chunks}", file=sys.stderr, flush=True)
-        name = (level or "dense") + (f" + {_sparq_name(sparq)}" if sparq else "")
         print(f"{name:36s} {float(m.group(1)):11.4f}", flush=True)
     return 0
 
@@ -512,7 +598,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _check_levels(args.model, level)  # before the (slow) load
     sparq = args.sparq
     if sparq is None and os.environ.get("LLAMA_SPARQ"):
-        sparq = SparQ.parse(os.environ["LLAMA_SPARQ"])  # as generate/chat do: the environment's, unless --sparq
+        try:  # as generate/chat do: the environment's, unless --sparq
+            sparq = SparQ.parse(os.environ["LLAMA_SPARQ"])
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"LLAMA_SPARQ in the environment: {e} (--sparq overrides it, --sparq off ignores it)") from None
     try:
         import uvicorn
         from llama_cpp.server.app import create_app
@@ -644,6 +733,16 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null, so that Python's flush of stdout at exit does not fail a second time."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="llama-sparse", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -737,8 +836,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 143
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`| head`): end quietly, as command-line tools do, with SIGPIPE's status
+        _stdout_to_devnull()
+        return 141
     except (FileNotFoundError, ValueError, TypeError, NotImplementedError, RuntimeError, ConvertError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # writing the output: a full disk behind stdout, ...
+        _stdout_to_devnull()  # so that the flush at exit does not fail again
+        print(f"error: {e.strerror or e} (writing {e.filename or 'the output'})", file=sys.stderr)
         return 1
     finally:
         if threading.current_thread() is threading.main_thread():

@@ -295,6 +295,9 @@ def _check_output(out: Path, src: Path) -> None:
         raise ConvertError(f"output {out} exists and is not a regular file; pass another -o path")
     if out.exists() and out.resolve() == src.resolve():
         raise ConvertError(f"output {out} is the input file; pass a different -o path")
+    if src.is_dir() and out.exists() and out.resolve().parent == src.resolve() and out.suffix.lower() != ".gguf":
+        # a checkpoint's own config, weights or tokenizer (a .gguf there is an earlier output, replaced as usual)
+        raise ConvertError(f"output {out} is a file of the input checkpoint {src}; pass a .gguf -o path")
     parent = out.parent
     if not parent.is_dir():
         raise ConvertError(f"output directory {parent} does not exist; create it or pass another -o path")
@@ -357,12 +360,25 @@ def _open_gguf(path: Path) -> GGUFReader:
 # GGUF -> zigzag GGUF
 
 
+_INT_TYPES = (GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
+              GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64)
+
+
+def _type_words(field) -> str:
+    """A GGUF field's type as a reader would say it: "uint32", "array of string"."""
+    names = [t.name.lower() for t in field.types]
+    return " of ".join(names) if names else "empty"
+
+
 def _check_block_count(reader: GGUFReader, src: Path, arch: str) -> None:
     """{arch}.block_count against the blk.N tensors: a file that says more or fewer layers than it holds would
     convert, then fail to load (or load without its last layers)."""
-    field = reader.get_field(f"{arch}.block_count")
+    key = f"{arch}.block_count"
+    field = reader.get_field(key)
     if field is None:
-        return
+        raise ConvertError(f"{src} has no {key} key; llama.cpp cannot load a model without it")
+    if len(field.types) != 1 or field.types[0] not in _INT_TYPES:
+        raise ConvertError(f"{src}: {key} must be an integer, not {_type_words(field)}")
     declared = int(field.contents())
     held = {int(m.group(1)) for t in reader.tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
     if held and held != set(range(declared)):
@@ -379,6 +395,8 @@ def _convert_gguf(
     arch_field = reader.get_field("general.architecture")
     if arch_field is None:
         raise ConvertError(f"{src} has no general.architecture key; it is not a llama.cpp model file")
+    if arch_field.types != [GGUFValueType.STRING]:
+        raise ConvertError(f"{src}: general.architecture must be a string, not {_type_words(arch_field)}")
     arch = arch_field.contents()
     _check_block_count(reader, src, arch)
     plans = _plan(reader, target, fallback, summary)
@@ -618,6 +636,8 @@ def convert(
     start = time.perf_counter()
     log = log or _default_log
     src_path, out_path = Path(src).expanduser(), Path(out).expanduser()
+    if out_path.is_symlink() and out_path.exists():
+        out_path = out_path.resolve()  # write where the link points, keeping the link
     target = _parse_target(qtype)
     fallback_type: GGMLQuantizationType | None = None
     if fallback is not None and str(fallback).lower() != "none":

@@ -114,6 +114,16 @@ def _min_kv_of(n: int) -> Optional[int]:
     return None if n < 0 else n
 
 
+class _Closed:
+    """Stands in for a closed Llama's native objects: any use raises instead of reaching freed memory."""
+
+    def __init__(self, path) -> None:
+        self._path = path
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"{self._path} was closed; make a new Llama to use it again")
+
+
 def level_name(level: SparsityLevel) -> Optional[str]:
     """Normalize a user level (None, 0.5, "0.5", "greedy-0.5", "dense") to what the C API takes."""
     if level is None:
@@ -132,6 +142,8 @@ def level_name(level: SparsityLevel) -> Optional[str]:
         return name
     if isinstance(level, str):
         s = level.strip()
+        if "\0" in s:
+            raise ValueError(f"sparsity level {level!r} holds a NUL character")
         if s.lower() in ("", "0", "off", "dense", "none"):
             return None
         try:
@@ -230,6 +242,10 @@ class Llama(llama_cpp.Llama):
         if hasattr(self, "_stack"):
             super().close()
         self._closed = True
+        # llama_cpp.Llama's methods reach the freed model and context through these: make every use an error
+        for attr in ("_model", "_ctx", "_batch"):
+            if attr in self.__dict__:
+                setattr(self, attr, _Closed(getattr(self, "model_path", "this model")))
 
     def _check_open(self) -> None:
         if getattr(self, "_closed", False):

@@ -208,6 +208,19 @@ def open_gguf(path, error: type[Exception] = ValueError, *, bad_magic_hint: str,
         raise error(f"cannot parse {path} as GGUF ({exc}); {parse_hint}") from exc
 
 
+def string_list(reader: GGUFReader, key: str, path) -> list[str] | None:
+    """The array of strings under key, None without the key; ValueError naming path and key for another type."""
+    from gguf import GGUFValueType
+
+    field = reader.get_field(key)
+    if field is None:
+        return None
+    if field.types != [GGUFValueType.ARRAY, GGUFValueType.STRING]:
+        kind = " of ".join(t.name.lower() for t in field.types) or "empty"
+        raise ValueError(f"{path}: metadata key {key} must be an array of strings, not {kind}")
+    return list(field.contents())
+
+
 def read_zigzag_info(reader: GGUFReader) -> dict[str, int]:
     """{tensor name: block size} from a GGUFReader's llama_sparse keys; {} for a standard file."""
     names  = reader.get_field(KEY_ZIGZAG_TENSORS)

@@ -397,3 +397,124 @@ def test_quantize_refuses_a_zigzag_file(leveled: Path, tmp_path: Path):
     assert r.returncode != 0
     assert "zigzag GGUF, which cannot be requantized" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
     assert not out.exists()
+
+
+def test_levels_of_the_wrong_type(leveled: Path, tmp_path: Path):
+    # an int array once ended in a traceback in bench/perplexity/serve, a plain string in "it has: 0, ., 5, 0"
+    for name, value in (("ints", ([1, 2], GGUFValueType.ARRAY, GGUFValueType.INT32)),
+                        ("str", ("0.50", GGUFValueType.STRING, None))):
+        bad = rewrite_gguf(leveled, tmp_path / f"{name}.gguf", {"llama_sparse.levels": value})
+        refused(run("bench", str(bad), "--levels", "0.5", "-p", "8", "-n", "2", "-r", "1"),
+                "llama_sparse.levels must be an array of strings")
+
+
+def test_bench_says_why_the_fork_refused_a_model(leveled: Path, tmp_path: Path):
+    # llama-bench mutes the loader's log; bench once printed only "failed to load model"
+    bad = rewrite_gguf(leveled, tmp_path / "nan.gguf",
+                       {"llama_sparse.thresholds.0.50": ([float("nan")] * 120, GGUFValueType.ARRAY, GGUFValueType.FLOAT32)})
+    refused(run("bench", str(bad), "--levels", "0", "-p", "8", "-n", "0", "-r", "1"),
+            "llama_sparse.thresholds.0.50 holds a threshold of nan")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-t", "100000"], "at most 512 threads"), (["--temp", "nan"], "--temp nan"),
+    (["-p", "caf\udce9"], "the prompt is not UTF-8 text"),
+])
+def test_generate_more_bad_values(leveled: Path, args: list[str], needle: str):
+    # -t 100000 crashed in ggml's thread pool; nan was taken as a temperature; a non-UTF-8 prompt gave a codec error
+    base = ["generate", str(leveled), "-n", "2"] + ([] if "-p" in args else ["-p", "Hi"])
+    refused(subprocess.run(CLI + base + args, capture_output=True, text=True, timeout=300,
+                           errors="surrogateescape"), needle)
+
+
+def test_calibrate_output_is_the_text(leveled: Path, tmp_path: Path):
+    text = tmp_path / "book.txt"
+    text.write_text("It is a truth universally acknowledged. " * 50)
+    refused(run("calibrate", str(leveled), "-o", str(text), "--text", str(text), "--levels", "0.5", "-n", "16",
+                "-c", "32", "-q"), "is the calibration text")
+    assert text.read_text().startswith("It is a truth")
+
+
+def test_calibrate_in_place_through_a_symlink(leveled: Path, tmp_path: Path):
+    # the link was once replaced by a new file, the model it points at left as it was
+    import shutil
+    real = tmp_path / "real.gguf"
+    shutil.copy(leveled, real)
+    link = tmp_path / "link.gguf"
+    link.symlink_to("real.gguf")
+    text = tmp_path / "book.txt"
+    text.write_text((AUSTEN / sorted(os.listdir(AUSTEN))[0]).read_text()[:20000])
+    r = run("calibrate", str(link), "--in-place", "--text", str(text), "--mode", "unified", "--levels", "0.4",
+            "-n", "16", "-c", "32", "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert link.is_symlink()
+    from gguf import GGUFReader
+    assert list(GGUFReader(real).get_field("llama_sparse.levels").contents()) == ["0.40"]
+
+
+def test_closed_streams(leveled: Path):
+    def closed(cmd: list[str], fd: int) -> subprocess.CompletedProcess:
+        # the child starts with fd 0 or 1 closed (preexec_fn runs after the pipes are set up; Python then makes
+        # sys.stdin / sys.stdout None)
+        return subprocess.run(CLI + cmd, capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.close(fd))
+    r = closed(["chat", str(leveled), "-n", "2"], 0)
+    refused(r, "standard input is closed")
+    r = closed(["generate", str(leveled), "-p", "Hi", "-n", "2"], 1)
+    refused(r, "standard output is closed")
+
+
+def test_output_to_a_pipe_that_closes(leveled: Path):
+    # `| head -c 5` once left a BrokenPipeError traceback; now the command ends quietly with SIGPIPE's status
+    p = subprocess.Popen(CLI + ["generate", str(leveled), "-p", "Once upon a time", "-n", "64", "--temp", "0.8"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(1)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) in (0, 141), err[-2000:]  # 0: the text ended before a write found the pipe closed
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+
+
+def test_output_to_a_full_disk(leveled: Path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(CLI + ["generate", str(leveled), "-p", "Hi", "-n", "8"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    refused(r, "No space left on device")
+    assert "Exception ignored" not in r.stderr
+
+
+def test_serve_names_a_bad_environment(leveled: Path):
+    r = subprocess.run(CLI + ["serve", str(leveled)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "LLAMA_SPARQ": "r=1"})
+    refused(r, "LLAMA_SPARQ in the environment")
+
+
+def test_perplexity_shows_progress(leveled: Path, tmp_path: Path):
+    from llama_sparse.cli import _PerplexityProgress
+    p = _PerplexityProgress("0.50", 20)
+    p.tty, p.last = False, p.last - 60  # a pipe, and half a minute since the last line
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        p("[1]12.5,[2]13.25,", "perplexity: calculating perplexity over 4 chunks, n_ctx=512")
+    assert "0.50: chunk 2/4, running estimate 13.25" in buf.getvalue()
+
+
+def test_closed_model_refuses_every_native_call(leveled: Path):
+    # n_ctx(), save_state(), embed(), tokenizer() ... once reached the freed context and crashed the process
+    import llama_sparse
+    llm = llama_sparse.Llama(leveled, n_ctx=64, verbose=False)
+    llm.close()
+    for call in (llm.n_ctx, llm.save_state, llm.n_embd, llm.n_vocab, lambda: llm.tokenizer().encode("hi"),
+                 lambda: llm.embed("hi")):
+        with pytest.raises(RuntimeError, match="was closed"):
+            call()
+    llm.close()  # twice is fine
+
+
+def test_level_with_a_nul_refused():
+    from llama_sparse.llama import level_name
+    with pytest.raises(ValueError, match="NUL"):
+        level_name("0.5\x000")

@@ -247,3 +247,72 @@ def test_vocabulary_that_cannot_tokenize_is_reported(smollm2_gguf: Path, tmp_pat
     assert len(summary.warnings) == 1 and "cannot tokenize a plain sentence" in summary.warnings[0]
     assert "warning:" in summary.report()
     assert convert(smollm2_gguf, tmp_path / "good.zz.gguf", "q8_0", progress=False).warnings == []
+
+
+@pytest.mark.parametrize("kv,drop,needle", [
+    ({"{arch}.block_count": ("thirty", "STRING", None)}, (), r"block_count must be an integer, not string"),
+    ({"general.architecture": (5, "UINT32", None)}, (), r"general.architecture must be a string, not uint32"),
+    ({}, ("{arch}.block_count",), r"has no \w+\.block_count key"),
+])
+def test_metadata_of_the_wrong_type(tiny_gguf: Path, tmp_path: Path, kv, drop, needle: str) -> None:
+    # these once ended in "invalid literal for int()" / "object of type 'int' has no len()", or converted a file
+    # without block_count that then failed to load
+    from gguf import GGUFReader, GGUFValueType
+
+    from ggufedit import rewrite_gguf
+    arch = GGUFReader(tiny_gguf).get_field("general.architecture").contents()
+    set_kv = {k.format(arch=arch): (v, GGUFValueType[t], s) for k, (v, t, s) in kv.items()}
+    src = tmp_path / "typed.gguf"
+    if "general.architecture" in set_kv:
+        # rewrite_gguf writes the architecture itself: patch the string key's bytes after it
+        rewrite_gguf(tiny_gguf, src, {k: v for k, v in set_kv.items() if k != "general.architecture"},
+                     drop=tuple(d.format(arch=arch) for d in drop))
+        _retype_architecture(src)
+    else:
+        rewrite_gguf(tiny_gguf, src, set_kv, drop=tuple(d.format(arch=arch) for d in drop))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(ConvertError, match=needle):
+        convert(src, out_dir / "x.gguf", progress=False)
+    assert _leftovers(out_dir) == []
+
+
+def _retype_architecture(path: Path) -> None:
+    """general.architecture rewritten as a uint32 in place: the GGUF writer only writes it as a string."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(path)
+    w = GGUFWriter(path.with_suffix(".tmp"), "x")
+    w.kv_data[0].clear()  # drop the writer's own architecture key
+    w.add_key_value("general.architecture", 5, GGUFValueType.UINT32)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, tuple(t.data.shape), t.data.dtype, int(t.data.nbytes), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data)
+    w.close()
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def test_output_that_is_a_checkpoint_file_refused(tmp_path: Path) -> None:
+    # -o hf/model.safetensors once replaced the checkpoint's weights with the converted GGUF
+    src = _hf_dir(tmp_path / "hf")
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    for name in before:
+        with pytest.raises(ConvertError, match="is a file of the input checkpoint"):
+            convert(src, src / name, progress=False)
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+
+def test_output_through_a_symlink_writes_its_target(tiny_gguf: Path, tmp_path: Path) -> None:
+    (tmp_path / "real.gguf").write_bytes(b"old")
+    (tmp_path / "link.gguf").symlink_to("real.gguf")
+    convert(tiny_gguf, tmp_path / "link.gguf", "q8_0", progress=False)
+    assert (tmp_path / "link.gguf").is_symlink()
+    assert (tmp_path / "real.gguf").read_bytes()[:4] == b"GGUF"
