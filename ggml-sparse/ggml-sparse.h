@@ -129,7 +129,7 @@ GGML_API bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struc
 //                                                  (nb[0] = type size), any nb[1..3]; must equal k elementwise,
 //                                                  or for Q8_0 be k quantized in blocks of 32 positions of one
 //                                                  component (n_kv % 32 == 0; step 1 only reads k_t). Q8_0:
-//                                                  CUDA and Metal with f16 K/V only
+//                                                  with f16 K/V only (CPU, CUDA, Metal)
 //   v      src[3] F16|F32  [Dv,  n_kv,  Hkv, ns]  V, any strides: nb[0] = type size for the row cache (flash
 //                                                  attention on), nb[1] = type size for upstream's transposed V cache
 //   mask   src[4] F16|F32  [n_kv, n_pad, 1, ns|1] additive, n_pad >= n_tok, contiguous rows (nb[0] = type size);

@@ -27,6 +27,7 @@
 #include "ggml-sparse.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -517,7 +518,9 @@ void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector
 std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt,
                         int32_t & min_kv) {
     r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT; min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
-    if (spec.empty() || spec == "0" || spec == "off") {
+    std::string low = spec;
+    std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return (char) std::tolower(c); });
+    if (low.empty() || low == "0" || low == "off" || low == "none") { // as Python's SparQ.parse takes them
         return "";
     }
     size_t pos = 0;

@@ -27,9 +27,21 @@ init)
     git -C "$dir" log --oneline
     ;;
 export)
+    # the series keeps its numbers (0009 stays unused; the docs cite patches by number): the k-th commit takes
+    # the k-th number in use now, commits beyond them the numbers after the last
     root=$(git -C "$dir" rev-list --max-parents=0 HEAD)
+    tmp=$(mktemp -d)
+    git -C "$dir" format-patch -q --zero-commit --no-signature --no-stat -o "$tmp" "$root..HEAD"
+    mapfile -t old < <(cd "$repo/patches" && ls -- *.patch 2>/dev/null | cut -c1-4)
     rm -f "$repo"/patches/*.patch
-    git -C "$dir" format-patch -q --zero-commit --no-signature --no-stat -o "$repo/patches" "$root..HEAD"
+    i=0; last=0
+    for f in "$tmp"/*.patch; do
+        if [ $i -lt ${#old[@]} ]; then n=$((10#${old[$i]})); else n=$((last + 1)); fi
+        last=$n; i=$((i + 1))
+        b=$(basename "$f")
+        mv "$f" "$repo/patches/$(printf %04d "$n")-${b#????-}"
+    done
+    rmdir "$tmp"
     ls "$repo/patches"/*.patch
     ;;
 *)

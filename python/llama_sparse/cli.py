@@ -134,7 +134,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="GGUF model (zigzag for sparsity)")
     p.add_argument("--sparsity", default=None, help="level: 0.5, greedy-0.5, dense (default: dense)")
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
-                   help="SparQ attention at decode (default off), e.g. r=32,k=128. Shorter contexts stay dense "
+                   help="SparQ attention at decode (default: off, or LLAMA_SPARQ from the environment; --sparq off "
+                        "ignores it), e.g. r=32,k=128. Shorter contexts stay dense "
                         "where SparQ would not pay (min_kv=auto: from the start on the CPU, from 80 MiB of K and V "
                         "a layer on a GPU); min_kv=N sets where it starts, min_kv=0 from the start")
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
@@ -302,8 +303,17 @@ def _stock_bin(explicit: Optional[Path]) -> Optional[Path]:
                                     "llama.cpp build (tools/build_stock.sh makes one)")
         return explicit
     env = os.environ.get("LLAMA_SPARSE_STOCK_BIN")
-    cand = Path(env) if env else Path(os.environ.get("LLAMA_SPARSE_CACHE", Path.home() / ".cache" / "llama-sparse")) / "stock-build" / "bin"
-    return cand if (cand / "llama-bench").exists() else None
+    if env:
+        return Path(env) if (Path(env) / "llama-bench").exists() else None
+    cache = Path(os.environ.get("LLAMA_SPARSE_CACHE", Path.home() / ".cache" / "llama-sparse"))
+    builds = ["stock-build"]
+    import llama_cpp
+    if llama_cpp.llama_supports_gpu_offload():
+        builds.insert(0, "stock-build-cuda")  # a GPU fork is compared with stock's GPU build where there is one
+    for b in builds:
+        if (cache / b / "bin" / "llama-bench").exists():
+            return cache / b / "bin"
+    return None
 
 
 def _levels_of(model: Path) -> list[str]:
@@ -776,7 +786,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("model", type=Path)
     p.add_argument("--sparsity", default=None, help="level for every request (default dense)")
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
-                   help="SparQ attention at decode for every request (default off)")
+                   help="SparQ attention at decode for every request (default: off, or LLAMA_SPARQ from the "
+                        "environment; --sparq off ignores it)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
@@ -788,7 +799,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("bench", help="decode/prefill tokens per second: dense, each level, and stock")
     p.add_argument("model", type=Path, help="zigzag GGUF")
     p.add_argument("--stock-model", type=Path, default=None, help="standard GGUF for the stock llama.cpp row")
-    p.add_argument("--stock-bin", type=Path, default=None, help="stock build bin/ (default: tools/build_stock.sh's)")
+    p.add_argument("--stock-bin", type=Path, default=None,
+                   help="stock build bin/ (default: $LLAMA_SPARSE_STOCK_BIN, else tools/build_stock.sh's: its CUDA "
+                        "build on a fork with a GPU backend, where there is one, else its CPU build)")
     p.add_argument("--levels", default=None, help="comma list (default: dense and every level in the file)")
     p.add_argument("-p", "--n-prompt", type=int, default=128)
     p.add_argument("-n", "--n-gen", type=int, default=64)

@@ -518,3 +518,11 @@ def test_level_with_a_nul_refused():
     from llama_sparse.llama import level_name
     with pytest.raises(ValueError, match="NUL"):
         level_name("0.5\x000")
+
+
+def test_environment_sparq_none_is_off(leveled: Path):
+    # Python's SparQ.parse took "none" (any case) as off, the C parser of LLAMA_SPARQ refused it at context creation
+    r = subprocess.run(CLI + ["generate", str(leveled), "-p", "Hi", "-n", "2"], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "LLAMA_SPARQ": "None"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "sparq off" in r.stderr
