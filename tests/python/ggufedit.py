@@ -9,11 +9,16 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 def rewrite_gguf(src: Path, dst: Path, set_kv: dict[str, tuple[Any, GGUFValueType, Any]] | None = None,
                  drop: tuple[str, ...] = ()) -> Path:
-    """set_kv: key -> (value, type, array sub-type or None); drop: keys (or key prefixes ending in '.') to remove."""
-    set_kv = set_kv or {}
+    """set_kv: key -> (value, type, array sub-type or None); drop: keys (or key prefixes ending in '.') to remove.
+    general.architecture in set_kv replaces the string the writer puts first (any type: a lying file)."""
+    set_kv = dict(set_kv or {})
     r = GGUFReader(src)
     arch = r.get_field("general.architecture").contents()
     w = GGUFWriter(dst, arch)
+    if "general.architecture" in set_kv:
+        w.kv_data[0].pop("general.architecture")
+        v, vtype, sub = set_kv.pop("general.architecture")
+        w.add_key_value("general.architecture", v, vtype, sub_type=sub)
     for f in r.fields.values():
         if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in set_kv:
             continue
