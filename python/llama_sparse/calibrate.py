@@ -1111,8 +1111,9 @@ def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("-n", "--n-tokens", type=int, default=DEFAULT_N_TOKENS,
                         help=f"at most this many calibration tokens (default {DEFAULT_N_TOKENS})")
     parser.add_argument("-c", "--ctx-size", type=int, default=512, help="tokens per calibration window (default 512)")
-    parser.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all cores; without --text, the model writes its calibration "
-                        "text on llama-cpp-python's default, half the cores)")
+    parser.add_argument("-t", "--threads", type=int, default=None,
+                        help="threads (default: all cores; without --text, the model writes its calibration text on "
+                             "llama-cpp-python's default, half the cores)")
     parser.add_argument("--greedy-windows", type=int, default=GREEDY_WINDOWS,
                         help=f"calibration windows whose block inputs the greedy search uses (default {GREEDY_WINDOWS})")
     parser.add_argument("--greedy-step", type=float, default=GREEDY_INCREMENT,
