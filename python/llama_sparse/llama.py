@@ -136,8 +136,8 @@ def level_name(level: SparsityLevel) -> Optional[str]:
         if float(level) == 0.0:
             return None
         name = f"{float(level):.2f}"
-        if float(name) == 0.0:
-            raise ValueError(f"sparsity {level} rounds to 0.00 (levels have two decimals); use 0 for dense or a "
+        if float(name) in (0.0, 1.0):
+            raise ValueError(f"sparsity {level} rounds to {name} (levels have two decimals); use 0 for dense or a "
                              "calibrated level such as 0.5")
         return name
     if isinstance(level, str):

@@ -526,3 +526,10 @@ def test_environment_sparq_none_is_off(leveled: Path):
                        timeout=300, env={**os.environ, "LLAMA_SPARQ": "None"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "sparq off" in r.stderr
+
+
+def test_level_that_rounds_to_one_refused():
+    # 0.999 was named "1.00" and then reported as a level the model lacks
+    from llama_sparse.llama import level_name
+    with pytest.raises(ValueError, match="rounds to 1.00"):
+        level_name(0.999)
