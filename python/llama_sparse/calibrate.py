@@ -1118,7 +1118,7 @@ def add_calibrate_args(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help=f"calibration windows whose block inputs the greedy search uses (default {GREEDY_WINDOWS})")
     parser.add_argument("--greedy-step", type=float, default=GREEDY_INCREMENT,
                         help=f"block sparsity added per greedy step (default {GREEDY_INCREMENT})")
-    parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    parser.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (default: 0; 99: all)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary output")
     return parser
 

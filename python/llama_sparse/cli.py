@@ -138,12 +138,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                         "ignores it), e.g. r=32,k=128. Shorter contexts stay dense "
                         "where SparQ would not pay (min_kv=auto: from the start on the CPU, from 80 MiB of K and V "
                         "a layer on a GPU); min_kv=N sets where it starts, min_kv=0 from the start")
-    p.add_argument("-c", "--ctx-size", type=int, default=2048)
-    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
-    p.add_argument("-n", "--n-predict", type=int, default=256)
-    p.add_argument("--temp", type=float, default=0.0)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-c", "--ctx-size", type=int, default=2048,
+                   help="context tokens (default: 2048; 0: the model's own)")
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads (default: all cores)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (default: 0; 99: all)")
+    p.add_argument("-n", "--n-predict", type=int, default=256,
+                   help="tokens to generate (default: 256; -1: until the context is full)")
+    p.add_argument("--temp", type=float, default=0.0, help="sampling temperature (default: 0, greedy)")
+    p.add_argument("-v", "--verbose", action="store_true", help="llama.cpp's log on stderr")
 
 
 class _TokenCount:
@@ -611,7 +613,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:  # as generate/chat do: the environment's, unless --sparq
             sparq = SparQ.parse(os.environ["LLAMA_SPARQ"])
         except (ValueError, TypeError) as e:
-            raise ValueError(f"LLAMA_SPARQ in the environment: {e} (--sparq overrides it, --sparq off ignores it)") from None
+            raise ValueError(f"LLAMA_SPARQ in the environment: {e} (--sparq overrides it, --sparq off ignores "
+                             "it)") from None
     try:
         import uvicorn
         from llama_cpp.server.app import create_app
@@ -788,12 +791,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="SparQ attention at decode for every request (default: off, or LLAMA_SPARQ from the "
                         "environment; --sparq off ignores it)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("-c", "--ctx-size", type=int, default=2048)
-    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("-c", "--ctx-size", type=int, default=2048, help="context tokens (default: 2048)")
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads (default: all cores)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (default: 0; 99: all)")
+    p.add_argument("-v", "--verbose", action="store_true", help="llama.cpp's log on stderr")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("bench", help="decode/prefill tokens per second: dense, each level, and stock")
@@ -803,14 +806,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="stock build bin/ (default: $LLAMA_SPARSE_STOCK_BIN, else tools/build_stock.sh's: its CUDA "
                         "build on a fork with a GPU backend, where there is one, else its CPU build)")
     p.add_argument("--levels", default=None, help="comma list (default: dense and every level in the file)")
-    p.add_argument("-p", "--n-prompt", type=int, default=128)
-    p.add_argument("-n", "--n-gen", type=int, default=64)
-    p.add_argument("-r", "--repetitions", type=int, default=3)
+    p.add_argument("-p", "--n-prompt", type=int, default=128, help="prompt tokens to time (default: 128; 0: none)")
+    p.add_argument("-n", "--n-gen", type=int, default=64, help="tokens to decode and time (default: 64; 0: none)")
+    p.add_argument("-r", "--repetitions", type=int, default=3, help="runs averaged a row (default: 3)")
     p.add_argument("-d", "--depth", type=int, default=0, help="decode after this many context tokens (llama-bench -d)")
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each row with SparQ attention")
-    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
-    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads (default: all cores)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (default: 0; 99: all)")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart")
     p.set_defaults(func=cmd_bench)
 
@@ -824,7 +827,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                    help="1: real batch-1 sparse decode; larger: per-token masking (exact emulation; default: 512)")
     p.add_argument("--sparq", type=_sparq_arg, default=None, metavar="r=R,k=K[,mean_v=1][,kt=q8_0][,min_kv=N|auto]",
                    help="also measure each level with SparQ attention (needs -ub 1)")
-    p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    p.add_argument("-t", "--threads", type=int, default=os.cpu_count(), help="threads (default: all cores)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: llama-perplexity's own, every layer that fits)")
     p.set_defaults(func=cmd_perplexity)
