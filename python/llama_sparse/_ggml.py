@@ -128,8 +128,19 @@ def _row_chunks(nrows: int, n_per_row: int, threads: int) -> list[tuple[int, int
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
+MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool crashes above it
+
+
 def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads, error: type[Exception]) -> None:
+    """threads (-t): None (all cores) or an int in [1, MAX_THREADS]; else `error`."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise error(f"threads (-t) must be an int >= 1 (or None: all cores), got {threads!r}")
+    if threads is not None and threads > MAX_THREADS:
+        raise error(f"-t {threads}: ggml runs at most {MAX_THREADS} threads (this machine has {os.cpu_count()} cores)")
 
 
 def quantize(

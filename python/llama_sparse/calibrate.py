@@ -258,8 +258,9 @@ def _read_utf8(p: Path) -> str:
     return text
 
 
-def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[str], str]:
-    """Path-likes are files to read, plain str are text."""
+def _read_texts(texts: Union[TextSource, Sequence[TextSource]],
+                output: Optional[Path] = None) -> tuple[list[str], str]:
+    """Path-likes are files to read, plain str are text; a file that is `output` (to be written) is refused."""
     if isinstance(texts, (str, os.PathLike)):
         texts = [texts]
     out: list[str] = []
@@ -271,6 +272,8 @@ def _read_texts(texts: Union[TextSource, Sequence[TextSource]]) -> tuple[list[st
                 raise CalibrationError(f"calibration text file {p} does not exist; pass existing --text files")
             if not p.is_file():
                 raise CalibrationError(f"calibration text {p} is not a file; pass text files to --text")
+            if output is not None and output.exists() and os.path.samefile(p, output):
+                raise CalibrationError(f"output {output} is the calibration text {t}; pass another -o path")
             try:
                 out.append(_read_utf8(p))
             except OSError as exc:
@@ -897,18 +900,13 @@ def calibrate(
         raise CalibrationError(f"greedy_windows (--greedy-windows) must be an int >= 1, got {greedy_windows!r}")
     if not isinstance(greedy_queries, int) or isinstance(greedy_queries, bool) or greedy_queries < 1:
         raise CalibrationError(f"greedy_queries must be an int >= 1, got {greedy_queries!r}")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise CalibrationError(f"threads (-t) must be an int >= 1 (or None: all cores), got {threads!r}")
+    from . import _ggml
+    _ggml.check_threads(threads, CalibrationError)
     if not 0.0 < float(greedy_increment) <= 0.25:
         raise CalibrationError(f"greedy_increment (--greedy-step) must be in (0, 0.25], got {greedy_increment!r}")
     # cheap path checks first; parsing the GGUF takes seconds on a large vocabulary
     _check_model_path(src)
     _check_output(out, src, in_place)
-    text_items = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts or [])
-    for t in text_items:
-        if isinstance(t, os.PathLike) and out.exists() and Path(t).expanduser().exists() \
-                and os.path.samefile(Path(t).expanduser(), out):
-            raise CalibrationError(f"output {out} is the calibration text {t}; pass another -o path")
     summary = CalibrationSummary(source=src, output=out, text_source="generated", n_tokens=0, n_chunks=0)
     text_list = None
     if random_tokens is not None:
@@ -918,7 +916,7 @@ def calibrate(
             raise CalibrationError(f"random_tokens must be a seed (an int >= 0), got {random_tokens!r}")
         summary.text_source = f"random token ids (seed {random_tokens})"
     elif texts is not None:
-        text_list, summary.text_source = _read_texts(texts)
+        text_list, summary.text_source = _read_texts(texts, out)
     reader = _open_model(src)
 
     if texts is None and random_tokens is None:

@@ -74,15 +74,11 @@ def _sparq_name(sparq) -> str:
             f"{',min_kv=' + str(sparq.min_kv) if sparq.min_kv is not None else ''}")
 
 
-MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool crashes above it
-
-
 def _check_threads(threads: Optional[int]) -> None:
     if threads is not None and threads < 1:  # ggml asserts on 0 threads; negative ones reach it too
         raise ValueError(f"-t {threads}: use at least 1 thread")
-    if threads is not None and threads > MAX_THREADS:
-        raise ValueError(f"-t {threads}: ggml runs at most {MAX_THREADS} threads (this machine has {os.cpu_count()} "
-                         "cores)")
+    from . import _ggml
+    _ggml.check_threads(threads, ValueError)  # the upper bound
 
 
 def _check_stdio(stdin: bool = False) -> None:
@@ -372,15 +368,18 @@ def _run_tool(exe: Path, args: list[str], level: Optional[str], emulate: bool = 
 def _run_watched(cmd: list[str], env: dict, progress) -> subprocess.CompletedProcess:
     """subprocess.run(capture_output=True, text=True), calling progress(stdout so far, stderr so far) as output
     arrives (llama-perplexity writes a chunk's estimate without a newline)."""
+    import codecs
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     err: list[bytes] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read1(4096), b"")), daemon=True)
     reader.start()
-    out: list[bytes] = []
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out = ""
     try:
         while chunk := p.stdout.read1(4096):
-            out.append(chunk)
-            progress(b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
+            out += dec.decode(chunk)
+            progress(out, b"".join(err).decode(errors="replace"))
+        out += dec.decode(b"", final=True)
         p.wait()
     except BaseException:
         p.kill()
@@ -390,8 +389,7 @@ def _run_watched(cmd: list[str], env: dict, progress) -> subprocess.CompletedPro
         reader.join()
         p.stdout.close()
         p.stderr.close()
-    return subprocess.CompletedProcess(cmd, p.returncode, b"".join(out).decode(errors="replace"),
-                                       b"".join(err).decode(errors="replace"))
+    return subprocess.CompletedProcess(cmd, p.returncode, out, b"".join(err).decode(errors="replace"))
 
 
 def _exit_reason(rc: int, exe: Path) -> str:

@@ -364,12 +364,6 @@ _INT_TYPES = (GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGU
               GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64)
 
 
-def _type_words(field) -> str:
-    """A GGUF field's type as a reader would say it: "uint32", "array of string"."""
-    names = [t.name.lower() for t in field.types]
-    return " of ".join(names) if names else "empty"
-
-
 def _check_block_count(reader: GGUFReader, src: Path, arch: str) -> None:
     """{arch}.block_count against the blk.N tensors: a file that says more or fewer layers than it holds would
     convert, then fail to load (or load without its last layers)."""
@@ -378,7 +372,7 @@ def _check_block_count(reader: GGUFReader, src: Path, arch: str) -> None:
     if field is None:
         raise ConvertError(f"{src} has no {key} key; llama.cpp cannot load a model without it")
     if len(field.types) != 1 or field.types[0] not in _INT_TYPES:
-        raise ConvertError(f"{src}: {key} must be an integer, not {_type_words(field)}")
+        raise ConvertError(f"{src}: {key} must be an integer, not {zigzag.type_words(field)}")
     declared = int(field.contents())
     held = {int(m.group(1)) for t in reader.tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
     if held and held != set(range(declared)):
@@ -396,7 +390,7 @@ def _convert_gguf(
     if arch_field is None:
         raise ConvertError(f"{src} has no general.architecture key; it is not a llama.cpp model file")
     if arch_field.types != [GGUFValueType.STRING]:
-        raise ConvertError(f"{src}: general.architecture must be a string, not {_type_words(arch_field)}")
+        raise ConvertError(f"{src}: general.architecture must be a string, not {zigzag.type_words(arch_field)}")
     arch = arch_field.contents()
     _check_block_count(reader, src, arch)
     plans = _plan(reader, target, fallback, summary)
@@ -651,8 +645,7 @@ def convert(
     if not src_path.is_dir() and not src_path.is_file():
         raise ConvertError(f"input {src_path} is not a regular file (a device or a FIFO?); pass a .gguf file or a "
                            "Hugging Face model directory")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConvertError(f"threads (-t) must be an int >= 1 (or None: all cores), got {threads!r}")
+    _ggml.check_threads(threads, ConvertError)
     _check_output(out_path, src_path)
     threads = threads or _ggml.default_threads()
     try:

@@ -216,9 +216,13 @@ def string_list(reader: GGUFReader, key: str, path) -> list[str] | None:
     if field is None:
         return None
     if field.types != [GGUFValueType.ARRAY, GGUFValueType.STRING]:
-        kind = " of ".join(t.name.lower() for t in field.types) or "empty"
-        raise ValueError(f"{path}: metadata key {key} must be an array of strings, not {kind}")
+        raise ValueError(f"{path}: metadata key {key} must be an array of strings, not {type_words(field)}")
     return list(field.contents())
+
+
+def type_words(field) -> str:
+    """A GGUF field's type as a reader would say it: "uint32", "array of string"."""
+    return " of ".join(t.name.lower() for t in field.types) or "empty"
 
 
 def read_zigzag_info(reader: GGUFReader) -> dict[str, int]:

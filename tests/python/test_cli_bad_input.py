@@ -245,6 +245,13 @@ def test_convert_and_calibrate_refuse_zero_threads(smollm2_gguf: Path, leveled: 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_convert_and_calibrate_refuse_too_many_threads(smollm2_gguf: Path, leveled: Path, tmp_path: Path):
+    # calibrate -t 100000 once aborted in ggml (std::bad_alloc)
+    refused(run("convert", str(smollm2_gguf), "-o", str(tmp_path / "a.gguf"), "-t", "100000"), "at most 512 threads")
+    refused(run("calibrate", str(leveled), "-o", str(tmp_path / "b.gguf"), "-t", "100000"), "at most 512 threads")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_explicit_settings_beat_a_bad_environment(leveled: Path):
     code = ("import llama_sparse\n"
             f"l = llama_sparse.Llama({str(leveled)!r}, n_ctx=64, sparsity=0.5, sparq='off', verbose=False)\n"
