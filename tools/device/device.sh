@@ -198,6 +198,7 @@ remote() {
     # inside one), memset + atomics (BENCH_REDUCTION: another): zz_bench_envs LOG BATCHES ENV...
     # the 7 shapes of Llama-2-7B (q/k/v/o, gate/up, down), Llama-3-8B (gate/up, down) and 70B (gate/up, down)
     local zz_shapes7=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
+    local zz_shapes11=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672
     zz_bench_envs() {
         local log=$1 batch=$2
         shift 2
@@ -1159,9 +1160,22 @@ remote() {
         tune)
             zz_build_lite
             LLAMA_SPARSE_CUDA_TUNE_TYPES=${TUNE_TYPES:-q4_K} timeout 500 /tmp/zz-test/t tune --max-batch "${TUNE_BATCH:-1}" \
-                --sparsity 0.5 --out "$out/tune.txt" --shapes $zz_shapes7 2>&1 |
+                --sparsity 0.5 --out "$out/tune.txt" --shapes ${TUNE_SHAPES:-$zz_shapes7} 2>&1 |
                 tee "$out/tune.log" | grep -E "autotune|tune:"
             cat "$out/tune.txt"
+            ;;
+        bench-tuned)
+            # issue 6's GEMV table (11 shapes, stock mmvq in the same process: after zztest) with the heuristic and with
+            # the tune step's file, alternating, $TUNED_ROUNDS rounds, batches $TUNED_BATCH (default 1)
+            [ -x /tmp/zz-test/t ] && [ -f "$out/tune.txt" ] || { echo "no test binary or tune file (zztest, tune)"; exit 1; }
+            local i v
+            for i in $(seq 1 "${TUNED_ROUNDS:-2}"); do
+                for v in LLAMA_SPARSE_CUDA_TUNE_FILE=/nonexistent LLAMA_SPARSE_CUDA_TUNE_FILE=$out/tune.txt; do
+                    echo "-- round $i: $v" | tee -a "$out/bench-tuned.log"
+                    env $v timeout 200 /tmp/zz-test/t bench --batch "${TUNED_BATCH:-1}" --reduction early \
+                        --shapes $zz_shapes11 2>&1 | tee -a "$out/bench-tuned.log" | grep -E "^(device|type|q4_K|copy)"
+                done
+            done
             ;;
         ab)
             local flags=() names=(a) bins=(/tmp/zz-test/t) envs=("") f i j rc pids=()
