@@ -42,8 +42,8 @@ def main() -> int:
     write = C.write_levels
     C._level = level_and_proxy
     C.write_levels = lambda reader, src, out, levels: write(reader, src, out, list(levels) + proxy_levels)
-    summary = C.calibrate(args.model, output=args.outfile, texts=args.text,
-                          levels=[float(x) for x in args.levels.split(",")], n_tokens=args.n_tokens, threads=args.threads)
+    C.calibrate(args.model, output=args.outfile, texts=args.text,
+                levels=[float(x) for x in args.levels.split(",")], n_tokens=args.n_tokens, threads=args.threads)
     for p in proxy_levels:
         print(f"    {p.name:>12}: target {p.target:.2f}, achieved {p.achieved:.3f} of weight bytes, "
               f"{p.achieved_columns:.3f} of columns, error mass dropped {p.rel_error:.4f}", file=sys.stderr)

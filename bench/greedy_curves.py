@@ -55,7 +55,6 @@ def main() -> None:
         curves = {(g, n): np.zeros(n_layer) for g in range(4) for n in curve_levels}
         level_err = {n: np.zeros(n_layer) for n in names}
         alloc = {n: np.zeros((n_layer, 4)) for n in names if n.startswith("greedy")}
-        hist = {}
         for il in range(n_layer):
             hs, _ = block_samples(cn, cap.calib, il, args.windows)
             block = gr.Block(spec, gr.load_block(tensors, zz, il), hs, args.queries)

@@ -5,7 +5,7 @@ import ctypes
 
 import llama_cpp.llama_cpp as _llama
 
-from ._native import _fn, _lib
+from ._native import _fn
 
 _p = ctypes.c_void_p
 _i32 = ctypes.c_int32

@@ -7,7 +7,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator, Optional, Type
+from typing import Iterator, Type
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 

@@ -12,7 +12,6 @@ every key and tensor of the input and the llama_sparse.levels / level_targets / 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import errno
 import math
 import os
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
+
+from ._progress import Progress
 
 GROUP_NAMES = ("qkv", "o", "gate_up", "down")
 MODES = ("unified", "greedy")
@@ -97,7 +98,7 @@ class CalibrationSummary:
             f"calibrated {self.source} -> {self.output} in {self.seconds:.1f} s "
             f"(capture {self.seconds_capture:.1f} s{greedy}{gen})",
             f"  text:   {self.n_tokens} tokens in {self.n_chunks} window{'s' if self.n_chunks != 1 else ''} "
-            f"of {self.text_source})",
+            f"of {self.text_source}",
         ]
         if self.greedy_method:
             lines.append(f"  greedy: {self.greedy_method}")
@@ -111,33 +112,6 @@ class CalibrationSummary:
 
 def _default_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class _Progress:
-    """tqdm bar on a TTY; otherwise one line per 10% so CI logs stay short."""
-
-    def __init__(self, total: int, desc: str, enabled: bool, log: Callable[[str], None], unit: str = "tok") -> None:
-        self.total, self.desc, self.log, self.unit = max(1, total), desc, log, unit
-        self.done, self.next_pct, self.enabled, self.bar = 0, 10, enabled, None
-        self.start = time.perf_counter()
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, desc=desc, unit=unit, leave=False)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif self.enabled:
-            pct = 100 * self.done // self.total
-            if pct >= self.next_pct:
-                rate = self.done / max(1e-9, time.perf_counter() - self.start)
-                self.log(f"{self.desc}: {pct}% ({self.done}/{self.total} {self.unit}, {rate:.3g} {self.unit}/s)")
-                self.next_pct = (pct // 10 + 1) * 10
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -311,7 +285,7 @@ def generate_texts(model: Path, *, prompts: Optional[Sequence[str]] = None, max_
     with _dense_env(ignore_levels=True):
         llm = Llama(model, n_ctx=max_tokens + 256, n_threads=threads, n_threads_batch=threads or _default_threads(),
                     n_gpu_layers=n_gpu_layers, verbose=False, seed=1234)
-    bar = _Progress(len(prompts) * max_tokens, "generating calibration text", progress, log)
+    bar = Progress(len(prompts) * max_tokens, "generating calibration text", progress, log)
     out = []
     try:
         for i, prompt in enumerate(prompts):
@@ -529,7 +503,7 @@ def _run_texts(cap: _Capture, text_list: Optional[list[str]], n_tokens: int, ctx
     min_len = min(sample_rows, max(len(c) for c in chunks))
     rng = np.random.default_rng(seed)
     seen = 0
-    bar = _Progress(total, desc, progress, log)
+    bar = Progress(total, desc, progress, log)
     try:
         for chunk in chunks:
             slot = -1
@@ -678,14 +652,14 @@ def _greedy_search(cn, st: _Stats, reader, rope_type: int, targets: Sequence[flo
     res = _Greedy(sparsity={t: np.zeros((st.n_layer, len(GROUP_NAMES))) for t in targets},
                   block_errors={(m, t): np.zeros(st.n_layer) for m in modes for t in targets},
                   check=np.full(st.n_layer, np.nan))
-    bar = _Progress(st.n_layer, "greedy block search", progress, log, unit="block")
+    bar = Progress(st.n_layer, "greedy block search", progress, log, unit="block")
     with gr.blas_threads(threads):
         _greedy_blocks(cn, st, res, spec, tensors, zz, targets, modes, slots, queries, increment, bar, keep_traces)
     return res
 
 
 def _greedy_blocks(cn, st: _Stats, res: _Greedy, spec, tensors: dict, zz: dict, targets: Sequence[float],
-                   modes: Sequence[str], slots: int, queries: int, increment: float, bar: _Progress,
+                   modes: Sequence[str], slots: int, queries: int, increment: float, bar: Progress,
                    keep_traces: bool) -> None:
     from . import greedy as gr
 

@@ -28,6 +28,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, Ll
 from gguf.constants import GGML_QUANT_VERSION
 
 from . import _ggml, _signals, zigzag
+from ._progress import Progress
 from ._lib import LibraryNotFoundError
 
 Q = GGMLQuantizationType
@@ -123,33 +124,6 @@ class _TensorPlan:
 
 def _default_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-class _Progress:
-    """tqdm bar on a TTY; otherwise one line per 10% so CI logs stay short."""
-
-    def __init__(self, total: int, desc: str, enabled: bool, log: Callable[[str], None]) -> None:
-        self.total, self.desc, self.log = max(1, total), desc, log
-        self.done, self.next_pct = 0, 10
-        self.bar = None
-        self.enabled = enabled
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif self.enabled:
-            pct = 100 * self.done // self.total
-            if pct >= self.next_pct:
-                self.log(f"{self.desc}: {pct}%")
-                self.next_pct = (pct // 10 + 1) * 10
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -408,7 +382,7 @@ def _convert_gguf(
 
     tmp: Path | None = None
     writer: GGUFWriter | None = None
-    bar = _Progress(sum(p.nbytes for p in plans), f"convert {src.name}", progress, log)
+    bar = Progress(sum(p.nbytes for p in plans), f"convert {src.name}", progress, log, unit="B")
     try:
         tmp = _temp_path(out, "gguf")
         writer = GGUFWriter(tmp, arch)

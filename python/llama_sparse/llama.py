@@ -4,7 +4,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import Any, Optional, Union
 

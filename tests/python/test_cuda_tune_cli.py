@@ -1,7 +1,5 @@
 """`llama-sparse cuda-tune`: the GEMV shapes it reads from a zigzag GGUF, and its errors on a build without CUDA
 (CI has no GPU; the tune itself runs on the device, cuda/README.md)."""
-from pathlib import Path
-
 import pytest
 from gguf import GGUFReader
 
