@@ -11,6 +11,7 @@
 #include "ggml-sparse-cpu.h"
 #include "gguf.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -28,6 +29,8 @@
 #endif
 
 namespace {
+
+constexpr size_t LLAMA_SPARSE_LEVELS_MAX = 64; // levels a file may hold (calibrate writes a handful)
 
 struct sparse_level {
     std::string        name;       // as stored, e.g. "0.50" or "greedy-0.50"
@@ -141,6 +144,23 @@ bool parse_level(const std::string & s, std::string & mode, float & target) {
     return !num.empty() && end && *end == '\0' && std::isfinite(target) && target > 0.0f && target < 1.0f;
 }
 
+// a level name stored in a file: a level spec whose mode (if any) is plain ASCII, so it prints and can be typed
+bool level_name_ok(const std::string & s, std::string & mode, float & target) {
+    if (!parse_level(s, mode, target)) {
+        return false;
+    }
+    const size_t dash = s.find('-');
+    for (size_t i = 0; i < s.size(); ++i) {
+        const unsigned char c = (unsigned char) s[i];
+        const bool ok = dash != std::string::npos && i < dash ? (c < 0x80 && (isalnum(c) || c == '_')) :
+                        i != dash ? (isdigit(c) || c == '.') : true;
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // "", "dense", "off", "none", or a number equal to 0 ("0", "0.0")
 bool is_dense_spec(const char * level) {
     if (level == nullptr || level[0] == '\0' || strcmp(level, "off") == 0 || strcmp(level, "dense") == 0 ||
@@ -250,6 +270,12 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
         }
         int32_t layer, group;
         zigzag_layer_group(names[i], layer, group);
+        // only weights read through a matmul may be zigzag: an embedding is read by rows (get_rows)
+        if (group < 0 && names[i] != "output.weight") {
+            throw std::runtime_error(format("llama-sparse: tensor '%s' is listed as zigzag, but only the projection weights "
+                    "blk.N.{attn_q,attn_k,attn_v,attn_qkv,attn_output,ffn_gate,ffn_up,ffn_gate_up,ffn_down}.weight "
+                    "can be (docs/format.md)", t->name));
+        }
         if (layer >= info.n_layer) {
             throw std::runtime_error(format("llama-sparse: zigzag tensor '%s' names layer %d of %d", t->name, layer, info.n_layer));
         }
@@ -272,10 +298,33 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
     if (level_targets.size() != level_names.size()) {
         throw std::runtime_error(format("llama-sparse: %zu level names but %zu level targets", level_names.size(), level_targets.size()));
     }
+    if (level_names.size() > LLAMA_SPARSE_LEVELS_MAX) {
+        throw std::runtime_error(format("llama-sparse: llama_sparse.levels lists %zu levels; at most %zu are allowed",
+                level_names.size(), LLAMA_SPARSE_LEVELS_MAX));
+    }
     for (size_t i = 0; i < level_names.size(); ++i) {
         sparse_level lv;
         lv.name   = level_names[i];
         lv.target = level_targets[i];
+        // a name must be what a user can ask for: "<target>" or "<mode>-<target>", one level per (mode, target)
+        std::string mode;
+        float parsed;
+        if (!level_name_ok(lv.name, mode, parsed)) {
+            std::string shown; // bytes outside printable ASCII as \xNN
+            for (const unsigned char c : lv.name.substr(0, 64)) {
+                shown += c >= 0x20 && c < 0x7f ? std::string(1, (char) c) : format("\\x%02x", c);
+            }
+            throw std::runtime_error(format("llama-sparse: llama_sparse.levels entry %zu, '%s', is not a level name "
+                    "(\"<target>\" or \"<mode>-<target>\", target in (0, 1), mode of letters, digits or '_')", i, shown.c_str()));
+        }
+        for (size_t j = 0; j < i; ++j) {
+            std::string mode_j;
+            float parsed_j;
+            if (parse_level(level_names[j], mode_j, parsed_j) && mode_j == mode && std::fabs(parsed_j - parsed) < 5e-4f) {
+                throw std::runtime_error(format("llama-sparse: levels '%s' and '%s' name the same level",
+                        level_names[j].c_str(), lv.name.c_str()));
+            }
+        }
         const std::string key = "llama_sparse.thresholds." + lv.name;
         lv.thresholds = get_num_arr<float>(meta, key.c_str(), GGUF_TYPE_FLOAT32);
         if (lv.thresholds.size() != (size_t) info.n_layer * LLAMA_SPARSE_GROUP_COUNT) {

@@ -630,7 +630,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # llama-cpp-python's server makes its models through llama_cpp.Llama (this process serves only them)
     llama_cpp.Llama = ServeLlama
-    app = create_app(server_settings=ServerSettings(host=args.host, port=args.port),
+    # interrupt_requests off: a request waits for the one streaming, which llama-cpp-python would otherwise cut short
+    # with a normal-looking end (finish_reason null, then [DONE])
+    app = create_app(server_settings=ServerSettings(host=args.host, port=args.port, interrupt_requests=False),
                      model_settings=[ModelSettings(model=str(args.model), n_ctx=args.ctx_size, n_threads=args.threads,
                                                    n_gpu_layers=args.n_gpu_layers, verbose=args.verbose)])
     if not args.verbose:  # uvicorn's own startup lines are info-level

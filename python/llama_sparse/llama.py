@@ -225,6 +225,23 @@ class Llama(llama_cpp.Llama):
                 raise ValueError(f"token id {bad} is not in the vocabulary (0..{n - 1})")
         return super().detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
+    def create_completion(self, *args, **kwargs):
+        """llama_cpp.Llama.create_completion, but a grammar llama.cpp cannot parse raises ValueError before any
+        token, where llama-cpp-python would add its NULL sampler and crash the process (chat calls come here too)."""
+        if kwargs.get("grammar") is not None:
+            self._check_grammar(kwargs["grammar"])
+        return super().create_completion(*args, **kwargs)
+
+    def _check_grammar(self, grammar) -> None:
+        self._check_open()
+        start = _log.mark()
+        sampler = llama_cpp.llama_sampler_init_grammar(self._model.vocab, grammar._grammar.encode("utf-8"),
+                                                       grammar._root.encode("utf-8"))
+        if not sampler:
+            why = _log.reason_since(start)
+            raise ValueError(f"grammar: llama.cpp cannot parse it ({why or 'no root rule, or a syntax error'})")
+        llama_cpp.llama_sampler_free(sampler)
+
     def eval(self, tokens) -> None:
         self._check_open()
         super().eval(tokens)

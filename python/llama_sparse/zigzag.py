@@ -204,6 +204,8 @@ def open_gguf(path, error: type[Exception] = ValueError, *, bad_magic_hint: str,
         raise error(f"{path} is not a GGUF file (bad magic); {bad_magic_hint}")
     try:
         return GGUFReader(path, "r")
+    except UnicodeDecodeError as exc:  # whole, but a key or string value is not UTF-8, as GGUF requires
+        raise error(f"cannot parse {path} as GGUF: a metadata string is not UTF-8 ({exc})") from exc
     except Exception as exc:  # gguf-py raises ValueError/struct errors on truncated files
         raise error(f"cannot parse {path} as GGUF ({exc}); {parse_hint}") from exc
 

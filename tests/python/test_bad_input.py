@@ -1,7 +1,9 @@
 """Lying or damaged zigzag metadata is refused with a clear error, never a crash or garbage."""
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +111,67 @@ def test_levels_round_trip_and_unknown_level(zz: Path, tmp_path: Path):
     assert llm.sparsity == "greedy-0.50"  # a failed switch keeps the level
     llm.set_sparsity(None)
     assert llm.sparsity == "dense"
+
+
+def test_non_projection_listed_as_zigzag(zz: Path, tmp_path: Path):
+    """An embedding is read by rows, not through a matmul: listed as zigzag it used to abort at context creation."""
+    r = GGUFReader(zz)
+    names = _names(zz) + ["token_embd.weight"]
+    sizes = list(r.get_field("llama_sparse.zigzag.block_sizes").contents()) + [32]
+    bad = rewrite_gguf(zz, tmp_path / "embd.gguf", {
+        "llama_sparse.zigzag.tensors": (names, V.ARRAY, V.STRING),
+        "llama_sparse.zigzag.block_sizes": (sizes, V.ARRAY, V.UINT32)})
+    msg = _load_error(bad)
+    assert "'token_embd.weight' is listed as zigzag, but only the projection weights" in msg
+
+
+def _with_levels(zz: Path, path: Path, names: list[str]) -> Path:
+    n_layer = int(GGUFReader(zz).get_field("llama.block_count").contents())
+    kv = {"llama_sparse.levels": (names, V.ARRAY, V.STRING),
+          "llama_sparse.level_targets": ([0.5] * len(names), V.ARRAY, V.FLOAT32)}
+    for name in names:
+        kv[f"llama_sparse.thresholds.{name}"] = ([0.01] * (4 * n_layer), V.ARRAY, V.FLOAT32)
+    return rewrite_gguf(zz, path, kv)
+
+
+@pytest.mark.parametrize("name", ["foo", "off", "0.00", "", "1.5", "greedy 0.5", "0.5x"])
+def test_level_names_a_user_cannot_ask_for(zz: Path, tmp_path: Path, name: str):
+    """"off" and "0.00" used to load and then run dense under the level's name; "foo" could never be selected."""
+    msg = _load_error(_with_levels(zz, tmp_path / "name.gguf", [name]))
+    assert f"llama_sparse.levels entry 0, '{name}', is not a level name" in msg
+
+
+def test_two_names_for_one_level(zz: Path, tmp_path: Path):
+    """Asking for "0.50" used to run the level stored as "0.5", whatever the thresholds stored under "0.50"."""
+    for names in (["0.5", "0.50"], ["0.50", "0.50"], ["0.50", "unified-0.50"]):
+        msg = _load_error(_with_levels(zz, tmp_path / "dup.gguf", ["greedy-0.50"] + names))
+        assert f"levels '{names[0]}' and '{names[1]}' name the same level" in msg
+
+
+def test_too_many_levels(zz: Path, tmp_path: Path):
+    msg = _load_error(_with_levels(zz, tmp_path / "many.gguf", [f"{(i + 1) / 100:.2f}" for i in range(65)]))
+    assert "lists 65 levels; at most 64 are allowed" in msg
+
+
+def test_bad_grammar_is_an_error_not_a_crash(zz: Path):
+    """llama-cpp-python adds the NULL sampler of a grammar llama.cpp cannot parse and the process segfaults (the
+    server with it); llama_sparse.Llama refuses the grammar first. A good grammar still constrains the text."""
+    code = ("import llama_sparse\n"
+            "from llama_cpp import LlamaGrammar\n"
+            f"llm = llama_sparse.Llama({str(zz)!r}, n_ctx=64, verbose=False)\n"
+            "for g in ('root ::= (', 'foo ::= \"a\"'):\n"
+            "    for stream in (False, True):\n"
+            "        try:\n"
+            "            llm.create_completion('Hi', max_tokens=2, stream=stream, grammar=LlamaGrammar.from_string(g, verbose=False))\n"
+            "        except ValueError as e:\n"
+            "            print('REFUSED', e)\n"
+            "out = llm.create_completion('Hi', max_tokens=3, temperature=0, grammar=LlamaGrammar.from_string('root ::= \"ab\"+', verbose=False))\n"
+            "print('TEXT', repr(out['choices'][0]['text']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert r.stdout.count("REFUSED grammar: llama.cpp cannot parse it") == 4, r.stdout
+    text = ast.literal_eval(r.stdout.split("TEXT ")[1].strip())
+    assert re.fullmatch(r"(ab)+a?|a", text), r.stdout
 
 
 def test_truncated_file_says_so(zz: Path, tmp_path: Path):
