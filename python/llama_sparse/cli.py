@@ -118,6 +118,38 @@ def _note_gpu_layers(n_gpu_layers: Optional[int]) -> None:
               file=sys.stderr)
 
 
+DECODE_COMMANDS = ("generate", "chat", "serve", "bench", "perplexity")
+
+
+def _note_cuda_types(args: argparse.Namespace) -> None:
+    """-ngl on a CUDA build with zigzag weights other than Q4_K: on CUDA those decode slower than stock llama.cpp
+    (Q8_0 0.57x, Q6_K 0.65x, Q4_0 0.59x dense on an H100; bench/results/cuda_types_h100_2026-12-07d.md)."""
+    model = getattr(args, "model", None)
+    if not getattr(args, "n_gpu_layers", None) or not isinstance(model, Path) or args.command not in DECODE_COMMANDS:
+        return
+    import llama_cpp
+
+    from . import zigzag
+    from ._lib import _shared_lib_name, lib_dir
+    try:
+        if not llama_cpp.llama_supports_gpu_offload() or not (lib_dir() / _shared_lib_name("ggml-cuda")).exists():
+            return
+        from gguf import GGUFReader
+        r = GGUFReader(model)
+        zz = set(zigzag.string_list(r, "llama_sparse.zigzag.tensors", model) or ())
+        counts: dict[str, int] = {}
+        for t in r.tensors:
+            if t.name in zz and t.tensor_type.name != "Q4_K":
+                counts[t.tensor_type.name.lower()] = counts.get(t.tensor_type.name.lower(), 0) + 1
+    except Exception:  # the command itself says what is wrong with the file
+        return
+    if counts:
+        kinds = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
+        print(f"note: {model.name} has zigzag weights other than Q4_K ({kinds}); on CUDA these decode slower than "
+              "stock llama.cpp (0.6-0.8x on an H100, bench/results/cuda_types_h100_2026-12-07d.md). Q4_K is the fast "
+              "path: convert with --type q4_k (weights whose rows are not a multiple of 256 stay q8_0)", file=sys.stderr)
+
+
 def _load(args: argparse.Namespace, **extra):
     from .llama import Llama
     _check_run_args(args)
@@ -846,6 +878,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)  # so that convert / calibrate clean up their temp files
     try:
         _note_gpu_layers(getattr(args, "n_gpu_layers", None))  # every command that takes -ngl
+        _note_cuda_types(args)
         return args.func(args)
     except _Terminated:
         print("error: terminated (SIGTERM)", file=sys.stderr)

@@ -540,3 +540,28 @@ def test_level_that_rounds_to_one_refused():
     from llama_sparse.llama import level_name
     with pytest.raises(ValueError, match="rounds to 1.00"):
         level_name(0.999)
+
+
+def test_note_on_cuda_for_zigzag_types_other_than_q4_k(smollm2_gguf: Path, tmp_path: Path, monkeypatch, capsys):
+    """With -ngl on a CUDA build, a model whose zigzag weights are not all Q4_K gets a note: on CUDA those types
+    decode slower than stock (CI has no CUDA build, so the build is faked: GPU offload on, a libggml-cuda present)."""
+    import argparse
+
+    from llama_sparse import _lib, cli  # before llama_cpp: it points llama_cpp at the fork
+    from llama_sparse.convert import convert
+
+    import llama_cpp
+    zz = convert(smollm2_gguf, tmp_path / "zz.gguf", "q4_k", progress=False).output  # 60 q4_K, 150 q8_0 (576 rows)
+    fake = tmp_path / "lib"
+    fake.mkdir()
+    (fake / _lib._shared_lib_name("ggml-cuda")).write_bytes(b"")
+    monkeypatch.setattr(_lib, "lib_dir", lambda: fake)
+    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+    for command, ngl, expect in (("generate", 99, True), ("bench", 8, True), ("generate", None, False),
+                                 ("calibrate", 99, False)):
+        cli._note_cuda_types(argparse.Namespace(model=zz, n_gpu_layers=ngl, command=command))
+        err = capsys.readouterr().err
+        assert ("has zigzag weights other than Q4_K (150 q8_0)" in err) == expect, (command, ngl, err)
+    (fake / _lib._shared_lib_name("ggml-cuda")).unlink()  # a Metal build: no note
+    cli._note_cuda_types(argparse.Namespace(model=zz, n_gpu_layers=99, command="chat"))
+    assert capsys.readouterr().err == ""
