@@ -1369,7 +1369,7 @@ remote() {
             # zigzag Q8_0 / Q6_K / Q4_0 decode against stock on the same standard type (after build and stock-wait):
             # random Llama-2-7B shapes, $TYPES_LAYERS layers (default 8), all on the GPU; one level (0.50) calibrated
             # on random token ids; rounds alternating stock, fork dense, fork 0.50 (pp512 + tg128, llama-bench -r 3)
-            local t std zz cal i lbt=(-ngl 99 -p 512 -n 128 -r 3 -o md) row
+            local t std zz cal i lbt=(-ngl 99 -p 512 -n 128 -r 3 -o md) row ev evs lv
             pp_col() { grep pp512 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
             for t in ${TYPES_E2E:-q8_0 q6_k q4_0}; do
                 std=$work/t7b.$t.gguf zz=$work/t7b.zz.$t.gguf cal=$work/t7b.zz.$t.cal.gguf
@@ -1379,16 +1379,24 @@ remote() {
                     calib_random "$zz" "$cal" 0.5; } > "$out/types-$t.log" 2>&1 ||
                     { tr '\r' '\n' < "$out/types-$t.log" | tail -20; continue; }
                 grep -E "zigzag:|standard:|achieved" "$out/types-$t.log"
-                for i in 1 2; do
+                for i in $(seq 1 "${TYPES_ROUNDS:-2}"); do
                     row="$t round $i (pp512 / tg128 t/s):"
-                    row+=" stock $(/tmp/b-stock/bin/llama-bench -m "$std" "${lbt[@]}" 2>&1 | tee -a "$out/types-$t-lb.log" | pp_col)"
-                    row+=" / $(grep tg128 "$out/types-$t-lb.log" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
-                    for lv in 0 0.50; do
-                        LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$cal" "${lbt[@]}" > /tmp/types-lb.txt 2>&1
-                        cat /tmp/types-lb.txt >> "$out/types-$t-lb.log"
-                        row+=" | fork $lv $(pp_col < /tmp/types-lb.txt) / $(tg_col < /tmp/types-lb.txt)"
-                    done
+                    if [ "${TYPES_STOCK:-1}" != 0 ]; then # (TYPES_STOCK=0: no stock build in the chain)
+                        row+=" stock $(/tmp/b-stock/bin/llama-bench -m "$std" "${lbt[@]}" 2>&1 | tee -a "$out/types-$t-lb.log" | pp_col)"
+                        row+=" / $(grep tg128 "$out/types-$t-lb.log" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                    fi
                     echo "$row"
+                    # the fork under each launch setting of $TYPES_ENVS (',' between variables; "-": none)
+                    for ev in ${TYPES_ENVS:--}; do
+                        row="  fork ${ev}:" evs=${ev//,/ }
+                        [ "$ev" != - ] || evs=
+                        for lv in 0 0.50; do
+                            env $evs LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$cal" "${lbt[@]}" > /tmp/types-lb.txt 2>&1
+                            cat /tmp/types-lb.txt >> "$out/types-$t-lb.log"
+                            row+=" | $lv $(pp_col < /tmp/types-lb.txt) / $(tg_col < /tmp/types-lb.txt)"
+                        done
+                        echo "$row"
+                    done
                 done
                 rm -f "$std" "$zz" "$cal"
             done
