@@ -31,6 +31,7 @@
 namespace {
 
 constexpr size_t LLAMA_SPARSE_LEVELS_MAX = 64; // levels a file may hold (calibrate writes a handful)
+constexpr float  LLAMA_SPARSE_THRESHOLD_MAX = 1e6f;
 
 struct sparse_level {
     std::string        name;       // as stored, e.g. "0.50" or "greedy-0.50"
@@ -332,8 +333,10 @@ void llama_sparse_model_init(const llama_model & model, llama_model_loader & ml)
                     key.c_str(), lv.thresholds.size(), info.n_layer, info.n_layer * LLAMA_SPARSE_GROUP_COUNT));
         }
         for (float t : lv.thresholds) {
-            if (!std::isfinite(t) || t < 0.0f) {
-                throw std::runtime_error(format("llama-sparse: %s holds a threshold of %g", key.c_str(), (double) t));
+            // calibrated thresholds are quantiles of |x| (well under 1e3 in practice); 1e6 would drop every column
+            if (!std::isfinite(t) || t < 0.0f || t > LLAMA_SPARSE_THRESHOLD_MAX) {
+                throw std::runtime_error(format("llama-sparse: %s holds a threshold of %g (thresholds lie in [0, %g])",
+                        key.c_str(), (double) t, (double) LLAMA_SPARSE_THRESHOLD_MAX));
             }
         }
         if (!(lv.target >= 0.0f && lv.target < 1.0f)) {

@@ -86,6 +86,11 @@ def test_negative_threshold_and_missing_level(zz: Path, tmp_path: Path):
         "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32),
         "llama_sparse.thresholds.0.50": ([-1.0] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
     assert "holds a threshold of -1" in _load_error(bad)
+    bad = rewrite_gguf(zz, tmp_path / "huge.gguf", {  # would drop every column: text of one repeated token
+        "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
+        "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32),
+        "llama_sparse.thresholds.0.50": ([1e30] * (4 * n_layer), V.ARRAY, V.FLOAT32)})
+    assert "holds a threshold of 1e+30 (thresholds lie in [0, 1e+06])" in _load_error(bad)
     bad = rewrite_gguf(zz, tmp_path / "nolevel.gguf", {
         "llama_sparse.levels": (["0.50"], V.ARRAY, V.STRING),
         "llama_sparse.level_targets": ([0.5], V.ARRAY, V.FLOAT32)})
