@@ -662,6 +662,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # llama-cpp-python's server makes its models through llama_cpp.Llama (this process serves only them)
     llama_cpp.Llama = ServeLlama
+    _serve_client_errors()
     # interrupt_requests off: a request waits for the one streaming, which llama-cpp-python would otherwise cut short
     # with a normal-looking end (finish_reason null, then [DONE])
     app = create_app(server_settings=ServerSettings(host=args.host, port=args.port, interrupt_requests=False),
@@ -671,8 +672,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"llama-sparse serve: {args.model.name}, sparsity {level or 'dense'}, "
               f"{_sparq_name(_sparq_on(sparq))}; OpenAI-compatible API at http://{args.host}:{args.port}/v1 "
               "(Ctrl-C stops)", file=sys.stderr, flush=True)
+    import json
+
+    from fastapi.responses import JSONResponse
+
+    async def bad_json(request, exc):  # llama-cpp-python re-reads the body while formatting an error, and fails
+        return JSONResponse({"error": {"message": f"the request body is not JSON: {exc}", "type": "invalid_request_error",
+                                       "param": None, "code": None}}, status_code=400)
+    app.add_exception_handler(json.JSONDecodeError, bad_json)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info" if args.verbose else "warning")
     return 0
+
+
+def _serve_client_errors() -> None:
+    """llama-cpp-python's server answers every error 500 with a traceback in its log; a request that fails validation
+    (pydantic), or that the model refuses with ValueError (a bad grammar, an unknown token id), is the client's: 400."""
+    from fastapi.exceptions import RequestValidationError
+    from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
+    if getattr(RouteErrorHandler, "_llama_sparse", False):
+        return
+    original = RouteErrorHandler.error_message_wrapper
+
+    def wrapper(self, error, body=None):
+        if isinstance(error, RequestValidationError):
+            parts = []
+            for e in error.errors():
+                where = ".".join(str(p) for p in e.get("loc", ())[1:]) or "body"
+                parts.append(f"{where}: {e.get('msg', 'invalid')}")
+            return 400, ErrorResponse(message="; ".join(parts), type="invalid_request_error", param=None, code=None)
+        if isinstance(error, ValueError) and not any(p.search(str(error)) for p in self.pattern_and_formatters):
+            return 400, ErrorResponse(message=str(error), type="invalid_request_error", param=None, code=None)
+        return original(self, error, body)
+
+    RouteErrorHandler.error_message_wrapper = wrapper
+    RouteErrorHandler._llama_sparse = True
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -119,8 +119,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _post(url: str, body: dict):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict | bytes):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
         return 200, json.loads(urllib.request.urlopen(req, timeout=180).read())
     except urllib.error.HTTPError as e:
@@ -156,7 +157,14 @@ def test_serve_chat_completions(leveled: Path):
         assert reply["usage"]["completion_tokens"] == 150 and reply["choices"][0]["finish_reason"] == "length"
         # an id outside the vocabulary is an error reply, not an abort of the server
         code, reply = _post(base + "/extras/detokenize", {"tokens": [999999]})
-        assert code >= 400 and "not in the vocabulary" in reply["error"]["message"], reply
+        assert code == 400 and "not in the vocabulary" in reply["error"]["message"], reply
+        # the client's mistakes are 400s with a short reason; a bad grammar used to segfault the server
+        for body, needle in (({"prompt": "Hi", "max_tokens": "abc"}, "max_tokens: Input should be a valid integer"),
+                             ({"prompt": "Hi", "max_tokens": 2, "grammar": "root ::= ("}, "grammar: llama.cpp cannot parse"),
+                             (b'{"prompt": "Hi", oops', "the request body is not JSON")):
+            code, reply = _post(base + "/v1/completions", body)
+            assert code == 400 and needle in reply["error"]["message"], reply
+            assert reply["error"]["type"] == "invalid_request_error"
         assert urllib.request.urlopen(base + "/v1/models", timeout=10).status == 200
     finally:
         proc.send_signal(signal.SIGINT)
