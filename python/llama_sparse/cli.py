@@ -910,7 +910,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)  # so that convert / calibrate clean up their temp files
     try:
-        _note_gpu_layers(getattr(args, "n_gpu_layers", None))  # every command that takes -ngl
+        ngl = getattr(args, "n_gpu_layers", None)
+        if ngl is not None and ngl < -1:  # serve's settings refused it with a raw pydantic dump
+            raise ValueError(f"-ngl {ngl}: give a layer count >= 0, or -1 (or 99) for every layer")
+        _note_gpu_layers(ngl)  # every command that takes -ngl
         _note_cuda_types(args)
         return args.func(args)
     except _Terminated:

@@ -183,6 +183,7 @@ def test_serve_bad_level_says_why(leveled: Path, level: str):
 
 @pytest.mark.parametrize("args,needle", [
     (["-t", "0"], "-t 0"), (["--port", "-1"], "--port -1"), (["--port", "70000"], "--port 70000"), (["-c", "-1"], "-c -1"),
+    (["-ngl", "-5"], "-ngl -5: give a layer count >= 0"),
 ])
 def test_serve_bad_numbers(leveled: Path, args: list[str], needle: str):
     refused(run("serve", str(leveled), "--port", "8799", *args, timeout=120), needle)
