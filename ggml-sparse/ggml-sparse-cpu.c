@@ -414,6 +414,9 @@ static int zz_split_env(void) {
     if (env_split < 0) {
         const char * e = getenv("LLAMA_SPARSE_CPU_SPLIT");
         env_split = e == NULL ? 0 : strcmp(e, "rows") == 0 ? 1 : strcmp(e, "cols") == 0 ? 2 : 0;
+        if (e != NULL && *e != '\0' && env_split == 0) {
+            fprintf(stderr, "llama-sparse: LLAMA_SPARSE_CPU_SPLIT='%s' is not rows or cols; ignored\n", e);
+        }
     }
     return env_split;
 }

@@ -58,7 +58,7 @@ LLAMA_API const char * llama_sparse_last_error(void);
 
 // llama_tokenize that reports a C++ exception instead of letting it abort the process (e.g. a vocabulary
 // without byte tokens meeting a character it lacks throws std::out_of_range). Returns what llama_tokenize
-// returns, or INT32_MIN on an exception (see llama_sparse_last_error).
+// returns, or INT32_MIN on bad arguments or an exception (see llama_sparse_last_error).
 LLAMA_API int32_t llama_sparse_tokenize(const struct llama_vocab * vocab, const char * text, int32_t text_len,
                                         llama_token * tokens, int32_t n_tokens_max, bool add_special,
                                         bool parse_special);

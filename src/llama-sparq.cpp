@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +50,8 @@ struct llama_sparq_kv {
     int32_t min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO; // decode attends densely while the cache view holds fewer
                                       // positions; AUTO: where the op pays on the device that holds the cache
     int32_t min_kv_logged = -1;       // the auto threshold last logged
+    bool    from_env   = false;       // set by LLAMA_SPARQ (the C tools), not the API
+    bool    told_dense = false;       // the note that a batch of several tokens a sequence attended densely
 
     bool allocated = false;
     bool stale_k   = true;
@@ -515,23 +518,38 @@ void sparq_rebuild_v(llama_kv_cache & kv, llama_sparq_kv & st, const std::vector
 }
 
 // parse "r=32,k=128[,mean_v=1][,kt=q8_0][,min_kv=N|auto]" (also "off"); returns "" or an error
-std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt,
+static std::string sparq_trim(const std::string & s) {
+    const size_t b = s.find_first_not_of(" \t");
+    return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// the rules of Python's SparQ.parse: spaces around items allowed, each key at most once, r and k required
+std::string sparq_parse(const std::string & spec_in, int32_t & r, int32_t & k, bool & mean_v, ggml_type & kt,
                         int32_t & min_kv) {
     r = 0; k = 0; mean_v = false; kt = GGML_TYPE_COUNT; min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
+    const std::string spec = sparq_trim(spec_in);
     std::string low = spec;
     std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return (char) std::tolower(c); });
     if (low.empty() || low == "0" || low == "off" || low == "none") { // as Python's SparQ.parse takes them
         return "";
     }
+    std::set<std::string> seen;
     size_t pos = 0;
     while (pos <= spec.size()) {
         const size_t end = std::min(spec.find(',', pos), spec.size());
         const std::string item = spec.substr(pos, end - pos);
+        pos = end + 1;
         const size_t eq = item.find('=');
         if (eq == std::string::npos) {
             return "expected key=value, got '" + item + "'";
         }
-        const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+        const std::string key = sparq_trim(item.substr(0, eq)), val = sparq_trim(item.substr(eq + 1));
+        if (key != "r" && key != "k" && key != "mean_v" && key != "kt" && key != "min_kv") {
+            return "unknown key '" + key + "' (use r, k, mean_v, kt, min_kv)";
+        }
+        if (!seen.insert(key).second) {
+            return key + " is given twice";
+        }
         if (key == "kt") {
             if (val == "q8_0") {
                 kt = GGML_TYPE_Q8_0;
@@ -540,18 +558,20 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
             } else {
                 return "kt is k (the K cache's type) or q8_0, got '" + val + "'";
             }
-            pos = end + 1;
             continue;
         }
         if (key == "min_kv" && val == "auto") {
             min_kv = LLAMA_SPARSE_SPARQ_MIN_KV_AUTO;
-            pos = end + 1;
             continue;
         }
         char * stop = nullptr;
-        const long x = strtol(val.c_str(), &stop, 10);
+        errno = 0;
+        const long long x = strtoll(val.c_str(), &stop, 10);
         if (val.empty() || *stop != '\0') {
             return "'" + key + "' needs an integer, got '" + val + "'";
+        }
+        if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) {
+            return "'" + key + "' = " + val + " is out of range (32-bit)";
         }
         if (key == "r") {
             r = (int32_t) x;
@@ -562,18 +582,18 @@ std::string sparq_parse(const std::string & spec, int32_t & r, int32_t & k, bool
                 return "mean_v is 0 or 1";
             }
             mean_v = x != 0;
-        } else if (key == "min_kv") {
-            if (x < 0 || x > INT32_MAX) {
+        } else {
+            if (x < 0) {
                 return "min_kv is a count of positions >= 0, or auto";
             }
             min_kv = (int32_t) x;
-        } else {
-            return "unknown key '" + key + "' (use r, k, mean_v, kt, min_kv)";
         }
-        pos = end + 1;
+    }
+    if (!seen.count("r") || !seen.count("k")) {
+        return "both r and k are needed, e.g. r=32,k=128";
     }
     if (r < 1 || k < 1) {
-        return "r and k must both be given and >= 1";
+        return "r and k must be >= 1";
     }
     return "";
 }
@@ -738,6 +758,12 @@ void llm_graph_input_sparq::set_input(const llama_ubatch * ubatch) {
         return; // marker
     }
     auto & st = *acc::state(*kv);
+    if (!decode && st.on() && st.from_env && !st.told_dense) {
+        // as LLAMA_SPARSE's note: a tool such as llama-perplexity would otherwise report dense figures without a word
+        st.told_dense = true;
+        LLAMA_LOG_WARN("llama-sparse: LLAMA_SPARQ is set, but batches with several tokens of a sequence (prompts) "
+                       "attend densely: SparQ acts at decode (llama-perplexity measures it with -ub 1)\n");
+    }
     const int64_t kv_size = kv->get_size();
     const int64_t n_tokens = ubatch->n_tokens;
     const int64_t n_seq = acc::n_seq_max(*kv);
@@ -857,9 +883,11 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
         return;
     }
     if (sparq_set(kv, r, k, mean_v, kt) != 0) {
+        fprintf(stderr, "llama-sparse: LLAMA_SPARQ='%s': %s\n", env, g_sparq_error.c_str());
         throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
     }
-    acc::state(kv)->min_kv = min_kv;
+    acc::state(kv)->min_kv   = min_kv;
+    acc::state(kv)->from_env = true;
     LLAMA_LOG_INFO("%s: SparQ attention on: r = %d, k = %d, mean_v = %d, kt = %s, min_kv = %s (LLAMA_SPARQ)\n", __func__,
                    r, k, (int) mean_v, kt == GGML_TYPE_Q8_0 ? "q8_0" : "k",
                    min_kv == LLAMA_SPARSE_SPARQ_MIN_KV_AUTO ? "auto" : std::to_string(min_kv).c_str());
@@ -1223,10 +1251,20 @@ int32_t llama_sparse_set_sparq_str(llama_context * ctx, const char * spec) {
     if (r == 0) {
         return llama_sparse_set_sparq(ctx, 0, 0, false);
     }
-    // the string names every knob: kt left out is the K cache's type, min_kv left out auto
+    // the string names every knob: kt left out is the K cache's type, min_kv left out auto; on failure the
+    // knobs already set go back, so a refused string changes nothing
+    const ggml_type kt0 = llama_sparse_get_sparq_kt(ctx);
+    const int32_t   mk0 = llama_sparse_get_sparq_min_kv(ctx);
     int32_t rc = llama_sparse_set_sparq_kt(ctx, kt);
     rc = rc != 0 ? rc : llama_sparse_set_sparq_min_kv(ctx, min_kv);
-    return rc != 0 ? rc : llama_sparse_set_sparq(ctx, r, k, mean_v);
+    rc = rc != 0 ? rc : llama_sparse_set_sparq(ctx, r, k, mean_v);
+    if (rc != 0) {
+        const std::string why = g_sparq_error;
+        llama_sparse_set_sparq_kt(ctx, kt0);
+        llama_sparse_set_sparq_min_kv(ctx, mk0);
+        g_sparq_error = why;
+    }
+    return rc;
 }
 
 const char * llama_sparse_sparq_last_error(void) {

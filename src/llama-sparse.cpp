@@ -11,6 +11,7 @@
 #include "ggml-sparse-cpu.h"
 #include "gguf.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -639,7 +640,18 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
     sctx->model = &model;
 
     const char * env_emulate = getenv("LLAMA_SPARSE_EMULATE");
-    sctx->emulate = env_emulate && atoi(env_emulate) != 0;
+    if (env_emulate != nullptr) {
+        std::string v = env_emulate;
+        std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return (char) std::tolower(c); });
+        const bool on  = v == "1" || v == "true" || v == "on" || v == "yes";
+        const bool off = v.empty() || v == "0" || v == "false" || v == "off" || v == "no";
+        if (!on && !off) {
+            delete sctx;
+            fprintf(stderr, "llama-sparse: LLAMA_SPARSE_EMULATE='%s': use 1 (on) or 0 (off)\n", env_emulate);
+            throw std::runtime_error(std::string("LLAMA_SPARSE_EMULATE='") + env_emulate + "': use 1 (on) or 0 (off)");
+        }
+        sctx->emulate = on;
+    }
 
     const char * env_level = getenv("LLAMA_SPARSE");
     sctx->env_level = env_level != nullptr;
@@ -866,6 +878,12 @@ const char * llama_sparse_last_error(void) {
 
 int32_t llama_sparse_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len, llama_token * tokens,
                               int32_t n_tokens_max, bool add_special, bool parse_special) {
+    if (vocab == nullptr || (text == nullptr && text_len != 0) || text_len < 0 || n_tokens_max < 0 ||
+            (tokens == nullptr && n_tokens_max > 0)) {
+        set_error(format("llama_sparse_tokenize: bad arguments (vocab %s, text %s, text_len %d, n_tokens_max %d)",
+                         vocab ? "set" : "NULL", text ? "set" : "NULL", text_len, n_tokens_max));
+        return INT32_MIN;
+    }
     try {
         const int32_t n = llama_tokenize(vocab, text, text_len, tokens, n_tokens_max, add_special, parse_special);
         if (n == INT32_MIN) {

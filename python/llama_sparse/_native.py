@@ -55,7 +55,7 @@ llama_sparse_sparq_last_error   = _fn("llama_sparse_sparq_last_error",   [], cty
 
 def last_error() -> str:
     msg = llama_sparse_last_error()
-    return msg.decode() if msg else "unknown error"
+    return msg.decode("utf-8", "replace") if msg else "unknown error"
 
 
 class TokenizeError(RuntimeError):
@@ -78,7 +78,7 @@ def tokenize(vocab, data: bytes, add_special: bool, parse_special: bool) -> list
 
 def sparq_last_error() -> str:
     msg = llama_sparse_sparq_last_error()
-    return msg.decode() if msg else "unknown error"
+    return msg.decode("utf-8", "replace") if msg else "unknown error"
 
 
 def library_path() -> str:

@@ -360,6 +360,48 @@ def test_k_shift_follows(smollm2_gguf: Path, tokens: list[int], kt: str):
     assert kl < 1e-4 and top1 == 1.0, (kl, top1)
 
 
+SPECS = ["r=8,k=16", " r=8 , k=16 ", "r=8,k=16,mean_v=1,kt=q8_0,min_kv=300", "r=8,k=16,min_kv=auto", "off", "",
+         "r=32,r=16,k=8", "r=4294967304,k=16", "k=-2147483649,r=8", "r=8,k=2147483648", "r=8", "R=8,k=16",
+         "r=8,k=16,foo=1", "r=8,k=16,mean_v=2", "r=0,k=16", "r=8,k=16,", "r=8,k=16,kt=q4_0", "r=8,k=16,min_kv=-5"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_c_parser_agrees_with_python(smollm2_gguf: Path, spec: str):
+    """LLAMA_SPARQ goes through the C parser (the C tools, and Python where sparq= is not given) and --sparq through
+    SparQ.parse: one string must mean one setting. The C parser wrapped numbers past 32 bits (r=4294967304 ran as
+    r=8) and took the last of a repeated key."""
+    from llama_sparse import SparQ, _native
+    import ctypes
+    try:
+        want = SparQ.parse(spec)
+        py_ok = True
+    except ValueError:
+        py_ok = False
+    llm = _llm(smollm2_gguf)
+    rc = _native.llama_sparse_set_sparq_str(llm._ctx.ctx, spec.encode())
+    assert (rc == 0) == py_ok, (spec, _native.sparq_last_error())
+    if py_ok:
+        r, k, mv = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_bool()
+        on = _native.llama_sparse_get_sparq(llm._ctx.ctx, ctypes.byref(r), ctypes.byref(k), ctypes.byref(mv))
+        got = None if not on else (r.value, k.value, mv.value)
+        assert got == (None if want is None else (want.r, want.k, want.mean_v)), spec
+        if want is not None:
+            assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == (-1 if want.min_kv is None else want.min_kv)
+    else:
+        assert _native.sparq_last_error().startswith(f"SparQ setting '{spec}': "), _native.sparq_last_error()
+
+
+def test_refused_string_changes_nothing(smollm2_gguf: Path):
+    """A string refused at its last step (SparQ on a quantized K cache) used to leave its kt and min_kv set."""
+    from llama_sparse import _native
+    llm = _llm(smollm2_gguf, type_k=8, flash_attn=True)  # 8 = GGML_TYPE_Q8_0: no transposed copy possible
+    assert _native.llama_sparse_set_sparq_min_kv(llm._ctx.ctx, 4096) == 0
+    assert _native.llama_sparse_set_sparq_str(llm._ctx.ctx, b"r=8,k=16,min_kv=100,kt=q8_0") == -1
+    assert "f16 or f32" in _native.sparq_last_error()
+    assert _native.llama_sparse_get_sparq_min_kv(llm._ctx.ctx) == 4096
+    assert _native.llama_sparse_get_sparq_kt(llm._ctx.ctx) == 43  # GGML_TYPE_COUNT (0c1e570): the K cache's type
+
+
 def test_env_var_for_tools(smollm2_gguf: Path):
     """LLAMA_SPARQ reaches contexts made by the fork's C tools; a bad value stops them with the reason."""
     from llama_sparse.tools import tool_path
@@ -374,6 +416,16 @@ def test_env_var_for_tools(smollm2_gguf: Path):
     r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Hi", "-n", "2", "-no-cnv", "-c", "256"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0 and "LLAMA_SPARQ" in r.stderr and "integer" in r.stderr, r.stderr[-2000:]
+    # a good string the cache cannot take (q8_0 K) says why on stderr too (llama-bench mutes the log)
+    env["LLAMA_SPARQ"] = "r=8,k=16"
+    r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Hi", "-n", "2", "-no-cnv", "-c", "256", "-ctk", "q8_0",
+                        "-fa", "on"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "llama-sparse: LLAMA_SPARQ='r=8,k=16': " in r.stderr, r.stderr[-2000:]
+    # LLAMA_SPARSE_EMULATE takes 1/0 (and true/false, on/off, yes/no); anything else stops the tool
+    env = dict(os.environ, LLAMA_SPARSE_EMULATE="maybe")
+    r = subprocess.run([str(exe), "-m", str(smollm2_gguf), "-p", "Hi", "-n", "2", "-no-cnv", "-c", "256"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "LLAMA_SPARSE_EMULATE='maybe': use 1 (on) or 0 (off)" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("fa,kt", [("on", "k"), ("off", "k"), ("on", "q8_0")])
