@@ -609,3 +609,27 @@ def test_kt_q8_0_prefill_over_scattered_cells(smollm2_gguf: Path, tokens: list[i
 
     kept, rebuilt = run(False), run(True)
     assert np.array_equal(kept, rebuilt), float(np.abs(kept - rebuilt).max())
+
+
+def test_perplexity_notes_that_prompts_attend_densely(smollm2_gguf: Path, tmp_path: Path):
+    """llama-perplexity with LLAMA_SPARQ evaluates whole chunks, which attend densely: it says so (it used to print
+    dense figures without a word)."""
+    from llama_sparse.tools import tool_path
+    import os
+    text = tmp_path / "t.txt"
+    text.write_text("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+                    "must be in want of a wife. " * 40)
+    env = dict(os.environ, LLAMA_SPARQ="r=8,k=16")
+    r = subprocess.run([str(tool_path("perplexity")), "-m", str(smollm2_gguf), "-f", str(text), "-c", "128",
+                        "--chunks", "1", "-t", "2"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("LLAMA_SPARQ is set, but batches with several tokens") == 1, r.stderr[-2000:]
+
+
+def test_tokenize_refuses_bad_arguments():
+    """A NULL vocabulary used to segfault, a negative length to be blamed on the vocabulary."""
+    import ctypes
+    from llama_sparse import _native
+    buf = (ctypes.c_int32 * 8)()
+    assert _native.llama_sparse_tokenize(None, b"hi", 2, buf, 8, True, False) == -2**31
+    assert "bad arguments (vocab NULL" in _native.last_error()
