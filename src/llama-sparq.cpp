@@ -873,18 +873,20 @@ void llama_sparq_kv_init(llama_kv_cache & kv) {
     int32_t r, k, min_kv;
     bool mean_v;
     ggml_type kt;
+    // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
+    auto fail = [env](const std::string & why) {
+        fprintf(stderr, "llama-sparse: LLAMA_SPARQ='%s': %s\n", env, why.c_str());
+        throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + why);
+    };
     const std::string err = sparq_parse(env, r, k, mean_v, kt, min_kv);
     if (!err.empty()) {
-        // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
-        fprintf(stderr, "llama-sparse: LLAMA_SPARQ='%s': %s\n", env, err.c_str());
-        throw std::runtime_error(std::string("LLAMA_SPARQ='") + env + "': " + err);
+        fail(err);
     }
     if (r == 0) {
         return;
     }
     if (sparq_set(kv, r, k, mean_v, kt) != 0) {
-        fprintf(stderr, "llama-sparse: LLAMA_SPARQ='%s': %s\n", env, g_sparq_error.c_str());
-        throw std::runtime_error(std::string("LLAMA_SPARQ: ") + g_sparq_error);
+        fail(g_sparq_error);
     }
     acc::state(kv)->min_kv   = min_kv;
     acc::state(kv)->from_env = true;

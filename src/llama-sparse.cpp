@@ -635,6 +635,13 @@ static int32_t set_level(llama_sparse_context * sctx, const char * spec) {
     return 0;
 }
 
+// a bad environment variable stops context creation; also on stderr: tools such as llama-bench mute the log, and
+// would only say the context failed
+[[noreturn]] static void env_error(const std::string & msg) {
+    fprintf(stderr, "llama-sparse: %s\n", msg.c_str());
+    throw std::runtime_error(msg);
+}
+
 llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const llama_model & model) {
     auto * sctx = new llama_sparse_context();
     sctx->model = &model;
@@ -647,8 +654,7 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
         const bool off = v.empty() || v == "0" || v == "false" || v == "off" || v == "no";
         if (!on && !off) {
             delete sctx;
-            fprintf(stderr, "llama-sparse: LLAMA_SPARSE_EMULATE='%s': use 1 (on) or 0 (off)\n", env_emulate);
-            throw std::runtime_error(std::string("LLAMA_SPARSE_EMULATE='") + env_emulate + "': use 1 (on) or 0 (off)");
+            env_error(std::string("LLAMA_SPARSE_EMULATE='") + env_emulate + "': use 1 (on) or 0 (off)");
         }
         sctx->emulate = on;
     }
@@ -657,9 +663,7 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
     sctx->env_level = env_level != nullptr;
     if (env_level && set_level(sctx, env_level) != 0) {
         delete sctx;
-        // also on stderr: tools such as llama-bench mute the log, and would only say the context failed
-        fprintf(stderr, "llama-sparse: LLAMA_SPARSE: %s\n", g_last_error.c_str());
-        throw std::runtime_error("LLAMA_SPARSE: " + g_last_error);
+        env_error("LLAMA_SPARSE: " + g_last_error);
     }
     {
         // the CPU weight layout, once per model, when its first context is made

@@ -7,13 +7,14 @@ from typing import Callable
 
 
 def _scaled(x: float, unit: str) -> str:
-    if unit != "B":
-        return f"{x:.3g} {unit}"
-    for prefix in ("", "Ki", "Mi", "Gi", "Ti"):
-        if x < 1024 or prefix == "Ti":
-            return f"{x:.3g} {prefix}B"
-        x /= 1024
-    raise AssertionError("unreachable")
+    """x in unit, 3 digits; bytes in binary prefixes (KiB .. TiB)."""
+    prefix = ""
+    if unit == "B":
+        for prefix in ("", "Ki", "Mi", "Gi", "Ti"):
+            if x < 1024 or prefix == "Ti":
+                break
+            x /= 1024
+    return f"{x:.3g} {prefix}{unit}"
 
 
 class Progress:

@@ -127,6 +127,8 @@ def _note_cuda_types(args: argparse.Namespace) -> None:
     model = getattr(args, "model", None)
     if not getattr(args, "n_gpu_layers", None) or not isinstance(model, Path) or args.command not in DECODE_COMMANDS:
         return
+    import collections
+
     import llama_cpp
 
     from . import zigzag
@@ -134,13 +136,10 @@ def _note_cuda_types(args: argparse.Namespace) -> None:
     try:
         if not llama_cpp.llama_supports_gpu_offload() or not (lib_dir() / _shared_lib_name("ggml-cuda")).exists():
             return
-        from gguf import GGUFReader
-        r = GGUFReader(model)
-        zz = set(zigzag.string_list(r, "llama_sparse.zigzag.tensors", model) or ())
-        counts: dict[str, int] = {}
-        for t in r.tensors:
-            if t.name in zz and t.tensor_type.name != "Q4_K":
-                counts[t.tensor_type.name.lower()] = counts.get(t.tensor_type.name.lower(), 0) + 1
+        reader = zigzag.open_gguf(model, bad_magic_hint="")
+        zz = zigzag.read_zigzag_info(reader)
+        counts = collections.Counter(t.tensor_type.name.lower() for t in reader.tensors
+                                     if t.name in zz and t.tensor_type.name != "Q4_K")
     except Exception:  # the command itself says what is wrong with the file
         return
     if counts:

@@ -252,8 +252,9 @@ remote() {
     }
     # lines of a test-backend-ops log matching PATTERN once its colour codes are gone: tbo_count PATTERN LOG
     tbo_count() { sed 's/\x1b\[[0-9;]*m//g' "$2" | grep -c "$1" || true; }
-    # the tg128 t/s column of llama-bench's markdown on stdin
-    tg_col() { grep tg128 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
+    # the t/s column of llama-bench's markdown row TEST (tg128, pp512) on stdin; tg_col: tg128's
+    lb_col() { grep "$1" | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
+    tg_col() { lb_col tg128; }
     # test_zz_cuda without ggml-cuda (no stock column), unless a zztest step built it
     # the sources /tmp/zz-test/t is built from (a warm machine keeps /tmp between calls, the checkout is new)
     zz_src_stamp() {
@@ -1370,7 +1371,12 @@ remote() {
             # random Llama-2-7B shapes, $TYPES_LAYERS layers (default 8), all on the GPU; one level (0.50) calibrated
             # on random token ids; rounds alternating stock, fork dense, fork 0.50 (pp512 + tg128, llama-bench -r 3)
             local t std zz cal i lbt=(-ngl 99 -p 512 -n 128 -r 3 -o md) row ev evs lv
-            pp_col() { grep pp512 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}'; }
+            # one llama-bench run (BIN, MODEL, ENV...) into the log; "pp512 t/s / tg128 t/s"
+            types_lb() {
+                env "${@:3}" "$1" -m "$2" "${lbt[@]}" > /tmp/types-lb.txt 2>&1
+                cat /tmp/types-lb.txt >> "$out/types-$t-lb.log"
+                echo "$(lb_col pp512 < /tmp/types-lb.txt) / $(tg_col < /tmp/types-lb.txt)"
+            }
             for t in ${TYPES_E2E:-q8_0 q6_k q4_0}; do
                 std=$work/t7b.$t.gguf zz=$work/t7b.zz.$t.gguf cal=$work/t7b.zz.$t.cal.gguf
                 echo "-- $t: model, convert, calibrate"
@@ -1382,8 +1388,7 @@ remote() {
                 for i in $(seq 1 "${TYPES_ROUNDS:-2}"); do
                     row="$t round $i (pp512 / tg128 t/s):"
                     if [ "${TYPES_STOCK:-1}" != 0 ]; then # (TYPES_STOCK=0: no stock build in the chain)
-                        row+=" stock $(/tmp/b-stock/bin/llama-bench -m "$std" "${lbt[@]}" 2>&1 | tee -a "$out/types-$t-lb.log" | pp_col)"
-                        row+=" / $(grep tg128 "$out/types-$t-lb.log" | tail -1 | awk -F'|' '{gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1)}')"
+                        row+=" stock $(types_lb /tmp/b-stock/bin/llama-bench "$std")"
                     fi
                     echo "$row"
                     # the fork under each launch setting of $TYPES_ENVS (',' between variables; "-": none)
@@ -1391,9 +1396,7 @@ remote() {
                         row="  fork ${ev}:" evs=${ev//,/ }
                         [ "$ev" != - ] || evs=
                         for lv in 0 0.50; do
-                            env $evs LLAMA_SPARSE=$lv /tmp/b-fork/bin/llama-bench -m "$cal" "${lbt[@]}" > /tmp/types-lb.txt 2>&1
-                            cat /tmp/types-lb.txt >> "$out/types-$t-lb.log"
-                            row+=" | $lv $(pp_col < /tmp/types-lb.txt) / $(tg_col < /tmp/types-lb.txt)"
+                            row+=" | $lv $(types_lb /tmp/b-fork/bin/llama-bench "$cal" $evs LLAMA_SPARSE=$lv)"
                         done
                         echo "$row"
                     done
