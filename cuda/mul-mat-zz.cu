@@ -1104,6 +1104,47 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
 #endif
 }
 
+// the (active) columns of the calling warp: [p_begin, p_end) of the list idx points to on return. DENSE: every
+// column (idx unused); IDX: idx itself (read after the PDL wait), split evenly over the row's warps in the grid;
+// FUSED: the block's even share of the columns with |x| >= thr, found after the PDL wait into shared memory at
+// fused (zz_fused_smem bytes; stats counts them), split evenly over the block's warps
+template <int T, int mode>
+static __device__ __forceinline__ void zz_warp_share(const float * x, const int64_t x_stride, const int32_t *& idx,
+        const int n, const float thr, char * fused, unsigned long long * stats, int & p_begin, int & p_end) {
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n2   = blockDim.x / WARP_SIZE;
+    int count;
+    int nw;
+    int wid;
+    if (mode == ZZ_GEMV_FUSED) {
+        ggml_cuda_pdl_sync(); // x comes from an earlier kernel
+        const int  nwords  = (n + WARP_SIZE - 1)/WARP_SIZE;
+        uint32_t * s_words = (uint32_t *) fused;
+        int      * s_offs  = (int *) (s_words + nwords);
+        int      * s_seg   = s_offs + nwords;
+        count = zz_fused_segment<T>(x, x_stride, n, thr, s_words, s_offs, s_seg, gridDim.x, blockIdx.x);
+        idx   = s_seg; // the block's share; its warps split it
+        if (stats != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
+            if (blockIdx.x == 0) {
+                sparse_stats_add(stats, n, count);
+            } else if (count != 0) {
+                atomicAdd(stats + 2, (unsigned long long) count);
+            }
+        }
+        nw    = n2;
+        wid   = warp;
+    } else {
+        if (mode == ZZ_GEMV_IDX) {
+            ggml_cuda_pdl_sync(); // idx comes from an earlier kernel
+        }
+        count = mode == ZZ_GEMV_IDX ? idx[n] : n;
+        nw    = gridDim.x*n2;
+        wid   = blockIdx.x*n2 + warp;
+    }
+    p_begin = (int) (((int64_t) count*wid)/nw);
+    p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+}
+
 template <ggml_type type, int T, int mode>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
@@ -1143,36 +1184,9 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     const char * w_row    = w + (int64_t) row*n*bs;
     const int    last_col = row == (int) gridDim.y - 1 ? n - 1 : -1;
 
-    int count;
-    int nw;
-    int wid;
-    if (mode == ZZ_GEMV_FUSED) {
-        ggml_cuda_pdl_sync(); // x comes from an earlier kernel
-        const int  nwords  = (n + WARP_SIZE - 1)/WARP_SIZE;
-        uint32_t * s_words = (uint32_t *) (zz_smem + fused_off);
-        int      * s_offs  = (int *) (s_words + nwords);
-        int      * s_seg   = s_offs + nwords;
-        count = zz_fused_segment<T>(x, x_stride, n, thr, s_words, s_offs, s_seg, gridDim.x, blockIdx.x);
-        idx   = s_seg; // the block's share; its warps split it
-        if (stats != nullptr && row == 0 && threadIdx.x == 0) {
-            if (blockIdx.x == 0) {
-                sparse_stats_add(stats, n, count);
-            } else if (count != 0) {
-                atomicAdd(stats + 2, (unsigned long long) count);
-            }
-        }
-        nw    = n2;
-        wid   = warp;
-    } else {
-        if (mode == ZZ_GEMV_IDX) {
-            ggml_cuda_pdl_sync(); // idx comes from an earlier kernel
-        }
-        count = mode == ZZ_GEMV_IDX ? idx[n] : n;
-        nw    = gridDim.x*n2;
-        wid   = blockIdx.x*n2 + warp;
-    }
-    const int p_begin = (int) (((int64_t) count*wid)/nw);
-    const int p_end   = (int) (((int64_t) count*(wid + 1))/nw);
+    int p_begin;
+    int p_end;
+    zz_warp_share<T, mode>(x, x_stride, idx, n, thr, zz_smem + fused_off, stats, p_begin, p_end);
 
     float acc[T][opl];
     float accm[T];
@@ -1328,6 +1342,218 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
 #pragma unroll
                     for (int k = 0; k < opl; ++k) {
                         red_w[(t - t0)*B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
+                    }
+                }
+            }
+        }
+    }, y, y_stride, row, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
+}
+
+static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_stride, const float * bias,
+        const int64_t bias_stride, const int64_t off, const int64_t m, const int T, const int64_t e0, const int64_t de) {
+    for (int64_t e = e0; e < m*T; e += de) {
+        y[(e/m)*y_stride + off + e % m] = bias ? bias[(e/m)*bias_stride + off + e % m] : 0.0f;
+    }
+}
+
+// EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
+// row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
+// start at once.
+template <int T, int B>
+static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
+        const float * bias, const int64_t bias_stride, int * tickets) {
+    if (threadIdx.x >= WARP_SIZE) {
+        return;
+    }
+    int ticket = 0;
+    if (threadIdx.x == 0) {
+        ticket = atomicAdd(tickets + row, 1);
+    }
+    if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
+        return;
+    }
+    zz_y_set(y, y_stride, bias, bias_stride, (int64_t) row_y*B, B, T, threadIdx.x, WARP_SIZE);
+    __threadfence();
+    __syncwarp();
+    if (threadIdx.x == 0) {
+        atomicAdd(tickets + row, ZZ_FIRST_FLAG);
+    }
+}
+
+// Q8_0, Q4_0 and Q6_K, batch 1-8, blocks straight from global memory into registers (the staged kernel above
+// reads ~0.9 TB/s on the H100 with these types, stock mmvq ~1.6: bench/results/cuda_types_h100_2026-12-07d.md).
+// The lanes keep zz_type's layout (lpc lanes a column, 32/lpc columns a warp step); the warp takes U steps a
+// round and loads the next round's blocks while it computes this one. Blocks are 2-byte aligned:
+//   Q8_0, Q4_0: bs = 2 + 4*lpc; lane k loads the two aligned words around its quant bytes 4k..4k+3 and shifts them
+//   into place, the scale is in the word the column's first lane loaded (a shuffle);
+//   Q6_K: one column a step, each lane loading its bytes as zz_load does from shared memory.
+template <ggml_type type>
+struct zz_ldg_raw {
+    uint32_t w0;
+    uint32_t w1;
+};
+template <>
+struct zz_ldg_raw<GGML_TYPE_Q6_K> {
+    zz_data_q6_K d;
+};
+
+// lane's share of the block at byte offset off of w (last: the tensor's last block, not to be read past)
+template <ggml_type type>
+static __device__ __forceinline__ void zz_ldg_load(const char * w, const int64_t off, const bool last, const int lane,
+        const typename zz_type<type>::lane_t & ls, zz_ldg_raw<type> & r) {
+    if constexpr (type == GGML_TYPE_Q6_K) {
+        GGML_UNUSED(last);
+        GGML_UNUSED(lane);
+        zz_load(r.d, w + off, ls);
+    } else {
+        GGML_UNUSED(ls);
+        constexpr int lpc = zz_type<type>::lpc;
+        static_assert(zz_type<type>::bs == 2 + 4*lpc, "a B = 32 block: the scale, then 4 quant bytes a lane");
+        const int        k = lane % lpc;
+        const uint32_t * p = (const uint32_t *) (w + (off & ~(int64_t) 3)) + k;
+        r.w0 = __ldg(p);
+        if (last && (off & 2) == 0 && k == lpc - 1) {
+            r.w1 = __ldg((const uint16_t *) (p + 1)); // bytes 2-3 of that word lie past the block
+        } else {
+            r.w1 = __ldg(p + 1);
+        }
+    }
+}
+
+// the loaded share as zz_accum takes it (every lane of the warp calls it: B = 32 types shuffle)
+template <ggml_type type>
+static __device__ __forceinline__ void zz_ldg_data(const zz_ldg_raw<type> & r, const int64_t off, const int lane,
+        typename zz_type<type>::data_t & d) {
+    if constexpr (type == GGML_TYPE_Q6_K) {
+        GGML_UNUSED(off);
+        GGML_UNUSED(lane);
+        d = r.d;
+    } else {
+        constexpr int  lpc = zz_type<type>::lpc;
+        const bool     odd = (off & 2) != 0; // block at 4i + 2: scale in the high half of word 0, quants from word 1
+        const uint32_t hw  = __shfl_sync(ZZ_FULL_MASK, r.w0, lane - lane % lpc);
+        d.q = odd ? r.w1 : __funnelshift_r(r.w0, r.w1, 16);
+        d.d = __half2float(__ushort_as_half((uint16_t) (odd ? hw >> 16 : hw & 0xFFFF)));
+    }
+}
+
+template <ggml_type type, int T, int mode>
+static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_ldg(
+        const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
+        const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off,
+        float * ws, int * tickets, unsigned long long * stats) {
+    typedef zz_type<type> zt;
+    constexpr int B   = zt::B;
+    constexpr int bs  = zt::bs;
+    constexpr int lpc = zt::lpc;
+    constexpr int opl = zt::opl;
+    constexpr int cpw = WARP_SIZE/lpc;      // columns a warp step
+    constexpr int U   = T <= 2 ? 4 : 2;     // steps a round; two rounds in flight
+
+    extern __shared__ __align__(16) char zz_smem[];
+
+    ggml_cuda_pdl_lc();
+
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int slot = lane / lpc;
+    const int row  = blockIdx.y;
+
+    typename zt::lane_t ls;
+    zz_lane_init(ls, lane);
+
+    int p_begin;
+    int p_end;
+    zz_warp_share<T, mode>(x, x_stride, idx, n, thr, zz_smem + fused_off, stats, p_begin, p_end);
+
+    const int64_t row_off = (int64_t) row*n*bs;
+    const int64_t last    = row == (int) gridDim.y - 1 ? row_off + (int64_t) (n - 1)*bs : -1;
+
+    // one round: U steps of columns (-1 past the share; they load column 0's block and add nothing)
+    int              col[U];
+    zz_ldg_raw<type> raw[U];
+    auto fetch = [&](const int p0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int p = p0 + u*cpw + slot;
+            col[u] = p < p_end ? (mode == ZZ_GEMV_DENSE ? p : idx[p]) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t off = row_off + (int64_t) max(col[u], 0)*bs;
+            zz_ldg_load<type>(w, off, off == last, lane, ls, raw[u]);
+        }
+    };
+
+    if (mode == ZZ_GEMV_DENSE) {
+        fetch(p_begin); // the weights do not depend on earlier kernels: request them before waiting for those (PDL)
+    }
+    ggml_cuda_pdl_sync();
+    if (red_mode == ZZ_RED_EARLY) {
+        zz_red_early<T, B>(y, y_stride, row, row, nullptr, 0, tickets);
+    }
+    if (mode != ZZ_GEMV_DENSE) {
+        fetch(p_begin);
+    }
+
+    float acc[T][opl];
+    float accm[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        accm[t] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < opl; ++i) {
+            acc[t][i] = 0.0f;
+        }
+    }
+
+    for (int p0 = p_begin; p0 < p_end; p0 += U*cpw) {
+        int              ccol[U];
+        zz_ldg_raw<type> craw[U];
+        float            xv[U][T];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            ccol[u] = col[u];
+            craw[u] = raw[u];
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                xv[u][t] = ccol[u] >= 0 ? x[t*x_stride + ccol[u]] : 0.0f;
+            }
+        }
+        if (p0 + U*cpw < p_end) {
+            fetch(p0 + U*cpw);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            typename zt::data_t d;
+            zz_ldg_data<type>(craw[u], row_off + (int64_t) max(ccol[u], 0)*bs, lane, d);
+            if (ccol[u] >= 0) {
+                zz_accum<T>(d, ls, xv[u], acc, accm);
+            }
+        }
+    }
+
+    // B = 32 types: the column slots of a warp hold partial sums of the same outputs
+#pragma unroll
+    for (int off = lpc; off < WARP_SIZE; off <<= 1) {
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+#pragma unroll
+            for (int i = 0; i < opl; ++i) {
+                acc[t][i] += __shfl_xor_sync(ZZ_FULL_MASK, acc[t][i], off);
+            }
+        }
+    }
+
+    const int n2        = blockDim.x / WARP_SIZE;
+    const int red_bytes = n2*tokens_per_pass*B*(int) sizeof(float);
+    zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
+        if (lane < lpc) {
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                if (t >= t0 && t < t0 + tp) {
+#pragma unroll
+                    for (int i = 0; i < opl; ++i) {
+                        red_w[(t - t0)*B + zz_out(ls, lane, i)] = acc[t][i] - accm[t];
                     }
                 }
             }
@@ -1671,37 +1897,6 @@ static __device__ __forceinline__ void zz_queue_load_step(const int * q_col, con
 }
 
 // y[t][off + i] = bias[t][off + i] (or 0) for the flat indices e = t*m + i from e0 below m*T, step de
-static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_stride, const float * bias,
-        const int64_t bias_stride, const int64_t off, const int64_t m, const int T, const int64_t e0, const int64_t de) {
-    for (int64_t e = e0; e < m*T; e += de) {
-        y[(e/m)*y_stride + off + e % m] = bias ? bias[(e/m)*bias_stride + off + e % m] : 0.0f;
-    }
-}
-
-// EARLY reduction, right after the PDL wait: warp 0 draws the block-row's ticket; the block that draws 0 sets the
-// row's outputs to the bias (or 0), then raises the flag the other blocks' reductions wait for. The other warps
-// start at once.
-template <int T, int B>
-static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_stride, const int row, const int row_y,
-        const float * bias, const int64_t bias_stride, int * tickets) {
-    if (threadIdx.x >= WARP_SIZE) {
-        return;
-    }
-    int ticket = 0;
-    if (threadIdx.x == 0) {
-        ticket = atomicAdd(tickets + row, 1);
-    }
-    if (__shfl_sync(ZZ_FULL_MASK, ticket, 0) != 0) {
-        return;
-    }
-    zz_y_set(y, y_stride, bias, bias_stride, (int64_t) row_y*B, B, T, threadIdx.x, WARP_SIZE);
-    __threadfence();
-    __syncwarp();
-    if (threadIdx.x == 0) {
-        atomicAdd(tickets + row, ZZ_FIRST_FLAG);
-    }
-}
-
 #ifdef AMPERE_MMA_AVAILABLE
 // one 16-column step of the direct kernel's version V
 template <int T, int V, int NACC>
@@ -2612,6 +2807,37 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
               stash_off);
 }
 
+// the Q8_0 / Q4_0 / Q6_K kernel with blocks straight into registers (mul_mat_zz_gemv_ldg): one weight; EARLY
+// reduction by default
+template <ggml_type type, int T, int mode>
+static void zz_gemv_launch_ldg(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
+        const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+    constexpr int B = zz_type<type>::B;
+    GGML_ASSERT(segs.nseg == 1 && segs.bias[0] == nullptr && segs.up == nullptr && segs.norm_w == nullptr);
+    float * ws;
+    int   * tickets;
+    const int    red_mode = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
+    const int    tp       = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
+    const size_t red      = cfg.n2*tp*B*sizeof(float) + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    const size_t smem     = red + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
+    const dim3   grid(cfg.n1, segs.row_end[0], 1);
+    const dim3   block(cfg.n2*WARP_SIZE, 1, 1);
+    auto kernel = mul_mat_zz_gemv_ldg<type, T, mode>;
+    if constexpr (mode == ZZ_GEMV_FUSED) {
+        // the block's share of the list (zz_gemv_launch_fused keeps it under 64 KiB) may pass the default 48 KiB
+        static int smem_max[GGML_CUDA_MAX_DEVICES] = { 0 };
+        if (smem_max[caps.device] == 0) {
+            int optin;
+            CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, caps.device));
+            smem_max[caps.device] = optin - 1024; // (room for the kernel's static shared memory)
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max[caps.device]));
+        }
+        GGML_ASSERT(smem <= (size_t) smem_max[caps.device]);
+    }
+    zz_launch(kernel, grid, block, smem, red_mode, stream, segs.w[0], x, idx, segs.y[0], (int) n, x_stride,
+              segs.y_stride[0], tp, red_mode, thr, (int) red, ws, tickets, mode == ZZ_GEMV_FUSED ? segs.stats : nullptr);
+}
+
 // segs: one weight, or (direct Q4_K kernel only) a group
 template <ggml_type type, int T, int mode>
 static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
@@ -2626,6 +2852,12 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
     if constexpr (type == GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
         if (caps.direct) {
             zz_gemv_launch_direct<T, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+            return;
+        }
+    }
+    if constexpr (type != GGML_TYPE_Q4_K && mode != ZZ_GEMV_SKIP) {
+        if (caps.direct) {
+            zz_gemv_launch_ldg<type, T, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
             return;
         }
     }
@@ -2914,12 +3146,13 @@ static std::vector<zz_tune_entry> zz_tune_read_builtin() {
     return entries;
 }
 
-// the built-in entries after the tune file's: Q4_K ones only for the kernel they were timed on
+// the built-in entries after the tune file's, only for the kernel they were timed on
 // (LLAMA_SPARSE_CUDA_TUNE_BUILTIN=0: none, for A/B)
 static void zz_tune_add_builtin(std::vector<zz_tune_entry> & table, const zz_device_props & props) {
     static const int env = zz_env_int("LLAMA_SPARSE_CUDA_TUNE_BUILTIN");
     for (const zz_tune_entry & e : zz_tune_read_builtin()) {
-        if (env != 0 && (e.type != GGML_TYPE_Q4_K || e.direct == zz_direct_enabled(props.cc_major))) {
+        // (the other types' entries were timed on the staged kernel: used only when it runs them)
+        if (env != 0 && e.direct == zz_direct_enabled(props.cc_major)) {
             table.push_back(e);
         }
     }
@@ -2960,6 +3193,15 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
         const int64_t wave = std::max<int64_t>(1, zz_direct_wave_blocks(props.nsm, n_tokens)/rows)*cfg.n2; // warps a block-row
         const int64_t cols = 32*((n + 32*wave - 1)/(32*wave));                                     // columns a warp
         cfg.n1 = (int) std::max<int64_t>(1, std::min<int64_t>(64, (n + cfg.n2*cols - 1)/(cfg.n2*cols)));
+        return cfg;
+    }
+
+    if (zz_direct_enabled(props.cc_major)) {
+        // the other types' kernel with blocks straight into registers (mul_mat_zz_gemv_ldg): about 32 warps an
+        // SM, at least 64 columns a warp (B = 32; 16 for Q6_K), at most 64 blocks a block-row
+        const int64_t target = (int64_t) props.nsm*32;
+        const int64_t n1_max = std::max<int64_t>(1, std::min<int64_t>(64, n/(cfg.n2*(type == GGML_TYPE_Q6_K ? 16 : 64))));
+        cfg.n1 = (int) std::max<int64_t>(1, std::min(n1_max, (target + rows*cfg.n2 - 1)/(rows*cfg.n2)));
         return cfg;
     }
 

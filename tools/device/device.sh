@@ -195,14 +195,16 @@ remote() {
         done
     }
     # test_zz_cuda bench on the 7B/8B/70B shapes, two rounds, each round once under every ENV (',' for spaces
-    # inside one), memset + atomics (BENCH_REDUCTION: another): zz_bench_envs LOG BATCHES ENV...
+    # inside one), memset + atomics (BENCH_REDUCTION: another), Q4_K (BENCH_TYPE: another, or all), the 7 shapes below
+    # (BENCH_SHAPES: others): zz_bench_envs LOG BATCHES ENV...
     # the 7 shapes of Llama-2-7B (q/k/v/o, gate/up, down), Llama-3-8B (gate/up, down) and 70B (gate/up, down)
     local zz_shapes7=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,28672x8192,8192x28672
     local zz_shapes11=4096x4096,11008x4096,4096x11008,14336x4096,4096x14336,5120x5120,13824x5120,5120x13824,8192x8192,28672x8192,8192x28672
     zz_bench_envs() {
         local log=$1 batch=$2
         shift 2
-        zz_env_rounds "$log" "^(type|q4_K)" "$*" bench --type q4_K --batch "$batch" --reduction "${BENCH_REDUCTION:-atomic}" --shapes $zz_shapes7
+        zz_env_rounds "$log" "^(type|q4_K|q6_K|q8_0|q4_0)" "$*" bench --type "${BENCH_TYPE:-q4_K}" --batch "$batch" \
+            --reduction "${BENCH_REDUCTION:-atomic}" --shapes "${BENCH_SHAPES:-$zz_shapes7}"
     }
     local out=${OUT:-/tmp/out} jobs fork=/tmp/ls-fork stock=/tmp/ls-stock dev=${LS_DEVICE_DIR:-$repo/.device}
     local work=${LS_WORK:-/tmp/ls-work} py=/tmp/ls-py
