@@ -1437,7 +1437,7 @@ static __device__ __forceinline__ void zz_ldg_data(const zz_ldg_raw<type> & r, c
     }
 }
 
-template <ggml_type type, int T, int mode>
+template <ggml_type type, int T, int mode, int U>
 static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz_gemv_ldg(
         const char * w, const float * x, const int32_t * idx, float * y, const int n, const int64_t x_stride,
         const int64_t y_stride, const int tokens_per_pass, const int red_mode, const float thr, const int fused_off,
@@ -1448,7 +1448,6 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     constexpr int lpc = zt::lpc;
     constexpr int opl = zt::opl;
     constexpr int cpw = WARP_SIZE/lpc;      // columns a warp step
-    constexpr int U   = T <= 2 ? 4 : 2;     // steps a round; two rounds in flight
 
     extern __shared__ __align__(16) char zz_smem[];
 
@@ -1468,32 +1467,50 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     const int64_t row_off = (int64_t) row*n*bs;
     const int64_t last    = row == (int) gridDim.y - 1 ? row_off + (int64_t) (n - 1)*bs : -1;
 
-    // one round: U steps of columns (-1 past the share; they load column 0's block and add nothing)
-    int              col[U];
-    zz_ldg_raw<type> raw[U];
-    auto fetch = [&](const int p0) {
+    // A round is U steps of columns (-1 past the share: they load column 0's block and add nothing). While round r
+    // is computed, its successor's blocks and x are in flight and the columns of round r + 2 are being read.
+    constexpr int R = U*cpw; // columns a round
+    auto cols = [&](const int p0, int (&c)[U]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int p = p0 + u*cpw + slot;
-            col[u] = p < p_end ? (mode == ZZ_GEMV_DENSE ? p : idx[p]) : -1;
+            c[u] = p < p_end ? (mode == ZZ_GEMV_DENSE ? p : idx[p]) : -1;
         }
+    };
+    auto load_w = [&](const int (&c)[U], zz_ldg_raw<type> (&r)[U]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int64_t off = row_off + (int64_t) max(col[u], 0)*bs;
-            zz_ldg_load<type>(w, off, off == last, lane, ls, raw[u]);
+            const int64_t off = row_off + (int64_t) max(c[u], 0)*bs;
+            zz_ldg_load<type>(w, off, off == last, lane, ls, r[u]);
+        }
+    };
+    auto load_x = [&](const int (&c)[U], float (&xv)[U][T]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                xv[u][t] = c[u] >= 0 ? x[t*x_stride + c[u]] : 0.0f;
+            }
         }
     };
 
+    int              col[U];  // the round in flight
+    zz_ldg_raw<type> raw[U];
+    float            xin[U][T];
+    int              ncol[U]; // the round after it
+    cols(p_begin, col);
     if (mode == ZZ_GEMV_DENSE) {
-        fetch(p_begin); // the weights do not depend on earlier kernels: request them before waiting for those (PDL)
+        load_w(col, raw); // the weights do not depend on earlier kernels: request them before waiting for those (PDL)
     }
     ggml_cuda_pdl_sync();
     if (red_mode == ZZ_RED_EARLY) {
         zz_red_early<T, B>(y, y_stride, row, row, nullptr, 0, tickets);
     }
     if (mode != ZZ_GEMV_DENSE) {
-        fetch(p_begin);
+        load_w(col, raw);
     }
+    load_x(col, xin);
+    cols(p_begin + R, ncol);
 
     float acc[T][opl];
     float accm[T];
@@ -1506,28 +1523,34 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         }
     }
 
-    for (int p0 = p_begin; p0 < p_end; p0 += U*cpw) {
+    for (int p0 = p_begin; p0 < p_end; p0 += R) {
         int              ccol[U];
         zz_ldg_raw<type> craw[U];
-        float            xv[U][T];
+        float            cx[U][T];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             ccol[u] = col[u];
             craw[u] = raw[u];
 #pragma unroll
             for (int t = 0; t < T; ++t) {
-                xv[u][t] = ccol[u] >= 0 ? x[t*x_stride + ccol[u]] : 0.0f;
+                cx[u][t] = xin[u][t];
             }
         }
-        if (p0 + U*cpw < p_end) {
-            fetch(p0 + U*cpw);
+        if (p0 + R < p_end) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                col[u] = ncol[u];
+            }
+            load_w(col, raw);
+            load_x(col, xin);
+            cols(p0 + 2*R, ncol);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             typename zt::data_t d;
             zz_ldg_data<type>(craw[u], row_off + (int64_t) max(ccol[u], 0)*bs, lane, d);
             if (ccol[u] >= 0) {
-                zz_accum<T>(d, ls, xv[u], acc, accm);
+                zz_accum<T>(d, ls, cx[u], acc, accm);
             }
         }
     }
@@ -2807,6 +2830,75 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
               stash_off);
 }
 
+// the ldg kernel's steps a round (U) by type and batch (registers: Q8_0 ~100 a thread at batch 1 and U = 8, Q6_K ~170),
+// or LLAMA_SPARSE_CUDA_LDG_U = 4, 8 or 16 at batch 1 and 4 (A/B)
+template <ggml_type type, int T>
+static constexpr int zz_ldg_u() {
+    if (type == GGML_TYPE_Q6_K) {
+        return T == 1 ? 4 : 2;
+    }
+    return T == 1 ? 8 : T <= 4 ? 4 : 2;
+}
+
+template <ggml_type type, int T, int mode>
+static auto zz_ldg_kernel() {
+    auto kernel = mul_mat_zz_gemv_ldg<type, T, mode, zz_ldg_u<type, T>()>;
+    if constexpr ((T == 1 || T == 4) && mode != ZZ_GEMV_FUSED) {
+        static const int u = zz_env_int("LLAMA_SPARSE_CUDA_LDG_U");
+        switch (u) {
+            case 4:  kernel = mul_mat_zz_gemv_ldg<type, T, mode, 4>;  break;
+            case 8:  kernel = mul_mat_zz_gemv_ldg<type, T, mode, 8>;  break;
+            case 16: kernel = mul_mat_zz_gemv_ldg<type, T, mode, 16>; break;
+            default: break;
+        }
+    }
+    return kernel;
+}
+
+// shared memory of an ldg launch without FUSED's list: the cross-warp reduction (and a cluster's total)
+static size_t zz_ldg_smem(const int n2, const int T, const int B, const bool cluster) {
+    const int tp = std::max(1, std::min(T, ZZ_RED_FLOATS/(n2*B)));
+    return n2*tp*B*sizeof(float) + (cluster ? T*B*sizeof(float) : 0);
+}
+
+// resident blocks an SM of the ldg kernel (IDX) with n2 warps, for the launch config
+template <ggml_type type, int T>
+static int zz_ldg_blocks_per_sm_t(const int n2) {
+    static std::atomic<int> known[ZZ_GEMV_MAX_WARPS + 1]; // (0: not yet asked)
+    GGML_ASSERT(n2 >= 1 && n2 <= ZZ_GEMV_MAX_WARPS);
+    int bps = known[n2].load();
+    if (bps == 0) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, zz_ldg_kernel<type, T, ZZ_GEMV_IDX>(),
+                n2*WARP_SIZE, zz_ldg_smem(n2, T, zz_type<type>::B, false)));
+        bps = std::max(1, bps);
+        known[n2].store(bps);
+    }
+    return bps;
+}
+
+template <ggml_type type>
+static int zz_ldg_blocks_per_sm_type(const int T, const int n2) {
+    switch (T) {
+        case 1:  return zz_ldg_blocks_per_sm_t<type, 1>(n2);
+        case 2:  return zz_ldg_blocks_per_sm_t<type, 2>(n2);
+        case 3:  return zz_ldg_blocks_per_sm_t<type, 3>(n2);
+        case 4:  return zz_ldg_blocks_per_sm_t<type, 4>(n2);
+        case 5:  return zz_ldg_blocks_per_sm_t<type, 5>(n2);
+        case 6:  return zz_ldg_blocks_per_sm_t<type, 6>(n2);
+        case 7:  return zz_ldg_blocks_per_sm_t<type, 7>(n2);
+        default: return zz_ldg_blocks_per_sm_t<type, 8>(n2);
+    }
+}
+
+static int zz_ldg_blocks_per_sm(const ggml_type type, const int T, const int n2) {
+    switch (type) {
+        case GGML_TYPE_Q8_0: return zz_ldg_blocks_per_sm_type<GGML_TYPE_Q8_0>(T, n2);
+        case GGML_TYPE_Q4_0: return zz_ldg_blocks_per_sm_type<GGML_TYPE_Q4_0>(T, n2);
+        case GGML_TYPE_Q6_K: return zz_ldg_blocks_per_sm_type<GGML_TYPE_Q6_K>(T, n2);
+        default: GGML_ABORT("zigzag GEMV: no ldg kernel for %s", ggml_type_name(type));
+    }
+}
+
 // the Q8_0 / Q4_0 / Q6_K kernel with blocks straight into registers (mul_mat_zz_gemv_ldg): one weight; EARLY
 // reduction by default
 template <ggml_type type, int T, int mode>
@@ -2818,11 +2910,11 @@ static void zz_gemv_launch_ldg(const zz_segs & segs, const int64_t n, const floa
     int   * tickets;
     const int    red_mode = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
     const int    tp       = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
-    const size_t red      = cfg.n2*tp*B*sizeof(float) + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
+    const size_t red      = zz_ldg_smem(cfg.n2, T, B, red_mode == ZZ_RED_CLUSTER);
     const size_t smem     = red + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
     const dim3   grid(cfg.n1, segs.row_end[0], 1);
     const dim3   block(cfg.n2*WARP_SIZE, 1, 1);
-    auto kernel = mul_mat_zz_gemv_ldg<type, T, mode>;
+    auto kernel = zz_ldg_kernel<type, T, mode>();
     if constexpr (mode == ZZ_GEMV_FUSED) {
         // the block's share of the list (zz_gemv_launch_fused keeps it under 64 KiB) may pass the default 48 KiB
         static int smem_max[GGML_CUDA_MAX_DEVICES] = { 0 };
@@ -3197,11 +3289,24 @@ static zz_gemv_config zz_gemv_default_config(const zz_device_props & props, cons
     }
 
     if (zz_direct_enabled(props.cc_major)) {
-        // the other types' kernel with blocks straight into registers (mul_mat_zz_gemv_ldg): about 32 warps an
-        // SM, at least 64 columns a warp (B = 32; 16 for Q6_K), at most 64 blocks a block-row
-        const int64_t target = (int64_t) props.nsm*32;
+        // the other types' kernel with blocks straight into registers (mul_mat_zz_gemv_ldg), 8 warps a block: the
+        // fewest blocks a block-row (>= 1, <= 64, >= 64 columns a warp; 16 for Q6_K) that fill at least 90 % of
+        // their last wave of resident blocks, else the best filling one (blocks take equal shares: a part-filled last
+        // wave costs as much as a full one)
+        const int64_t slots  = (int64_t) props.nsm*zz_ldg_blocks_per_sm(type, n_tokens, cfg.n2);
         const int64_t n1_max = std::max<int64_t>(1, std::min<int64_t>(64, n/(cfg.n2*(type == GGML_TYPE_Q6_K ? 16 : 64))));
-        cfg.n1 = (int) std::max<int64_t>(1, std::min(n1_max, (target + rows*cfg.n2 - 1)/(rows*cfg.n2)));
+        double best = -1.0;
+        for (int64_t n1 = 1; n1 <= n1_max; ++n1) {
+            const int64_t blocks = rows*n1;
+            const double  fill   = (double) blocks/(((blocks + slots - 1)/slots)*slots);
+            if (fill > best + 1e-9) {
+                best   = fill;
+                cfg.n1 = (int) n1;
+            }
+            if (fill >= 0.9) {
+                break;
+            }
+        }
         return cfg;
     }
 
