@@ -1382,6 +1382,8 @@ static __device__ __forceinline__ void zz_red_early(float * y, const int64_t y_s
 
 // Q8_0, Q4_0 and Q6_K, batch 1-8, blocks straight from global memory into registers (the staged kernel above
 // reads ~0.9 TB/s on the H100 with these types, stock mmvq ~1.6: bench/results/cuda_types_h100_2026-12-07d.md).
+// H100 against the staged kernel at batch 1: Q8_0 and Q4_0 1.24-1.55x as fast, Q6_K 0.92-1.07x (dense slower, 50 %
+// faster); dense still 0.65-0.78x as fast as stock mmvq on Q8_0 / Q4_0 (bench/results/cuda_types_h100_2026-12-07f.md).
 // The lanes keep zz_type's layout (lpc lanes a column, 32/lpc columns a warp step); the warp takes U steps a
 // round and loads the next round's blocks while it computes this one. Blocks are 2-byte aligned:
 //   Q8_0, Q4_0: bs = 2 + 4*lpc; lane k loads the two aligned words around its quant bytes 4k..4k+3 and shifts them
@@ -2830,26 +2832,24 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
               stash_off);
 }
 
-// the ldg kernel's steps a round (U) by type and batch (registers: Q8_0 ~100 a thread at batch 1 and U = 8, Q6_K ~170),
-// or LLAMA_SPARSE_CUDA_LDG_U = 4, 8 or 16 at batch 1 and 4 (A/B)
+// the ldg kernel's steps a round (U) by type and batch. H100, batch 1: U = 4 against 8 on Q8_0 11008x4096 30.8 against
+// 36 us, Q4_0 21.7 against 25.7, 4096x4096 within 3 %; U = 16 (~190 registers) slower everywhere
+// (bench/results/cuda_types_h100_2026-12-07f.md). LLAMA_SPARSE_CUDA_LDG_U=8 takes U = 8 at batch 1 (A/B)
 template <ggml_type type, int T>
 static constexpr int zz_ldg_u() {
     if (type == GGML_TYPE_Q6_K) {
         return T == 1 ? 4 : 2;
     }
-    return T == 1 ? 8 : T <= 4 ? 4 : 2;
+    return T <= 4 ? 4 : 2;
 }
 
 template <ggml_type type, int T, int mode>
 static auto zz_ldg_kernel() {
     auto kernel = mul_mat_zz_gemv_ldg<type, T, mode, zz_ldg_u<type, T>()>;
-    if constexpr ((T == 1 || T == 4) && mode != ZZ_GEMV_FUSED) {
-        static const int u = zz_env_int("LLAMA_SPARSE_CUDA_LDG_U");
-        switch (u) {
-            case 4:  kernel = mul_mat_zz_gemv_ldg<type, T, mode, 4>;  break;
-            case 8:  kernel = mul_mat_zz_gemv_ldg<type, T, mode, 8>;  break;
-            case 16: kernel = mul_mat_zz_gemv_ldg<type, T, mode, 16>; break;
-            default: break;
+    if constexpr (T == 1 && mode != ZZ_GEMV_FUSED) {
+        static const bool u8 = zz_env_int("LLAMA_SPARSE_CUDA_LDG_U") == 8;
+        if (u8) {
+            kernel = mul_mat_zz_gemv_ldg<type, T, mode, 8>;
         }
     }
     return kernel;

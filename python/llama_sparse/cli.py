@@ -123,7 +123,7 @@ DECODE_COMMANDS = ("generate", "chat", "serve", "bench", "perplexity")
 
 def _note_cuda_types(args: argparse.Namespace) -> None:
     """-ngl on a CUDA build with zigzag weights other than Q4_K: on CUDA those decode slower than stock llama.cpp
-    (Q8_0 0.57x, Q6_K 0.65x, Q4_0 0.59x dense on an H100; bench/results/cuda_types_h100_2026-12-07d.md)."""
+    (Q6_K 0.67x, Q4_0 0.73x dense on an H100, Q8_0's GEMV 0.65-0.73x; bench/results/cuda_types_h100_2026-12-07f.md)."""
     model = getattr(args, "model", None)
     if not getattr(args, "n_gpu_layers", None) or not isinstance(model, Path) or args.command not in DECODE_COMMANDS:
         return
@@ -145,7 +145,7 @@ def _note_cuda_types(args: argparse.Namespace) -> None:
     if counts:
         kinds = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
         print(f"note: {model.name} has zigzag weights other than Q4_K ({kinds}); on CUDA these decode slower than "
-              "stock llama.cpp (0.6-0.8x on an H100, bench/results/cuda_types_h100_2026-12-07d.md). Q4_K is the fast "
+              "stock llama.cpp (0.65-0.85x on an H100, bench/results/cuda_types_h100_2026-12-07f.md). Q4_K is the fast "
               "path: convert with --type q4_k (weights whose rows are not a multiple of 256 stay q8_0)", file=sys.stderr)
 
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import inspect
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -13,6 +16,11 @@ import numpy as np
 from . import _log, _native
 
 _log.install()
+
+_COMPLETION_SIG = inspect.signature(llama_cpp.Llama.create_completion)
+# create_completion's sampling settings that must be finite (NaN passes llama.cpp's range checks and samples garbage)
+_FINITE_SETTINGS = ("temperature", "top_p", "min_p", "typical_p", "frequency_penalty", "presence_penalty",
+                    "repeat_penalty", "tfs_z", "mirostat_tau", "mirostat_eta")
 
 SparsityLevel = Union[None, float, str]
 
@@ -226,11 +234,41 @@ class Llama(llama_cpp.Llama):
         return super().detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
     def create_completion(self, *args, **kwargs):
-        """llama_cpp.Llama.create_completion, but a grammar llama.cpp cannot parse raises ValueError before any
-        token, where llama-cpp-python would add its NULL sampler and crash the process (chat calls come here too)."""
-        if kwargs.get("grammar") is not None:
-            self._check_grammar(kwargs["grammar"])
+        """llama_cpp.Llama.create_completion, but bad sampling settings raise ValueError before any token (chat
+        calls come here too): a grammar llama.cpp cannot parse (llama-cpp-python would add its NULL sampler and
+        crash the process), a NaN or infinite temperature, p or penalty (garbage tokens), a logit_bias id outside
+        the vocabulary or a non-finite bias (llama-cpp-python drops the whole bias, printing a traceback a token)."""
+        bound = _COMPLETION_SIG.bind(self, *args, **kwargs).arguments
+        if bound.get("grammar") is not None:
+            self._check_grammar(bound["grammar"])
+        for name in _FINITE_SETTINGS:
+            v = bound.get(name)
+            if v is not None and not (isinstance(v, numbers.Real) and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        for name in ("top_p", "min_p", "typical_p"):
+            v = bound.get(name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {v!r}")
+        if bound.get("logit_bias"):
+            self._check_logit_bias(bound["logit_bias"])
         return super().create_completion(*args, **kwargs)
+
+    def _check_logit_bias(self, bias) -> None:
+        self._check_open()
+        n = self.n_vocab()
+        for k, v in dict(bias).items():
+            try:
+                tok = int(k)
+            except (TypeError, ValueError):
+                raise ValueError(f"logit_bias: {k!r} is not a token id") from None
+            if not 0 <= tok < n:
+                raise ValueError(f"logit_bias: token id {tok} is not in the vocabulary (0..{n - 1})")
+            try:
+                ok = math.isfinite(float(v))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"logit_bias: the bias of token {tok} must be a finite number, got {v!r}")
 
     def _check_grammar(self, grammar) -> None:
         self._check_open()

@@ -179,6 +179,42 @@ def test_bad_grammar_is_an_error_not_a_crash(zz: Path):
     assert re.fullmatch(r"(ab)+a?|a", text), r.stdout
 
 
+def test_bad_sampling_settings_are_errors(zz: Path):
+    """A NaN temperature, p or penalty samples garbage and an out-of-vocabulary logit_bias id makes llama-cpp-python
+    drop the whole bias (a traceback a token): each raises ValueError before any token, streaming or not, chat too.
+    Valid settings (a string id, a numpy temperature, llama-cpp-python's negative temperature) still run."""
+    import math
+
+    import numpy as np
+
+    import llama_sparse
+    llm = llama_sparse.Llama(str(zz), n_ctx=64, verbose=False)
+    try:
+        n = llm.n_vocab()
+        bad = [({"temperature": math.nan}, "temperature must be a finite number"),
+               ({"top_p": math.inf}, "top_p must be a finite number"),
+               ({"repeat_penalty": math.nan}, "repeat_penalty must be a finite number"),
+               ({"min_p": 1.5}, "min_p must be between 0 and 1"),
+               ({"logit_bias": {n: 1.0}}, f"token id {n} is not in the vocabulary"),
+               ({"logit_bias": {"-1": 1.0}}, "token id -1 is not in the vocabulary"),
+               ({"logit_bias": {"eos": 1.0}}, "'eos' is not a token id"),
+               ({"logit_bias": {5: math.nan}}, "the bias of token 5 must be a finite number")]
+        for kw, msg in bad:
+            for stream in (False, True):
+                with pytest.raises(ValueError, match=re.escape(msg)):
+                    llm.create_completion("Hi", max_tokens=2, stream=stream, **kw)
+            with pytest.raises(ValueError, match=re.escape(msg)):
+                llm.create_chat_completion(messages=[{"role": "user", "content": "Hi"}], max_tokens=2, **kw)
+        # a bias on one token steers greedy decoding onto it
+        forced = llm.tokenize(b" moose", add_bos=False)[0]
+        out = llm.create_completion("Hi", max_tokens=2, temperature=0, logit_bias={str(forced): 100.0})
+        assert llm.tokenize(out["choices"][0]["text"].encode(), add_bos=False)[0] == forced, out
+        for kw in ({"temperature": np.float32(0.5), "seed": 1}, {"temperature": -1.0, "seed": 1}):
+            assert llm.create_completion("Hi", max_tokens=2, **kw)["usage"]["completion_tokens"] >= 1
+    finally:
+        llm.close()
+
+
 def test_truncated_file_says_so(zz: Path, tmp_path: Path):
     bad = tmp_path / "trunc.gguf"
     bad.write_bytes(zz.read_bytes()[: zz.stat().st_size // 3])

@@ -84,7 +84,7 @@
 #   bench-q4kv direct Q4_K GEMV: step versions Q4KV_VERSIONS (default '1 2'; 2 is the default), same run;
 #              bench-n1: LLAMA_SPARSE_CUDA_N1 8/16/24/32 (versions Q4KV_VERSIONS, default 2), batch 1
 #   bench-cfg  test_zz_cuda bench under each of BENCH_ENVS (default: launch config against n1 = 16; built standalone
-#              after build-base if needed)
+#              after build-base if needed), BENCH_TYPE (default q4_K; all: every type), BENCH_SHAPES, BENCH_BATCH
 #   ncu-bytes  DRAM bytes per direct Q4_K GEMV launch against the active columns' weight bytes (test_zz_cuda bytes under
 #              ncu, once under each of NCU_BYTES_ENVS, NCU_BYTES_SHAPES)
 #   ncu-issue  ncu sections (speed of light, scheduler, warp states) of direct GEMV launches, dense and sparse, on a
@@ -1375,9 +1375,10 @@ remote() {
             local t std zz cal i lbt=(-ngl 99 -p 512 -n 128 -r 3 -o md) row ev evs lv
             # one llama-bench run (BIN, MODEL, ENV...) into the log; "pp512 t/s / tg128 t/s"
             types_lb() {
-                env "${@:3}" "$1" -m "$2" "${lbt[@]}" > /tmp/types-lb.txt 2>&1
-                cat /tmp/types-lb.txt >> "$out/types-$t-lb.log"
-                echo "$(lb_col pp512 < /tmp/types-lb.txt) / $(tg_col < /tmp/types-lb.txt)"
+                local tmp=/tmp/types-lb.$$.txt # (per process: two chains on one machine clobbered a shared file)
+                env "${@:3}" "$1" -m "$2" "${lbt[@]}" > "$tmp" 2>&1
+                cat "$tmp" >> "$out/types-$t-lb.log"
+                echo "$(lb_col pp512 < "$tmp") / $(tg_col < "$tmp")"
             }
             for t in ${TYPES_E2E:-q8_0 q6_k q4_0}; do
                 std=$work/t7b.$t.gguf zz=$work/t7b.zz.$t.gguf cal=$work/t7b.zz.$t.cal.gguf
