@@ -587,7 +587,12 @@ void llama_sparse_copy_tag(ggml_tensor * dst, const ggml_tensor * src) {
 static int32_t find_level(const sparse_model_info & info, const char * spec) {
     std::string mode;
     float target;
-    if (!parse_level(spec, mode, target)) {
+    // a plain number first, as Python's level_name reads it ("5e-1" is 0.5, not mode "5e" at 1)
+    char * end = nullptr;
+    const float v = strtof(spec, &end);
+    if (end != spec && *end == '\0' && std::isfinite(v) && v > 0.0f && v < 1.0f) {
+        target = v;
+    } else if (!parse_level(spec, mode, target)) {
         return -1;
     }
     for (size_t i = 0; i < info.levels.size(); ++i) {

@@ -46,7 +46,7 @@ def test_zero_as_a_number_is_dense(leveled: Path):
     assert "sparsity dense" in r.stderr
 
 
-def test_negative_level_in_c_api(leveled: Path):
+def test_level_specs_in_c_api(leveled: Path):
     import llama_sparse
     from llama_sparse import _native
     llm = llama_sparse.Llama(leveled, n_ctx=64, verbose=False)
@@ -55,6 +55,13 @@ def test_negative_level_in_c_api(leveled: Path):
         assert llm.sparsity == "dense"
         assert _native.llama_sparse_set_level(llm._ctx.ctx, b"0.00") == 0  # a zero is dense
         assert llm.sparsity == "dense"
+        # a number in any notation Python's level_name reads ("5e-1" was once mode "5e" at 1, refused)
+        for spec in (b"5e-1", b".5", b"0.500"):
+            assert _native.llama_sparse_set_level(llm._ctx.ctx, spec) == 0, spec
+            assert llm.sparsity == "0.50", spec
+        for spec in (b"5e-1x", b"5e-", b"1e0"):
+            assert _native.llama_sparse_set_level(llm._ctx.ctx, spec) != 0, spec
+            assert llm.sparsity == "0.50", spec  # a refused level leaves the current one
     finally:
         llm.close()
 
