@@ -1104,6 +1104,39 @@ static __device__ __forceinline__ void zz_gemv_reduce(F put, float * y, const in
 #endif
 }
 
+// B = 32 types: the column slots of a warp hold partial sums of the same outputs; after this every slot holds the sum
+template <ggml_type type, int T>
+static __device__ __forceinline__ void zz_slot_sum(float (&acc)[T][zz_type<type>::opl]) {
+#pragma unroll
+    for (int off = zz_type<type>::lpc; off < WARP_SIZE; off <<= 1) {
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+#pragma unroll
+            for (int k = 0; k < zz_type<type>::opl; ++k) {
+                acc[t][k] += __shfl_xor_sync(ZZ_FULL_MASK, acc[t][k], off);
+            }
+        }
+    }
+}
+
+// the warp's sums (lanes < lpc after zz_slot_sum) of tokens [t0, t0 + tp) to red_w[(t - t0)*B + output]
+template <ggml_type type, int T>
+static __device__ __forceinline__ void zz_lane_put(const float (&acc)[T][zz_type<type>::opl], const float (&accm)[T],
+        const typename zz_type<type>::lane_t & ls, const int lane, const int t0, const int tp, float * red_w) {
+    if (lane >= zz_type<type>::lpc) {
+        return;
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        if (t >= t0 && t < t0 + tp) {
+#pragma unroll
+            for (int k = 0; k < zz_type<type>::opl; ++k) {
+                red_w[(t - t0)*zz_type<type>::B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
+            }
+        }
+    }
+}
+
 // the (active) columns of the calling warp: [p_begin, p_end) of the list idx points to on return. DENSE: every
 // column (idx unused); IDX: idx itself (read after the PDL wait), split evenly over the row's warps in the grid;
 // FUSED: the block's even share of the columns with |x| >= thr, found after the PDL wait into shared memory at
@@ -1315,17 +1348,7 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         buf ^= 1;
     }
 
-    // B = 32 types: the column slots of a warp hold partial sums of the same outputs
-#pragma unroll
-    for (int off = lpc; off < WARP_SIZE; off <<= 1) {
-#pragma unroll
-        for (int t = 0; t < T; ++t) {
-#pragma unroll
-            for (int k = 0; k < opl; ++k) {
-                acc[t][k] += __shfl_xor_sync(ZZ_FULL_MASK, acc[t][k], off);
-            }
-        }
-    }
+    zz_slot_sum<type, T>(acc);
 
     // cross-warp reduction; red aliases the pipeline buffers
     const int red_bytes = max(n2*wsm, n2*tokens_per_pass*B*(int) sizeof(float));
@@ -1335,16 +1358,8 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
             zz_mma_put<T, B>(cm, lane, t0, tp, red_w);
         }
 #endif // AMPERE_MMA_AVAILABLE
-        if (lane < lpc && !use_mma) {
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-                if (t >= t0 && t < t0 + tp) {
-#pragma unroll
-                    for (int k = 0; k < opl; ++k) {
-                        red_w[(t - t0)*B + zz_out(ls, lane, k)] = acc[t][k] - accm[t];
-                    }
-                }
-            }
+        if (!use_mma) {
+            zz_lane_put<type, T>(acc, accm, ls, lane, t0, tp, red_w);
         }
     }, y, y_stride, row, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 }
@@ -1557,32 +1572,12 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
         }
     }
 
-    // B = 32 types: the column slots of a warp hold partial sums of the same outputs
-#pragma unroll
-    for (int off = lpc; off < WARP_SIZE; off <<= 1) {
-#pragma unroll
-        for (int t = 0; t < T; ++t) {
-#pragma unroll
-            for (int i = 0; i < opl; ++i) {
-                acc[t][i] += __shfl_xor_sync(ZZ_FULL_MASK, acc[t][i], off);
-            }
-        }
-    }
+    zz_slot_sum<type, T>(acc);
 
     const int n2        = blockDim.x / WARP_SIZE;
     const int red_bytes = n2*tokens_per_pass*B*(int) sizeof(float);
     zz_gemv_reduce<T, B>([&](const int t0, const int tp, float * red_w) {
-        if (lane < lpc) {
-#pragma unroll
-            for (int t = 0; t < T; ++t) {
-                if (t >= t0 && t < t0 + tp) {
-#pragma unroll
-                    for (int i = 0; i < opl; ++i) {
-                        red_w[(t - t0)*B + zz_out(ls, lane, i)] = acc[t][i] - accm[t];
-                    }
-                }
-            }
-        }
+        zz_lane_put<type, T>(acc, accm, ls, lane, t0, tp, red_w);
     }, y, y_stride, row, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 }
 
@@ -2356,7 +2351,8 @@ static size_t zz_fused_smem(const int64_t n, const int n1) {
     return (size_t) (2*nwords + n/n1 + 2)*sizeof(int);
 }
 
-// LLAMA_SPARSE_CUDA_DIRECT=0 keeps Q4_K on the staged kernel (for comparisons)
+// LLAMA_SPARSE_CUDA_DIRECT=0 keeps every type on the staged kernel (for comparisons): Q4_K off the direct kernel, the
+// other types off the ldg one
 static bool zz_direct_enabled(const int cc_major) {
     static const char * env = getenv("LLAMA_SPARSE_CUDA_DIRECT");
     return cc_major >= 8 && (env == nullptr || atoi(env) != 0);
@@ -3110,7 +3106,8 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
     const zz_caps caps = zz_get_caps();
     if (!(type == GGML_TYPE_Q4_K && caps.direct)) {
         // the staged kernel's fused area next to its largest pipeline + reduction buffers (8 warps, batch 8)
-        // stays < 227 KiB; the direct Q4_K kernel keeps only a small queue per warp
+        // stays < 227 KiB (the ldg kernel has no pipeline buffers); the direct Q4_K kernel keeps only a small queue
+        // per warp
         if (!allow_staged || zz_fused_smem(n, cfg.n1) > 64*1024) {
             return false;
         }
@@ -3958,8 +3955,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
         const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
         if (sparse_idx_cuda_lazy(src2)) {
-            // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the staged kernel's
-            // fused mode (every block re-reads x from L2) only when forced and the re-reading stays under
+            // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the other types' fused
+            // mode (ldg or staged kernel: every block re-reads x from L2) only when forced and the re-reading stays under
             // LLAMA_SPARSE_CUDA_FUSE_L2_KB (default 8 MiB over the grid); otherwise build the list here
             static const int64_t l2_budget = [] {
                 const char * e = getenv("LLAMA_SPARSE_CUDA_FUSE_L2_KB");

@@ -56,8 +56,9 @@ void zz_gemv_launch_ex(ggml_type type, const void * w, int64_t n, int64_t m,
         float * y, int64_t y_stride, zz_gemv_config cfg, cudaStream_t stream);
 
 // FUSED mode (index collection inside the GEMV): active columns are those with |x| >= thr for any token, as
-// in the LIST op. The direct Q4_K kernel always fuses; other types run the staged kernel's fused mode only
-// with allow_staged, and when the block's share of the list fits in shared memory (n/n1 up to ~16k columns).
+// in the LIST op. The direct Q4_K kernel always fuses; other types (the ldg kernel, or the staged one) run their
+// fused mode, where every block finds its share of the list, only with allow_staged and when that share fits in
+// shared memory (n/n1 up to ~16k columns).
 // Returns false when nothing was launched; the caller then runs the LIST op and ZZ_GEMV_IDX.
 bool zz_gemv_launch_fused(ggml_type type, const void * w, int64_t n, int64_t m,
         const float * x, int64_t x_stride, int n_tokens, float thr,
