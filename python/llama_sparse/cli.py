@@ -685,7 +685,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_client_errors() -> None:
     """llama-cpp-python's server answers every error 500 with a traceback in its log; a request that fails validation
-    (pydantic), or that the model refuses with ValueError (a bad grammar, an unknown token id), is the client's: 400."""
+    (pydantic), or that the model refuses with ValueError (a bad grammar, an unknown token id), is the client's: 400,
+    or in a stream, an error event."""
     from fastapi.exceptions import RequestValidationError
     from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
     if getattr(RouteErrorHandler, "_llama_sparse", False):
@@ -705,6 +706,30 @@ def _serve_client_errors() -> None:
 
     RouteErrorHandler.error_message_wrapper = wrapper
     RouteErrorHandler._llama_sparse = True
+
+    # A streamed reply has sent its 200 before the model sees the request: a ValueError then (a bad setting, a prompt
+    # longer than the context) ended the stream empty. It becomes an OpenAI-style error event instead, then [DONE].
+    from llama_cpp.server import app as server_app
+    publish = server_app.get_event_publisher
+
+    def error_event(e: ValueError) -> dict:
+        return {"error": {"message": str(e), "type": "invalid_request_error", "param": None, "code": None}}
+
+    def stream_errors(chunks):
+        try:
+            yield from chunks
+        except ValueError as e:
+            yield error_event(e)
+
+    async def publisher(request, inner_send_chan, body, body_model, llama_call, kwargs):
+        def call(llama, **kw):
+            try:
+                return stream_errors(llama_call(llama, **kw))
+            except ValueError as e:
+                return iter([error_event(e)])
+        await publish(request, inner_send_chan, body, body_model, call, kwargs)
+
+    server_app.get_event_publisher = publisher
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -161,6 +161,26 @@ def level_name(level: SparsityLevel) -> Optional[str]:
     raise TypeError(f"sparsity must be None, a float or a level name, not {type(level).__name__}")
 
 
+def _text_messages(messages):
+    """Chat messages with list content (OpenAI content parts) as plain text: the text parts joined by newlines."""
+    if not isinstance(messages, (list, tuple)):
+        return messages  # llama-cpp-python says what is wrong
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, (list, tuple)):
+            texts = []
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise ValueError(f"message content part of type {kind!r}: only text parts can be read "
+                                     "(these models take text)")
+                texts.append(part["text"])
+            m = {**m, "content": "\n".join(texts)}
+        out.append(m)
+    return out
+
+
 class Llama(llama_cpp.Llama):
     """llama_cpp.Llama on the llama-sparse library.
 
@@ -252,6 +272,16 @@ class Llama(llama_cpp.Llama):
         if bound.get("logit_bias"):
             self._check_logit_bias(bound["logit_bias"])
         return super().create_completion(*args, **kwargs)
+
+    def create_chat_completion(self, *args, **kwargs):
+        """llama_cpp.Llama.create_chat_completion, but a message whose content is a list of OpenAI content parts
+        is read as its text parts, one a line (llama-cpp-python's templates raise TypeError on a list); a part that
+        is not text (an image) raises ValueError, as these models read text only."""
+        if args:
+            args = (_text_messages(args[0]),) + args[1:]
+        elif "messages" in kwargs:
+            kwargs["messages"] = _text_messages(kwargs["messages"])
+        return super().create_chat_completion(*args, **kwargs)
 
     def _check_logit_bias(self, bias) -> None:
         self._check_open()

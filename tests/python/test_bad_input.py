@@ -179,10 +179,11 @@ def test_bad_grammar_is_an_error_not_a_crash(zz: Path):
     assert re.fullmatch(r"(ab)+a?|a", text), r.stdout
 
 
-def test_bad_sampling_settings_are_errors(zz: Path):
+def test_bad_sampling_settings_and_content_parts(zz: Path):
     """A NaN temperature, p or penalty samples garbage and an out-of-vocabulary logit_bias id makes llama-cpp-python
     drop the whole bias (a traceback a token): each raises ValueError before any token, streaming or not, chat too.
-    Valid settings (a string id, a numpy temperature, llama-cpp-python's negative temperature) still run."""
+    Valid settings (a string id, a numpy temperature, llama-cpp-python's negative temperature) still run. A chat
+    message may be a list of OpenAI text parts (llama-cpp-python's templates raised TypeError on it)."""
     import math
 
     import numpy as np
@@ -211,6 +212,14 @@ def test_bad_sampling_settings_are_errors(zz: Path):
         assert llm.tokenize(out["choices"][0]["text"].encode(), add_bos=False)[0] == forced, out
         for kw in ({"temperature": np.float32(0.5), "seed": 1}, {"temperature": -1.0, "seed": 1}):
             assert llm.create_completion("Hi", max_tokens=2, **kw)["usage"]["completion_tokens"] >= 1
+        # OpenAI content parts: text parts are the message, one a line; other parts are refused
+        chat = [{"role": "user", "content": "Say\nhi"}]
+        parts = [{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": "hi"}]}]
+        want = llm.create_chat_completion(messages=chat, max_tokens=4, temperature=0)["choices"][0]["message"]
+        assert llm.create_chat_completion(parts, max_tokens=4, temperature=0)["choices"][0]["message"] == want
+        for part in ({"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}, "Say hi"):
+            with pytest.raises(ValueError, match="only text parts can be read"):
+                llm.create_chat_completion(messages=[{"role": "user", "content": [part]}], max_tokens=2)
     finally:
         llm.close()
 

@@ -149,6 +149,11 @@ def test_serve_chat_completions(leveled: Path):
             "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 16,
             "temperature": 0})
         assert code == 200 and "Paris" in reply["choices"][0]["message"]["content"], reply
+        # OpenAI content parts: the text parts are the message (llama-cpp-python's templates raised TypeError, a 500)
+        code, parts = _post(base + "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}],
+            "max_tokens": 16, "temperature": 0})
+        assert code == 200 and parts["choices"][0]["message"] == reply["choices"][0]["message"], parts
         # past the 100 tokens asked for (the server's arrays once had only 100 slots): special tokens banned, so
         # the text runs to max_tokens
         code, reply = _post(base + "/v1/completions", {"prompt": "Count: 1, 2, 3,", "max_tokens": 150,
@@ -159,12 +164,29 @@ def test_serve_chat_completions(leveled: Path):
         code, reply = _post(base + "/extras/detokenize", {"tokens": [999999]})
         assert code == 400 and "not in the vocabulary" in reply["error"]["message"], reply
         # the client's mistakes are 400s with a short reason; a bad grammar used to segfault the server
-        for body, needle in (({"prompt": "Hi", "max_tokens": "abc"}, "max_tokens: Input should be a valid integer"),
-                             ({"prompt": "Hi", "max_tokens": 2, "grammar": "root ::= ("}, "grammar: llama.cpp cannot parse"),
-                             (b'{"prompt": "Hi", oops', "the request body is not JSON")):
-            code, reply = _post(base + "/v1/completions", body)
+        image = {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
+        for path, body, needle in (
+                ("completions", {"prompt": "Hi", "max_tokens": "abc"}, "max_tokens: Input should be a valid integer"),
+                ("completions", {"prompt": "Hi", "max_tokens": 2, "grammar": "root ::= ("}, "grammar: llama.cpp cannot parse"),
+                ("completions", b'{"prompt": "Hi", oops', "the request body is not JSON"),
+                ("completions", {"prompt": "Hi", "max_tokens": 2, "logit_bias": {"99999999": 1}}, "not in the vocabulary"),
+                ("chat/completions", {"messages": [{"role": "user", "content": [image]}], "max_tokens": 2},
+                 "content part of type 'image_url'")):
+            code, reply = _post(base + "/v1/" + path, body)
             assert code == 400 and needle in reply["error"]["message"], reply
             assert reply["error"]["type"] == "invalid_request_error"
+        # a stream has sent its 200 before the model sees the request: its error is an event (it once ended empty)
+        for path, body, needle in (
+                ("completions", {"prompt": "Hi", "logit_bias": {"-1": 1}}, "token id -1 is not in the vocabulary"),
+                ("completions", {"prompt": "one two " * 200}, "exceed context window"),
+                ("chat/completions", {"messages": [{"role": "user", "content": [image]}]}, "content part of type")):
+            data = json.dumps({**body, "max_tokens": 2, "stream": True}).encode()
+            req = urllib.request.Request(base + "/v1/" + path, data=data, headers={"Content-Type": "application/json"})
+            lines = urllib.request.urlopen(req, timeout=180).read().decode().splitlines()
+            events = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+            assert len(events) == 2 and events[1] == "[DONE]", events
+            error = json.loads(events[0])["error"]
+            assert needle in error["message"] and error["type"] == "invalid_request_error", error
         assert urllib.request.urlopen(base + "/v1/models", timeout=10).status == 200
     finally:
         proc.send_signal(signal.SIGINT)
