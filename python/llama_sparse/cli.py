@@ -709,6 +709,8 @@ def _serve_client_errors() -> None:
 
     # A streamed reply has sent its 200 before the model sees the request: a ValueError then (a bad setting, a prompt
     # longer than the context) ended the stream empty. It becomes an OpenAI-style error event instead, then [DONE].
+    import json
+
     from llama_cpp.server import app as server_app
     publish = server_app.get_event_publisher
 
@@ -727,9 +729,25 @@ def _serve_client_errors() -> None:
                 return stream_errors(llama_call(llama, **kw))
             except ValueError as e:
                 return iter([error_event(e)])
-        await publish(request, inner_send_chan, body, body_model, call, kwargs)
+        try:
+            await publish(request, inner_send_chan, body, body_model, call, kwargs)
+        except ValueError as e:  # from prepare_request_resources, before the stream's channel was taken
+            async with inner_send_chan:
+                await inner_send_chan.send({"data": json.dumps(error_event(e))})
+                await inner_send_chan.send({"data": "[DONE]"})
+
+    # n and best_of (more than one completion a request) were dropped silently: one choice came back
+    prepare = server_app.prepare_request_resources
+
+    def prepare_one(body, llama_proxy, body_model, kwargs):
+        for name in ("n", "best_of"):
+            v = getattr(body, name, None)
+            if v is not None and v != 1:
+                raise ValueError(f"{name} = {v}: this server makes one completion a request ({name} must be 1)")
+        return prepare(body, llama_proxy, body_model, kwargs)
 
     server_app.get_event_publisher = publisher
+    server_app.prepare_request_resources = prepare_one
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -171,7 +171,10 @@ def test_serve_chat_completions(leveled: Path):
                 ("completions", b'{"prompt": "Hi", oops', "the request body is not JSON"),
                 ("completions", {"prompt": "Hi", "max_tokens": 2, "logit_bias": {"99999999": 1}}, "not in the vocabulary"),
                 ("chat/completions", {"messages": [{"role": "user", "content": [image]}], "max_tokens": 2},
-                 "content part of type 'image_url'")):
+                 "content part of type 'image_url'"),
+                ("chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "n": 2},
+                 "n = 2: this server makes one completion a request"),
+                ("completions", {"prompt": "Hi", "max_tokens": 2, "best_of": 3}, "best_of = 3")):
             code, reply = _post(base + "/v1/" + path, body)
             assert code == 400 and needle in reply["error"]["message"], reply
             assert reply["error"]["type"] == "invalid_request_error"
@@ -179,7 +182,8 @@ def test_serve_chat_completions(leveled: Path):
         for path, body, needle in (
                 ("completions", {"prompt": "Hi", "logit_bias": {"-1": 1}}, "token id -1 is not in the vocabulary"),
                 ("completions", {"prompt": "one two " * 200}, "exceed context window"),
-                ("chat/completions", {"messages": [{"role": "user", "content": [image]}]}, "content part of type")):
+                ("chat/completions", {"messages": [{"role": "user", "content": [image]}]}, "content part of type"),
+                ("completions", {"prompt": "Hi", "n": 2}, "n = 2")):
             data = json.dumps({**body, "max_tokens": 2, "stream": True}).encode()
             req = urllib.request.Request(base + "/v1/" + path, data=data, headers={"Content-Type": "application/json"})
             lines = urllib.request.urlopen(req, timeout=180).read().decode().splitlines()
