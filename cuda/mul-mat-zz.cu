@@ -1364,6 +1364,7 @@ static __global__ void __launch_bounds__(ZZ_GEMV_MAX_WARPS*WARP_SIZE) mul_mat_zz
     }, y, y_stride, row, row, tokens_per_pass, red_mode, zz_smem, red_bytes, ws, tickets);
 }
 
+// y[t][off + i] = bias[t][off + i] (or 0) for the flat indices e = t*m + i from e0 below m*T, step de
 static __device__ __forceinline__ void zz_y_set(float * y, const int64_t y_stride, const float * bias,
         const int64_t bias_stride, const int64_t off, const int64_t m, const int T, const int64_t e0, const int64_t de) {
     for (int64_t e = e0; e < m*T; e += de) {
@@ -1916,7 +1917,6 @@ static __device__ __forceinline__ void zz_queue_load_step(const int * q_col, con
     }
 }
 
-// y[t][off + i] = bias[t][off + i] (or 0) for the flat indices e = t*m + i from e0 below m*T, step de
 #ifdef AMPERE_MMA_AVAILABLE
 // one 16-column step of the direct kernel's version V
 template <int T, int V, int NACC>
@@ -2748,6 +2748,11 @@ static int zz_fused_fill_n1(const int nsm, const int n_tokens, const int64_t row
     return (int) std::max<int64_t>(n1, std::min<int64_t>(fill, 64));
 }
 
+// tokens a pass of the cross-warp reduction: as many of T as n2 warps' B outputs fit in ZZ_RED_FLOATS, at least one
+static int zz_red_tokens(const int n2, const int T, const int B) {
+    return std::max(1, std::min(T, ZZ_RED_FLOATS/(n2*B)));
+}
+
 // fill: FUSED launches may take zz_fused_fill_n1 (not DENSE launches passed on to the FUSED kernel)
 template <int T, int mode>
 static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
@@ -2784,7 +2789,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     float * ws;
     int   * tickets;
     const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
-    const int tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
+    const int tp        = zz_red_tokens(cfg.n2, T, B);
     const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     size_t smem         = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
@@ -2853,8 +2858,7 @@ static auto zz_ldg_kernel() {
 
 // shared memory of an ldg launch without FUSED's list: the cross-warp reduction (and a cluster's total)
 static size_t zz_ldg_smem(const int n2, const int T, const int B, const bool cluster) {
-    const int tp = std::max(1, std::min(T, ZZ_RED_FLOATS/(n2*B)));
-    return n2*tp*B*sizeof(float) + (cluster ? T*B*sizeof(float) : 0);
+    return n2*zz_red_tokens(n2, T, B)*B*sizeof(float) + (cluster ? T*B*sizeof(float) : 0);
 }
 
 // resident blocks an SM of the ldg kernel (IDX) with n2 warps, for the launch config
@@ -2905,7 +2909,7 @@ static void zz_gemv_launch_ldg(const zz_segs & segs, const int64_t n, const floa
     float * ws;
     int   * tickets;
     const int    red_mode = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
-    const int    tp       = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*B)));
+    const int    tp       = zz_red_tokens(cfg.n2, T, B);
     const size_t red      = zz_ldg_smem(cfg.n2, T, B, red_mode == ZZ_RED_CLUSTER);
     const size_t smem     = red + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
     const dim3   grid(cfg.n1, segs.row_end[0], 1);
@@ -2957,7 +2961,7 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
     float * ws;
     int   * tickets;
     const int    red_mode  = zz_red_prepare(cfg, caps, T, zt::B, segs, n, &ws, &tickets, stream, false);
-    const int    tp        = std::max(1, std::min(T, ZZ_RED_FLOATS/(cfg.n2*zt::B)));
+    const int    tp        = zz_red_tokens(cfg.n2, T, zt::B);
     const size_t smem_base = std::max<size_t>(cfg.n2*wsm, cfg.n2*tp*zt::B*sizeof(float)) +
                              (red_mode == ZZ_RED_CLUSTER ? T*zt::B*sizeof(float) : 0);
     const size_t smem      = smem_base + (mode == ZZ_GEMV_FUSED ? zz_fused_smem(n, cfg.n1) : 0);
