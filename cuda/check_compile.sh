@@ -80,14 +80,17 @@ compile sparq_probe "$here/tests/sparq_probe.cu"
 compile gemv_probe "$here/tests/gemv_probe.cu"
 compile gemv_rowsplit "$here/tests/gemv_rowsplit.cu"
 
-# host-only: the pair-form Q4_K scale extraction against the format, run here (no GPU needed)
-if "$nvcc" -std=c++17 -O2 -I "$here" "$here/tests/test_q4k_pair.cu" -o "$tmp/test_q4k_pair" > "$tmp/test_q4k_pair.log" 2>&1 &&
-        "$tmp/test_q4k_pair" >> "$tmp/test_q4k_pair.log" 2>&1; then
-    echo "ok    test_q4k_pair (ran): $(tail -n 1 "$tmp/test_q4k_pair.log")"
-else
-    echo "FAIL  test_q4k_pair"
-    sed 's/^/      /' "$tmp/test_q4k_pair.log" | head -n 20
-    status=1
-fi
+# host-only, run here (no GPU needed): the pair-form Q4_K scale extraction and the G8 regrouping of Q4_0, each
+# against its format
+for t in test_q4k_pair test_zz_g8; do
+    if "$nvcc" -std=c++17 -O2 -I "$here" "$here/tests/$t.cu" -o "$tmp/$t" > "$tmp/$t.log" 2>&1 &&
+            "$tmp/$t" >> "$tmp/$t.log" 2>&1; then
+        echo "ok    $t (ran): $(tail -n 1 "$tmp/$t.log")"
+    else
+        echo "FAIL  $t"
+        sed 's/^/      /' "$tmp/$t.log" | head -n 20
+        status=1
+    fi
+done
 
 exit $status

@@ -19,6 +19,7 @@
 #include "graph-hook.cuh"
 #include "launch.cuh"
 #include "q4k-pair.cuh"
+#include "zz-g8.cuh"
 #include "ggml-sparse.h"
 
 #include <cooperative_groups.h>
@@ -372,6 +373,13 @@ static __device__ __forceinline__ int zz_out(const zz_lane_q8_0 & l, const int l
     return 4*(lane%8) + k;
 }
 
+// --- Q4_0 in the G8 layout (cuda/zz-g8.cuh): only the direct kernel and the prefill read it
+template <> struct zz_type<ZZ_TYPE_Q4_0_G8> {
+    static constexpr int B  = ZZ_G8_ROWS*QK4_0;
+    static constexpr int bs = ZZ_G8_BYTES;
+};
+static_assert(ZZ_G8_BYTES == sizeof(block_q4_K) && ZZ_G8_ROWS*sizeof(block_q4_0) == ZZ_G8_BYTES, "G8 super-block");
+
 // --- Q4_K on tensor cores (sm_80+): a warp takes the chunk's columns 16 at a time (K = 16) and all 256
 // outputs as 16 tiles of m16n8k16 (M = 16 outputs, N = 8 tokens). Lane (g = lane/4, tq = lane%4) dequantizes
 // to f16 the A fragments of columns 2tq, 2tq+1, 2tq+8, 2tq+9 from the 16 quant bytes 16g..16g+15 of each
@@ -397,6 +405,11 @@ static __device__ __forceinline__ half2 zz_bits_h2(const uint32_t u) {
 
 static __device__ __forceinline__ uint32_t zz_u4_word(const uint4 v, const int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// G8 (regrouped Q4_0): the f16 pair (d_s of header a, d_s of header b) of sub-block s
+static __device__ __forceinline__ half2 zz_g8_d2(const uint4 ha, const uint4 hb, const int s) {
+    return zz_bits_h2(__byte_perm(zz_u4_word(ha, s >> 1), zz_u4_word(hb, s >> 1), s & 1 ? 0x7632 : 0x5410));
 }
 
 // 16 columns on tensor cores: h[i], q[i] = header and quant bytes 16g..16g+15 of the block of column
@@ -460,17 +473,25 @@ static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], con
 }
 
 // versions 2 and 3: d sc and dmin m of the lane's sub-block for its 4 columns (k: 1, or 1/16 for odd sub-blocks), x of
-// those columns as f16 pairs, and the min terms' MMA (rows = sub-blocks, A = dmin m, B = x) into cmin
+// those columns as f16 pairs, and the min terms' MMA (rows = sub-blocks, A = dmin m, B = x) into cmin.
+// G8: d_s and 8 d_s (w = d_s q - 8 d_s)
+template <bool G8 = false>
 static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], const float (&xb)[4], const zz_lane_q4_K & L,
         const float k, float (&dsc)[4], uint32_t & x01, uint32_t & x23, float (&cmin)[4]) {
     float dmn[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        uint32_t sc, mn;
-        zz_lane_sc_mn(h[i], L, sc, mn);
-        const float2 dm = __half22float2(*(const half2 *) &h[i].x);
-        dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
-        dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
+        if constexpr (G8) {
+            const float d = __low2float(zz_g8_d2(h[i], h[i], (threadIdx.x % WARP_SIZE)/4));
+            dsc[i] = d*k;
+            dmn[i] = 8.0f*d;
+        } else {
+            uint32_t sc, mn;
+            zz_lane_sc_mn(h[i], L, sc, mn);
+            const float2 dm = __half22float2(*(const half2 *) &h[i].x);
+            dsc[i] = (dm.x*k)*zz_byte_f(sc, 0, 8388608.0f);
+            dmn[i] = dm.y*zz_byte_f(mn, 0, 8388608.0f);
+        }
     }
     x01 = zz_h2_bits(__floats2half2_rn(xb[0], xb[1]));
     x23 = zz_h2_bits(__floats2half2_rn(xb[2], xb[3]));
@@ -536,13 +557,13 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F m
 // subtracted once at the end (zz_mma_put_v2). Instructions per 16 columns ~250 against ~380 above.
 // xb[i]: x of column i for token g (T > 1) or token 0 in every lane (T == 1); k: 1, or 1/16 for odd g (the
 // high nibbles of odd sub-blocks arrive as 16 q)
-template <int T>
+template <int T, bool G8 = false>
 static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[16][4], float (&cmin)[4]) {
     const int tq = lane%4;
     float    dsc[4];
     uint32_t x01, x23;
-    zz_q4_K_v2_scales(h, xb, L, k, dsc, x01, x23, cmin);
+    zz_q4_K_v2_scales<G8>(h, xb, L, k, dsc, x01, x23, cmin);
 
     uint32_t bs0[8], bs1[8];
     if constexpr (T == 1) {
@@ -574,13 +595,22 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
 // and zero in every other tile, so tile s adds only to column s of its accumulator, and the 8 tiles of one ep
 // (and p parity) share one: 16 accumulators a lane instead of 64, every element of them an output, and no
 // shuffles for B. cm[2 ep + p % 2]: rows g | g+8, columns s = 2tq | 2tq+1 (only the chain p = tq % 2 adds to them).
+template <bool G8 = false>
 static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[4][4], float (&cmin)[4]) {
     const int g = lane/4;
 #if GGML_SPARSE_CUDA_Q4K_PAIR_SC
     half2 dsc01, dmn01, dsc23, dmn23;
-    zz_q4_K_pair_scales(h[0], h[1], L, dsc01, dmn01);
-    zz_q4_K_pair_scales(h[2], h[3], L, dsc23, dmn23);
+    if constexpr (G8) {
+        const half2 k8 = __floats2half2_rn(8.0f, 8.0f);
+        dsc01 = zz_g8_d2(h[0], h[1], g);
+        dsc23 = zz_g8_d2(h[2], h[3], g);
+        dmn01 = __hmul2(dsc01, k8);
+        dmn23 = __hmul2(dsc23, k8);
+    } else {
+        zz_q4_K_pair_scales(h[0], h[1], L, dsc01, dmn01);
+        zz_q4_K_pair_scales(h[2], h[3], L, dsc23, dmn23);
+    }
     const half2 x01 = __floats2half2_rn(xb[0], xb[1]);
     const half2 x23 = __floats2half2_rn(xb[2], xb[3]);
     zz_mma_16816(cmin, zz_h2_bits(dmn01), 0u, zz_h2_bits(dmn23), 0u, zz_h2_bits(x01), zz_h2_bits(x23));
@@ -591,7 +621,7 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], 
 #else
     float    dsc[4];
     uint32_t x01, x23;
-    zz_q4_K_v2_scales(h, xb, L, k, dsc, x01, x23, cmin);
+    zz_q4_K_v2_scales<G8>(h, xb, L, k, dsc, x01, x23, cmin);
     const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
     const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
 #endif
@@ -1918,16 +1948,17 @@ static __device__ __forceinline__ void zz_queue_load_step(const int * q_col, con
 }
 
 #ifdef AMPERE_MMA_AVAILABLE
-// one 16-column step of the direct kernel's version V
-template <int T, int V, int NACC>
+// one 16-column step of the direct kernel's version V (G8: regrouped Q4_0 blocks, versions 2 and 3)
+template <int T, int V, bool G8, int NACC>
 static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k16, float (&cm)[NACC][4], float (&cmin)[4]) {
     if constexpr (V == 1) {
+        static_assert(!G8, "G8: versions 2 and 3");
         zz_mma_q4_K_step(h, q, xb, lane, cm);
     } else if constexpr (V == 2) {
-        zz_mma_q4_K_step_v2<T>(h, q, xb, lane, L, k16, cm, cmin);
+        zz_mma_q4_K_step_v2<T, G8>(h, q, xb, lane, L, k16, cm, cmin);
     } else {
-        zz_mma_q4_K_step_v3(h, q, xb, lane, L, k16, cm, cmin);
+        zz_mma_q4_K_step_v3<G8>(h, q, xb, lane, L, k16, cm, cmin);
     }
 }
 #endif // AMPERE_MMA_AVAILABLE
@@ -1973,7 +2004,7 @@ static __device__ __forceinline__ void zz_norm_upkeep(const zz_segs & segs, cons
 }
 
 // IN: what the launch reads as x (zz_x_in)
-template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false>
+template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false, bool G8 = false>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
@@ -1983,6 +2014,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     constexpr int S  = ZZ_DIRECT_STEPS;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
     static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
+    static_assert(!G8 || (V >= 2 && !OPQ && IN == ZZ_IN_X && !B1), "G8: versions 2 and 3, plain x");
     constexpr int NACC = V == 3 ? 4 : 16; // accumulator tiles
 
     extern __shared__ __align__(16) char zz_smem[];
@@ -2080,9 +2112,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             float x0[4], x1[4];
             zz_b1_fetch<IN>(pb,      p1, tq, g, w_row, segs, x, x_stride, xs, h0, q0, x0);
             zz_b1_fetch<IN>(pb + 16, p1, tq, g, w_row, segs, x, x_stride, xs, h1, q1, x1);
-            zz_direct_step<T, V>(h0, q0, x0, lane, L, k16, cm, cmin);
+            zz_direct_step<T, V, G8>(h0, q0, x0, lane, L, k16, cm, cmin);
             if (pb + 16 < p1) {
-                zz_direct_step<T, V>(h1, q1, x1, lane, L, k16, cm, cmin);
+                zz_direct_step<T, V, G8>(h1, q1, x1, lane, L, k16, cm, cmin);
             }
         }
     } else if constexpr (mode == ZZ_GEMV_FUSED) {
@@ -2201,7 +2233,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
-                    zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
+                    zz_direct_step<T, V, G8>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                 }
             }
         }
@@ -2214,7 +2246,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && threadIdx.x == 0) {
                 zz_flag_hint = zz_flag_read(tickets + row);
             }
-            zz_direct_step<T, V>(h, q, xb, lane, L, k16, cm, cmin);
+            zz_direct_step<T, V, G8>(h, q, xb, lane, L, k16, cm, cmin);
         }
         if (T == 1 && segs.stats != nullptr && row == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
             sparse_stats_add(segs.stats, n, 0);
@@ -2248,7 +2280,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                 }
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
-                    zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
+                    zz_direct_step<T, V, G8>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
                 }
             }
         }
@@ -2275,7 +2307,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             }
 #pragma unroll
             for (int st = 0; st < S; ++st) {
-                zz_direct_step<T, V>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
+                zz_direct_step<T, V, G8>(h[st], q[st], xb[st], lane, L, k16, cm, cmin);
             }
         }
     }
@@ -2304,6 +2336,9 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 // GEMV host side
 
 bool zz_type_supported(const ggml_type type) {
+    if (type == ZZ_TYPE_Q4_0_G8) {
+        return true;
+    }
     switch (type) {
         case GGML_TYPE_Q4_0:
         case GGML_TYPE_Q8_0:
@@ -2313,6 +2348,27 @@ bool zz_type_supported(const ggml_type type) {
         default:
             return false;
     }
+}
+
+// the types the direct Q4_K kernel runs: Q4_K, and Q4_0 in the G8 layout
+static bool zz_direct_type(const ggml_type type) {
+    return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8;
+}
+
+ggml_type zz_kernel_type(const ggml_tensor * w) {
+    return w->type == GGML_TYPE_Q4_0 && ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_G256 ? ZZ_TYPE_Q4_0_G8 : w->type;
+}
+
+int64_t zz_blck_size(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::B : ggml_blck_size(type);
+}
+
+size_t zz_block_bytes(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::bs : ggml_type_size(type);
+}
+
+const char * zz_type_name(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 ? "q4_0_g8" : ggml_type_name(type);
 }
 
 struct zz_device_props {
@@ -2502,9 +2558,18 @@ static int zz_stash_mask() {
 }
 
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU / NORM
-// instances)
-template <int T, int mode, bool OPQ, int IN>
+// instances; G8 only version 2, and 3 at batch 1, without OPQ, GLU, NORM or B1)
+template <int T, int mode, bool OPQ, int IN, bool G8 = false>
 static auto zz_direct_kernel(const int v, const bool b1 = false) {
+    if constexpr (G8) {
+        static_assert(!OPQ && IN == ZZ_IN_X, "G8: plain x");
+        if constexpr (T == 1) {
+            if (v == 3) {
+                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, ZZ_IN_X, false, true>;
+            }
+        }
+        return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, ZZ_IN_X, false, true>;
+    }
     if constexpr (T == 1) {
         if constexpr (!OPQ && mode == ZZ_GEMV_DENSE) {
             if (v == 3 && b1) {
@@ -2753,8 +2818,9 @@ static int zz_red_tokens(const int n2, const int T, const int B) {
     return std::max(1, std::min(T, ZZ_RED_FLOATS/(n2*B)));
 }
 
-// fill: FUSED launches may take zz_fused_fill_n1 (not DENSE launches passed on to the FUSED kernel)
-template <int T, int mode>
+// fill: FUSED launches may take zz_fused_fill_n1 (not DENSE launches passed on to the FUSED kernel); G8: Q4_0 in the
+// G8 layout (plain x only)
+template <int T, int mode, bool G8 = false>
 static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
         const int32_t * idx, zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream,
         const bool fill = true) {
@@ -2771,7 +2837,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
             cfg.n1 = zz_fused_fill_n1(caps.nsm, T, rows, n, cfg.n1, cfg.n2);
         }
     }
-    const int v         = zz_direct_version_at(T);
+    const int v         = G8 ? std::max(2, zz_direct_version_at(T)) : zz_direct_version_at(T); // (G8: no version 1)
     static const bool opaque_on = zz_env_int("LLAMA_SPARSE_CUDA_OPAQUE") != 0; // =0: off (A/B)
     // the opaque column (zz_direct_cols) on long DENSE rows at batch 1; it was measured there, the B1 variant was not
     const bool opq      = T == 1 && mode == ZZ_GEMV_DENSE && opaque_on && segs.up == nullptr && segs.norm_w == nullptr &&
@@ -2782,7 +2848,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         // checks at version 3 (LLAMA_SPARSE_CUDA_DENSE_FUSED=0: the DENSE kernel, an A/B)
         static const bool dense_fused = zz_env_int("LLAMA_SPARSE_CUDA_DENSE_FUSED") != 0;
         if (opq && v == 3 && dense_fused && ZZ_FUSED_FULL) {
-            zz_gemv_launch_direct<T, ZZ_GEMV_FUSED>(segs, n, x, x_stride, nullptr, cfg, caps, 0.0f, stream, false);
+            zz_gemv_launch_direct<T, ZZ_GEMV_FUSED, G8>(segs, n, x, x_stride, nullptr, cfg, caps, 0.0f, stream, false);
             return;
         }
     }
@@ -2790,7 +2856,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     int   * tickets;
     const int red_mode  = zz_red_prepare(cfg, caps, T, B, segs, n, &ws, &tickets, stream, true);
     const int tp        = zz_red_tokens(cfg.n2, T, B);
-    const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && zz_b1_on();
+    const bool b1       = T == 1 && v == 3 && mode == ZZ_GEMV_DENSE && !opq && !G8 && zz_b1_on();
     const int red_bytes = std::max(cfg.n2*tp*B*(int) sizeof(float), mode == ZZ_GEMV_FUSED ? cfg.n2*zz_direct_queue_bytes<T>() : 0);
     size_t smem         = red_bytes + (red_mode == ZZ_RED_CLUSTER ? T*B*sizeof(float) : 0);
     // the GLU / NORM inputs stashed in shared memory (zz_x_stash), where asked for and without opting in to more
@@ -2810,9 +2876,10 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     GGML_ASSERT(cfg.n2 >= 1 && cfg.n2 <= ZZ_DIRECT_MAX_WARPS && cfg.n1 >= 1);
     const dim3 grid(cfg.n1, rows, 1);
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
-    auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X>(v, b1);
+    auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X, G8>(v, b1);
     GGML_ASSERT(segs.up == nullptr || segs.norm_w == nullptr);
-    if constexpr (mode != ZZ_GEMV_IDX) {
+    GGML_ASSERT(!G8 || (segs.up == nullptr && segs.norm_w == nullptr));
+    if constexpr (mode != ZZ_GEMV_IDX && !G8) {
         // a fused SwiGLU or RMS norm: version 2 or 3 only (the fusions check)
         if (segs.up != nullptr) {
             GGML_ASSERT(v >= 2);
@@ -2823,7 +2890,7 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
         }
     }
     GGML_ASSERT((segs.up == nullptr && segs.norm_w == nullptr) || mode != ZZ_GEMV_IDX);
-    if constexpr (T == 1 && mode == ZZ_GEMV_DENSE) {
+    if constexpr (T == 1 && mode == ZZ_GEMV_DENSE && !G8) {
         if (opq) {
             kernel = zz_direct_kernel<T, mode, true, ZZ_IN_X>(v);
         }
@@ -2930,9 +2997,9 @@ static void zz_gemv_launch_ldg(const zz_segs & segs, const int64_t n, const floa
               segs.y_stride[0], tp, red_mode, thr, (int) red, ws, tickets, mode == ZZ_GEMV_FUSED ? segs.stats : nullptr);
 }
 
-// segs: one weight, or (direct Q4_K kernel only) a group
+// the file's layout: the direct Q4_K kernel, the ldg kernel (other types), or the staged kernel
 template <ggml_type type, int T, int mode>
-static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
+static void zz_gemv_launch_rows(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
         const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
     typedef zz_type<type> zt;
     constexpr int wsm = zz_warp_smem<type, T>();
@@ -2989,6 +3056,21 @@ static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float 
               (int) smem_base, ws, tickets, mode == ZZ_GEMV_FUSED ? segs.stats : nullptr);
 }
 
+// segs: one weight, or (direct kernel only) a group
+template <ggml_type type, int T, int mode>
+static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
+        const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
+    if constexpr (type == ZZ_TYPE_Q4_0_G8) {
+        // only the direct kernel reads this layout (zz_regroup_q4_0 leaves it to sm_80+)
+        GGML_ASSERT(caps.direct && mode != ZZ_GEMV_SKIP && "zigzag GEMV: Q4_0 G8 needs the direct kernel, no SKIP");
+        if constexpr (mode != ZZ_GEMV_SKIP) {
+            zz_gemv_launch_direct<T, mode, true>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+        }
+    } else {
+        zz_gemv_launch_rows<type, T, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+    }
+}
+
 template <ggml_type type, int T>
 static void zz_gemv_launch_mode(const zz_gemv_mode mode, const zz_segs & segs, const int64_t n,
         const float * x, const int64_t x_stride, const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
@@ -3037,11 +3119,12 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         unsigned long long * stats = nullptr) {
     GGML_ASSERT(zz_type_supported(type));
     GGML_ASSERT(nseg >= 1 && nseg <= ZZ_GROUP_MAX);
+    const bool direct = zz_direct_type(type) && caps.direct;
     GGML_ASSERT(n_tokens >= 1 && n_tokens <= ZZ_GEMV_MAX_BATCH);
     GGML_ASSERT(n > 0 && n < INT32_MAX);
     GGML_ASSERT(mode != ZZ_GEMV_IDX || idx != nullptr);
 
-    const int64_t B = ggml_blck_size(type);
+    const int64_t B = zz_blck_size(type);
     zz_segs segs = {};
     segs.nseg = nseg;
     int64_t rows = 0;
@@ -3058,7 +3141,7 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
         GGML_ASSERT(seg[s].y_ready == seg[0].y_ready && (!seg[s].y_ready || seg[s].bias == nullptr));
     }
     segs.y_ready = seg[0].y_ready;
-    GGML_ASSERT(!segs.y_ready || (type == GGML_TYPE_Q4_K && caps.direct && mode != ZZ_GEMV_IDX));
+    GGML_ASSERT(!segs.y_ready || (direct && mode != ZZ_GEMV_IDX));
     if (norm != nullptr) {
         GGML_ASSERT(norm->x_copy == nullptr || norm->x_copy_stride >= n);
         GGML_ASSERT(norm->x_copy2 == nullptr || norm->x_copy != nullptr);
@@ -3086,6 +3169,10 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
             segs.red_v4 = 0;
         }
     }
+    if (type == ZZ_TYPE_Q4_0_G8) {
+        zz_gemv_launch_type<ZZ_TYPE_Q4_0_G8>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+        return;
+    }
     switch (type) {
         case GGML_TYPE_Q4_K: zz_gemv_launch_type<GGML_TYPE_Q4_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
         case GGML_TYPE_Q6_K: zz_gemv_launch_type<GGML_TYPE_Q6_K>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream); break;
@@ -3108,7 +3195,7 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
         float * y, const int64_t y_stride, const zz_gemv_config cfg, const bool allow_staged, cudaStream_t stream,
         unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
-    if (!(type == GGML_TYPE_Q4_K && caps.direct)) {
+    if (!(zz_direct_type(type) && caps.direct)) {
         // the staged kernel's fused area next to its largest pipeline + reduction buffers (8 warps, batch 8)
         // stays < 227 KiB (the ldg kernel has no pipeline buffers); the direct Q4_K kernel keeps only a small queue
         // per warp
@@ -3123,7 +3210,7 @@ bool zz_gemv_launch_fused(const ggml_type type, const void * w, const int64_t n,
 }
 
 bool zz_gemv_fused_counts(const ggml_type type, const int n_tokens) {
-    return n_tokens == 1 || type != GGML_TYPE_Q4_K || !zz_get_caps().direct;
+    return n_tokens == 1 || !zz_direct_type(type) || !zz_get_caps().direct;
 }
 
 bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const int nseg, const int64_t n,
@@ -3131,8 +3218,8 @@ bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const i
         const float thr, const zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm,
         unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
-    if (type != GGML_TYPE_Q4_K || !caps.direct || mode == ZZ_GEMV_SKIP ||
-            (norm != nullptr && (mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
+    if (!zz_direct_type(type) || !caps.direct || mode == ZZ_GEMV_SKIP ||
+            (norm != nullptr && (type != GGML_TYPE_Q4_K || mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
         return false;
     }
     zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm,
@@ -3325,8 +3412,11 @@ static int zz_env_int(const char * name) {
     return v ? atoi(v) : -1;
 }
 
-zz_gemv_config zz_gemv_get_config(const int device, const ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
+zz_gemv_config zz_gemv_get_config(const int device, ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
     const zz_device_props & props = zz_get_device_props(device);
+    if (type == ZZ_TYPE_Q4_0_G8) {
+        type = GGML_TYPE_Q4_K; // the same kernel over the same bytes: Q4_K's heuristic and tune entries
+    }
 
     zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
     {
@@ -3471,6 +3561,28 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk,
     }
 }
 
+template <>
+__device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q4_0_G8>(const char * blk, half * out, const int64_t n) {
+    const uint4      h   = __ldg((const uint4 *) blk);
+    const uint32_t * q32 = (const uint32_t *) (blk + 16);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        // header word c: d of sub-blocks 2c (low half) and 2c + 1 (high half)
+        const uint32_t hw = c == 0 ? h.x : c == 1 ? h.y : c == 2 ? h.z : h.w;
+        const float2   d  = __half22float2(*(const half2 *) &hw);
+#pragma unroll
+        for (int wi = 0; wi < 8; ++wi) {
+            const uint32_t v = __ldg(q32 + 8*c + wi);
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int i = 64*c + 4*wi + b;
+                out[(int64_t) (i +  0)*n] = __float2half(d.x*((int) ((v >> (8*b + 0)) & 0xF) - 8));
+                out[(int64_t) (i + 32)*n] = __float2half(d.y*((int) ((v >> (8*b + 4)) & 0xF) - 8));
+            }
+        }
+    }
+}
+
 // grid (ceil(n/blockDim), block-rows of the tile); w points at the tile's first block-row
 template <ggml_type type>
 static __global__ void zz_dequant_f16(const char * w, half * dst, const int n) {
@@ -3500,13 +3612,17 @@ static __global__ void zz_x_to_f16(const float * x, const int64_t x_stride, cons
 
 void zz_dequant_f16_launch(const ggml_type type, const void * w, const int64_t n, const int64_t row0, const int64_t nrows,
         half * dst, cudaStream_t stream) {
-    const int64_t B = ggml_blck_size(type);
+    const int64_t B = zz_blck_size(type);
     GGML_ASSERT(row0 % B == 0 && nrows % B == 0 && nrows/B <= 65535);
-    const char * wt = (const char *) w + (row0/B)*n*ggml_type_size(type);
+    const char * wt = (const char *) w + (row0/B)*n*zz_block_bytes(type);
 
     const int  block_size = 128;
     const dim3 grid((n + block_size - 1)/block_size, nrows/B, 1);
     const ggml_cuda_kernel_launch_params params(grid, dim3(block_size, 1, 1), 0, stream);
+    if (type == ZZ_TYPE_Q4_0_G8) {
+        ggml_cuda_kernel_launch(zz_dequant_f16<ZZ_TYPE_Q4_0_G8>, params, wt, dst, (int) n);
+        return;
+    }
     switch (type) {
         case GGML_TYPE_Q4_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q4_K>, params, wt, dst, (int) n); break;
         case GGML_TYPE_Q6_K: ggml_cuda_kernel_launch(zz_dequant_f16<GGML_TYPE_Q6_K>, params, wt, dst, (int) n); break;
@@ -3517,7 +3633,7 @@ void zz_dequant_f16_launch(const ggml_type type, const void * w, const int64_t n
 }
 
 int64_t zz_prefill_tile_rows(const ggml_type type, const int64_t n, const int64_t m) {
-    const int64_t B    = ggml_blck_size(type);
+    const int64_t B    = zz_blck_size(type);
     int64_t       rows = ((int64_t) ZZ_PREFILL_TILE_BYTES/(n*(int64_t) sizeof(half)))/B*B;
     rows = std::max(rows, B);
     rows = std::min(rows, std::min(m, (int64_t) 65535*B));
@@ -3919,10 +4035,106 @@ int llama_sparse_cuda_autotune(const int device, const int64_t * shapes_mn, cons
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Q4_0 to the G8 layout (cuda/zz-g8.cuh)
+
+// one thread a (group, column): the column's 8 blocks in src (the groups' bytes in the file's layout) to its
+// super-block in dst
+static __global__ void zz_regroup_q4_0_kernel(const uint8_t * src, uint8_t * dst, const int64_t n, const int64_t groups) {
+    const int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (e >= groups*n) {
+        return;
+    }
+    const int64_t r = e/n;
+    const int64_t j = e - r*n;
+    zz_g8_pack(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES, dst + e*ZZ_G8_BYTES);
+}
+
+bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
+    GGML_ASSERT(n > 0 && m > 0 && m % (ZZ_G8_ROWS*QK4_0) == 0);
+    const int64_t groups      = m/(ZZ_G8_ROWS*QK4_0);
+    const size_t  group_bytes = (size_t) n*ZZ_G8_BYTES;
+    // groups at a time: the bytes of each are read from a copy before they are overwritten
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(groups, (int64_t) ((64u << 20)/group_bytes)));
+    void * tmp = nullptr;
+    if (cudaMalloc(&tmp, chunk*group_bytes) != cudaSuccess) {
+        (void) cudaGetLastError(); // (not sticky: clear it)
+        return false;
+    }
+    uint8_t * base = (uint8_t *) w;
+    for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
+        const int64_t cg = std::min(chunk, groups - g0);
+        CUDA_CHECK(cudaMemcpyAsync(tmp, base + g0*group_bytes, cg*group_bytes, cudaMemcpyDeviceToDevice, stream));
+        const int64_t threads = cg*n;
+        zz_regroup_q4_0_kernel<<<(unsigned) ((threads + 255)/256), 256, 0, stream>>>((const uint8_t *) tmp,
+                base + g0*group_bytes, n, cg);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaFree(tmp));
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // ggml op
 
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-cuda/norm.cuh"
+
+// the device index of a CUDA device buffer ("CUDA<i>"; not host or split buffers), else -1
+static int zz_buffer_device(const ggml_backend_buffer_t buf) {
+    if (buf == nullptr || ggml_backend_buffer_is_host(buf)) {
+        return -1;
+    }
+    const char * name = ggml_backend_buft_name(ggml_backend_buffer_get_type(buf));
+    const size_t pre  = strlen(GGML_CUDA_NAME);
+    if (strncmp(name, GGML_CUDA_NAME, pre) != 0 || name[pre] == '\0') {
+        return -1;
+    }
+    int dev = 0;
+    for (const char * p = name + pre; *p != '\0'; ++p) {
+        if (*p < '0' || *p > '9') {
+            return -1;
+        }
+        dev = 10*dev + (*p - '0');
+    }
+    return dev < ggml_backend_cuda_get_device_count() ? dev : -1;
+}
+
+// ggml_sparse_zz_relayout for CUDA: Q4_0 zigzag weights in device memory whose block-rows come in whole groups of 8
+// to the G8 layout, where the direct kernel runs (sm_80+; LLAMA_SPARSE_CUDA_G8=0 keeps the file's layout)
+static bool zz_cuda_relayout(ggml_tensor * w) {
+    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_G8") != 0;
+    if (!on || w->type != GGML_TYPE_Q4_0 || ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
+            w->data == nullptr || !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->view_src != nullptr) {
+        return false;
+    }
+    const int dev = zz_buffer_device(w->buffer);
+    const int64_t n = w->ne[0]/QK4_0;
+    const int64_t m = w->ne[1]*QK4_0;
+    if (dev < 0 || m % (ZZ_G8_ROWS*QK4_0) != 0 || m/(ZZ_G8_ROWS*QK4_0) > 65535 || n >= INT32_MAX ||
+            !zz_direct_enabled(zz_get_device_props(dev).cc_major)) {
+        return false;
+    }
+    int prev;
+    CUDA_CHECK(cudaGetDevice(&prev));
+    CUDA_CHECK(cudaSetDevice(dev));
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const bool ok = zz_regroup_q4_0(w->data, n, m, stream);
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    CUDA_CHECK(cudaSetDevice(prev));
+    if (ok) {
+        ggml_sparse_zz_set_layout(w, GGML_SPARSE_ZZ_LAYOUT_G256);
+    } else {
+        GGML_LOG_WARN("%s: no device memory to regroup %s, keeping the file's layout (slower)\n", __func__, w->name);
+    }
+    return ok;
+}
+
+[[maybe_unused]] static const bool zz_relayout_registered = [] {
+    ggml_sparse_zz_add_relayout(zz_cuda_relayout);
+    return true;
+}();
 
 // the counters a FUSED launch on a lazy list adds to: taken from the list only if this launch counts, so a launch
 // that does not leaves them to another matmul of the list
@@ -3942,6 +4154,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     GGML_ASSERT(src1->nb[1] % sizeof(float) == 0 && dst->nb[1] % sizeof(float) == 0);
 
     const int64_t B        = ggml_blck_size(src0->type);
+    const ggml_type kt     = zz_kernel_type(src0); // (the kernels' type: Q4_0 in the G8 layout apart)
     const int64_t n        = src0->ne[0]/B;
     const int64_t m        = src0->ne[1]*B;
     const int64_t n_tokens = src1->ne[1];
@@ -3957,7 +4170,7 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
     if (src2 != nullptr) {
         GGML_ASSERT(src2->type == GGML_TYPE_I32 && src2->ne[0] == n + 1);
         GGML_ASSERT(n_tokens <= ZZ_GEMV_MAX_BATCH);
-        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, (int) n_tokens);
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, kt, n, m, (int) n_tokens);
         if (sparse_idx_cuda_lazy(src2)) {
             // the LIST op wrote nothing: the direct Q4_K kernel finds the columns itself; the other types' fused
             // mode (ldg or staged kernel: every block re-reads x from L2) only when forced and the re-reading stays under
@@ -3972,8 +4185,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             const bool    allow_staged = sparse_idx_cuda_fuse_forced() && reread <= l2_budget;
             // (the direct kernel at 2-8 tokens does not count but never declines, so the list built below counts
             // with what was taken here)
-            unsigned long long * stats = zz_stats_take(src2, src0->type, n_tokens);
-            if (zz_gemv_launch_fused(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
+            unsigned long long * stats = zz_stats_take(src2, kt, n_tokens);
+            if (zz_gemv_launch_fused(kt, src0->data, n, m, x, x_stride, (int) n_tokens, thr, y, y_stride, cfg,
                         allow_staged, stream, stats)) {
                 return;
             }
@@ -3985,16 +4198,16 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
             sparse_idx_list_launch(x, n, (int) n_tokens, x_stride, thr, (int32_t *) src2->data, scratch.get(), stream,
                     stats);
         }
-        zz_gemv_launch_ex(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
+        zz_gemv_launch_ex(kt, src0->data, n, m, x, x_stride, (int) n_tokens, (const int32_t *) src2->data,
                 ZZ_GEMV_IDX, y, y_stride, cfg, stream);
         return;
     }
 
 #ifndef GGML_SPARSE_CUDA_NO_CUBLAS
     if (n_tokens >= ZZ_PREFILL_MIN_BATCH) {
-        ggml_cuda_pool_alloc<half> tmp_w(ctx.pool(), zz_prefill_tmp_w_size(src0->type, n, m));
+        ggml_cuda_pool_alloc<half> tmp_w(ctx.pool(), zz_prefill_tmp_w_size(kt, n, m));
         ggml_cuda_pool_alloc<half> tmp_x(ctx.pool(), zz_prefill_tmp_x_size(n, (int) n_tokens));
-        zz_prefill_launch(src0->type, src0->data, n, m, x, x_stride, (int) n_tokens, y, y_stride,
+        zz_prefill_launch(kt, src0->data, n, m, x, x_stride, (int) n_tokens, y, y_stride,
                 tmp_w.get(), tmp_x.get(), ctx.cublas_handle(), stream);
         return;
     }
@@ -4002,8 +4215,8 @@ void ggml_cuda_op_mul_mat_zz(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
 
     for (int64_t t0 = 0; t0 < n_tokens; t0 += ZZ_GEMV_MAX_BATCH) {
         const int            nt  = (int) std::min<int64_t>(ZZ_GEMV_MAX_BATCH, n_tokens - t0);
-        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, src0->type, n, m, nt);
-        zz_gemv_launch_ex(src0->type, src0->data, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE,
+        const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, kt, n, m, nt);
+        zz_gemv_launch_ex(kt, src0->data, n, m, x + t0*x_stride, x_stride, nt, nullptr, ZZ_GEMV_DENSE,
                 y + t0*y_stride, y_stride, cfg, stream);
     }
 }
@@ -4231,11 +4444,12 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const ggml_tensor * a    = dst[0];
     const ggml_tensor * src1 = a->src[1];
     const ggml_tensor * src2 = a->src[2];
-    const ggml_type     type = a->src[0]->type;
-    const int64_t       B        = ggml_blck_size(type);
+    const ggml_type     type = zz_kernel_type(a->src[0]); // (the kernels' type)
+    const int64_t       B        = ggml_blck_size(a->src[0]->type);
     const int64_t       n        = a->src[0]->ne[0]/B;
     const int64_t       n_tokens = src1->ne[1];
-    if (type != GGML_TYPE_Q4_K || n_tokens > ZZ_GEMV_MAX_BATCH) {
+    // (Q4_0 in the G8 layout: plain x only, the norm is not folded in)
+    if ((type != GGML_TYPE_Q4_K && !(type == ZZ_TYPE_Q4_0_G8 && norm == nullptr)) || n_tokens > ZZ_GEMV_MAX_BATCH) {
         return false;
     }
     zz_gemv_seg seg[ZZ_GROUP_MAX];
@@ -4243,9 +4457,9 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     for (int s = 0; s < count; ++s) {
         const ggml_tensor * d = dst[s];
         // (same op, x, idx, weight type and width: ggml_sparse_zz_siblings)
-        GGML_ASSERT(d->op == GGML_OP_MUL_MAT_ZZ && d->src[1] == src1 && d->src[2] == src2 && d->src[0]->type == type &&
+        GGML_ASSERT(d->op == GGML_OP_MUL_MAT_ZZ && d->src[1] == src1 && d->src[2] == src2 && d->src[0]->type == a->src[0]->type &&
                     d->src[0]->ne[0] == a->src[0]->ne[0]);
-        if (ggml_is_empty(d) || !ggml_is_contiguous(d->src[0]) || d->type != GGML_TYPE_F32 ||
+        if (ggml_is_empty(d) || !ggml_is_contiguous(d->src[0]) || zz_kernel_type(d->src[0]) != type || d->type != GGML_TYPE_F32 ||
                 d->nb[0] != sizeof(float) || d->nb[1] % sizeof(float) != 0) {
             return false;
         }

@@ -46,6 +46,22 @@ void zz_gemv_ticket_forget(cudaStream_t stream);
 
 bool zz_type_supported(ggml_type type);
 
+// Zigzag Q4_0 regrouped in device memory (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/zz-g8.cuh): 256-row super-blocks that the
+// direct Q4_K kernel runs. Not a ggml type: only the GEMV, prefill and tune entry points here take it, in place of
+// the weight's type (zz_kernel_type), with the weight's logical n and m; ggml_* type functions must not see it.
+#define ZZ_TYPE_Q4_0_G8 ((ggml_type) (GGML_TYPE_COUNT + 1))
+
+// the type the GEMV entry points take for weight w: its own, or ZZ_TYPE_Q4_0_G8
+ggml_type zz_kernel_type(const ggml_tensor * w);
+// outputs a block (B), bytes a block, and a name, of a type the entry points take
+int64_t      zz_blck_size(ggml_type type);
+size_t       zz_block_bytes(ggml_type type);
+const char * zz_type_name(ggml_type type);
+
+// Q4_0 zigzag weight [n columns, m rows] (m % 256 == 0) at w, in the file's layout, rewritten to G8 in place on
+// stream, which is synchronized. Uses a temporary device buffer of at most 64 MiB. False (w unchanged) on an error.
+bool zz_regroup_q4_0(void * w, int64_t n, int64_t m, cudaStream_t stream);
+
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
 zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);
 
@@ -99,7 +115,8 @@ struct zz_gemv_norm {
 
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
 // FUSED) in one launch: their block-rows one after another in the grid, cfg for the summed rows, one zero kernel
-// for all outputs under memset + atomics. Q4_K on the direct kernel only: false (nothing launched) otherwise.
+// for all outputs under memset + atomics. On the direct kernel only: Q4_K (norm too) or Q4_0 in the G8 layout (no
+// norm); false (nothing launched) otherwise.
 bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
         zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr,

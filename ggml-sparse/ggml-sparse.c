@@ -82,32 +82,47 @@ struct ggml_sparse_stats * ggml_sparse_idx_get_stats(const struct ggml_tensor * 
     return stats;
 }
 
-#define GGML_SPARSE_MAX_COLLECTORS 8
+// registries of backend callbacks (stats collectors, relayouts): each fn added once, called outside the lock
+#define GGML_SPARSE_MAX_FNS 8
 
-static ggml_sparse_stats_collector sparse_collectors[GGML_SPARSE_MAX_COLLECTORS];
-static int                         sparse_n_collectors = 0;
+typedef void (*sparse_fn)(void);
 
-void ggml_sparse_stats_add_collector(ggml_sparse_stats_collector fn) {
+struct sparse_fns {
+    sparse_fn fn[GGML_SPARSE_MAX_FNS];
+    int       n;
+};
+
+static struct sparse_fns sparse_collectors;
+static struct sparse_fns sparse_relayouts;
+
+static void sparse_fns_add(struct sparse_fns * r, sparse_fn fn) {
     ggml_critical_section_start();
     bool known = false;
-    for (int i = 0; i < sparse_n_collectors; ++i) {
-        known = known || sparse_collectors[i] == fn;
+    for (int i = 0; i < r->n; ++i) {
+        known = known || r->fn[i] == fn;
     }
     if (!known) {
-        GGML_ASSERT(sparse_n_collectors < GGML_SPARSE_MAX_COLLECTORS);
-        sparse_collectors[sparse_n_collectors++] = fn;
+        GGML_ASSERT(r->n < GGML_SPARSE_MAX_FNS);
+        r->fn[r->n++] = fn;
     }
     ggml_critical_section_end();
 }
 
-static void sparse_stats_collect(struct ggml_sparse_stats * stats, bool release) {
-    ggml_sparse_stats_collector fns[GGML_SPARSE_MAX_COLLECTORS];
+static struct sparse_fns sparse_fns_get(const struct sparse_fns * r) {
     ggml_critical_section_start();
-    const int n = sparse_n_collectors;
-    memcpy(fns, sparse_collectors, sizeof(fns));
+    const struct sparse_fns copy = *r;
     ggml_critical_section_end();
-    for (int i = 0; i < n; ++i) {
-        fns[i](stats, release);
+    return copy;
+}
+
+void ggml_sparse_stats_add_collector(ggml_sparse_stats_collector fn) {
+    sparse_fns_add(&sparse_collectors, (sparse_fn) fn);
+}
+
+static void sparse_stats_collect(struct ggml_sparse_stats * stats, bool release) {
+    const struct sparse_fns fns = sparse_fns_get(&sparse_collectors);
+    for (int i = 0; i < fns.n; ++i) {
+        ((ggml_sparse_stats_collector) fns.fn[i])(stats, release);
     }
 }
 
@@ -117,6 +132,20 @@ void ggml_sparse_stats_collect(struct ggml_sparse_stats * stats) {
 
 void ggml_sparse_stats_release(struct ggml_sparse_stats * stats) {
     sparse_stats_collect(stats, true);
+}
+
+void ggml_sparse_zz_add_relayout(ggml_sparse_zz_relayout_fn fn) {
+    sparse_fns_add(&sparse_relayouts, (sparse_fn) fn);
+}
+
+bool ggml_sparse_zz_relayout(struct ggml_tensor * w) {
+    const struct sparse_fns fns = sparse_fns_get(&sparse_relayouts);
+    for (int i = 0; i < fns.n; ++i) {
+        if (((ggml_sparse_zz_relayout_fn) fns.fn[i])(w)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool ggml_sparse_mem_overlaps(const struct ggml_tensor * a, const struct ggml_tensor * b) {

@@ -41,6 +41,8 @@ GGML_API int64_t ggml_sparse_zz_m(const struct ggml_tensor * w);
 #define GGML_SPARSE_ZZ_PARAM_LAYOUT 3
 #define GGML_SPARSE_ZZ_LAYOUT_ROWS  0 // block (r, j) at r*n + j (the file's)
 #define GGML_SPARSE_ZZ_LAYOUT_COLS  1 // block (r, j) at j*nr + r, nr = m/B block-rows
+#define GGML_SPARSE_ZZ_LAYOUT_G256  2 // CUDA, Q4_0: the 8 blocks of a column in block-rows 8r..8r+7 as one 144-byte
+                                      // super-block (r, j) at r*n + j (cuda/zz-g8.cuh)
 
 static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
     return w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT];
@@ -49,6 +51,14 @@ static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
 static inline void ggml_sparse_zz_set_layout(struct ggml_tensor * w, int32_t layout) {
     w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT] = layout;
 }
+
+// Backends whose memory holds zigzag weights may give them a layout of their own once they are loaded: fn changes
+// w's data and layout and returns true, or leaves both and returns false. ggml_sparse_zz_relayout asks each
+// registered fn in turn (llama-sparse calls it for every zigzag weight outside host memory when a model's first
+// context is made).
+typedef bool (*ggml_sparse_zz_relayout_fn)(struct ggml_tensor * w);
+GGML_API void ggml_sparse_zz_add_relayout(ggml_sparse_zz_relayout_fn fn);
+GGML_API bool ggml_sparse_zz_relayout(struct ggml_tensor * w);
 
 // true if type can be stored zigzag (Q4_0, Q8_0, Q4_K, Q6_K)
 GGML_API bool ggml_sparse_zz_type_ok(enum ggml_type type);

@@ -45,6 +45,7 @@ struct sparse_model_info {
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
     bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
+    bool                      dev_layout_done = false; // device weights offered to the backends (relayout_device_weights)
     void *                    cpu_arena = nullptr;     // copies of read-only (mapped) weights (repack_cpu_weights)
 };
 
@@ -407,6 +408,34 @@ static void * alloc_huge(size_t size) {
 #endif
 }
 
+// Zigzag weights in device memory get the layout their backend reads fastest, once per model: CUDA regroups Q4_0
+// (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/mul-mat-zz.cu).
+static void relayout_device_weights(const llama_model & model, sparse_model_info & info) {
+    if (info.dev_layout_done) {
+        return;
+    }
+    info.dev_layout_done = true;
+    if (model.hparams.no_alloc) {
+        return;
+    }
+    int    n_done = 0;
+    size_t bytes  = 0;
+    for (const auto & nt : model.tensors_by_name) {
+        ggml_tensor * t = nt.second;
+        if (!ggml_sparse_is_zigzag(t) || t->buffer == nullptr || ggml_backend_buffer_is_host(t->buffer)) {
+            continue;
+        }
+        if (ggml_sparse_zz_relayout(t)) {
+            n_done++;
+            bytes += ggml_nbytes(t);
+        }
+    }
+    if (n_done > 0) {
+        LLAMA_LOG_INFO("%s: %d zigzag weights (%.1f MiB) in a device layout of their backend\n", __func__, n_done,
+                bytes/1048576.0);
+    }
+}
+
 // CPU decode reads zigzag weights column-major (GGML_SPARSE_ZZ_LAYOUT_COLS, ggml-sparse.h: Q4_K, and the 32-blocks
 // of Q8_0/Q4_0, whose 34/18-byte blocks in the row layout leave skipped columns in the same cache lines as kept
 // ones) where the build has a kernel for it, unless LLAMA_SPARSE_CPU_LAYOUT=rows ("cols", "auto" or unset: column-
@@ -676,6 +705,7 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
         auto it = g_models.find(&model);
         if (it != g_models.end()) {
             repack_cpu_weights(model, it->second);
+            relayout_device_weights(model, it->second);
         }
     }
     if (env_level && sctx->level >= 0) {

@@ -10,6 +10,7 @@
 // Weights are quantized with ggml_quantize_chunk (libggml-base) and the reference is computed in fp64 from
 // ggml's to_float of the zigzag blocks. Built by cuda/tests/build.sh.
 #include "mul-mat-zz.cuh"
+#include "zz-g8.cuh"
 #include "sparse-idx.cuh"
 #include "launch.cuh"
 
@@ -38,7 +39,8 @@
 #endif // ZZ_TEST_WITH_GGML_CUDA
 #include "graph-time.h"
 
-static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K };
+// (ZZ_TYPE_Q4_0_G8: Q4_0 regrouped on the device, cuda/zz-g8.cuh)
+static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K, ZZ_TYPE_Q4_0_G8 };
 
 // shapes m x n (outputs x inputs): Llama-2-7B/13B/70B and Llama-3-8B q/k/v/o, gate/up, down
 static const int64_t bench_shapes[][2] = {
@@ -91,12 +93,28 @@ struct zz_weights {
     int64_t              n;
     int64_t              m;
     int64_t              B;
-    std::vector<uint8_t> q;   // quantized blocks
-    std::vector<float>   deq; // to_float of the blocks: W[r*B + i, j] = deq[(r*n + j)*B + i]
+    std::vector<uint8_t> q;      // quantized blocks
+    std::vector<float>   deq;    // to_float of the blocks: W[r*B + i, j] = deq[(r*n + j)*B + i]
+    std::vector<uint8_t> q_rows; // ZZ_TYPE_Q4_0_G8: the Q4_0 blocks in the file's layout (q: regrouped on the host)
 };
 
-static void make_weights(zz_weights & w, const ggml_type type, const int64_t n, const int64_t m, test_rng & rng) {
-    w.type = type;
+// the host's G8 regrouping of Q4_0 blocks in the file's layout (cuda/zz-g8.cuh)
+static std::vector<uint8_t> g8_pack_host(const std::vector<uint8_t> & rows, const int64_t n, const int64_t m) {
+    std::vector<uint8_t> out(rows.size());
+    for (int64_t r = 0; r < m/(ZZ_G8_ROWS*QK4_0); ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+            zz_g8_pack(rows.data() + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES,
+                       out.data() + (r*n + j)*ZZ_G8_BYTES);
+        }
+    }
+    return out;
+}
+
+static void make_weights(zz_weights & w, const ggml_type type_in, const int64_t n, const int64_t m, test_rng & rng) {
+    const bool      g8   = type_in == ZZ_TYPE_Q4_0_G8;
+    const ggml_type type = g8 ? GGML_TYPE_Q4_0 : type_in; // what is quantized
+    GGML_ASSERT(!g8 || m % (ZZ_G8_ROWS*QK4_0) == 0);
+    w.type = type_in;
     w.n    = n;
     w.m    = m;
     w.B    = ggml_blck_size(type);
@@ -123,6 +141,10 @@ static void make_weights(zz_weights & w, const ggml_type type, const int64_t n, 
     ggml_quantize_chunk(type, src.data(), w.q.data(), 0, nblocks, w.B, nullptr);
     w.deq.resize(nblocks*w.B);
     ggml_get_type_traits(type)->to_float(w.q.data(), w.deq.data(), nblocks*w.B);
+    if (g8) {
+        w.q_rows = w.q;
+        w.q      = g8_pack_host(w.q_rows, n, m);
+    }
 }
 
 // y_ref[t*m + i] = sum over cols of x[t*x_stride + j] * W[i, j]
@@ -222,9 +244,10 @@ static void make_x(std::vector<float> & x, std::vector<int32_t> & active, const 
     }
 }
 
-// the GEMV is fp32 except Q4_K on sm_80+, which runs on tensor cores with f16 weights and x (fp32 accumulation)
+// the GEMV is fp32 except Q4_K and Q4_0 G8 on sm_80+, which run on tensor cores with f16 weights and x (fp32
+// accumulation)
 static double gemv_tol(const ggml_type type) {
-    return type == GGML_TYPE_Q4_K ? 3e-3 : 1e-4;
+    return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8 ? 3e-3 : 1e-4;
 }
 
 static int64_t pick_n(test_rng & rng) {
@@ -520,7 +543,7 @@ static int test_gemv(test_rng & rng, const int cases) {
     for (ggml_type type : test_types) {
         double worst[4] = { 0.0, 0.0, 0.0, 0.0 }; // atomic, ticket, first, early
         for (int c = 0; c < cases; ++c) {
-            const int64_t B    = ggml_blck_size(type);
+            const int64_t B    = zz_blck_size(type);
             const int64_t rows = B == QK_K ? rng.randint(1, 6) : rng.randint(1, 40);
             const int64_t m    = rows*B;
             const int64_t n    = pick_n(rng);
@@ -567,6 +590,22 @@ static int test_gemv(test_rng & rng, const int cases) {
             ref_gemv(w, x, x_stride, T, active, ref_sparse);
 
             dev_buf<uint8_t> w_d(w.q.size());
+            if (type == ZZ_TYPE_Q4_0_G8) {
+                // the device's regrouping in place against the host's
+                w_d.upload(w.q_rows.data(), w.q_rows.size());
+                runs++;
+                std::vector<uint8_t> got(w.q.size());
+                if (!zz_regroup_q4_0(w_d.ptr, n, m, stream)) {
+                    printf("  FAIL regroup m=%lld n=%lld: no device memory\n", (long long) m, (long long) n);
+                    failures++;
+                } else {
+                    w_d.download(got.data(), got.size());
+                    if (got != w.q) {
+                        printf("  FAIL regroup m=%lld n=%lld: the device's bytes differ from the host's\n", (long long) m, (long long) n);
+                        failures++;
+                    }
+                }
+            }
             dev_buf<float>   x_d(x.size());
             dev_buf<float>   xz_d(xz.size());
             dev_buf<int32_t> idx_d(n + 1);
@@ -583,7 +622,7 @@ static int test_gemv(test_rng & rng, const int cases) {
             for (const int ticket : { 1, 2, 3, 0 }) {
                 zz_gemv_set_ticket(ticket);
                 char what[256];
-                snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", ggml_type_name(type),
+                snprintf(what, sizeof(what), "%s m=%lld n=%lld T=%d sp=%.2f n1=%d n2=%d cl=%d %s", zz_type_name(type),
                         (long long) m, (long long) n, T, sp, cfg.n1, cfg.n2, cfg.cluster, red_name(ticket));
                 double rel;
                 auto check = [&](const char * mode, const std::vector<double> & ref) {
@@ -641,7 +680,10 @@ static int test_gemv(test_rng & rng, const int cases) {
                     check_stats_of("fused stats", zz_gemv_fused_counts(type, T));
                 }
 
-                // ablation: every column visited, zeros skipped in place
+                // ablation: every column visited, zeros skipped in place (not in the G8 layout)
+                if (type == ZZ_TYPE_Q4_0_G8) {
+                    continue;
+                }
                 y_d.poison();
                 zz_gemv_launch_ex(type, w_d.ptr, n, m, xz_d.ptr, x_stride, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, y_stride, cfg, stream);
                 check("skip", ref_sparse);
@@ -649,7 +691,7 @@ static int test_gemv(test_rng & rng, const int cases) {
             zz_gemv_set_ticket(-1);
         }
         printf("gemv %-5s: %d cases, worst relative error: ticket %.2e, first %.2e, early %.2e, atomic %.2e\n",
-                ggml_type_name(type), cases, worst[1], worst[2], worst[3], worst[0]);
+                zz_type_name(type), cases, worst[1], worst[2], worst[3], worst[0]);
     }
     // every ticket launch must leave its block-row counters at zero
     const int64_t nz = zz_gemv_ticket_nonzero(stream);
@@ -672,15 +714,17 @@ struct test_group_bufs {
     std::vector<zz_gemv_seg>                       seg;
     zz_gemv_config                                 cfg;
 
+    ggml_type                                      type;
+
     test_group_bufs(const int nseg, const int64_t n, const int T, const int max_rb, const int c, const int device,
-            test_rng & rng) : w(nseg), y_stride(nseg), seg(nseg) {
+            test_rng & rng, const ggml_type type = GGML_TYPE_Q4_K) : w(nseg), y_stride(nseg), seg(nseg), type(type) {
         int64_t m_sum = 0;
         for (int s = 0; s < nseg; ++s) {
-            make_weights(w[s], GGML_TYPE_Q4_K, n, QK_K*rng.randint(1, max_rb), rng);
+            make_weights(w[s], type, n, QK_K*rng.randint(1, max_rb), rng);
             y_stride[s] = w[s].m + (rng.randint(0, 3) == 0 ? rng.randint(1, 9) : 0);
             m_sum += w[s].m;
         }
-        cfg = zz_gemv_get_config(device, GGML_TYPE_Q4_K, n, m_sum, T);
+        cfg = zz_gemv_get_config(device, type, n, m_sum, T);
         if (c % 2 == 1) {
             cfg.n1      = rng.randint(1, 12);
             cfg.n2      = rng.randint(1, 4);
@@ -722,15 +766,16 @@ struct test_group_bufs {
                                    std::to_string(w[s].m);
             double rel = 0.0;
             runs++;
-            failures += check_y(ws.c_str(), y, y_stride[s], ref, w[s].m, T, gemv_tol(GGML_TYPE_Q4_K), &rel) ? 0 : 1;
+            failures += check_y(ws.c_str(), y, y_stride[s], ref, w[s].m, T, gemv_tol(type), &rel) ? 0 : 1;
             worst = std::max(worst, rel);
         }
         return failures;
     }
 };
 
-// grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights of one width reading one x, each against its own
-// reference; every mode, the four cross-block reductions and clusters, padded output strides
+// grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights (every fourth case Q4_0 in the G8 layout) of one width
+// reading one x, each against its own reference; every mode, the four cross-block reductions and clusters, padded
+// output strides
 static int test_group(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
@@ -738,10 +783,10 @@ static int test_group(test_rng & rng, const int cases) {
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    const ggml_type type = GGML_TYPE_Q4_K;
     const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
     double worst = 0.0;
     for (int c = 0; c < cases; ++c) {
+        const ggml_type type = c % 4 == 3 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
         const int     nseg = 2 + c % (ZZ_GROUP_MAX - 1);
         const int64_t n    = pick_n(rng);
         const int     T    = 1 + (c/3) % ZZ_GEMV_MAX_BATCH;
@@ -749,7 +794,7 @@ static int test_group(test_rng & rng, const int cases) {
         const float   thr  = 0.25f;
         const int64_t x_stride = n + (c % 3 == 0 ? rng.randint(1, 7) : 0);
 
-        test_group_bufs gb(nseg, n, T, 5, c, device, rng);
+        test_group_bufs gb(nseg, n, T, 5, c, device, rng, type);
         auto &                 seg = gb.seg;
         const zz_gemv_config & cfg = gb.cfg;
         std::vector<float>   x;
@@ -1176,7 +1221,7 @@ static int test_ticket_chain(test_rng & rng) {
     for (int i = 0; i < n_ops; ++i) {
         op & o = ops[i];
         const ggml_type type = types[i % 3];
-        const int64_t   B    = ggml_blck_size(type);
+        const int64_t   B    = zz_blck_size(type);
         const int64_t   m    = B*(B == QK_K ? rng.randint(1, 4) : rng.randint(1, 24));
         const int64_t   n    = rng.randint(1, 3000);
         o.T    = rng.randint(1, ZZ_GEMV_MAX_BATCH);
@@ -1219,7 +1264,7 @@ static int test_ticket_chain(test_rng & rng) {
             std::vector<float> y(o.T*o.w.m);
             y_d[i]->download(y.data(), y.size());
             char s[256];
-            snprintf(s, sizeof(s), "%s op %d %s m=%lld n=%lld T=%d n1=%d n2=%d %s", what, i, ggml_type_name(o.w.type),
+            snprintf(s, sizeof(s), "%s op %d %s m=%lld n=%lld T=%d n1=%d n2=%d %s", what, i, zz_type_name(o.w.type),
                     (long long) o.w.m, (long long) o.w.n, o.T, o.cfg.n1, o.cfg.n2, o.mode ? "fused" : "dense");
             if (!check_y(s, y, o.w.m, o.ref, o.w.m, o.T, gemv_tol(o.w.type))) {
                 failures++;
@@ -1329,7 +1374,7 @@ static int test_prefill(test_rng & rng) {
     cublasHandle_t handle = nullptr;
 #endif
     for (ggml_type type : test_types) {
-        const int64_t B = ggml_blck_size(type);
+        const int64_t B = zz_blck_size(type);
         const int64_t m = B == QK_K ? 3*B : 40*B;
         const int64_t n = 1000 + rng.randint(0, 100);
         zz_weights w;
@@ -1347,11 +1392,11 @@ static int test_prefill(test_rng & rng) {
             int64_t bad = 0;
             for (int64_t i = 0; i < m && bad < 5; ++i) {
                 for (int64_t j = 0; j < n; ++j) {
-                    const float want = w.deq[((i/B)*n + j)*B + i%B];
+                    const float want = w.deq[((i/w.B)*n + j)*w.B + i%w.B];
                     const float got  = __half2float(d[i*n + j]);
                     if (!(fabsf(got - want) <= 1e-3f*fabsf(want) + 1e-6f)) {
                         if (bad++ < 5) {
-                            printf("  FAIL dequant %s W[%lld][%lld] = %g, want %g\n", ggml_type_name(type), (long long) i, (long long) j, got, want);
+                            printf("  FAIL dequant %s W[%lld][%lld] = %g, want %g\n", zz_type_name(type), (long long) i, (long long) j, got, want);
                         }
                     }
                 }
@@ -1381,7 +1426,7 @@ static int test_prefill(test_rng & rng) {
             std::vector<float> y(T*m);
             y_d.download(y.data(), y.size());
             char what[128];
-            snprintf(what, sizeof(what), "prefill %s m=%lld n=%lld T=%d", ggml_type_name(type), (long long) m, (long long) n, T);
+            snprintf(what, sizeof(what), "prefill %s m=%lld n=%lld T=%d", zz_type_name(type), (long long) m, (long long) n, T);
             double rel;
             if (!check_y(what, y, m, ref, m, T, 5e-3, &rel)) {
                 failures++;
@@ -1399,7 +1444,8 @@ static int test_prefill(test_rng & rng) {
 // ---------------------------------------------------------------------------------------------------
 // benchmark
 
-static __global__ void bench_fill_blocks(char * w, const int64_t nblocks, const int bs, const int d_off0, const int d_off1,
+// random bytes, then nd sane f16 scales from byte d_off0 on
+static __global__ void bench_fill_blocks(char * w, const int64_t nblocks, const int bs, const int d_off0, const int nd,
         const uint32_t seed) {
     const int64_t ib = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
     if (ib >= nblocks) {
@@ -1412,21 +1458,22 @@ static __global__ void bench_fill_blocks(char * w, const int64_t nblocks, const 
         blk[i] = (char) (s >> 24);
     }
     const half d = __float2half(0.0005f + 0.001f*(float) ((s >> 8) & 0xFF)/255.0f);
-    memcpy(blk + d_off0, &d, sizeof(d));
-    if (d_off1 >= 0) {
-        memcpy(blk + d_off1, &d, sizeof(d));
+    for (int k = 0; k < nd; ++k) {
+        memcpy(blk + d_off0 + k*sizeof(d), &d, sizeof(d));
     }
 }
 
 static void bench_random_weights(void * w, const ggml_type type, const int64_t nblocks, const uint32_t seed) {
     int d0 = 0;
-    int d1 = -1;
+    int nd = 1;
     if (type == GGML_TYPE_Q4_K) {
-        d1 = sizeof(ggml_half);
+        nd = 2; // d, dmin
     } else if (type == GGML_TYPE_Q6_K) {
         d0 = offsetof(block_q6_K, d);
+    } else if (type == ZZ_TYPE_Q4_0_G8) {
+        nd = ZZ_G8_ROWS;
     }
-    bench_fill_blocks<<<(nblocks + 255)/256, 256>>>((char *) w, nblocks, (int) ggml_type_size(type), d0, d1, seed);
+    bench_fill_blocks<<<(nblocks + 255)/256, 256>>>((char *) w, nblocks, (int) zz_block_bytes(type), d0, nd, seed);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -1505,9 +1552,10 @@ static double stock_graph_us(ggml_backend_t backend, ggml_cgraph * gf) {
 
 // stock ggml_mul_mat on the CUDA backend (standard layout, mmvq for small batches), per-op wall time of a
 // graph of nbuf*k independent nodes over nbuf weight copies
-static double bench_stock_us(const ggml_type type, const int64_t m, const int64_t n, const int T, const std::vector<float> & x_h) {
+static double bench_stock_us(const ggml_type type_in, const int64_t m, const int64_t n, const int T, const std::vector<float> & x_h) {
+    const ggml_type type = type_in == ZZ_TYPE_Q4_0_G8 ? GGML_TYPE_Q4_0 : type_in; // (the same weights in stock's layout)
     ggml_backend_t backend = stock_backend();
-    const size_t wbytes = (size_t) m*n/ggml_blck_size(type)*ggml_type_size(type);
+    const size_t wbytes = (size_t) m*n/zz_blck_size(type)*zz_block_bytes(type);
     const int    nbuf   = (int) std::max<size_t>(1, ((size_t) 256 << 20)/wbytes + 1);
     const int    nodes  = std::max(32, nbuf);
 
@@ -1524,7 +1572,7 @@ static double bench_stock_us(const ggml_type type, const int64_t m, const int64_
     }
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     for (int i = 0; i < nbuf; ++i) {
-        bench_random_weights(ws[i]->data, type, (int64_t) m*n/ggml_blck_size(type), 99u + i);
+        bench_random_weights(ws[i]->data, type, (int64_t) m*n/zz_blck_size(type), 99u + i);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     ggml_backend_tensor_set(xb, x_h.data(), 0, n*T*sizeof(float));
@@ -1609,12 +1657,12 @@ static int run_bench(const bench_opts & o) {
         for (const auto & shape : o.shapes) {
             const int64_t m = shape.first;
             const int64_t n = shape.second;
-            const int64_t B = ggml_blck_size(type);
+            const int64_t B = zz_blck_size(type);
             if (m % B != 0) {
                 continue;
             }
             const int64_t nblocks = m/B*n;
-            const size_t  wbytes  = nblocks*ggml_type_size(type);
+            const size_t  wbytes  = nblocks*zz_block_bytes(type);
             const int     nbuf    = o.l2_warm ? 1 : (int) std::max<size_t>(2, ((size_t) 256 << 20)/wbytes + 1);
             std::vector<void *> ws(nbuf);
             for (int i = 0; i < nbuf; ++i) {
@@ -1661,7 +1709,7 @@ static int run_bench(const bench_opts & o) {
                             zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                         }, reps, stream);
                     }
-                    const double skip_us = time_graph_us([&](cudaStream_t s, int i) {
+                    const double skip_us = type == ZZ_TYPE_Q4_0_G8 ? -1.0 : time_graph_us([&](cudaStream_t s, int i) {
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, m, cfg, s);
                     }, reps, stream);
                     double naive_us = -1.0;
@@ -1697,7 +1745,7 @@ static int run_bench(const bench_opts & o) {
                     const double frac    = (double) count/n;
                     const double idx_gbs = (frac*wbytes + T*n*4.0)/(idx_us*1e3);
                     printf("%-5s %5lld %5lld %2d %4.0f | %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f | %7.0f %5.0f%% | %2d %2d %d",
-                            ggml_type_name(type), (long long) m, (long long) n, T, 100.0*sp, dense_us, idx_us, idx_list_us,
+                            zz_type_name(type), (long long) m, (long long) n, T, 100.0*sp, dense_us, idx_us, idx_list_us,
                             fused_us, skip_us, naive_us, list_us, idx_gbs, 100.0*idx_gbs/copy_gbs, cfg.n1, cfg.n2, cfg.cluster);
                     if (both) {
                         printf(" | atomic: %8.2f %8.2f %8.2f", dense_at_us, idx_at_us, fused_at_us);
@@ -1708,7 +1756,7 @@ static int run_bench(const bench_opts & o) {
                     printf("\n");
                     if (csv) {
                         fprintf(csv, "%s,%lld,%lld,%d,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%d,%d,%d,%s,%.3f,%.3f,%.3f\n",
-                                ggml_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
+                                zz_type_name(type), (long long) m, (long long) n, T, sp, dense_us, idx_us, idx_list_us,
                                 fused_us, skip_us, naive_us, list_us, stock_us, idx_gbs, copy_gbs, cfg.n1, cfg.n2, cfg.cluster,
                                 red_name(red), dense_at_us, idx_at_us, fused_at_us);
                     }
@@ -1745,7 +1793,7 @@ static int run_bytes(const bench_opts & o) {
         }
         const ggml_type type    = GGML_TYPE_Q4_K;
         const int64_t   nblocks = m/QK_K*n;
-        const size_t    wbytes  = nblocks*ggml_type_size(type);
+        const size_t    wbytes  = nblocks*zz_block_bytes(type);
         void * w = nullptr;
         CUDA_CHECK(cudaMalloc(&w, wbytes));
         bench_random_weights(w, type, nblocks, 99u);
@@ -1761,7 +1809,7 @@ static int run_bytes(const bench_opts & o) {
             const float thr = 1e-30f;
             sparse_idx_list_launch(x_d.ptr, n, 1, n, thr, idx_d.ptr, scratch_d.ptr, stream);
             CUDA_CHECK(cudaStreamSynchronize(stream));
-            const double useful = (double) count*ggml_type_size(type)*(m/QK_K);
+            const double useful = (double) count*zz_block_bytes(type)*(m/QK_K);
             if (sp == 0.0) {
                 zz_gemv_launch_ex(type, w, n, m, x_d.ptr, n, 1, nullptr, ZZ_GEMV_DENSE, y_d.ptr, m, cfg, stream);
                 CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -1839,7 +1887,7 @@ static double bench_stock_chain_us(const chain_model & cm, const int layers, con
     }
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     for (size_t i = 0; i < ws.size(); ++i) {
-        bench_random_weights(ws[i]->data, type, ggml_nelements(ws[i])/ggml_blck_size(type), 500u + (uint32_t) i);
+        bench_random_weights(ws[i]->data, type, ggml_nelements(ws[i])/zz_blck_size(type), 500u + (uint32_t) i);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     for (ggml_tensor * t : { xa, xf, res }) {
@@ -1929,10 +1977,10 @@ static int run_chain_bench(const bench_opts & o, const std::string & model, cons
             for (int64_t m : groups[g].m) {
                 const int64_t nblocks = m/QK_K*groups[g].n;
                 void * p;
-                CUDA_CHECK(cudaMalloc(&p, nblocks*ggml_type_size(type)));
+                CUDA_CHECK(cudaMalloc(&p, nblocks*zz_block_bytes(type)));
                 bench_random_weights(p, type, nblocks, 77u + 4*l + g + (uint32_t) w[l*ng + g].size());
                 w[l*ng + g].push_back(p);
-                wbytes += nblocks*ggml_type_size(type);
+                wbytes += nblocks*zz_block_bytes(type);
             }
         }
     }
@@ -2114,13 +2162,13 @@ static int run_prefill_bench(const bench_opts & o) {
         for (const auto & shape : o.shapes) {
             const int64_t m = shape.first;
             const int64_t n = shape.second;
-            const int64_t B = ggml_blck_size(type);
+            const int64_t B = zz_blck_size(type);
             if (m % B != 0) {
                 continue;
             }
             const int64_t nblocks = m/B*n;
             void * w;
-            CUDA_CHECK(cudaMalloc(&w, nblocks*ggml_type_size(type)));
+            CUDA_CHECK(cudaMalloc(&w, nblocks*zz_block_bytes(type)));
             bench_random_weights(w, type, nblocks, 5u);
             for (int T : o.batches) {
                 dev_buf<float> x_d(T*n);
@@ -2149,7 +2197,7 @@ static int run_prefill_bench(const bench_opts & o) {
                         zz_gemv_launch_ex(type, w, n, m, x_d.ptr + t0*n, n, nt, nullptr, ZZ_GEMV_DENSE, y_d.ptr + t0*m, m, cfg, s);
                     }
                 }, 3, stream);
-                printf("%-5s %5lld %5lld %4d | %10.2f %10.2f %10.2f | %8.1f", ggml_type_name(type), (long long) m,
+                printf("%-5s %5lld %5lld %4d | %10.2f %10.2f %10.2f | %8.1f", zz_type_name(type), (long long) m,
                         (long long) n, T, pre_us, deq_us, gemv_us, 2.0*m*n*T/(pre_us*1e6));
 #ifdef ZZ_TEST_WITH_GGML_CUDA
                 printf(" | stock %.2f", bench_stock_us(type, m, n, T, x));
@@ -2181,23 +2229,35 @@ static std::vector<int> parse_ints(const char * s) {
     return v;
 }
 
+// "all", or names separated by commas
 static bool parse_type(const char * s, std::vector<ggml_type> & types) {
     if (strcmp(s, "all") == 0) {
         types.assign(std::begin(test_types), std::end(test_types));
         return true;
     }
-    for (ggml_type t : test_types) {
-        if (strcmp(s, ggml_type_name(t)) == 0) {
-            types = { t };
-            return true;
+    types.clear();
+    std::string rest = s;
+    while (!rest.empty()) {
+        const size_t      comma = rest.find(',');
+        const std::string name  = rest.substr(0, comma);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        bool known = false;
+        for (ggml_type t : test_types) {
+            if (name == zz_type_name(t)) {
+                types.push_back(t);
+                known = true;
+            }
+        }
+        if (!known) {
+            return false;
         }
     }
-    return false;
+    return !types.empty();
 }
 
 static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
-           "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
+           "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|q4_0_g8[,...]|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
            "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|early|atomic|both]\n"
            "       test_zz_cuda bytes   [--shapes ...] [--pattern ...]   (Q4_K, batch 1: one launch a mode and sparsity, for ncu)\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
