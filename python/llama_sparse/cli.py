@@ -121,9 +121,17 @@ def _note_gpu_layers(n_gpu_layers: Optional[int]) -> None:
 DECODE_COMMANDS = ("generate", "chat", "serve", "bench", "perplexity")
 
 
+def _cuda_slow(t, env_g8: bool) -> bool:
+    """Whether CUDA runs zigzag tensor t slower than stock: every type but Q4_K, and Q4_0 unless CUDA regroups it (the G8
+    layout: stored rows of 32 outputs in whole groups of 8, LLAMA_SPARSE_CUDA_G8 not 0)."""
+    name = t.tensor_type.name
+    return name != "Q4_K" and not (name == "Q4_0" and env_g8 and int(t.shape[1]) % 8 == 0)
+
+
 def _note_cuda_types(args: argparse.Namespace) -> None:
-    """-ngl on a CUDA build with zigzag weights other than Q4_K: on CUDA those decode slower than stock llama.cpp
-    (Q6_K 0.67x, Q4_0 0.73x dense on an H100, Q8_0's GEMV 0.65-0.73x; bench/results/cuda_types_h100_2026-12-07f.md)."""
+    """-ngl on a CUDA build with zigzag weights that CUDA runs slower than stock llama.cpp: Q8_0 0.74-0.80x and Q6_K
+    0.67x dense on an H100, and Q4_0 weights it cannot regroup (bench/results/cuda_q4_0_g8_h100_2026-12-07g.md,
+    cuda_types_h100_2026-12-07f.md)."""
     model = getattr(args, "model", None)
     if not getattr(args, "n_gpu_layers", None) or not isinstance(model, Path) or args.command not in DECODE_COMMANDS:
         return
@@ -133,20 +141,22 @@ def _note_cuda_types(args: argparse.Namespace) -> None:
 
     from . import zigzag
     from ._lib import _shared_lib_name, lib_dir
+    env_g8 = os.environ.get("LLAMA_SPARSE_CUDA_G8", "1").strip() != "0"
     try:
         if not llama_cpp.llama_supports_gpu_offload() or not (lib_dir() / _shared_lib_name("ggml-cuda")).exists():
             return
         reader = zigzag.open_gguf(model, bad_magic_hint="")
         zz = zigzag.read_zigzag_info(reader)
         counts = collections.Counter(t.tensor_type.name.lower() for t in reader.tensors
-                                     if t.name in zz and t.tensor_type.name != "Q4_K")
+                                     if t.name in zz and _cuda_slow(t, env_g8))
     except Exception:  # the command itself says what is wrong with the file
         return
     if counts:
         kinds = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
-        print(f"note: {model.name} has zigzag weights other than Q4_K ({kinds}); on CUDA these decode slower than "
-              "stock llama.cpp (0.65-0.85x on an H100, bench/results/cuda_types_h100_2026-12-07f.md). Q4_K is the fast "
-              "path: convert with --type q4_k (weights whose rows are not a multiple of 256 stay q8_0)", file=sys.stderr)
+        print(f"note: {model.name} has zigzag weights that decode slower than stock llama.cpp on CUDA ({kinds}; "
+              "0.67-0.83x on an H100, bench/results/cuda_q4_0_g8_h100_2026-12-07g.md). Q4_K is the fast path, and Q4_0 "
+              "where a weight's rows are a multiple of 256: convert with --type q4_k (weights whose rows are not a "
+              "multiple of 256 stay q8_0)", file=sys.stderr)
 
 
 def _load(args: argparse.Namespace, **extra):

@@ -551,8 +551,8 @@ def test_level_that_rounds_to_one_refused():
 
 
 def test_note_on_cuda_for_zigzag_types_other_than_q4_k(smollm2_gguf: Path, tmp_path: Path, monkeypatch, capsys):
-    """With -ngl on a CUDA build, a model whose zigzag weights are not all Q4_K gets a note: on CUDA those types
-    decode slower than stock (CI has no CUDA build, so the build is faked: GPU offload on, a libggml-cuda present)."""
+    """With -ngl on a CUDA build, a model with zigzag weights that CUDA runs slower than stock (not Q4_K, and not Q4_0 it
+    regroups) gets a note (CI has no CUDA build, so the build is faked: GPU offload on, a libggml-cuda present)."""
     import argparse
 
     from llama_sparse import _lib, cli  # before llama_cpp: it points llama_cpp at the fork
@@ -569,7 +569,17 @@ def test_note_on_cuda_for_zigzag_types_other_than_q4_k(smollm2_gguf: Path, tmp_p
                                  ("calibrate", 99, False)):
         cli._note_cuda_types(argparse.Namespace(model=zz, n_gpu_layers=ngl, command=command))
         err = capsys.readouterr().err
-        assert ("has zigzag weights other than Q4_K (150 q8_0)" in err) == expect, (command, ngl, err)
+        assert ("has zigzag weights that decode slower than stock llama.cpp on CUDA (150 q8_0;" in err) == expect, \
+            (command, ngl, err)
+    # Q4_0: CUDA regroups the weights whose 32-row blocks come in whole groups of 8 (gate/up: 1536 rows) and runs them
+    # fast; the other 150 are noted, all 210 with the regrouping off
+    zz0 = convert(smollm2_gguf, tmp_path / "zz0.gguf", "q4_0", progress=False).output
+    for g8, want in (("1", "(150 q4_0;"), ("0", "(210 q4_0;")):
+        monkeypatch.setenv("LLAMA_SPARSE_CUDA_G8", g8)
+        cli._note_cuda_types(argparse.Namespace(model=zz0, n_gpu_layers=99, command="generate"))
+        err = capsys.readouterr().err
+        assert want in err, (g8, err)
+    monkeypatch.delenv("LLAMA_SPARSE_CUDA_G8")
     (fake / _lib._shared_lib_name("ggml-cuda")).unlink()  # a Metal build: no note
     cli._note_cuda_types(argparse.Namespace(model=zz, n_gpu_layers=99, command="chat"))
     assert capsys.readouterr().err == ""
