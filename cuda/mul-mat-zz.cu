@@ -3464,6 +3464,22 @@ zz_gemv_config zz_gemv_get_config(const int device, ggml_type type, const int64_
 template <ggml_type type>
 static __device__ __forceinline__ void zz_dequant_col(const char * blk, half * out, const int64_t n);
 
+// outputs 64c .. 64c + 63 of a block with Q4_K's nibble order (q32: its 128 quant bytes): w = d q - m, sub-block 2c
+// in the low nibbles (d0, m0), 2c + 1 in the high ones (d1, m1)
+static __device__ __forceinline__ void zz_dequant_nibbles(const uint32_t * q32, const int c, const float d0, const float m0,
+        const float d1, const float m1, half * out, const int64_t n) {
+#pragma unroll
+    for (int wi = 0; wi < 8; ++wi) {
+        const uint32_t v = __ldg(q32 + 8*c + wi);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int i = 64*c + 4*wi + b;
+            out[(int64_t) (i +  0)*n] = __float2half(d0*((v >> (8*b + 0)) & 0xF) - m0);
+            out[(int64_t) (i + 32)*n] = __float2half(d1*((v >> (8*b + 4)) & 0xF) - m1);
+        }
+    }
+}
+
 template <>
 __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk, half * out, const int64_t n) {
     const uint4      h   = __ldg((const uint4 *) blk);
@@ -3474,20 +3490,7 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_K>(const char * blk,
         uint32_t sc0, mn0, sc1, mn1;
         zz_q4_K_scale_min(h, 2*c + 0, sc0, mn0);
         zz_q4_K_scale_min(h, 2*c + 1, sc1, mn1);
-        const float d0 = dm.x*sc0;
-        const float m0 = dm.y*mn0;
-        const float d1 = dm.x*sc1;
-        const float m1 = dm.y*mn1;
-#pragma unroll
-        for (int wi = 0; wi < 8; ++wi) {
-            const uint32_t v = __ldg(q32 + 8*c + wi);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int i = 64*c + 4*wi + b;
-                out[(int64_t) (i +  0)*n] = __float2half(d0*((v >> (8*b + 0)) & 0xF) - m0);
-                out[(int64_t) (i + 32)*n] = __float2half(d1*((v >> (8*b + 4)) & 0xF) - m1);
-            }
-        }
+        zz_dequant_nibbles(q32, c, dm.x*sc0, dm.y*mn0, dm.x*sc1, dm.y*mn1, out, n);
     }
 }
 
@@ -3570,16 +3573,7 @@ __device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q4_0_G8>(const char * blk
         // header word c: d of sub-blocks 2c (low half) and 2c + 1 (high half)
         const uint32_t hw = c == 0 ? h.x : c == 1 ? h.y : c == 2 ? h.z : h.w;
         const float2   d  = __half22float2(*(const half2 *) &hw);
-#pragma unroll
-        for (int wi = 0; wi < 8; ++wi) {
-            const uint32_t v = __ldg(q32 + 8*c + wi);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int i = 64*c + 4*wi + b;
-                out[(int64_t) (i +  0)*n] = __float2half(d.x*((int) ((v >> (8*b + 0)) & 0xF) - 8));
-                out[(int64_t) (i + 32)*n] = __float2half(d.y*((int) ((v >> (8*b + 4)) & 0xF) - 8));
-            }
-        }
+        zz_dequant_nibbles(q32, c, d.x, 8.0f*d.x, d.y, 8.0f*d.y, out, n); // w = d (q - 8)
     }
 }
 
