@@ -288,6 +288,12 @@ static void make_zz_op(zz_op & z, ggml_type type, int64_t m, idx_op & o, bool sp
 static double run_zz_op(zz_op & z, ggml_metal_library * lib, const idx_op & o, bool * all_written) {
     ggml_metal_encoder enc;
     CHECK(ggml_metal_sparse_supports_op(&z.op, true, true), "MUL_MAT_ZZ op not supported");
+    // weights in another backend's layout (the CPU's column-major, CUDA's G8) are refused
+    for (const int32_t layout : { GGML_SPARSE_ZZ_LAYOUT_COLS, GGML_SPARSE_ZZ_LAYOUT_G256 }) {
+        ggml_sparse_zz_set_layout(&z.tw, layout);
+        CHECK(!ggml_metal_sparse_supports_op(&z.op, true, true), "MUL_MAT_ZZ op on a weight in layout %d supported", layout);
+    }
+    ggml_sparse_zz_set_layout(&z.tw, GGML_SPARSE_ZZ_LAYOUT_ROWS);
     ggml_metal_sparse_encode(lib, &enc, &z.op);
     const int64_t nt = o.tx.ne[1];
     std::vector<int32_t> cols;
@@ -413,12 +419,36 @@ static void test_sparq() {
     }
 }
 
+// ggml_sparse_zz_relayout asks the registered backends in turn until one takes the weight; a backend registered twice
+// is asked once
+static int relayout_calls[2];
+static bool relayout_no(ggml_tensor *)  { relayout_calls[0]++; return false; }
+static bool relayout_yes(ggml_tensor * w) {
+    relayout_calls[1]++;
+    ggml_sparse_zz_set_layout(w, GGML_SPARSE_ZZ_LAYOUT_G256);
+    return true;
+}
+
+static void test_relayout() {
+    ggml_tensor w = {};
+    CHECK(!ggml_sparse_zz_relayout(&w), "relayout with no backend registered took the weight");
+    ggml_sparse_zz_add_relayout(relayout_no);
+    ggml_sparse_zz_add_relayout(relayout_no);
+    CHECK(!ggml_sparse_zz_relayout(&w) && relayout_calls[0] == 1, "a declining backend: taken, or asked %d times",
+          relayout_calls[0]);
+    ggml_sparse_zz_add_relayout(relayout_yes);
+    CHECK(ggml_sparse_zz_relayout(&w) && relayout_calls[0] == 2 && relayout_calls[1] == 1 &&
+          ggml_sparse_zz_layout(&w) == GGML_SPARSE_ZZ_LAYOUT_G256, "the second backend did not take the weight");
+}
+
 int main(int argc, char ** argv) {
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) rng.seed(std::strtoull(argv[++i], nullptr, 10));
     }
     test_stats();
     std::printf("glue, sparse stats: %d passed, %d failed\n", n_pass, n_fail);
+    test_relayout();
+    std::printf("glue, relayout registry: %d passed, %d failed\n", n_pass, n_fail);
     test_gemv();
     std::printf("glue, GEMV: %d passed, %d failed\n", n_pass, n_fail);
     test_sparq();
