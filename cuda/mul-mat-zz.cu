@@ -4074,24 +4074,18 @@ bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t st
 #ifndef GGML_SPARSE_CUDA_STANDALONE
 #include "ggml-cuda/norm.cuh"
 
-// the device index of a CUDA device buffer ("CUDA<i>"; not host or split buffers), else -1
+// the device whose (non-split) buffer type buf has, else -1 (host, split or other backends' buffers)
 static int zz_buffer_device(const ggml_backend_buffer_t buf) {
-    if (buf == nullptr || ggml_backend_buffer_is_host(buf)) {
+    if (buf == nullptr) {
         return -1;
     }
-    const char * name = ggml_backend_buft_name(ggml_backend_buffer_get_type(buf));
-    const size_t pre  = strlen(GGML_CUDA_NAME);
-    if (strncmp(name, GGML_CUDA_NAME, pre) != 0 || name[pre] == '\0') {
-        return -1;
-    }
-    int dev = 0;
-    for (const char * p = name + pre; *p != '\0'; ++p) {
-        if (*p < '0' || *p > '9') {
-            return -1;
+    const ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buf);
+    for (int dev = 0; dev < ggml_backend_cuda_get_device_count(); ++dev) {
+        if (buft == ggml_backend_cuda_buffer_type(dev)) {
+            return dev;
         }
-        dev = 10*dev + (*p - '0');
     }
-    return dev < ggml_backend_cuda_get_device_count() ? dev : -1;
+    return -1;
 }
 
 // ggml_sparse_zz_relayout for CUDA: Q4_0 zigzag weights in device memory whose block-rows come in whole groups of 8

@@ -44,8 +44,7 @@ struct sparse_model_info {
     int32_t                   n_zigzag = 0;
     int32_t                   n_layer  = 0;
     std::vector<sparse_level> levels;
-    bool                      cpu_layout_done = false; // CPU weights repacked (once per model)
-    bool                      dev_layout_done = false; // device weights offered to the backends (relayout_device_weights)
+    bool                      layout_done = false;     // weights repacked / offered to their backends (once per model)
     void *                    cpu_arena = nullptr;     // copies of read-only (mapped) weights (repack_cpu_weights)
 };
 
@@ -408,16 +407,9 @@ static void * alloc_huge(size_t size) {
 #endif
 }
 
-// Zigzag weights in device memory get the layout their backend reads fastest, once per model: CUDA regroups Q4_0
+// Zigzag weights in device memory get the layout their backend reads fastest: CUDA regroups Q4_0
 // (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/mul-mat-zz.cu).
-static void relayout_device_weights(const llama_model & model, sparse_model_info & info) {
-    if (info.dev_layout_done) {
-        return;
-    }
-    info.dev_layout_done = true;
-    if (model.hparams.no_alloc) {
-        return;
-    }
+static void relayout_device_weights(const llama_model & model) {
     int    n_done = 0;
     size_t bytes  = 0;
     for (const auto & nt : model.tensors_by_name) {
@@ -451,13 +443,6 @@ static void relayout_device_weights(const llama_model & model, sparse_model_info
 // dense) 1.27/1.57/1.56/1.46x stock at batches of 1/2/4/8 against the default's 1.53/1.75/1.85/1.70x
 // (bench/results/cpu_q8_colsplit_2026-12-05.md).
 static void repack_cpu_weights(const llama_model & model, sparse_model_info & info) {
-    if (info.cpu_layout_done) {
-        return;
-    }
-    info.cpu_layout_done = true;
-    if (model.hparams.no_alloc) {
-        return; // the tools' memory-fit pass: weights without data (a dummy buffer)
-    }
     // rows32: Q4_K column-major, the 32-blocks (Q8_0/Q4_0) in the row layout
     const char * env     = getenv("LLAMA_SPARSE_CPU_LAYOUT");
     const bool   to_cols = env == nullptr || strcmp(env, "rows") != 0;
@@ -700,12 +685,14 @@ llama_sparse_context * llama_sparse_context_attach(llama_context * lctx, const l
         env_error("LLAMA_SPARSE: " + g_last_error);
     }
     {
-        // the CPU weight layout, once per model, when its first context is made
+        // the weights' layouts (CPU, then device), once per model, when its first context is made (not for the
+        // tools' memory-fit pass: weights without data, in a dummy buffer)
         std::lock_guard<std::mutex> lock(g_mutex);
         auto it = g_models.find(&model);
-        if (it != g_models.end()) {
+        if (it != g_models.end() && !it->second.layout_done && !model.hparams.no_alloc) {
+            it->second.layout_done = true;
             repack_cpu_weights(model, it->second);
-            relayout_device_weights(model, it->second);
+            relayout_device_weights(model);
         }
     }
     if (env_level && sctx->level >= 0) {
