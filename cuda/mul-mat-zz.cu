@@ -2014,7 +2014,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     constexpr int S  = ZZ_DIRECT_STEPS;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
     static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
-    static_assert(!G8 || (V >= 2 && !OPQ && IN == ZZ_IN_X && !B1), "G8: versions 2 and 3, plain x");
+    static_assert(!G8 || (V >= 2 && !OPQ && !B1 && (IN == ZZ_IN_X || T <= ZZ_G8_IN_MAX_T)),
+                  "G8: versions 2 and 3; GLU / NORM up to ZZ_G8_IN_MAX_T");
     constexpr int NACC = V == 3 ? 4 : 16; // accumulator tiles
 
     extern __shared__ __align__(16) char zz_smem[];
@@ -2355,6 +2356,11 @@ static bool zz_direct_type(const ggml_type type) {
     return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8;
 }
 
+// whether the direct kernel reads a fused SwiGLU or a folded norm of this type at this batch (zz_direct_kernel)
+static bool zz_in_type_ok(const ggml_type type, const int64_t n_tokens) {
+    return type == GGML_TYPE_Q4_K || (type == ZZ_TYPE_Q4_0_G8 && n_tokens <= ZZ_G8_IN_MAX_T);
+}
+
 ggml_type zz_kernel_type(const ggml_tensor * w) {
     return w->type == GGML_TYPE_Q4_0 && ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_G256 ? ZZ_TYPE_Q4_0_G8 : w->type;
 }
@@ -2558,17 +2564,17 @@ static int zz_stash_mask() {
 }
 
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU / NORM
-// instances; G8 only version 2, and 3 at batch 1, without OPQ, GLU, NORM or B1)
+// instances; G8 only version 2, and 3 at batch 1, without OPQ or B1, GLU / NORM up to ZZ_G8_IN_MAX_T)
 template <int T, int mode, bool OPQ, int IN, bool G8 = false>
 static auto zz_direct_kernel(const int v, const bool b1 = false) {
     if constexpr (G8) {
-        static_assert(!OPQ && IN == ZZ_IN_X, "G8: plain x");
+        static_assert(!OPQ && (IN == ZZ_IN_X || T <= ZZ_G8_IN_MAX_T), "G8: no OPQ; GLU / NORM up to ZZ_G8_IN_MAX_T");
         if constexpr (T == 1) {
             if (v == 3) {
-                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, ZZ_IN_X, false, true>;
+                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, IN, false, true>;
             }
         }
-        return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, ZZ_IN_X, false, true>;
+        return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, IN, false, true>;
     }
     if constexpr (T == 1) {
         if constexpr (!OPQ && mode == ZZ_GEMV_DENSE) {
@@ -2878,15 +2884,15 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X, G8>(v, b1);
     GGML_ASSERT(segs.up == nullptr || segs.norm_w == nullptr);
-    GGML_ASSERT(!G8 || (segs.up == nullptr && segs.norm_w == nullptr));
-    if constexpr (mode != ZZ_GEMV_IDX && !G8) {
+    GGML_ASSERT(!G8 || T <= ZZ_G8_IN_MAX_T || (segs.up == nullptr && segs.norm_w == nullptr));
+    if constexpr (mode != ZZ_GEMV_IDX && (!G8 || T <= ZZ_G8_IN_MAX_T)) {
         // a fused SwiGLU or RMS norm: version 2 or 3 only (the fusions check)
         if (segs.up != nullptr) {
             GGML_ASSERT(v >= 2);
-            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_GLU>(v, b1);
+            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_GLU, G8>(v, b1);
         } else if (segs.norm_w != nullptr) {
             GGML_ASSERT(v >= 2);
-            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_NORM>(v, b1);
+            kernel = zz_direct_kernel<T, mode, false, ZZ_IN_NORM, G8>(v, b1);
         }
     }
     GGML_ASSERT((segs.up == nullptr && segs.norm_w == nullptr) || mode != ZZ_GEMV_IDX);
@@ -3219,11 +3225,23 @@ bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const i
         unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
     if (!zz_direct_type(type) || !caps.direct || mode == ZZ_GEMV_SKIP ||
-            (norm != nullptr && (type != GGML_TYPE_Q4_K || mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
+            (norm != nullptr && (!zz_in_type_ok(type, n_tokens) || mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
         return false;
     }
     zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm,
             stats);
+    return true;
+}
+
+bool zz_gemv_launch_glu(const ggml_type type, const zz_gemv_seg & seg, const int64_t n, const float * gate,
+        const int64_t g_stride, const float * up, const int64_t up_stride, const int n_tokens, const zz_gemv_mode mode,
+        const float thr, const zz_gemv_config cfg, cudaStream_t stream) {
+    const zz_caps caps = zz_get_caps();
+    if (!zz_in_type_ok(type, n_tokens) || !caps.direct || (mode != ZZ_GEMV_DENSE && mode != ZZ_GEMV_FUSED) ||
+            zz_direct_version_at(n_tokens) < 2 || up == nullptr) {
+        return false;
+    }
+    zz_gemv_launch_thr(type, &seg, 1, n, gate, g_stride, n_tokens, nullptr, mode, cfg, caps, thr, stream, up, up_stride);
     return true;
 }
 
@@ -4436,8 +4454,8 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const int64_t       B        = ggml_blck_size(a->src[0]->type);
     const int64_t       n        = a->src[0]->ne[0]/B;
     const int64_t       n_tokens = src1->ne[1];
-    // (Q4_0 in the G8 layout: plain x only, the norm is not folded in)
-    if ((type != GGML_TYPE_Q4_K && !(type == ZZ_TYPE_Q4_0_G8 && norm == nullptr)) || n_tokens > ZZ_GEMV_MAX_BATCH) {
+    // (Q4_0 in the G8 layout: the norm folded in up to ZZ_G8_IN_MAX_T)
+    if (!zz_direct_type(type) || (norm != nullptr && !zz_in_type_ok(type, n_tokens)) || n_tokens > ZZ_GEMV_MAX_BATCH) {
         return false;
     }
     zz_gemv_seg seg[ZZ_GROUP_MAX];
@@ -4568,13 +4586,15 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const ggml_tensor * w    = mm->src[0];
     const ggml_tensor * x    = mm->src[1];
     const ggml_tensor * list = mm->src[2];
+    const ggml_type     kt       = zz_kernel_type(w); // (Q4_0 in the G8 layout apart)
     const int64_t       B        = ggml_blck_size(w->type);
     const int64_t       n        = w->ne[0]/B;
     const int64_t       m        = w->ne[1]*B;
     const int64_t       n_tokens = x->ne[1];
 
-    // the matmul: what the direct Q4_K kernel runs (decode batches)
-    if (!(mm->flags & GGML_TENSOR_FLAG_COMPUTE) || w->type != GGML_TYPE_Q4_K || !zz_get_caps().direct ||
+    // the matmul: what the direct Q4_K kernel runs (decode batches; G8 reads a SwiGLU or a norm up to ZZ_G8_IN_MAX_T)
+    if (!(mm->flags & GGML_TENSOR_FLAG_COMPUTE) || !zz_direct_type(kt) || !zz_get_caps().direct ||
+            ((glu != nullptr || norm != nullptr) && !zz_in_type_ok(kt, n_tokens)) ||
             !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] > 65535 || n_tokens < 1 ||
             n_tokens > ZZ_GEMV_MAX_BATCH ||
             !zz_fuse_rows_f32(x, n, n_tokens) || !zz_fuse_rows_f32(mm, m, n_tokens)) {
@@ -4682,11 +4702,11 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     const float * xin      = glu ? gate : (const float *) xt->data;
     const int64_t x_stride = glu ? g_stride : (int64_t) (xt->nb[1]/sizeof(float));
     const zz_gemv_norm   nrm = norm ? norm->params() : zz_gemv_norm{};
-    const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, w->type, n, m, (int) n_tokens);
-    zz_gemv_launch_thr(w->type, &seg, 1, n, xin, x_stride, (int) n_tokens,
+    const zz_gemv_config cfg = zz_gemv_get_config(ctx.device, kt, n, m, (int) n_tokens);
+    zz_gemv_launch_thr(kt, &seg, 1, n, xin, x_stride, (int) n_tokens,
             mode == ZZ_GEMV_IDX ? (const int32_t *) list->data : nullptr, mode, cfg, zz_get_caps(), thr, ctx.stream(),
             up, up_stride, norm ? &nrm : nullptr,
-            mode != ZZ_GEMV_FUSED || !zz_gemv_fused_counts(w->type, (int) n_tokens) ? nullptr :
+            mode != ZZ_GEMV_FUSED || !zz_gemv_fused_counts(kt, (int) n_tokens) ? nullptr :
             idx != nullptr ? sparse_idx_stats_dev(idx) : sparse_idx_stats_take(list));
     if (res.stage == 0) {
         res.stage = 1;
@@ -4787,7 +4807,7 @@ static int zz_norm_defer_impl(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
         mm = ggml_sparse_cuda_next_node(cgraph, &k);
     }
     if (mm == nullptr || mm->op != GGML_OP_MUL_MAT_ZZ || mm->src[1] != mul || !(mm->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-            mm->src[0]->type != GGML_TYPE_Q4_K || zz_direct_version_at((int) n_tokens) < 2) {
+            !zz_in_type_ok(zz_kernel_type(mm->src[0]), n_tokens) || zz_direct_version_at((int) n_tokens) < 2) {
         return 0;
     }
     float thr;

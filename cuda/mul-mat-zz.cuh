@@ -113,14 +113,25 @@ struct zz_gemv_norm {
     int64_t       clear_n       = 0;
 };
 
+// Q4_0 in the G8 layout reads a folded norm or a fused SwiGLU up to this batch (decode's; the kernel instances
+// for larger batches would add to the build and are not made)
+#define ZZ_G8_IN_MAX_T 1
+
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
 // FUSED) in one launch: their block-rows one after another in the grid, cfg for the summed rows, one zero kernel
-// for all outputs under memset + atomics. On the direct kernel only: Q4_K (norm too) or Q4_0 in the G8 layout (no
-// norm); false (nothing launched) otherwise.
+// for all outputs under memset + atomics. On the direct kernel only: Q4_K, or Q4_0 in the G8 layout (with a norm
+// up to batch ZZ_G8_IN_MAX_T); false (nothing launched) otherwise.
 bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
         zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr,
         unsigned long long * stats = nullptr); // stats: FUSED, as in zz_gemv_launch_fused
+
+// y = W silu(gate)*up (a SwiGLU fused into the read of x, as decode's down launch; unary.cuh's expression), one weight,
+// DENSE or FUSED (|silu(gate)*up| >= thr); seg.bias / y_ready as in zz_gemv_seg. Direct kernel only: Q4_K, or Q4_0
+// in the G8 layout up to batch ZZ_G8_IN_MAX_T; false (nothing launched) otherwise.
+bool zz_gemv_launch_glu(ggml_type type, const zz_gemv_seg & seg, int64_t n, const float * gate, int64_t g_stride,
+        const float * up, int64_t up_stride, int n_tokens, zz_gemv_mode mode, float thr, zz_gemv_config cfg,
+        cudaStream_t stream);
 
 // the same with the config of zz_gemv_get_config and mode DENSE (idx == NULL) or IDX; contiguous x and y
 void zz_gemv_launch(ggml_type type, const void * w, int64_t n, int64_t m,

@@ -857,9 +857,46 @@ static int test_group(test_rng & rng, const int cases) {
     return failures;
 }
 
-// launches with an RMS norm folded into the read of x (zz_gemv_norm): 1-4 Q4_K weights, DENSE and FUSED, the four
-// reductions, random configs, batch 1-8, x aligned or not, against the GEMV of the norm computed here. The threshold
-// lies between two normed values far enough apart that rounding cannot move a column across it.
+// the threshold that drops the share sp of the columns of xn [T][x_stride] by their largest |value| over the tokens,
+// halfway between two magnitudes far enough apart that rounding cannot move a column across it; active: the columns
+// kept (|xn| >= thr for some token)
+static float pick_thr(const std::vector<float> & xn, const int64_t x_stride, const int64_t n, const int T,
+        const double sp, std::vector<int32_t> & active) {
+    std::vector<double> mags;
+    for (int64_t j = 0; j < n; ++j) {
+        double mx = 0.0;
+        for (int t = 0; t < T; ++t) {
+            mx = std::max(mx, (double) fabsf(xn[t*x_stride + j]));
+        }
+        mags.push_back(mx);
+    }
+    std::sort(mags.begin(), mags.end());
+    float thr = 0.0f;
+    if (sp >= 1.0) {
+        thr = (float) (2.0*mags.back() + 1.0);
+    } else if (sp > 0.0) {
+        int64_t k = std::max<int64_t>(1, (int64_t) (sp*n));
+        while (k < n && mags[k] - mags[k - 1] < 1e-4*mags[k]) {
+            ++k;
+        }
+        thr = k < n ? (float) (0.5*(mags[k - 1] + mags[k])) : (float) (2.0*mags.back() + 1.0);
+    }
+    active.clear();
+    for (int64_t j = 0; j < n; ++j) {
+        bool act = false;
+        for (int t = 0; t < T; ++t) {
+            act = act || fabsf(xn[t*x_stride + j]) >= thr;
+        }
+        if (act) {
+            active.push_back((int32_t) j);
+        }
+    }
+    return thr;
+}
+
+// launches with an RMS norm folded into the read of x (zz_gemv_norm): 1-4 Q4_K weights (every third case Q4_0 in the
+// G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8, x aligned or not, against
+// the GEMV of the norm computed here (the threshold from pick_thr)
 static int test_norm(test_rng & rng, const int cases) {
     int failures = 0;
     int runs     = 0;
@@ -867,13 +904,13 @@ static int test_norm(test_rng & rng, const int cases) {
     CUDA_CHECK(cudaStreamCreate(&stream));
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    const ggml_type type = GGML_TYPE_Q4_K;
     const double sparsities[] = { 0.0, 0.3, 0.5, 0.9, 1.0 };
     double worst = 0.0;
     for (int c = 0; c < cases; ++c) {
+        const ggml_type type   = c % 3 == 2 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
         const int     nseg     = 1 + c % ZZ_GROUP_MAX;
         const int64_t n        = pick_n(rng);
-        const int     T        = 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
+        const int     T        = type == ZZ_TYPE_Q4_0_G8 ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
         const double  sp       = sparsities[c % 5];
         const float   eps      = c % 2 ? 1e-5f : 1e-6f;
         const int     x_off    = c % 4 == 3 ? 1 : 0; // x not 16-byte aligned: the kernel's scalar sum
@@ -884,7 +921,6 @@ static int test_norm(test_rng & rng, const int cases) {
         for (int64_t j = 0; j < n; ++j) {
             g[j] = (float) ((rng.uniform() < 0.5 ? -1.0 : 1.0)*(0.5 + 1.5*rng.uniform()));
         }
-        std::vector<double> mags;
         for (int t = 0; t < T; ++t) {
             double ss = 0.0;
             for (int64_t j = 0; j < n; ++j) {
@@ -897,38 +933,13 @@ static int test_norm(test_rng & rng, const int cases) {
                 xn[t*x_stride + j] = (sc*x[x_off + t*x_stride + j])*g[j];
             }
         }
-        // a column's magnitude is its largest over the tokens; thr cuts the share sp of them
-        for (int64_t j = 0; j < n; ++j) {
-            double mx = 0.0;
-            for (int t = 0; t < T; ++t) {
-                mx = std::max(mx, (double) fabsf(xn[t*x_stride + j]));
-            }
-            mags.push_back(mx);
-        }
-        std::sort(mags.begin(), mags.end());
-        float thr = 0.0f;
-        if (sp >= 1.0) {
-            thr = (float) (2.0*mags.back() + 1.0);
-        } else if (sp > 0.0) {
-            int64_t k = std::max<int64_t>(1, (int64_t) (sp*n));
-            while (k < n && mags[k] - mags[k - 1] < 1e-4*mags[k]) {
-                ++k;
-            }
-            thr = k < n ? (float) (0.5*(mags[k - 1] + mags[k])) : (float) (2.0*mags.back() + 1.0);
-        }
         std::vector<int32_t> active, all(n);
+        const float thr = pick_thr(xn, x_stride, n, T, sp, active);
         for (int64_t j = 0; j < n; ++j) {
             all[j] = (int32_t) j;
-            bool act = false;
-            for (int t = 0; t < T; ++t) {
-                act = act || fabsf(xn[t*x_stride + j]) >= thr;
-            }
-            if (act) {
-                active.push_back((int32_t) j);
-            }
         }
 
-        test_group_bufs gb(nseg, n, T, 4, c, device, rng);
+        test_group_bufs gb(nseg, n, T, 4, c, device, rng, type);
         auto &                 seg = gb.seg;
         const zz_gemv_config & cfg = gb.cfg;
         dev_buf<float> x_d(x.size());
@@ -1040,9 +1051,119 @@ static int test_norm(test_rng & rng, const int cases) {
             printf("  FAIL norm: IDX with a norm was not declined\n");
             failures++;
         }
+        // G8 has no NORM instances past ZZ_G8_IN_MAX_T
+        if (type == ZZ_TYPE_Q4_0_G8 && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
+                zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, ZZ_G8_IN_MAX_T + 1, nullptr,
+                    ZZ_GEMV_DENSE, thr, cfg, stream, &norm)) {
+            printf("  FAIL norm: G8 at batch %d with a norm was not declined\n", ZZ_G8_IN_MAX_T + 1);
+            failures++;
+        }
     }
     CUDA_CHECK(cudaStreamDestroy(stream));
     printf("norm: %d runs, %d failures, worst relative error %.2e\n", runs, failures, worst);
+    return failures;
+}
+
+// launches with a SwiGLU fused into the read of x (zz_gemv_launch_glu, as decode's down launch): one Q4_K weight (every
+// third case Q4_0 in the G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8,
+// gate and up split or halves of one row, with a residual (bias) or a start value (y_ready) on some cases, against
+// the GEMV of silu(gate)*up computed here (the threshold from pick_thr)
+static int test_glu(test_rng & rng, const int cases) {
+    int failures = 0;
+    int runs     = 0;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    const double sparsities[] = { 0.0, 0.3, 0.5, 0.9, 1.0 };
+    double worst = 0.0;
+    for (int c = 0; c < cases; ++c) {
+        const ggml_type type   = c % 3 == 2 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
+        const int64_t   n      = pick_n(rng);
+        const int       T      = type == ZZ_TYPE_Q4_0_G8 ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
+        const double    sp     = sparsities[c % 5];
+        const bool      halves = c % 2 == 1;             // gate | up in one row of 2n (+ padding), as ggml_swiglu
+        const int       extra  = (c/4) % 3;               // 0 none, 1 bias, 2 y_ready
+        const int64_t   stride = (halves ? 2*n : n) + (c % 3 == 0 ? rng.randint(1, 7) : 0);
+
+        std::vector<float> gu(T*stride, 12345.0f), up_split(T*stride, 12345.0f), xg(T*n, 0.0f);
+        for (int t = 0; t < T; ++t) {
+            for (int64_t j = 0; j < n; ++j) {
+                const float g = (float) (rng.normal()*(1.0 + t));
+                const float u = (float) rng.normal();
+                gu[t*stride + j] = g;
+                (halves ? gu[t*stride + n + j] : up_split[t*stride + j]) = u;
+                xg[t*n + j] = g/(1.0f + expf(-g)) * u;
+            }
+        }
+        std::vector<int32_t> active, all(n);
+        const float thr = pick_thr(xg, n, n, T, sp, active);
+        for (int64_t j = 0; j < n; ++j) {
+            all[j] = (int32_t) j;
+        }
+
+        test_group_bufs gb(1, n, T, 4, c, device, rng, type);
+        const int64_t y_stride = gb.y_stride[0];
+        dev_buf<float> gu_d(gu.size()), up_d(up_split.size()), b_d(T*y_stride);
+        gu_d.upload(gu.data(), gu.size());
+        up_d.upload(up_split.data(), up_split.size());
+        const float * up = halves ? gu_d.ptr + n : up_d.ptr;
+
+        for (const int ticket : { 1, 2, 3, 0 }) {
+            zz_gemv_set_ticket(ticket);
+            for (const zz_gemv_mode mode : { ZZ_GEMV_DENSE, ZZ_GEMV_FUSED }) {
+                // (y_ready: atomics; the start value sits in y)
+                if (extra == 2 && ticket != 0) {
+                    continue;
+                }
+                std::vector<std::vector<float>> y0(1, std::vector<float>(T*y_stride, NAN));
+                zz_gemv_seg seg = gb.seg[0];
+                gb.poison();
+                if (extra > 0) {
+                    for (int t = 0; t < T; ++t) {
+                        for (int64_t i = 0; i < gb.w[0].m; ++i) {
+                            y0[0][t*y_stride + i] = (float) rng.normal();
+                        }
+                    }
+                    if (extra == 1) {
+                        b_d.upload(y0[0].data(), y0[0].size());
+                        seg.bias        = b_d.ptr;
+                        seg.bias_stride = y_stride;
+                    } else {
+                        gb.y_d[0]->upload(y0[0].data(), y0[0].size()); // (padding stays NaN)
+                        seg.y_ready = 1;
+                    }
+                }
+                const bool ran = zz_gemv_launch_glu(type, seg, n, gu_d.ptr, stride, up, stride, T, mode, thr, gb.cfg,
+                        stream);
+                CUDA_CHECK(cudaStreamSynchronize(stream));
+                char what[256];
+                snprintf(what, sizeof(what), "glu %s n=%lld T=%d sp=%.2f (%zu active) %s n1=%d n2=%d cl=%d %s mode %d%s",
+                        zz_type_name(type), (long long) n, T, sp, active.size(), halves ? "halves" : "split", gb.cfg.n1,
+                        gb.cfg.n2, gb.cfg.cluster, red_name(ticket), (int) mode,
+                        extra == 1 ? " bias" : extra == 2 ? " y ready" : "");
+                if (!ran) {
+                    printf("  FAIL %s: launch declined (direct kernel off?)\n", what);
+                    failures++;
+                    continue;
+                }
+                failures += gb.check(what, xg, n, T, mode == ZZ_GEMV_DENSE ? all : active, runs, worst,
+                        extra > 0 ? &y0 : nullptr);
+            }
+        }
+        zz_gemv_set_ticket(-1);
+        // G8 has no GLU instances past ZZ_G8_IN_MAX_T; IDX takes no SwiGLU
+        if ((type == ZZ_TYPE_Q4_0_G8 && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
+                    zz_gemv_launch_glu(type, gb.seg[0], n, gu_d.ptr, stride, up, stride, ZZ_G8_IN_MAX_T + 1,
+                        ZZ_GEMV_DENSE, thr, gb.cfg, stream)) ||
+                zz_gemv_launch_glu(type, gb.seg[0], n, gu_d.ptr, stride, up, stride, T, ZZ_GEMV_IDX, thr, gb.cfg,
+                    stream)) {
+            printf("  FAIL glu: a launch the kernels have no instance for was not declined\n");
+            failures++;
+        }
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    printf("glu: %d runs, %d failures, worst relative error %.2e\n", runs, failures, worst);
     return failures;
 }
 
@@ -2354,6 +2475,7 @@ int main(int argc, char ** argv) {
         failures += test_nan(rng);
         failures += test_group(rng, cases);
         failures += test_norm(rng, std::max(10, cases/2));
+        failures += test_glu(rng, std::max(10, cases/2));
         failures += test_graph(rng);
         failures += test_ticket_chain(rng);
         failures += test_naive(rng);
