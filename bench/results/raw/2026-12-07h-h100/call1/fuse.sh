@@ -5,6 +5,6 @@
 set -u
 export BUILD_TARGETS="llama ggml llama-bench" ZZTEST_RUNS=1
 export TYPES_E2E=q4_0 TYPES_LAYERS=32 TYPES_ROUNDS=2
-export TYPES_ENVS="- LLAMA_SPARSE_CUDA_NORM_FUSE=0,LLAMA_SPARSE_CUDA_FUSE_OPS=0"
+export TYPES_ENVS="${TYPES_ENVS:--}"
 LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh remote-bg build-base stock-bg build zztest stock-wait types-e2e
 LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh poll ${POLL:-540}
