@@ -2356,11 +2356,6 @@ static bool zz_direct_type(const ggml_type type) {
     return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8;
 }
 
-// whether the direct kernel reads a fused SwiGLU or a folded norm of this type at this batch (zz_direct_kernel)
-static bool zz_in_type_ok(const ggml_type type, const int64_t n_tokens) {
-    return type == GGML_TYPE_Q4_K || (type == ZZ_TYPE_Q4_0_G8 && n_tokens <= ZZ_G8_IN_MAX_T);
-}
-
 ggml_type zz_kernel_type(const ggml_tensor * w) {
     return w->type == GGML_TYPE_Q4_0 && ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_G256 ? ZZ_TYPE_Q4_0_G8 : w->type;
 }
@@ -2544,6 +2539,13 @@ static int zz_direct_version() {
 static int zz_direct_version_at(const int n_tokens) {
     const int v = zz_direct_version();
     return v == 3 && n_tokens != 1 ? 2 : v;
+}
+
+// whether a direct launch of this type and batch can read a fused SwiGLU or a folded norm: the GLU / NORM instances
+// of zz_direct_kernel (versions 2 and 3; Q4_0 in the G8 layout up to ZZ_G8_IN_MAX_T)
+static bool zz_in_ok(const ggml_type type, const int64_t n_tokens) {
+    return (type == GGML_TYPE_Q4_K || (type == ZZ_TYPE_Q4_0_G8 && n_tokens <= ZZ_G8_IN_MAX_T)) &&
+           zz_direct_version_at((int) n_tokens) >= 2;
 }
 
 // LLAMA_SPARSE_CUDA_B1V=1 turns the B1 variant of batch-1 DENSE launches on (zz_b1_fetch; off by default). H100:
@@ -2884,8 +2886,9 @@ static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const f
     const dim3 block(cfg.n2*WARP_SIZE, 1, 1);
     auto kernel = zz_direct_kernel<T, mode, false, ZZ_IN_X, G8>(v, b1);
     GGML_ASSERT(segs.up == nullptr || segs.norm_w == nullptr);
-    GGML_ASSERT(!G8 || T <= ZZ_G8_IN_MAX_T || (segs.up == nullptr && segs.norm_w == nullptr));
-    if constexpr (mode != ZZ_GEMV_IDX && (!G8 || T <= ZZ_G8_IN_MAX_T)) {
+    constexpr bool in_inst = !G8 || T <= ZZ_G8_IN_MAX_T; // (GLU / NORM instances of this type and batch)
+    GGML_ASSERT(in_inst || (segs.up == nullptr && segs.norm_w == nullptr));
+    if constexpr (mode != ZZ_GEMV_IDX && in_inst) {
         // a fused SwiGLU or RMS norm: version 2 or 3 only (the fusions check)
         if (segs.up != nullptr) {
             GGML_ASSERT(v >= 2);
@@ -3225,7 +3228,7 @@ bool zz_gemv_launch_group(const ggml_type type, const zz_gemv_seg * seg, const i
         unsigned long long * stats) {
     const zz_caps caps = zz_get_caps();
     if (!zz_direct_type(type) || !caps.direct || mode == ZZ_GEMV_SKIP ||
-            (norm != nullptr && (!zz_in_type_ok(type, n_tokens) || mode == ZZ_GEMV_IDX || zz_direct_version_at(n_tokens) < 2))) {
+            (norm != nullptr && (!zz_in_ok(type, n_tokens) || mode == ZZ_GEMV_IDX))) {
         return false;
     }
     zz_gemv_launch_thr(type, seg, nseg, n, x, x_stride, n_tokens, idx, mode, cfg, caps, thr, stream, nullptr, 0, norm,
@@ -3237,8 +3240,8 @@ bool zz_gemv_launch_glu(const ggml_type type, const zz_gemv_seg & seg, const int
         const int64_t g_stride, const float * up, const int64_t up_stride, const int n_tokens, const zz_gemv_mode mode,
         const float thr, const zz_gemv_config cfg, cudaStream_t stream) {
     const zz_caps caps = zz_get_caps();
-    if (!zz_in_type_ok(type, n_tokens) || !caps.direct || (mode != ZZ_GEMV_DENSE && mode != ZZ_GEMV_FUSED) ||
-            zz_direct_version_at(n_tokens) < 2 || up == nullptr) {
+    if (!zz_in_ok(type, n_tokens) || !caps.direct || (mode != ZZ_GEMV_DENSE && mode != ZZ_GEMV_FUSED) ||
+            up == nullptr) {
         return false;
     }
     zz_gemv_launch_thr(type, &seg, 1, n, gate, g_stride, n_tokens, nullptr, mode, cfg, caps, thr, stream, up, up_stride);
@@ -4455,7 +4458,7 @@ bool ggml_cuda_op_mul_mat_zz_group(ggml_backend_cuda_context & ctx, ggml_tensor 
     const int64_t       n        = a->src[0]->ne[0]/B;
     const int64_t       n_tokens = src1->ne[1];
     // (Q4_0 in the G8 layout: the norm folded in up to ZZ_G8_IN_MAX_T)
-    if (!zz_direct_type(type) || (norm != nullptr && !zz_in_type_ok(type, n_tokens)) || n_tokens > ZZ_GEMV_MAX_BATCH) {
+    if (!zz_direct_type(type) || (norm != nullptr && !zz_in_ok(type, n_tokens)) || n_tokens > ZZ_GEMV_MAX_BATCH) {
         return false;
     }
     zz_gemv_seg seg[ZZ_GROUP_MAX];
@@ -4594,7 +4597,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
 
     // the matmul: what the direct Q4_K kernel runs (decode batches; G8 reads a SwiGLU or a norm up to ZZ_G8_IN_MAX_T)
     if (!(mm->flags & GGML_TENSOR_FLAG_COMPUTE) || !zz_direct_type(kt) || !zz_get_caps().direct ||
-            ((glu != nullptr || norm != nullptr) && !zz_in_type_ok(kt, n_tokens)) ||
+            ((glu != nullptr || norm != nullptr) && !zz_in_ok(kt, n_tokens)) ||
             !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] > 65535 || n_tokens < 1 ||
             n_tokens > ZZ_GEMV_MAX_BATCH ||
             !zz_fuse_rows_f32(x, n, n_tokens) || !zz_fuse_rows_f32(mm, m, n_tokens)) {
@@ -4614,7 +4617,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     if (glu != nullptr) {
         const ggml_tensor * a = glu->src[0];
         const ggml_tensor * b = glu->src[1];
-        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU && zz_direct_version() >= 2 &&
+        const bool fits = x == glu && ggml_get_glu_op(glu) == GGML_GLU_OP_SWIGLU &&
                           zz_fuse_rows_f32(glu, n, n_tokens) &&
                           (idx == nullptr ? list == nullptr : list == idx && mode == ZZ_GEMV_FUSED) &&
                           zz_fuse_node_ok(cgraph, i, idx ? 2 : 1) && (idx == nullptr || zz_fuse_node_ok(cgraph, i + 1, 1));
@@ -4638,7 +4641,7 @@ int ggml_cuda_op_mul_mat_zz_fuse(ggml_backend_cuda_context & ctx, const ggml_cgr
     }
 
     // a deferred RMS norm: x is its MUL, read as the norm's input (ggml_cuda_zz_norm_defer; node i is the matmul)
-    if (norm != nullptr && (norm->mul != x || mode == ZZ_GEMV_IDX || zz_direct_version_at((int) n_tokens) < 2)) {
+    if (norm != nullptr && (norm->mul != x || mode == ZZ_GEMV_IDX)) {
         return 0;
     }
     if (norm != nullptr && norm->x_alt != nullptr) {
@@ -4807,7 +4810,7 @@ static int zz_norm_defer_impl(ggml_backend_cuda_context & ctx, ggml_cgraph * cgr
         mm = ggml_sparse_cuda_next_node(cgraph, &k);
     }
     if (mm == nullptr || mm->op != GGML_OP_MUL_MAT_ZZ || mm->src[1] != mul || !(mm->flags & GGML_TENSOR_FLAG_COMPUTE) ||
-            !zz_in_type_ok(zz_kernel_type(mm->src[0]), n_tokens) || zz_direct_version_at((int) n_tokens) < 2) {
+            !zz_in_ok(zz_kernel_type(mm->src[0]), n_tokens)) {
         return 0;
     }
     float thr;
