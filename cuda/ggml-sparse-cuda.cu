@@ -27,8 +27,8 @@ bool ggml_cuda_sparse_supports_op(const ggml_tensor * op) {
             if (!zz_type_supported(src0->type) || !ggml_is_contiguous(src0) || src0->ne[2] != 1 || src0->ne[3] != 1) {
                 return false;
             }
-            // the file's layout, or Q4_0 regrouped here (zz_cuda_relayout); not a CPU-repacked weight
-            if (ggml_sparse_zz_layout(src0) != GGML_SPARSE_ZZ_LAYOUT_ROWS && zz_kernel_type(src0) != ZZ_TYPE_Q4_0_G8) {
+            // the file's layout, or Q4_0 / Q8_0 regrouped here (zz_cuda_relayout); not a CPU-repacked weight
+            if (ggml_sparse_zz_layout(src0) != GGML_SPARSE_ZZ_LAYOUT_ROWS && zz_kernel_type(src0) == src0->type) {
                 return false;
             }
             if (src0->ne[1] > 65535) { // block-rows are grid.y

@@ -380,6 +380,39 @@ template <> struct zz_type<ZZ_TYPE_Q4_0_G8> {
 };
 static_assert(ZZ_G8_BYTES == sizeof(block_q4_K) && ZZ_G8_ROWS*sizeof(block_q4_0) == ZZ_G8_BYTES, "G8 super-block");
 
+// --- Q8_0 in the G8 layout (cuda/zz-g8.cuh): the same, 272-byte super-blocks
+template <> struct zz_type<ZZ_TYPE_Q8_0_G8> {
+    static constexpr int B  = ZZ_G8_ROWS*QK8_0;
+    static constexpr int bs = ZZ_G8Q8_BYTES;
+};
+static_assert(ZZ_G8_ROWS*sizeof(block_q8_0) == ZZ_G8Q8_BYTES, "G8 Q8_0 super-block");
+
+// what the direct kernel reads (its template parameter G8): Q4_K, or the G8 layout of Q4_0 or Q8_0
+#define ZZ_FMT_Q4_K  0
+#define ZZ_FMT_G8_Q4 1
+#define ZZ_FMT_G8_Q8 2
+
+// a lane's quant words of one Q8_0 G8 super-block: those at 16 + 32 s + 4g, s = 0..3 (a) and 4..7 (b)
+struct zz_q8w {
+    uint4 a, b;
+};
+// per format: the lane's quant words of a column (q_t) and the bytes of a block (bs)
+template <int G8> struct zz_dfmt {
+    typedef uint4 q_t;
+    static constexpr int bs = sizeof(block_q4_K);
+};
+template <> struct zz_dfmt<ZZ_FMT_G8_Q8> {
+    typedef zz_q8w q_t;
+    static constexpr int bs = ZZ_G8Q8_BYTES;
+};
+// the block bytes of the format whose lane words are Q
+template <typename Q> struct zz_qbs {
+    static constexpr int v = sizeof(block_q4_K);
+};
+template <> struct zz_qbs<zz_q8w> {
+    static constexpr int v = ZZ_G8Q8_BYTES;
+};
+
 // --- Q4_K on tensor cores (sm_80+): a warp takes the chunk's columns 16 at a time (K = 16) and all 256
 // outputs as 16 tiles of m16n8k16 (M = 16 outputs, N = 8 tokens). Lane (g = lane/4, tq = lane%4) dequantizes
 // to f16 the A fragments of columns 2tq, 2tq+1, 2tq+8, 2tq+9 from the 16 quant bytes 16g..16g+15 of each
@@ -474,8 +507,8 @@ static __device__ __forceinline__ void zz_mma_q4_K_step(const uint4 (&h)[4], con
 
 // versions 2 and 3: d sc and dmin m of the lane's sub-block for its 4 columns (k: 1, or 1/16 for odd sub-blocks), x of
 // those columns as f16 pairs, and the min terms' MMA (rows = sub-blocks, A = dmin m, B = x) into cmin.
-// G8: d_s and 8 d_s (w = d_s q - 8 d_s)
-template <bool G8 = false>
+// G8: d_s and 8 d_s (w = d_s q - 8 d_s); Q8_0: d_s and 128 d_s (u = q + 128 read as unsigned)
+template <int G8 = ZZ_FMT_Q4_K>
 static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], const float (&xb)[4], const zz_lane_q4_K & L,
         const float k, float (&dsc)[4], uint32_t & x01, uint32_t & x23, float (&cmin)[4]) {
     float dmn[4];
@@ -484,7 +517,7 @@ static __device__ __forceinline__ void zz_q4_K_v2_scales(const uint4 (&h)[4], co
         if constexpr (G8) {
             const float d = __low2float(zz_g8_d2(h[i], h[i], (threadIdx.x % WARP_SIZE)/4));
             dsc[i] = d*k;
-            dmn[i] = 8.0f*d;
+            dmn[i] = (G8 == ZZ_FMT_G8_Q8 ? 128.0f : 8.0f)*d;
         } else {
             uint32_t sc, mn;
             zz_lane_sc_mn(h[i], L, sc, mn);
@@ -516,8 +549,8 @@ static __device__ __forceinline__ void zz_q4_K_pair_scales(const uint4 ha, const
     dmn = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x7632)), __hsub2(zz_bits_h2(mn), k1024));
 }
 
-// versions 2 and 3: the A fragments of the 16 tiles from the lane's quant words q, tile (p, hh, ep) handed to
-// mma(p, hh, ep, a0, a1, a2, a3)
+// versions 2 and 3: the A fragments of the 16 tiles from the lane's quant words q, tile (s, ep) of sub-block s
+// handed to mma(s, ep, a0, a1, a2, a3)
 template <typename F>
 static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F mma) {
 #pragma unroll
@@ -538,8 +571,33 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F m
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
-                mma(p, hh, ep, r01 & msk, s01 & msk, r23 & msk, s23 & msk);
+                mma(2*p + hh, ep, r01 & msk, s01 & msk, r23 & msk, s23 & msk);
             }
+        }
+    }
+}
+
+// Q8_0 in the G8 layout: word s of the lane holds outputs 4g + e (e = 0..3) of sub-block s; tile (s, ep) takes
+// bytes 2ep (row g) and 2ep + 1 (row g + 8). A = the byte u = q + 128 in an f16 mantissa (exact subnormal u 2^-24,
+// the sign flip folded into the mask's LOP3), 128 d comes off as the min term
+template <typename F>
+static __device__ __forceinline__ void zz_q4_K_v2_tiles(const zz_q8w (&q)[4], F mma) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        const uint32_t w0 = zz_u4_word(s < 4 ? q[0].a : q[0].b, s & 3);
+        const uint32_t w1 = zz_u4_word(s < 4 ? q[1].a : q[1].b, s & 3);
+        const uint32_t w2 = zz_u4_word(s < 4 ? q[2].a : q[2].b, s & 3);
+        const uint32_t w3 = zz_u4_word(s < 4 ? q[3].a : q[3].b, s & 3);
+#pragma unroll
+        for (int ep = 0; ep < 2; ++ep) {
+            const int      e0 = 2*ep;
+            const int      e1 = 2*ep + 1;
+            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
+            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
+            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
+            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+            mma(s, ep, (r01 & 0x00FF00FFu) ^ 0x00800080u, (s01 & 0x00FF00FFu) ^ 0x00800080u,
+                       (r23 & 0x00FF00FFu) ^ 0x00800080u, (s23 & 0x00FF00FFu) ^ 0x00800080u);
         }
     }
 }
@@ -557,8 +615,9 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F m
 // subtracted once at the end (zz_mma_put_v2). Instructions per 16 columns ~250 against ~380 above.
 // xb[i]: x of column i for token g (T > 1) or token 0 in every lane (T == 1); k: 1, or 1/16 for odd g (the
 // high nibbles of odd sub-blocks arrive as 16 q)
-template <int T, bool G8 = false>
-static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+template <int T, int G8 = ZZ_FMT_Q4_K>
+static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], const typename zz_dfmt<G8>::q_t (&q)[4],
+        const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[16][4], float (&cmin)[4]) {
     const int tq = lane%4;
     float    dsc[4];
@@ -584,9 +643,9 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
             bs1[s] = zz_h2_bits(__hmul2(zz_bits_h2(x23), zz_bits_h2(__shfl_sync(ZZ_FULL_MASK, d23, 4*s + tq))));
         }
     }
-    zz_q4_K_v2_tiles(q, [&](const int p, const int hh, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
+    zz_q4_K_v2_tiles(q, [&](const int s, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
             const uint32_t a3) {
-        zz_mma_16816(cm[4*p + 2*hh + ep], a0, a1, a2, a3, bs0[2*p + hh], bs1[2*p + hh]);
+        zz_mma_16816(cm[2*s + ep], a0, a1, a2, a3, bs0[s], bs1[s]);
     });
 }
 
@@ -594,15 +653,16 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v2(const uint4 (&h)[4], 
 // instead of 8 copies of token 0. Lane (g, tq) puts x d sc of its own sub-block g in column g of the B of tile s
 // and zero in every other tile, so tile s adds only to column s of its accumulator, and the 8 tiles of one ep
 // (and p parity) share one: 16 accumulators a lane instead of 64, every element of them an output, and no
-// shuffles for B. cm[2 ep + p % 2]: rows g | g+8, columns s = 2tq | 2tq+1 (only the chain p = tq % 2 adds to them).
-template <bool G8 = false>
-static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+// shuffles for B. cm[2 ep + (s/2) % 2]: rows g | g+8, columns s = 2tq | 2tq+1 (only the chain tq % 2 adds to them).
+template <int G8 = ZZ_FMT_Q4_K>
+static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], const typename zz_dfmt<G8>::q_t (&q)[4],
+        const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k, float (&cm)[4][4], float (&cmin)[4]) {
     const int g = lane/4;
 #if GGML_SPARSE_CUDA_Q4K_PAIR_SC
     half2 dsc01, dmn01, dsc23, dmn23;
     if constexpr (G8) {
-        const half2 k8 = __floats2half2_rn(8.0f, 8.0f);
+        const half2 k8 = G8 == ZZ_FMT_G8_Q8 ? __floats2half2_rn(128.0f, 128.0f) : __floats2half2_rn(8.0f, 8.0f);
         dsc01 = zz_g8_d2(h[0], h[1], g);
         dsc23 = zz_g8_d2(h[2], h[3], g);
         dmn01 = __hmul2(dsc01, k8);
@@ -625,10 +685,10 @@ static __device__ __forceinline__ void zz_mma_q4_K_step_v3(const uint4 (&h)[4], 
     const uint32_t my0 = zz_h2_bits(__floats2half2_rn(xb[0]*dsc[0], xb[1]*dsc[1]));
     const uint32_t my1 = zz_h2_bits(__floats2half2_rn(xb[2]*dsc[2], xb[3]*dsc[3]));
 #endif
-    zz_q4_K_v2_tiles(q, [&](const int p, const int hh, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
+    zz_q4_K_v2_tiles(q, [&](const int s, const int ep, const uint32_t a0, const uint32_t a1, const uint32_t a2,
             const uint32_t a3) {
-        const bool own = g == 2*p + hh;
-        zz_mma_16816(cm[2*ep + p%2], a0, a1, a2, a3, own ? my0 : 0u, own ? my1 : 0u);
+        const bool own = g == s;
+        zz_mma_16816(cm[2*ep + (s/2)%2], a0, a1, a2, a3, own ? my0 : 0u, own ? my1 : 0u);
     });
 }
 
@@ -1917,40 +1977,56 @@ static __device__ __forceinline__ void zz_direct_load_at(const char * blk, const
         q = make_uint4(__ldg(qw), __ldg(qw + 8), __ldg(qw + 16), __ldg(qw + 24));
     }
 }
+// Q8_0 G8 (versions 2 and 3): the words at 32 s + 4g, s = 0..7
+template <int V>
+static __device__ __forceinline__ void zz_direct_load_at(const char * blk, const char * bq, uint4 & h, zz_q8w & q) {
+    static_assert(V >= 2, "Q8_0 G8: versions 2 and 3");
+    h = __ldg((const uint4 *) blk);
+    const uint32_t * qw = (const uint32_t *) bq;
+    q.a = make_uint4(__ldg(qw),      __ldg(qw +  8), __ldg(qw + 16), __ldg(qw + 24));
+    q.b = make_uint4(__ldg(qw + 32), __ldg(qw + 40), __ldg(qw + 48), __ldg(qw + 56));
+}
+static __device__ __forceinline__ void zz_q_zero(uint4 & q) {
+    q = make_uint4(0, 0, 0, 0);
+}
+static __device__ __forceinline__ void zz_q_zero(zz_q8w & q) {
+    q.a = make_uint4(0, 0, 0, 0);
+    q.b = make_uint4(0, 0, 0, 0);
+}
 // header and the lane's quant bytes of a column's block (zeros for col < 0: contributes nothing);
 // V 1: bytes 16g..16g+15, V 2: the words at bytes 32p + 4g, p = 0..3
-template <int V>
-static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, uint4 & q) {
+template <int V, typename Q>
+static __device__ __forceinline__ void zz_direct_load(const char * w_row, const int col, const int g, uint4 & h, Q & q) {
     if (col >= 0) {
-        const char * blk = w_row + (int64_t) col*sizeof(block_q4_K);
+        const char * blk = w_row + (int64_t) col*zz_qbs<Q>::v;
         // (the same bytes as blk + zz_direct_qoff<V>(g); that form changed the SASS of 63 untimed kernels)
         zz_direct_load_at<V>(blk, V == 1 ? blk + 16 + 16*g : (const char *) ((const uint32_t *) (blk + 16) + g), h, q);
     } else {
         h = make_uint4(0, 0, 0, 0);
-        q = make_uint4(0, 0, 0, 0);
+        zz_q_zero(q);
     }
 }
 
 // a full flush's step st (columns 16 st .. 16 st + 15 of the queue): the lane's blocks and x, no bounds checks; w_blk /
 // w_lane: the row's base and the lane's quant bytes in its first block
-template <int V, int T>
+template <int V, int T, typename Q>
 static __device__ __forceinline__ void zz_queue_load_step(const int * q_col, const float * q_x, const int st,
-        const int tq, const int tg, const char * w_blk, const char * w_lane, uint4 (&h)[4], uint4 (&q)[4],
+        const int tq, const int tg, const char * w_blk, const char * w_lane, uint4 (&h)[4], Q (&q)[4],
         float (&xb)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int e   = 16*st + 2*tq + (i & 1) + 8*(i >> 1);
         const int col = q_col[e];
-        zz_direct_load_at<V>(w_blk + (int64_t) col*sizeof(block_q4_K), w_lane + (int64_t) col*sizeof(block_q4_K),
-                             h[i], q[i]);
+        zz_direct_load_at<V>(w_blk + (int64_t) col*zz_qbs<Q>::v, w_lane + (int64_t) col*zz_qbs<Q>::v, h[i], q[i]);
         xb[i] = tg < T ? q_x[e*T + tg] : 0.0f;
     }
 }
 
 #ifdef AMPERE_MMA_AVAILABLE
-// one 16-column step of the direct kernel's version V (G8: regrouped Q4_0 blocks, versions 2 and 3)
-template <int T, int V, bool G8, int NACC>
-static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const uint4 (&q)[4], const float (&xb)[4],
+// one 16-column step of the direct kernel's version V (G8: regrouped Q4_0 or Q8_0 blocks, versions 2 and 3)
+template <int T, int V, int G8, int NACC>
+static __device__ __forceinline__ void zz_direct_step(const uint4 (&h)[4], const typename zz_dfmt<G8>::q_t (&q)[4],
+        const float (&xb)[4],
         const int lane, const zz_lane_q4_K & L, const float k16, float (&cm)[NACC][4], float (&cmin)[4]) {
     if constexpr (V == 1) {
         static_assert(!G8, "G8: versions 2 and 3");
@@ -2004,14 +2080,17 @@ static __device__ __forceinline__ void zz_norm_upkeep(const zz_segs & segs, cons
 }
 
 // IN: what the launch reads as x (zz_x_in)
-template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false, bool G8 = false>
+template <int T, int mode, int V, bool OPQ = false, int IN = ZZ_IN_X, bool B1 = false, int G8 = ZZ_FMT_Q4_K>
 static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ? ZZ_DIRECT_MIN_BLOCKS_V3 : ZZ_DIRECT_MIN_BLOCKS) mul_mat_zz_gemv_q4_K_direct(
         const zz_segs segs, const float * x, const int32_t * idx, const int n, const int64_t x_stride,
         const int tokens_per_pass, const int red_mode, const float thr, const int red_bytes,
         float * ws, int * tickets, const int prefetch_cols, const int stash_off) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
-    constexpr int S  = ZZ_DIRECT_STEPS;
+    constexpr int BS = zz_dfmt<G8>::bs; // bytes a block
+    // steps in flight: Q8_0's blocks are twice Q4_K's, one step of them moves as many bytes as Q4_K's two
+    constexpr int S  = G8 == ZZ_FMT_G8_Q8 ? (ZZ_DIRECT_STEPS + 1)/2 : ZZ_DIRECT_STEPS;
+    typedef typename zz_dfmt<G8>::q_t Q;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
     static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
     static_assert(!G8 || (V >= 2 && !OPQ && !B1 && (IN == ZZ_IN_X || T <= ZZ_G8_IN_MAX_T)),
@@ -2044,15 +2123,15 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     zz_seg_pick(segs, seg, w, y, y_stride, row0);
     const int row_y = row - row0;
 
-    const char * w_row = w + (int64_t) row_y*n*sizeof(block_q4_K);
+    const char * w_row = w + (int64_t) row_y*n*BS;
 
     if (mode != ZZ_GEMV_IDX && prefetch_cols > 0) {
         // the weights do not depend on earlier kernels: while those finish (PDL), pull the first blocks of this
         // warp's columns into L2 (DENSE and FUSED split the n columns evenly; FUSED may skip some of them)
         const int    c0 = (int) (((int64_t) n*wid)/nw);
         const int    c1 = min((int) (((int64_t) n*(wid + 1))/nw), c0 + prefetch_cols);
-        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*sizeof(block_q4_K)) & ~(uintptr_t) 127);
-        const char * p1 = w_row + (int64_t) c1*sizeof(block_q4_K);
+        const char * p0 = (const char *) ((uintptr_t) (w_row + (int64_t) c0*BS) & ~(uintptr_t) 127);
+        const char * p1 = w_row + (int64_t) c1*BS;
         for (const char * p = p0 + 128*lane; p < p1; p += 128*WARP_SIZE) {
             asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
         }
@@ -2100,7 +2179,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
     float cmin[4] = { 0.0f, 0.0f, 0.0f, 0.0f }; // V 2, 3: min terms
     zz_lane_q4_K L; // V 2: the lane's sub-block g
     zz_lane_init(L, lane);
-    const float k16 = g & 1 ? 1.0f/16.0f : 1.0f;
+    const float k16 = G8 != ZZ_FMT_G8_Q8 && (g & 1) ? 1.0f/16.0f : 1.0f;
     // token of the lane's x: g (B fragment column), or token 0 everywhere for V 2 at T = 1 (see the step)
     const int tg = V >= 2 && T == 1 ? 0 : g;
 
@@ -2181,7 +2260,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
                     queued = 16*S;
                 }
                 const int nb = min(queued, 16*S);
-                uint4 h[S][4], q[S][4];
+                uint4 h[S][4];
+                Q     q[S][4];
                 float xb[S][4];
                 if (full) {
                     // a full flush: every entry is a column, so no bounds checks and no zero defaults
@@ -2241,7 +2321,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         if (half && queued > 0) {
             // 1-16 columns left: one step, padded as above
             zz_queue_pad<T>(q_col, q_x, queued, lane);
-            uint4 h[4], q[4];
+            uint4 h[4];
+            Q     q[4];
             float xb[4];
             zz_queue_load_step<V, T>(q_col, q_x, 0, tq, tg, w_blk, w_lane, h, q, xb);
             if (IN != ZZ_IN_NORM && red_mode == ZZ_RED_EARLY && !segs.early_wait && threadIdx.x == 0) {
@@ -2265,17 +2346,17 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             // the opaque column (measured 4.6 % slower on 28672 x 8192, 3.3 % faster on 8192 x 28672)
             for (; p_rest + 16*S <= p_end; p_rest += 16*S) {
                 const int pb = p_rest + 2*tq;
-                const char * wh = w_row + (int64_t) pb*sizeof(block_q4_K);
+                const char * wh = w_row + (int64_t) pb*BS;
                 const char * wq = wh + zz_direct_qoff<V>(g);
-                uint4 h[S][4], q[S][4];
+                uint4 h[S][4];
+                Q     q[S][4];
                 float xb[S][4];
 #pragma unroll
                 for (int st = 0; st < S; ++st) {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const int off = 16*st + (i & 1) + 8*(i >> 1);
-                        zz_direct_load_at<V>(wh + off*(int) sizeof(block_q4_K), wq + off*(int) sizeof(block_q4_K),
-                                             h[st][i], q[st][i]);
+                        zz_direct_load_at<V>(wh + off*BS, wq + off*BS, h[st][i], q[st][i]);
                         xb[st][i] = tg < T ? zz_x_in<IN>(segs, x, x_stride, tg, pb + off, xs) : 0.0f;
                     }
                 }
@@ -2292,7 +2373,8 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
             zz_direct_cols<mode, OPQ>(idx, p_rest + 16*st, p_end, tq, col[st]);
         }
         for (int p0 = p_rest; p0 < p_end; p0 += 16*S) {
-            uint4 h[S][4], q[S][4];
+            uint4 h[S][4];
+            Q     q[S][4];
             float xb[S][4];
 #pragma unroll
             for (int st = 0; st < S; ++st) {
@@ -2337,7 +2419,7 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
 // GEMV host side
 
 bool zz_type_supported(const ggml_type type) {
-    if (type == ZZ_TYPE_Q4_0_G8) {
+    if (type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8) {
         return true;
     }
     switch (type) {
@@ -2351,25 +2433,39 @@ bool zz_type_supported(const ggml_type type) {
     }
 }
 
-// the types the direct Q4_K kernel runs: Q4_K, and Q4_0 in the G8 layout
+// the types the direct Q4_K kernel runs: Q4_K, and Q4_0 and Q8_0 in the G8 layout
 static bool zz_direct_type(const ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8;
+    return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8;
+}
+
+static bool zz_g8_type(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8;
 }
 
 ggml_type zz_kernel_type(const ggml_tensor * w) {
-    return w->type == GGML_TYPE_Q4_0 && ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_G256 ? ZZ_TYPE_Q4_0_G8 : w->type;
+    if (ggml_sparse_zz_layout(w) == GGML_SPARSE_ZZ_LAYOUT_G256) {
+        if (w->type == GGML_TYPE_Q4_0) {
+            return ZZ_TYPE_Q4_0_G8;
+        }
+        if (w->type == GGML_TYPE_Q8_0) {
+            return ZZ_TYPE_Q8_0_G8;
+        }
+    }
+    return w->type;
 }
 
 int64_t zz_blck_size(const ggml_type type) {
-    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::B : ggml_blck_size(type);
+    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::B :
+           type == ZZ_TYPE_Q8_0_G8 ? zz_type<ZZ_TYPE_Q8_0_G8>::B : ggml_blck_size(type);
 }
 
 size_t zz_block_bytes(const ggml_type type) {
-    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::bs : ggml_type_size(type);
+    return type == ZZ_TYPE_Q4_0_G8 ? zz_type<ZZ_TYPE_Q4_0_G8>::bs :
+           type == ZZ_TYPE_Q8_0_G8 ? zz_type<ZZ_TYPE_Q8_0_G8>::bs : ggml_type_size(type);
 }
 
 const char * zz_type_name(const ggml_type type) {
-    return type == ZZ_TYPE_Q4_0_G8 ? "q4_0_g8" : ggml_type_name(type);
+    return type == ZZ_TYPE_Q4_0_G8 ? "q4_0_g8" : type == ZZ_TYPE_Q8_0_G8 ? "q8_0_g8" : ggml_type_name(type);
 }
 
 struct zz_device_props {
@@ -2542,9 +2638,9 @@ static int zz_direct_version_at(const int n_tokens) {
 }
 
 // whether a direct launch of this type and batch can read a fused SwiGLU or a folded norm: the GLU / NORM instances
-// of zz_direct_kernel (versions 2 and 3; Q4_0 in the G8 layout up to ZZ_G8_IN_MAX_T)
+// of zz_direct_kernel (versions 2 and 3; the G8 layouts up to ZZ_G8_IN_MAX_T)
 static bool zz_in_ok(const ggml_type type, const int64_t n_tokens) {
-    return (type == GGML_TYPE_Q4_K || (type == ZZ_TYPE_Q4_0_G8 && n_tokens <= ZZ_G8_IN_MAX_T)) &&
+    return (type == GGML_TYPE_Q4_K || (zz_g8_type(type) && n_tokens <= ZZ_G8_IN_MAX_T)) &&
            zz_direct_version_at((int) n_tokens) >= 2;
 }
 
@@ -2567,16 +2663,16 @@ static int zz_stash_mask() {
 
 // the direct kernel instance of step version v (from zz_direct_version_at; version 1 has no OPQ / GLU / NORM
 // instances; G8 only version 2, and 3 at batch 1, without OPQ or B1, GLU / NORM up to ZZ_G8_IN_MAX_T)
-template <int T, int mode, bool OPQ, int IN, bool G8 = false>
+template <int T, int mode, bool OPQ, int IN, int G8 = ZZ_FMT_Q4_K>
 static auto zz_direct_kernel(const int v, const bool b1 = false) {
     if constexpr (G8) {
         static_assert(!OPQ && (IN == ZZ_IN_X || T <= ZZ_G8_IN_MAX_T), "G8: no OPQ; GLU / NORM up to ZZ_G8_IN_MAX_T");
         if constexpr (T == 1) {
             if (v == 3) {
-                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, IN, false, true>;
+                return mul_mat_zz_gemv_q4_K_direct<T, mode, 3, false, IN, false, G8>;
             }
         }
-        return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, IN, false, true>;
+        return mul_mat_zz_gemv_q4_K_direct<T, mode, 2, false, IN, false, G8>;
     }
     if constexpr (T == 1) {
         if constexpr (!OPQ && mode == ZZ_GEMV_DENSE) {
@@ -2826,9 +2922,9 @@ static int zz_red_tokens(const int n2, const int T, const int B) {
     return std::max(1, std::min(T, ZZ_RED_FLOATS/(n2*B)));
 }
 
-// fill: FUSED launches may take zz_fused_fill_n1 (not DENSE launches passed on to the FUSED kernel); G8: Q4_0 in the
-// G8 layout (plain x only)
-template <int T, int mode, bool G8 = false>
+// fill: FUSED launches may take zz_fused_fill_n1 (not DENSE launches passed on to the FUSED kernel); G8: what the
+// kernel reads (ZZ_FMT_*)
+template <int T, int mode, int G8 = ZZ_FMT_Q4_K>
 static void zz_gemv_launch_direct(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
         const int32_t * idx, zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream,
         const bool fill = true) {
@@ -3069,11 +3165,12 @@ static void zz_gemv_launch_rows(const zz_segs & segs, const int64_t n, const flo
 template <ggml_type type, int T, int mode>
 static void zz_gemv_launch_t(const zz_segs & segs, const int64_t n, const float * x, const int64_t x_stride,
         const int32_t * idx, const zz_gemv_config cfg, const zz_caps caps, const float thr, cudaStream_t stream) {
-    if constexpr (type == ZZ_TYPE_Q4_0_G8) {
-        // only the direct kernel reads this layout (zz_regroup_q4_0 leaves it to sm_80+)
-        GGML_ASSERT(caps.direct && mode != ZZ_GEMV_SKIP && "zigzag GEMV: Q4_0 G8 needs the direct kernel, no SKIP");
+    if constexpr (type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8) {
+        // only the direct kernel reads these layouts (zz_cuda_relayout leaves them to sm_80+)
+        GGML_ASSERT(caps.direct && mode != ZZ_GEMV_SKIP && "zigzag GEMV: the G8 layout needs the direct kernel, no SKIP");
         if constexpr (mode != ZZ_GEMV_SKIP) {
-            zz_gemv_launch_direct<T, mode, true>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+            zz_gemv_launch_direct<T, mode, type == ZZ_TYPE_Q8_0_G8 ? ZZ_FMT_G8_Q8 : ZZ_FMT_G8_Q4>(segs, n, x, x_stride, idx,
+                    cfg, caps, thr, stream);
         }
     } else {
         zz_gemv_launch_rows<type, T, mode>(segs, n, x, x_stride, idx, cfg, caps, thr, stream);
@@ -3180,6 +3277,10 @@ static void zz_gemv_launch_thr(const ggml_type type, const zz_gemv_seg * seg, co
     }
     if (type == ZZ_TYPE_Q4_0_G8) {
         zz_gemv_launch_type<ZZ_TYPE_Q4_0_G8>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream);
+        return;
+    }
+    if (type == ZZ_TYPE_Q8_0_G8) {
+        zz_gemv_launch_type<ZZ_TYPE_Q8_0_G8>(n_tokens, mode, segs, n, x, x_stride, idx, cfg, caps, thr, stream);
         return;
     }
     switch (type) {
@@ -3435,8 +3536,9 @@ static int zz_env_int(const char * name) {
 
 zz_gemv_config zz_gemv_get_config(const int device, ggml_type type, const int64_t n, const int64_t m, const int n_tokens) {
     const zz_device_props & props = zz_get_device_props(device);
-    if (type == ZZ_TYPE_Q4_0_G8) {
-        type = GGML_TYPE_Q4_K; // the same kernel over the same bytes: Q4_K's heuristic and tune entries
+    if (type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8) {
+        // the same kernel (over the same bytes for Q4_0, twice them for Q8_0): Q4_K's heuristic and tune entries
+        type = GGML_TYPE_Q4_K;
     }
 
     zz_gemv_config cfg = zz_gemv_default_config(props, type, n, m, n_tokens);
@@ -3598,6 +3700,23 @@ __device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q4_0_G8>(const char * blk
     }
 }
 
+template <>
+__device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q8_0_G8>(const char * blk, half * out, const int64_t n) {
+    const uint16_t * d16 = (const uint16_t *) blk;
+    const uint32_t * q32 = (const uint32_t *) (blk + 16);
+    for (int s = 0; s < ZZ_G8_ROWS; ++s) {
+        const float d = __half2float(__ushort_as_half(__ldg(d16 + s)));
+#pragma unroll
+        for (int k = 0; k < QK8_0/4; ++k) {
+            const uint32_t v = __ldg(q32 + 8*s + k);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                out[(int64_t) (32*s + 4*k + e)*n] = __float2half(d*(int8_t) ((v >> 8*e) & 0xFF));
+            }
+        }
+    }
+}
+
 // grid (ceil(n/blockDim), block-rows of the tile); w points at the tile's first block-row
 template <ggml_type type>
 static __global__ void zz_dequant_f16(const char * w, half * dst, const int n) {
@@ -3636,6 +3755,10 @@ void zz_dequant_f16_launch(const ggml_type type, const void * w, const int64_t n
     const ggml_cuda_kernel_launch_params params(grid, dim3(block_size, 1, 1), 0, stream);
     if (type == ZZ_TYPE_Q4_0_G8) {
         ggml_cuda_kernel_launch(zz_dequant_f16<ZZ_TYPE_Q4_0_G8>, params, wt, dst, (int) n);
+        return;
+    }
+    if (type == ZZ_TYPE_Q8_0_G8) {
+        ggml_cuda_kernel_launch(zz_dequant_f16<ZZ_TYPE_Q8_0_G8>, params, wt, dst, (int) n);
         return;
     }
     switch (type) {
@@ -4064,10 +4187,23 @@ static __global__ void zz_regroup_q4_0_kernel(const uint8_t * src, uint8_t * dst
     zz_g8_pack(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES, dst + e*ZZ_G8_BYTES);
 }
 
-bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
-    GGML_ASSERT(n > 0 && m > 0 && m % (ZZ_G8_ROWS*QK4_0) == 0);
-    const int64_t groups      = m/(ZZ_G8_ROWS*QK4_0);
-    const size_t  group_bytes = (size_t) n*ZZ_G8_BYTES;
+// Q8_0: the same with zz_g8_pack_q8
+static __global__ void zz_regroup_q8_0_kernel(const uint8_t * src, uint8_t * dst, const int64_t n, const int64_t groups) {
+    const int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (e >= groups*n) {
+        return;
+    }
+    const int64_t r = e/n;
+    const int64_t j = e - r*n;
+    zz_g8_pack_q8(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q8_0_BYTES, n*ZZ_Q8_0_BYTES, dst + e*ZZ_G8Q8_BYTES);
+}
+
+// type: Q4_0 or Q8_0
+static bool zz_regroup(const ggml_type type, void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
+    GGML_ASSERT(type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0);
+    GGML_ASSERT(n > 0 && m > 0 && m % (ZZ_G8_ROWS*32) == 0);
+    const int64_t groups      = m/(ZZ_G8_ROWS*32);
+    const size_t  group_bytes = (size_t) n*(type == GGML_TYPE_Q4_0 ? ZZ_G8_BYTES : ZZ_G8Q8_BYTES);
     // groups at a time: the bytes of each are read from a copy before they are overwritten
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(groups, (int64_t) ((64u << 20)/group_bytes)));
     void * tmp = nullptr;
@@ -4080,13 +4216,25 @@ bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t st
         const int64_t cg = std::min(chunk, groups - g0);
         CUDA_CHECK(cudaMemcpyAsync(tmp, base + g0*group_bytes, cg*group_bytes, cudaMemcpyDeviceToDevice, stream));
         const int64_t threads = cg*n;
-        zz_regroup_q4_0_kernel<<<(unsigned) ((threads + 255)/256), 256, 0, stream>>>((const uint8_t *) tmp,
-                base + g0*group_bytes, n, cg);
+        const dim3 grid((unsigned) ((threads + 255)/256));
+        if (type == GGML_TYPE_Q4_0) {
+            zz_regroup_q4_0_kernel<<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
+        } else {
+            zz_regroup_q8_0_kernel<<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
+        }
         CUDA_CHECK(cudaGetLastError());
     }
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaFree(tmp));
     return true;
+}
+
+bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
+    return zz_regroup(GGML_TYPE_Q4_0, w, n, m, stream);
+}
+
+bool zz_regroup_q8_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
+    return zz_regroup(GGML_TYPE_Q8_0, w, n, m, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -4109,18 +4257,20 @@ static int zz_buffer_device(const ggml_backend_buffer_t buf) {
     return -1;
 }
 
-// ggml_sparse_zz_relayout for CUDA: Q4_0 zigzag weights in device memory whose block-rows come in whole groups of 8
-// to the G8 layout, where the direct kernel runs (sm_80+; LLAMA_SPARSE_CUDA_G8=0 keeps the file's layout)
+// ggml_sparse_zz_relayout for CUDA: Q4_0 and Q8_0 zigzag weights in device memory whose block-rows come in whole
+// groups of 8 to the G8 layout, where the direct kernel runs (sm_80+; LLAMA_SPARSE_CUDA_G8=0 keeps the file's
+// layout, =1 regroups Q4_0 only)
 static bool zz_cuda_relayout(ggml_tensor * w) {
-    static const bool on = zz_env_int("LLAMA_SPARSE_CUDA_G8") != 0;
-    if (!on || w->type != GGML_TYPE_Q4_0 || ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
+    static const int on = zz_env_int("LLAMA_SPARSE_CUDA_G8");
+    const bool type_ok = w->type == GGML_TYPE_Q4_0 || (w->type == GGML_TYPE_Q8_0 && on != 1);
+    if (on == 0 || !type_ok || ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
             w->data == nullptr || !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->view_src != nullptr) {
         return false;
     }
     const int dev = zz_buffer_device(w->buffer);
-    const int64_t n = w->ne[0]/QK4_0;
-    const int64_t m = w->ne[1]*QK4_0;
-    if (dev < 0 || m % (ZZ_G8_ROWS*QK4_0) != 0 || m/(ZZ_G8_ROWS*QK4_0) > 65535 || n >= INT32_MAX ||
+    const int64_t n = w->ne[0]/32; // (Q4_0 and Q8_0: 32 outputs a block)
+    const int64_t m = w->ne[1]*32;
+    if (dev < 0 || m % (ZZ_G8_ROWS*32) != 0 || m/(ZZ_G8_ROWS*32) > 65535 || n >= INT32_MAX ||
             !zz_direct_enabled(zz_get_device_props(dev).cc_major)) {
         return false;
     }
@@ -4129,7 +4279,7 @@ static bool zz_cuda_relayout(ggml_tensor * w) {
     CUDA_CHECK(cudaSetDevice(dev));
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const bool ok = zz_regroup_q4_0(w->data, n, m, stream);
+    const bool ok = zz_regroup(w->type, w->data, n, m, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
     CUDA_CHECK(cudaSetDevice(prev));
     if (ok) {

@@ -46,12 +46,14 @@ void zz_gemv_ticket_forget(cudaStream_t stream);
 
 bool zz_type_supported(ggml_type type);
 
-// Zigzag Q4_0 regrouped in device memory (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/zz-g8.cuh): 256-row super-blocks that the
-// direct Q4_K kernel runs. Not a ggml type: only the GEMV, prefill and tune entry points here take it, in place of
-// the weight's type (zz_kernel_type), with the weight's logical n and m; ggml_* type functions must not see it.
+// Zigzag Q4_0 and Q8_0 regrouped in device memory (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/zz-g8.cuh): 256-row super-blocks
+// that the direct Q4_K kernel runs. Not ggml types: only the GEMV, prefill and tune entry points here take them, in
+// place of the weight's type (zz_kernel_type), with the weight's logical n and m; ggml_* type functions must not
+// see them.
 #define ZZ_TYPE_Q4_0_G8 ((ggml_type) (GGML_TYPE_COUNT + 1))
+#define ZZ_TYPE_Q8_0_G8 ((ggml_type) (GGML_TYPE_COUNT + 2))
 
-// the type the GEMV entry points take for weight w: its own, or ZZ_TYPE_Q4_0_G8
+// the type the GEMV entry points take for weight w: its own, or ZZ_TYPE_Q4_0_G8 / ZZ_TYPE_Q8_0_G8
 ggml_type zz_kernel_type(const ggml_tensor * w);
 // outputs a block (B), bytes a block, and a name, of a type the entry points take
 int64_t      zz_blck_size(ggml_type type);
@@ -61,6 +63,8 @@ const char * zz_type_name(ggml_type type);
 // Q4_0 zigzag weight [n columns, m rows] (m % 256 == 0) at w, in the file's layout, rewritten to G8 in place on
 // stream, which is synchronized. Uses a temporary device buffer of at most 64 MiB. False (w unchanged) on an error.
 bool zz_regroup_q4_0(void * w, int64_t n, int64_t m, cudaStream_t stream);
+// the same for Q8_0 (272-byte super-blocks)
+bool zz_regroup_q8_0(void * w, int64_t n, int64_t m, cudaStream_t stream);
 
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
 zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);
@@ -113,22 +117,22 @@ struct zz_gemv_norm {
     int64_t       clear_n       = 0;
 };
 
-// Q4_0 in the G8 layout reads a folded norm or a fused SwiGLU up to this batch (decode's; the kernel instances
+// the G8 layouts (Q4_0, Q8_0) read a folded norm or a fused SwiGLU up to this batch (decode's; the kernel instances
 // for larger batches would add to the build and are not made)
 #define ZZ_G8_IN_MAX_T 1
 
 // y_s = W_s x for up to ZZ_GROUP_MAX weights of the same type and width n that read the same x (and idx, or thr for
 // FUSED) in one launch: their block-rows one after another in the grid, cfg for the summed rows, one zero kernel
-// for all outputs under memset + atomics. On the direct kernel only: Q4_K, or Q4_0 in the G8 layout (with a norm
-// up to batch ZZ_G8_IN_MAX_T); false (nothing launched) otherwise.
+// for all outputs under memset + atomics. On the direct kernel only: Q4_K, or Q4_0 / Q8_0 in the G8 layout (with a
+// norm up to batch ZZ_G8_IN_MAX_T); false (nothing launched) otherwise.
 bool zz_gemv_launch_group(ggml_type type, const zz_gemv_seg * seg, int nseg, int64_t n,
         const float * x, int64_t x_stride, int n_tokens, const int32_t * idx, zz_gemv_mode mode, float thr,
         zz_gemv_config cfg, cudaStream_t stream, const zz_gemv_norm * norm = nullptr,
         unsigned long long * stats = nullptr); // stats: FUSED, as in zz_gemv_launch_fused
 
 // y = W silu(gate)*up (a SwiGLU fused into the read of x, as decode's down launch; unary.cuh's expression), one weight,
-// DENSE or FUSED (|silu(gate)*up| >= thr); seg.bias / y_ready as in zz_gemv_seg. Direct kernel only: Q4_K, or Q4_0
-// in the G8 layout up to batch ZZ_G8_IN_MAX_T; false (nothing launched) otherwise.
+// DENSE or FUSED (|silu(gate)*up| >= thr); seg.bias / y_ready as in zz_gemv_seg. Direct kernel only: Q4_K, or Q4_0 /
+// Q8_0 in the G8 layout up to batch ZZ_G8_IN_MAX_T; false (nothing launched) otherwise.
 bool zz_gemv_launch_glu(ggml_type type, const zz_gemv_seg & seg, int64_t n, const float * gate, int64_t g_stride,
         const float * up, int64_t up_stride, int n_tokens, zz_gemv_mode mode, float thr, zz_gemv_config cfg,
         cudaStream_t stream);

@@ -1,5 +1,5 @@
-// llama-sparse: the G8 layout of zigzag Q4_0 weights in CUDA memory (GGML_SPARSE_ZZ_LAYOUT_G256). Host and device, so
-// cuda/tests/test_zz_g8.cu checks it on a machine with no GPU.
+// llama-sparse: the G8 layouts of zigzag Q4_0 and Q8_0 weights in CUDA memory (GGML_SPARSE_ZZ_LAYOUT_G256). Host and
+// device, so cuda/tests/test_zz_g8.cu checks them on a machine with no GPU.
 //
 // The file's layout (ROWS) puts a column's 18-byte Q4_0 blocks of one block-row (32 outputs) side by side with the
 // other columns'. A skipped column then saves 18 bytes, less than a 32-byte DRAM sector, so at 50 % sparsity ~86 % of
@@ -43,4 +43,25 @@ static __host__ __device__ inline int zz_g8_q(const uint8_t * blk, const int i) 
 static __host__ __device__ inline uint16_t zz_g8_d_bits(const uint8_t * blk, const int i) {
     const int s = i/32;
     return (uint16_t) (blk[2*s] | blk[2*s + 1] << 8);
+}
+
+// Q8_0 the same way: the 8 blocks (34 bytes) of a column in block-rows 8r..8r+7 as one 272-byte super-block,
+//   bytes   0..15:  f16 d of sub-block s = 0..7
+//   bytes 16..271:  the int8 quant of output i = 32 s + l at byte 16 + i
+// The direct kernel's lane g then reads the words at 16 + 32 s + 4g (s = 0..7), as Q4_K's at 16 + 32 p + 4g.
+#define ZZ_G8Q8_BYTES 272 // = 8 sizeof(block_q8_0)
+#define ZZ_Q8_0_BYTES 34
+
+static __host__ __device__ inline void zz_g8_pack_q8(const uint8_t * src, const int64_t src_stride, uint8_t * dst) {
+    for (int s = 0; s < ZZ_G8_ROWS; ++s) {
+        dst[2*s + 0] = src[s*src_stride + 0];
+        dst[2*s + 1] = src[s*src_stride + 1];
+        for (int l = 0; l < 32; ++l) {
+            dst[16 + 32*s + l] = src[s*src_stride + 2 + l];
+        }
+    }
+}
+
+static __host__ __device__ inline int zz_g8_q8(const uint8_t * blk, const int i) {
+    return (int8_t) blk[16 + i];
 }

@@ -41,8 +41,8 @@ GGML_API int64_t ggml_sparse_zz_m(const struct ggml_tensor * w);
 #define GGML_SPARSE_ZZ_PARAM_LAYOUT 3
 #define GGML_SPARSE_ZZ_LAYOUT_ROWS  0 // block (r, j) at r*n + j (the file's)
 #define GGML_SPARSE_ZZ_LAYOUT_COLS  1 // block (r, j) at j*nr + r, nr = m/B block-rows
-#define GGML_SPARSE_ZZ_LAYOUT_G256  2 // CUDA, Q4_0: the 8 blocks of a column in block-rows 8r..8r+7 as one 144-byte
-                                      // super-block (r, j) at r*n + j (cuda/zz-g8.cuh)
+#define GGML_SPARSE_ZZ_LAYOUT_G256  2 // CUDA, Q4_0 / Q8_0: the 8 blocks of a column in block-rows 8r..8r+7 as one
+                                      // 144- / 272-byte super-block (r, j) at r*n + j (cuda/zz-g8.cuh)
 
 static inline int32_t ggml_sparse_zz_layout(const struct ggml_tensor * w) {
     return w->op_params[GGML_SPARSE_ZZ_PARAM_LAYOUT];

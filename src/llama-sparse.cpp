@@ -407,7 +407,7 @@ static void * alloc_huge(size_t size) {
 #endif
 }
 
-// Zigzag weights in device memory get the layout their backend reads fastest: CUDA regroups Q4_0
+// Zigzag weights in device memory get the layout their backend reads fastest: CUDA regroups Q4_0 and Q8_0
 // (GGML_SPARSE_ZZ_LAYOUT_G256, cuda/mul-mat-zz.cu).
 static void relayout_device_weights(const llama_model & model) {
     int    n_done = 0;

@@ -39,8 +39,21 @@
 #endif // ZZ_TEST_WITH_GGML_CUDA
 #include "graph-time.h"
 
-// (ZZ_TYPE_Q4_0_G8: Q4_0 regrouped on the device, cuda/zz-g8.cuh)
-static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K, ZZ_TYPE_Q4_0_G8 };
+// (ZZ_TYPE_Q4_0_G8, ZZ_TYPE_Q8_0_G8: Q4_0, Q8_0 regrouped on the device, cuda/zz-g8.cuh)
+static const ggml_type test_types[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q6_K, ZZ_TYPE_Q4_0_G8,
+                                        ZZ_TYPE_Q8_0_G8 };
+
+static bool is_g8(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 || type == ZZ_TYPE_Q8_0_G8;
+}
+// the ggml type whose blocks a type's weights are made of (and stock runs)
+static ggml_type base_type(const ggml_type type) {
+    return type == ZZ_TYPE_Q4_0_G8 ? GGML_TYPE_Q4_0 : type == ZZ_TYPE_Q8_0_G8 ? GGML_TYPE_Q8_0 : type;
+}
+// the G8 type of test case c of the group, norm and glu tests: Q4_0 and Q8_0 by turns
+static ggml_type g8_pick(const int c) {
+    return c % 2 ? ZZ_TYPE_Q8_0_G8 : ZZ_TYPE_Q4_0_G8;
+}
 
 // shapes m x n (outputs x inputs): Llama-2-7B/13B/70B and Llama-3-8B q/k/v/o, gate/up, down
 static const int64_t bench_shapes[][2] = {
@@ -95,25 +108,31 @@ struct zz_weights {
     int64_t              B;
     std::vector<uint8_t> q;      // quantized blocks
     std::vector<float>   deq;    // to_float of the blocks: W[r*B + i, j] = deq[(r*n + j)*B + i]
-    std::vector<uint8_t> q_rows; // ZZ_TYPE_Q4_0_G8: the Q4_0 blocks in the file's layout (q: regrouped on the host)
+    std::vector<uint8_t> q_rows; // the G8 types: the blocks in the file's layout (q: regrouped on the host)
 };
 
-// the host's G8 regrouping of Q4_0 blocks in the file's layout (cuda/zz-g8.cuh)
-static std::vector<uint8_t> g8_pack_host(const std::vector<uint8_t> & rows, const int64_t n, const int64_t m) {
+// the host's G8 regrouping of Q4_0 or Q8_0 blocks in the file's layout (cuda/zz-g8.cuh)
+static std::vector<uint8_t> g8_pack_host(const ggml_type type, const std::vector<uint8_t> & rows, const int64_t n,
+        const int64_t m) {
     std::vector<uint8_t> out(rows.size());
-    for (int64_t r = 0; r < m/(ZZ_G8_ROWS*QK4_0); ++r) {
+    for (int64_t r = 0; r < m/(ZZ_G8_ROWS*32); ++r) {
         for (int64_t j = 0; j < n; ++j) {
-            zz_g8_pack(rows.data() + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES,
-                       out.data() + (r*n + j)*ZZ_G8_BYTES);
+            if (type == ZZ_TYPE_Q4_0_G8) {
+                zz_g8_pack(rows.data() + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES,
+                           out.data() + (r*n + j)*ZZ_G8_BYTES);
+            } else {
+                zz_g8_pack_q8(rows.data() + (r*ZZ_G8_ROWS*n + j)*ZZ_Q8_0_BYTES, n*ZZ_Q8_0_BYTES,
+                              out.data() + (r*n + j)*ZZ_G8Q8_BYTES);
+            }
         }
     }
     return out;
 }
 
 static void make_weights(zz_weights & w, const ggml_type type_in, const int64_t n, const int64_t m, test_rng & rng) {
-    const bool      g8   = type_in == ZZ_TYPE_Q4_0_G8;
-    const ggml_type type = g8 ? GGML_TYPE_Q4_0 : type_in; // what is quantized
-    GGML_ASSERT(!g8 || m % (ZZ_G8_ROWS*QK4_0) == 0);
+    const bool      g8   = is_g8(type_in);
+    const ggml_type type = base_type(type_in); // what is quantized
+    GGML_ASSERT(!g8 || m % (ZZ_G8_ROWS*32) == 0);
     w.type = type_in;
     w.n    = n;
     w.m    = m;
@@ -143,7 +162,7 @@ static void make_weights(zz_weights & w, const ggml_type type_in, const int64_t 
     ggml_get_type_traits(type)->to_float(w.q.data(), w.deq.data(), nblocks*w.B);
     if (g8) {
         w.q_rows = w.q;
-        w.q      = g8_pack_host(w.q_rows, n, m);
+        w.q      = g8_pack_host(type_in, w.q_rows, n, m);
     }
 }
 
@@ -244,10 +263,10 @@ static void make_x(std::vector<float> & x, std::vector<int32_t> & active, const 
     }
 }
 
-// the GEMV is fp32 except Q4_K and Q4_0 G8 on sm_80+, which run on tensor cores with f16 weights and x (fp32
+// the GEMV is fp32 except Q4_K and the G8 types on sm_80+, which run on tensor cores with f16 weights and x (fp32
 // accumulation)
 static double gemv_tol(const ggml_type type) {
-    return type == GGML_TYPE_Q4_K || type == ZZ_TYPE_Q4_0_G8 ? 3e-3 : 1e-4;
+    return type == GGML_TYPE_Q4_K || is_g8(type) ? 3e-3 : 1e-4;
 }
 
 static int64_t pick_n(test_rng & rng) {
@@ -590,12 +609,14 @@ static int test_gemv(test_rng & rng, const int cases) {
             ref_gemv(w, x, x_stride, T, active, ref_sparse);
 
             dev_buf<uint8_t> w_d(w.q.size());
-            if (type == ZZ_TYPE_Q4_0_G8) {
+            if (is_g8(type)) {
                 // the device's regrouping in place against the host's
                 w_d.upload(w.q_rows.data(), w.q_rows.size());
                 runs++;
                 std::vector<uint8_t> got(w.q.size());
-                if (!zz_regroup_q4_0(w_d.ptr, n, m, stream)) {
+                const bool ok = type == ZZ_TYPE_Q4_0_G8 ? zz_regroup_q4_0(w_d.ptr, n, m, stream)
+                                                        : zz_regroup_q8_0(w_d.ptr, n, m, stream);
+                if (!ok) {
                     printf("  FAIL regroup m=%lld n=%lld: no device memory\n", (long long) m, (long long) n);
                     failures++;
                 } else {
@@ -681,7 +702,7 @@ static int test_gemv(test_rng & rng, const int cases) {
                 }
 
                 // ablation: every column visited, zeros skipped in place (not in the G8 layout)
-                if (type == ZZ_TYPE_Q4_0_G8) {
+                if (is_g8(type)) {
                     continue;
                 }
                 y_d.poison();
@@ -773,8 +794,8 @@ struct test_group_bufs {
     }
 };
 
-// grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights (every fourth case Q4_0 in the G8 layout) of one width
-// reading one x, each against its own reference; every mode, the four cross-block reductions and clusters, padded
+// grouped launches (zz_gemv_launch_group): 2-4 Q4_K weights (every fourth case Q4_0 or Q8_0 in the G8 layout) of one
+// width reading one x, each against its own reference; every mode, the four cross-block reductions and clusters, padded
 // output strides
 static int test_group(test_rng & rng, const int cases) {
     int failures = 0;
@@ -786,7 +807,7 @@ static int test_group(test_rng & rng, const int cases) {
     const double sparsities[] = { 0.0, 0.01, 0.5, 0.99, 1.0 };
     double worst = 0.0;
     for (int c = 0; c < cases; ++c) {
-        const ggml_type type = c % 4 == 3 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
+        const ggml_type type = c % 4 == 3 ? g8_pick(c/8) : GGML_TYPE_Q4_K;
         const int     nseg = 2 + c % (ZZ_GROUP_MAX - 1);
         const int64_t n    = pick_n(rng);
         const int     T    = 1 + (c/3) % ZZ_GEMV_MAX_BATCH;
@@ -894,8 +915,8 @@ static float pick_thr(const std::vector<float> & xn, const int64_t x_stride, con
     return thr;
 }
 
-// launches with an RMS norm folded into the read of x (zz_gemv_norm): 1-4 Q4_K weights (every third case Q4_0 in the
-// G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8, x aligned or not, against
+// launches with an RMS norm folded into the read of x (zz_gemv_norm): 1-4 Q4_K weights (every third case Q4_0 or
+// Q8_0 in the G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8, x aligned or not, against
 // the GEMV of the norm computed here (the threshold from pick_thr)
 static int test_norm(test_rng & rng, const int cases) {
     int failures = 0;
@@ -907,10 +928,10 @@ static int test_norm(test_rng & rng, const int cases) {
     const double sparsities[] = { 0.0, 0.3, 0.5, 0.9, 1.0 };
     double worst = 0.0;
     for (int c = 0; c < cases; ++c) {
-        const ggml_type type   = c % 3 == 2 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
+        const ggml_type type   = c % 3 == 2 ? g8_pick(c/6) : GGML_TYPE_Q4_K;
         const int     nseg     = 1 + c % ZZ_GROUP_MAX;
         const int64_t n        = pick_n(rng);
-        const int     T        = type == ZZ_TYPE_Q4_0_G8 ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
+        const int     T        = is_g8(type) ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
         const double  sp       = sparsities[c % 5];
         const float   eps      = c % 2 ? 1e-5f : 1e-6f;
         const int     x_off    = c % 4 == 3 ? 1 : 0; // x not 16-byte aligned: the kernel's scalar sum
@@ -1052,7 +1073,7 @@ static int test_norm(test_rng & rng, const int cases) {
             failures++;
         }
         // G8 has no NORM instances past ZZ_G8_IN_MAX_T
-        if (type == ZZ_TYPE_Q4_0_G8 && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
+        if (is_g8(type) && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
                 zz_gemv_launch_group(type, seg.data(), nseg, n, x_d.ptr + x_off, x_stride, ZZ_G8_IN_MAX_T + 1, nullptr,
                     ZZ_GEMV_DENSE, thr, cfg, stream, &norm)) {
             printf("  FAIL norm: G8 at batch %d with a norm was not declined\n", ZZ_G8_IN_MAX_T + 1);
@@ -1065,7 +1086,7 @@ static int test_norm(test_rng & rng, const int cases) {
 }
 
 // launches with a SwiGLU fused into the read of x (zz_gemv_launch_glu, as decode's down launch): one Q4_K weight (every
-// third case Q4_0 in the G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8,
+// third case Q4_0 or Q8_0 in the G8 layout, at batch 1), DENSE and FUSED, the four reductions, random configs, batch 1-8,
 // gate and up split or halves of one row, with a residual (bias) or a start value (y_ready) on some cases, against
 // the GEMV of silu(gate)*up computed here (the threshold from pick_thr)
 static int test_glu(test_rng & rng, const int cases) {
@@ -1078,9 +1099,9 @@ static int test_glu(test_rng & rng, const int cases) {
     const double sparsities[] = { 0.0, 0.3, 0.5, 0.9, 1.0 };
     double worst = 0.0;
     for (int c = 0; c < cases; ++c) {
-        const ggml_type type   = c % 3 == 2 ? ZZ_TYPE_Q4_0_G8 : GGML_TYPE_Q4_K;
+        const ggml_type type   = c % 3 == 2 ? g8_pick(c/6) : GGML_TYPE_Q4_K;
         const int64_t   n      = pick_n(rng);
-        const int       T      = type == ZZ_TYPE_Q4_0_G8 ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
+        const int       T      = is_g8(type) ? 1 + (c/3) % ZZ_G8_IN_MAX_T : 1 + (c/2) % ZZ_GEMV_MAX_BATCH;
         const double    sp     = sparsities[c % 5];
         const bool      halves = c % 2 == 1;             // gate | up in one row of 2n (+ padding), as ggml_swiglu
         const int       extra  = (c/4) % 3;               // 0 none, 1 bias, 2 y_ready
@@ -1153,7 +1174,7 @@ static int test_glu(test_rng & rng, const int cases) {
         }
         zz_gemv_set_ticket(-1);
         // G8 has no GLU instances past ZZ_G8_IN_MAX_T; IDX takes no SwiGLU
-        if ((type == ZZ_TYPE_Q4_0_G8 && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
+        if ((is_g8(type) && ZZ_G8_IN_MAX_T < ZZ_GEMV_MAX_BATCH &&
                     zz_gemv_launch_glu(type, gb.seg[0], n, gu_d.ptr, stride, up, stride, ZZ_G8_IN_MAX_T + 1,
                         ZZ_GEMV_DENSE, thr, gb.cfg, stream)) ||
                 zz_gemv_launch_glu(type, gb.seg[0], n, gu_d.ptr, stride, up, stride, T, ZZ_GEMV_IDX, thr, gb.cfg,
@@ -1591,7 +1612,7 @@ static void bench_random_weights(void * w, const ggml_type type, const int64_t n
         nd = 2; // d, dmin
     } else if (type == GGML_TYPE_Q6_K) {
         d0 = offsetof(block_q6_K, d);
-    } else if (type == ZZ_TYPE_Q4_0_G8) {
+    } else if (is_g8(type)) {
         nd = ZZ_G8_ROWS;
     }
     bench_fill_blocks<<<(nblocks + 255)/256, 256>>>((char *) w, nblocks, (int) zz_block_bytes(type), d0, nd, seed);
@@ -1674,7 +1695,7 @@ static double stock_graph_us(ggml_backend_t backend, ggml_cgraph * gf) {
 // stock ggml_mul_mat on the CUDA backend (standard layout, mmvq for small batches), per-op wall time of a
 // graph of nbuf*k independent nodes over nbuf weight copies
 static double bench_stock_us(const ggml_type type_in, const int64_t m, const int64_t n, const int T, const std::vector<float> & x_h) {
-    const ggml_type type = type_in == ZZ_TYPE_Q4_0_G8 ? GGML_TYPE_Q4_0 : type_in; // (the same weights in stock's layout)
+    const ggml_type type = base_type(type_in); // (the same weights in stock's layout)
     ggml_backend_t backend = stock_backend();
     const size_t wbytes = (size_t) m*n/zz_blck_size(type)*zz_block_bytes(type);
     const int    nbuf   = (int) std::max<size_t>(1, ((size_t) 256 << 20)/wbytes + 1);
@@ -1830,7 +1851,7 @@ static int run_bench(const bench_opts & o) {
                             zz_gemv_launch_fused(type, ws[i % nbuf], n, m, x_d.ptr, n, T, thr, y_d.ptr, m, cfg, true, s);
                         }, reps, stream);
                     }
-                    const double skip_us = type == ZZ_TYPE_Q4_0_G8 ? -1.0 : time_graph_us([&](cudaStream_t s, int i) {
+                    const double skip_us = is_g8(type) ? -1.0 : time_graph_us([&](cudaStream_t s, int i) {
                         zz_gemv_launch_ex(type, ws[i % nbuf], n, m, x_d.ptr, n, T, nullptr, ZZ_GEMV_SKIP, y_d.ptr, m, cfg, s);
                     }, reps, stream);
                     double naive_us = -1.0;
@@ -2378,7 +2399,7 @@ static bool parse_type(const char * s, std::vector<ggml_type> & types) {
 
 static void usage() {
     printf("usage: test_zz_cuda test    [--seed S] [--cases N]\n"
-           "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|q4_0_g8[,...]|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
+           "       test_zz_cuda bench   [--type q4_K|q8_0|q4_0|q6_K|q4_0_g8|q8_0_g8[,...]|all] [--batch 1,4,8] [--pattern random|contiguous]\n"
            "                            [--l2-warm] [--shapes 4096x4096,...] [--csv FILE] [--reduction ticket|first|early|atomic|both]\n"
            "       test_zz_cuda bytes   [--shapes ...] [--pattern ...]   (Q4_K, batch 1: one launch a mode and sparsity, for ncu)\n"
            "       test_zz_cuda prefill [--type ...] [--batch 16,64,512] [--shapes ...]\n"
