@@ -549,6 +549,18 @@ static __device__ __forceinline__ void zz_q4_K_pair_scales(const uint4 ha, const
     dmn = __hmul2(zz_bits_h2(__byte_perm(ha.x, hb.x, 0x7632)), __hsub2(zz_bits_h2(mn), k1024));
 }
 
+// bytes e = 2ep (r) and 2ep + 1 (s) of the lane's words of its columns 0, 1 (w0, w1) and 2, 3 (w2, w3), the two columns
+// of a pair at bytes 0 and 2
+static __device__ __forceinline__ void zz_pair_bytes(const uint32_t w0, const uint32_t w1, const uint32_t w2,
+        const uint32_t w3, const int ep, uint32_t & r01, uint32_t & s01, uint32_t & r23, uint32_t & s23) {
+    const int e0 = 2*ep;
+    const int e1 = 2*ep + 1;
+    r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
+    s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
+    r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
+    s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+}
+
 // versions 2 and 3: the A fragments of the 16 tiles from the lane's quant words q, tile (s, ep) of sub-block s
 // handed to mma(s, ep, a0, a1, a2, a3)
 template <typename F>
@@ -561,13 +573,9 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const uint4 (&q)[4], F m
         const uint32_t w3 = zz_u4_word(q[3], p);
 #pragma unroll
         for (int ep = 0; ep < 2; ++ep) {
-            const int      e0 = 2*ep;
-            const int      e1 = 2*ep + 1;
-            // bytes e of the two columns of a pair at bytes 0 and 2 (each nibble then sits in an f16 mantissa)
-            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
-            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
-            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
-            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+            // (each nibble then sits in an f16 mantissa)
+            uint32_t r01, s01, r23, s23;
+            zz_pair_bytes(w0, w1, w2, w3, ep, r01, s01, r23, s23);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const uint32_t msk = hh ? 0x00F000F0u : 0x000F000Fu;
@@ -590,12 +598,8 @@ static __device__ __forceinline__ void zz_q4_K_v2_tiles(const zz_q8w (&q)[4], F 
         const uint32_t w3 = zz_u4_word(s < 4 ? q[3].a : q[3].b, s & 3);
 #pragma unroll
         for (int ep = 0; ep < 2; ++ep) {
-            const int      e0 = 2*ep;
-            const int      e1 = 2*ep + 1;
-            const uint32_t r01 = __byte_perm(w0, w1, e0 | ((4 + e0) << 8));
-            const uint32_t s01 = __byte_perm(w0, w1, e1 | ((4 + e1) << 8));
-            const uint32_t r23 = __byte_perm(w2, w3, e0 | ((4 + e0) << 8));
-            const uint32_t s23 = __byte_perm(w2, w3, e1 | ((4 + e1) << 8));
+            uint32_t r01, s01, r23, s23;
+            zz_pair_bytes(w0, w1, w2, w3, ep, r01, s01, r23, s23);
             mma(s, ep, (r01 & 0x00FF00FFu) ^ 0x00800080u, (s01 & 0x00FF00FFu) ^ 0x00800080u,
                        (r23 & 0x00FF00FFu) ^ 0x00800080u, (s23 & 0x00FF00FFu) ^ 0x00800080u);
         }
@@ -4162,7 +4166,9 @@ int llama_sparse_cuda_autotune(const int device, const int64_t * shapes_mn, cons
         const ggml_type t = (ggml_type) types[i];
         const int64_t   m = shapes_mn[2*i + 0];
         const int64_t   n = shapes_mn[2*i + 1];
-        if (!zz_type_supported(t) || m <= 0 || n <= 0 || m % ggml_blck_size(t) != 0) {
+        // (ggml types only: the G8 layouts are tuned as Q4_K)
+        if (types[i] < 0 || types[i] >= GGML_TYPE_COUNT || !zz_type_supported(t) || m <= 0 || n <= 0 ||
+                m % ggml_blck_size(t) != 0) {
             GGML_LOG_ERROR("%s: shape %d: %lld x %lld of type %d is not a zigzag GEMV this backend runs\n", __func__, i,
                     (long long) m, (long long) n, (int) types[i]);
             return -1;
@@ -4173,29 +4179,23 @@ int llama_sparse_cuda_autotune(const int device, const int64_t * shapes_mn, cons
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Q4_0 to the G8 layout (cuda/zz-g8.cuh)
+// Q4_0 and Q8_0 to the G8 layout (cuda/zz-g8.cuh)
 
 // one thread a (group, column): the column's 8 blocks in src (the groups' bytes in the file's layout) to its
-// super-block in dst
-static __global__ void zz_regroup_q4_0_kernel(const uint8_t * src, uint8_t * dst, const int64_t n, const int64_t groups) {
+// super-block in dst; Q8: Q8_0, else Q4_0
+template <bool Q8>
+static __global__ void zz_regroup_kernel(const uint8_t * src, uint8_t * dst, const int64_t n, const int64_t groups) {
     const int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
     if (e >= groups*n) {
         return;
     }
     const int64_t r = e/n;
     const int64_t j = e - r*n;
-    zz_g8_pack(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES, dst + e*ZZ_G8_BYTES);
-}
-
-// Q8_0: the same with zz_g8_pack_q8
-static __global__ void zz_regroup_q8_0_kernel(const uint8_t * src, uint8_t * dst, const int64_t n, const int64_t groups) {
-    const int64_t e = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
-    if (e >= groups*n) {
-        return;
+    if constexpr (Q8) {
+        zz_g8_pack_q8(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q8_0_BYTES, n*ZZ_Q8_0_BYTES, dst + e*ZZ_G8Q8_BYTES);
+    } else {
+        zz_g8_pack(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q4_0_BYTES, n*ZZ_Q4_0_BYTES, dst + e*ZZ_G8_BYTES);
     }
-    const int64_t r = e/n;
-    const int64_t j = e - r*n;
-    zz_g8_pack_q8(src + (r*ZZ_G8_ROWS*n + j)*ZZ_Q8_0_BYTES, n*ZZ_Q8_0_BYTES, dst + e*ZZ_G8Q8_BYTES);
 }
 
 // type: Q4_0 or Q8_0
@@ -4218,9 +4218,9 @@ static bool zz_regroup(const ggml_type type, void * w, const int64_t n, const in
         const int64_t threads = cg*n;
         const dim3 grid((unsigned) ((threads + 255)/256));
         if (type == GGML_TYPE_Q4_0) {
-            zz_regroup_q4_0_kernel<<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
+            zz_regroup_kernel<false><<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
         } else {
-            zz_regroup_q8_0_kernel<<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
+            zz_regroup_kernel<true><<<grid, 256, 0, stream>>>((const uint8_t *) tmp, base + g0*group_bytes, n, cg);
         }
         CUDA_CHECK(cudaGetLastError());
     }
