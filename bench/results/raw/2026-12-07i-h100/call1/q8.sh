@@ -6,7 +6,7 @@
 # test_zz_cuda bench (lite: no stock column) of q8_0_g8 and q8_0 at batch 1 on the 7B/8B/70B shapes
 set -u
 export BENCH_TYPE=q8_0_g8,q8_0 BENCH_BATCH=1 BENCH_ENVS=LLAMA_SPARSE_DEFAULTS=1
-export BUILD_TARGETS="llama ggml llama-bench"
+export BUILD_TARGETS="llama ggml llama-bench" STOCK_TARGETS="llama ggml llama-bench"
 export TYPES_E2E=q8_0 TYPES_LAYERS=32 TYPES_ROUNDS=2
 export TYPES_ENVS="${TYPES_ENVS:-- LLAMA_SPARSE_CUDA_G8=1}"
 LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh remote-bg build-base zztest-bg stock-bg build stock-wait zztest-wait types-e2e ${EXTRA_STEPS:-}
