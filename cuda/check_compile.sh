@@ -50,6 +50,10 @@ fi
 flags=(-std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -Xptxas=-warn-spills
        -I "$ggml_include" -I "$upstream/ggml/src"
        -I "$root/ggml-sparse" -I "$here" "${extra_inc[@]}")
+# device code optimized in parallel (nvcc 11.8+): mul-mat-zz.cu in 98 s instead of ~270 s on 2 cores
+if [[ "$("$nvcc" --help 2>/dev/null || true)" == *--split-compile* ]]; then
+    flags+=(--split-compile=0)
+fi
 
 status=0
 compile() { # name, extra flags..., source

@@ -71,8 +71,14 @@ if [ "${WITH_GGML_CUDA:-0}" = "1" ]; then
     libs+=(-L "$libdir" -lggml -lggml-cuda)
 fi
 
+# device code optimized in parallel (nvcc 11.8+; NVCC_SPLIT=0: off)
+split=()
+if [ "${NVCC_SPLIT:-1}" != 0 ] && [[ "$("$nvcc" --help 2>/dev/null || true)" == *--split-compile* ]]; then
+    split=(--split-compile=0)
+fi
+
 set -x
-"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -lineinfo ${NVCC_FLAGS:-} \
+"$nvcc" -std=c++17 -O3 -arch=sm_"$arch" --use_fast_math -extended-lambda -lineinfo "${split[@]}" ${NVCC_FLAGS:-} \
     "${defs[@]}" \
     -I "$ggml_include" -I "$upstream/ggml/src" \
     -I "$root/ggml-sparse" -I "$cuda_dir" "${inc[@]}" \

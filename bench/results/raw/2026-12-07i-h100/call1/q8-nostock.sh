@@ -6,8 +6,8 @@
 # cuda_types_h100_2026-12-07f.md)
 set -u
 export BUILD_TARGETS="llama ggml llama-bench"
-export TYPES_E2E=q8_0 TYPES_LAYERS=32 TYPES_ROUNDS=2 TYPES_STOCK=0
+export TYPES_E2E=q8_0 TYPES_LAYERS=${TYPES_LAYERS:-32} TYPES_ROUNDS=${TYPES_ROUNDS:-2} TYPES_STOCK=0
 export TYPES_ENVS="${TYPES_ENVS:-- LLAMA_SPARSE_CUDA_G8=1}"
 export BENCH_TYPE=q8_0_g8,q8_0 BENCH_BATCH=1,4 BENCH_ENVS=LLAMA_SPARSE_DEFAULTS=1 BENCH_SHAPES=4096x4096,11008x4096
-LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh remote-bg build-base zztest-bg build zztest-wait types-e2e bench-cfg
+LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh remote-bg build-base zztest-bg build zztest-wait types-e2e ${EXTRA_STEPS-bench-cfg}
 LS_DEVICE_DIR=$PWD/.device bash tools/device/device.sh poll ${POLL:-540}
