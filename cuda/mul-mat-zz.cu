@@ -4257,13 +4257,19 @@ static int zz_buffer_device(const ggml_backend_buffer_t buf) {
     return -1;
 }
 
-// ggml_sparse_zz_relayout for CUDA: Q4_0 and Q8_0 zigzag weights in device memory whose block-rows come in whole
-// groups of 8 to the G8 layout, where the direct kernel runs (sm_80+; LLAMA_SPARSE_CUDA_G8=0 keeps the file's
-// layout, =1 regroups Q4_0 only)
+// which zigzag types CUDA regroups when LLAMA_SPARSE_CUDA_G8 is unset: 1 = Q4_0, 2 = Q4_0 and Q8_0
+#ifndef ZZ_G8_DEFAULT
+#define ZZ_G8_DEFAULT 1
+#endif
+
+// ggml_sparse_zz_relayout for CUDA: Q4_0 (and Q8_0) zigzag weights in device memory whose block-rows come in whole
+// groups of 8 to the G8 layout, where the direct kernel runs (sm_80+). LLAMA_SPARSE_CUDA_G8: 0 keeps the file's
+// layout, 1 regroups Q4_0, 2 Q4_0 and Q8_0 (unset: ZZ_G8_DEFAULT)
 static bool zz_cuda_relayout(ggml_tensor * w) {
-    static const int on = zz_env_int("LLAMA_SPARSE_CUDA_G8");
-    const bool type_ok = w->type == GGML_TYPE_Q4_0 || (w->type == GGML_TYPE_Q8_0 && on != 1);
-    if (on == 0 || !type_ok || ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
+    static const int env  = zz_env_int("LLAMA_SPARSE_CUDA_G8");
+    static const int mode = env < 0 ? ZZ_G8_DEFAULT : env;
+    const bool type_ok = (w->type == GGML_TYPE_Q4_0 && mode >= 1) || (w->type == GGML_TYPE_Q8_0 && mode >= 2);
+    if (!type_ok || ggml_sparse_zz_layout(w) != GGML_SPARSE_ZZ_LAYOUT_ROWS ||
             w->data == nullptr || !ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->view_src != nullptr) {
         return false;
     }

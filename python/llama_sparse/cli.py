@@ -123,7 +123,8 @@ DECODE_COMMANDS = ("generate", "chat", "serve", "bench", "perplexity")
 
 def _cuda_slow(t, env_g8: bool) -> bool:
     """Whether CUDA runs zigzag tensor t slower than stock: every type but Q4_K, and Q4_0 unless CUDA regroups it (the G8
-    layout: stored rows of 32 outputs in whole groups of 8, LLAMA_SPARSE_CUDA_G8 not 0)."""
+    layout: stored rows of 32 outputs in whole groups of 8, LLAMA_SPARSE_CUDA_G8 not 0). Q8_0 regrouped
+    (LLAMA_SPARSE_CUDA_G8=2) has not been timed against stock, so it keeps the note."""
     name = t.tensor_type.name
     return name != "Q4_K" and not (name == "Q4_0" and env_g8 and int(t.shape[1]) % 8 == 0)
 
