@@ -396,14 +396,12 @@ static_assert(ZZ_G8_ROWS*sizeof(block_q8_0) == ZZ_G8Q8_BYTES, "G8 Q8_0 super-blo
 struct zz_q8w {
     uint4 a, b;
 };
-// per format: the lane's quant words of a column (q_t) and the bytes of a block (bs)
+// per format: the lane's quant words of a column
 template <int G8> struct zz_dfmt {
     typedef uint4 q_t;
-    static constexpr int bs = sizeof(block_q4_K);
 };
 template <> struct zz_dfmt<ZZ_FMT_G8_Q8> {
     typedef zz_q8w q_t;
-    static constexpr int bs = ZZ_G8Q8_BYTES;
 };
 // the block bytes of the format whose lane words are Q
 template <typename Q> struct zz_qbs {
@@ -2091,10 +2089,10 @@ static __global__ void __launch_bounds__(ZZ_DIRECT_MAX_WARPS*WARP_SIZE, V == 3 ?
         float * ws, int * tickets, const int prefetch_cols, const int stash_off) {
 #ifdef AMPERE_MMA_AVAILABLE
     constexpr int B  = QK_K;
-    constexpr int BS = zz_dfmt<G8>::bs; // bytes a block
+    typedef typename zz_dfmt<G8>::q_t Q;
+    constexpr int BS = zz_qbs<Q>::v; // bytes a block
     // steps in flight: Q8_0's blocks are twice Q4_K's, one step of them moves as many bytes as Q4_K's two
     constexpr int S  = G8 == ZZ_FMT_G8_Q8 ? (ZZ_DIRECT_STEPS + 1)/2 : ZZ_DIRECT_STEPS;
-    typedef typename zz_dfmt<G8>::q_t Q;
     static_assert(mode == ZZ_GEMV_DENSE || mode == ZZ_GEMV_IDX || mode == ZZ_GEMV_FUSED, "direct kernel: no SKIP");
     static_assert(V == 1 || V == 2 || (V == 3 && T == 1), "direct kernel: version 1 or 2, or 3 at batch 1");
     static_assert(!G8 || (V >= 2 && !OPQ && !B1 && (IN == ZZ_IN_X || T <= ZZ_G8_IN_MAX_T)),
@@ -3677,18 +3675,23 @@ __device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q4_0>(const char * blk,
     }
 }
 
-template <>
-__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk, half * out, const int64_t n) {
-    const uint16_t * b16 = (const uint16_t *) blk;
-    const float      d   = zz_ldg_half_f(blk);
+// 32 Q8_0 outputs of scale d_at (f16) and int8 quants q_at (2-byte aligned) into out[i*n]
+static __device__ __forceinline__ void zz_dequant_q8_0(const char * d_at, const char * q_at, half * out, const int64_t n) {
+    const uint16_t * q16 = (const uint16_t *) q_at;
+    const float      d   = zz_ldg_half_f(d_at);
 #pragma unroll
     for (int k = 0; k < QK8_0/2; ++k) {
-        const uint32_t v = __ldg(b16 + 1 + k);
+        const uint32_t v = __ldg(q16 + k);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             out[(int64_t) (2*k + e)*n] = __float2half(d*(int8_t) ((v >> 8*e) & 0xFF));
         }
     }
+}
+
+template <>
+__device__ __forceinline__ void zz_dequant_col<GGML_TYPE_Q8_0>(const char * blk, half * out, const int64_t n) {
+    zz_dequant_q8_0(blk, blk + 2, out, n);
 }
 
 template <>
@@ -3706,18 +3709,8 @@ __device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q4_0_G8>(const char * blk
 
 template <>
 __device__ __forceinline__ void zz_dequant_col<ZZ_TYPE_Q8_0_G8>(const char * blk, half * out, const int64_t n) {
-    const uint16_t * d16 = (const uint16_t *) blk;
-    const uint32_t * q32 = (const uint32_t *) (blk + 16);
     for (int s = 0; s < ZZ_G8_ROWS; ++s) {
-        const float d = __half2float(__ushort_as_half(__ldg(d16 + s)));
-#pragma unroll
-        for (int k = 0; k < QK8_0/4; ++k) {
-            const uint32_t v = __ldg(q32 + 8*s + k);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                out[(int64_t) (32*s + 4*k + e)*n] = __float2half(d*(int8_t) ((v >> 8*e) & 0xFF));
-            }
-        }
+        zz_dequant_q8_0(blk + 2*s, blk + 16 + QK8_0*s, out + (int64_t) QK8_0*s*n, n); // sub-block s
     }
 }
 
@@ -4198,8 +4191,7 @@ static __global__ void zz_regroup_kernel(const uint8_t * src, uint8_t * dst, con
     }
 }
 
-// type: Q4_0 or Q8_0
-static bool zz_regroup(const ggml_type type, void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
+bool zz_regroup(const ggml_type type, void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
     GGML_ASSERT(type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q8_0);
     GGML_ASSERT(n > 0 && m > 0 && m % (ZZ_G8_ROWS*32) == 0);
     const int64_t groups      = m/(ZZ_G8_ROWS*32);
@@ -4227,14 +4219,6 @@ static bool zz_regroup(const ggml_type type, void * w, const int64_t n, const in
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaFree(tmp));
     return true;
-}
-
-bool zz_regroup_q4_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
-    return zz_regroup(GGML_TYPE_Q4_0, w, n, m, stream);
-}
-
-bool zz_regroup_q8_0(void * w, const int64_t n, const int64_t m, cudaStream_t stream) {
-    return zz_regroup(GGML_TYPE_Q8_0, w, n, m, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -4274,9 +4258,10 @@ static bool zz_cuda_relayout(ggml_tensor * w) {
         return false;
     }
     const int dev = zz_buffer_device(w->buffer);
-    const int64_t n = w->ne[0]/32; // (Q4_0 and Q8_0: 32 outputs a block)
-    const int64_t m = w->ne[1]*32;
-    if (dev < 0 || m % (ZZ_G8_ROWS*32) != 0 || m/(ZZ_G8_ROWS*32) > 65535 || n >= INT32_MAX ||
+    const int64_t B = ggml_blck_size(w->type);
+    const int64_t n = w->ne[0]/B;
+    const int64_t m = w->ne[1]*B;
+    if (dev < 0 || m % (ZZ_G8_ROWS*B) != 0 || m/(ZZ_G8_ROWS*B) > 65535 || n >= INT32_MAX ||
             !zz_direct_enabled(zz_get_device_props(dev).cc_major)) {
         return false;
     }

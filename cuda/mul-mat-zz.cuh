@@ -60,11 +60,10 @@ int64_t      zz_blck_size(ggml_type type);
 size_t       zz_block_bytes(ggml_type type);
 const char * zz_type_name(ggml_type type);
 
-// Q4_0 zigzag weight [n columns, m rows] (m % 256 == 0) at w, in the file's layout, rewritten to G8 in place on
-// stream, which is synchronized. Uses a temporary device buffer of at most 64 MiB. False (w unchanged) on an error.
-bool zz_regroup_q4_0(void * w, int64_t n, int64_t m, cudaStream_t stream);
-// the same for Q8_0 (272-byte super-blocks)
-bool zz_regroup_q8_0(void * w, int64_t n, int64_t m, cudaStream_t stream);
+// Q4_0 or Q8_0 (type) zigzag weight [n columns, m rows] (m % 256 == 0) at w, in the file's layout, rewritten to G8 in
+// place on stream, which is synchronized. Uses a temporary device buffer of at most 64 MiB. False (w unchanged) on an
+// error.
+bool zz_regroup(ggml_type type, void * w, int64_t n, int64_t m, cudaStream_t stream);
 
 // tuned config for this shape class (cuda-tune.txt), else a heuristic; env LLAMA_SPARSE_CUDA_N1/N2/CLUSTER override
 zz_gemv_config zz_gemv_get_config(int device, ggml_type type, int64_t n, int64_t m, int n_tokens);

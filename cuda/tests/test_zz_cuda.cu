@@ -614,9 +614,7 @@ static int test_gemv(test_rng & rng, const int cases) {
                 w_d.upload(w.q_rows.data(), w.q_rows.size());
                 runs++;
                 std::vector<uint8_t> got(w.q.size());
-                const bool ok = type == ZZ_TYPE_Q4_0_G8 ? zz_regroup_q4_0(w_d.ptr, n, m, stream)
-                                                        : zz_regroup_q8_0(w_d.ptr, n, m, stream);
-                if (!ok) {
+                if (!zz_regroup(base_type(type), w_d.ptr, n, m, stream)) {
                     printf("  FAIL regroup m=%lld n=%lld: no device memory\n", (long long) m, (long long) n);
                     failures++;
                 } else {
